@@ -1,0 +1,105 @@
+//! The divergence audit (seed 000): it must come back empty. For every product it checks
+//! - `reserved = Σ active reservations`, and
+//! - `available + reserved = last count + adjustments since − confirmed since the count`.
+//!
+//! It reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some path
+//! wrote stock without going through the engine.
+
+use deadpool_postgres::Pool;
+use serde::Serialize;
+
+use crate::domain::ProductId;
+use crate::error::Error;
+
+/// Most divergences returned by one audit.
+pub const MAX_DIVERGENCES: i64 = 1_000;
+
+/// Which invariant broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Invariant {
+    /// `reserved` differs from the sum of active reservations.
+    ReservedMatchesActive,
+    /// `available + reserved` differs from what the history says is on hand.
+    OnHandMatchesHistory,
+}
+
+/// One broken invariant of one product.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Divergence {
+    pub product_id: ProductId,
+    pub invariant: Invariant,
+    pub expected: i64,
+    pub actual: i64,
+}
+
+const STOCK_AUDIT: &str = "
+WITH last_count AS (
+    SELECT DISTINCT ON (product_id) product_id, id, quantity, created_at
+      FROM stock_movements WHERE kind = 'count'
+     ORDER BY product_id, id DESC),
+adjusted AS (
+    SELECT m.product_id, sum(m.quantity)::bigint AS delta
+      FROM stock_movements m JOIN last_count c USING (product_id)
+     WHERE m.kind = 'adjustment' AND m.id > c.id
+     GROUP BY m.product_id),
+confirmed AS (
+    SELECT r.product_id, sum(r.quantity)::bigint AS quantity
+      FROM reservations r JOIN last_count c USING (product_id)
+     WHERE r.status = 'confirmed' AND r.settled_at > c.created_at
+     GROUP BY r.product_id),
+active AS (
+    SELECT product_id, sum(quantity)::bigint AS quantity
+      FROM reservations WHERE status = 'active' GROUP BY product_id)
+SELECT s.product_id,
+       s.reserved::bigint                                    AS reserved,
+       coalesce(a.quantity, 0)                               AS active_reserved,
+       (s.available + s.reserved)::bigint                    AS on_hand,
+       coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
+                                                             AS expected_on_hand
+  FROM stock s
+  LEFT JOIN last_count c USING (product_id)
+  LEFT JOIN adjusted adj USING (product_id)
+  LEFT JOIN confirmed cf USING (product_id)
+  LEFT JOIN active a USING (product_id)
+ WHERE s.reserved <> coalesce(a.quantity, 0)
+    OR s.available + s.reserved <>
+       coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
+ ORDER BY s.product_id
+ LIMIT $1";
+
+/// Runs the stock audit; an empty answer means every product is consistent with its history.
+pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
+    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let rows = tx.query(STOCK_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    tx.commit().await?;
+    let mut out = Vec::new();
+    for r in rows {
+        let product_id = ProductId::new(r.try_get(0)?)?;
+        let (reserved, active): (i64, i64) = (r.try_get(1)?, r.try_get(2)?);
+        let (on_hand, expected): (i64, i64) = (r.try_get(3)?, r.try_get(4)?);
+        if reserved != active {
+            out.push(Divergence {
+                product_id,
+                invariant: Invariant::ReservedMatchesActive,
+                expected: active,
+                actual: reserved,
+            });
+        }
+        if on_hand != expected {
+            out.push(Divergence {
+                product_id,
+                invariant: Invariant::OnHandMatchesHistory,
+                expected,
+                actual: on_hand,
+            });
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,73 @@
+//! Connection pool and migrations. Every pool timeout is set explicitly: a request waits a
+//! bounded time for a connection, never forever.
+
+use std::time::Duration;
+
+use deadpool_postgres::{ManagerConfig, Pool, PoolConfig, RecyclingMethod, Runtime, Timeouts};
+use tokio_postgres::NoTls;
+
+use crate::error::Error;
+
+mod embedded {
+    refinery::embed_migrations!("../../migrations");
+}
+
+/// Pool sizing and timeouts.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    pub max_size: usize,
+    pub wait_timeout_ms: u64,
+    pub create_timeout_ms: u64,
+    pub recycle_timeout_ms: u64,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            max_size: 32,
+            wait_timeout_ms: 10_000,
+            create_timeout_ms: 5_000,
+            recycle_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// Creates a pool for `url`. Connections are opened lazily.
+pub fn connect(url: &str, options: &PoolOptions) -> Result<Pool, Error> {
+    let cfg = deadpool_postgres::Config {
+        url: Some(url.to_owned()),
+        manager: Some(ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        }),
+        pool: Some(PoolConfig {
+            max_size: options.max_size,
+            timeouts: Timeouts {
+                wait: Some(Duration::from_millis(options.wait_timeout_ms)),
+                create: Some(Duration::from_millis(options.create_timeout_ms)),
+                recycle: Some(Duration::from_millis(options.recycle_timeout_ms)),
+            },
+            ..PoolConfig::default()
+        }),
+        ..Default::default()
+    };
+    cfg.create_pool(Some(Runtime::Tokio1), NoTls)
+        .map_err(|e| Error::Pool(e.to_string()))
+}
+
+/// Applies the migrations in `migrations/`, idempotently. An advisory lock serialises several
+/// processes migrating one database at once.
+pub async fn migrate(pool: &Pool) -> Result<(), Error> {
+    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    client
+        .batch_execute("SELECT pg_advisory_lock(724101)")
+        .await?;
+    let result = embedded::migrations::runner()
+        .run_async(&mut **client)
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Migration(e.to_string()));
+    client
+        .batch_execute("SELECT pg_advisory_unlock(724101)")
+        .await?;
+    result
+}

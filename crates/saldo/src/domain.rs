@@ -1,0 +1,282 @@
+//! Domain newtypes: parse, don't validate. Every constructor rejects bad input with an
+//! [`InputError`], so the engine never sees an invalid id, quantity or order.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InputError;
+
+/// Most distinct items one order may hold.
+pub const MAX_ITEMS_PER_ORDER: usize = 100;
+/// Largest quantity of one product in one order (after summing repeated items).
+pub const MAX_QUANTITY: i32 = 10_000;
+/// Largest physical count or adjustment magnitude.
+pub const MAX_STOCK_COUNT: i32 = 1_000_000_000;
+/// Longest and shortest reservation time-to-live.
+pub const MAX_TTL_S: u64 = 24 * 60 * 60;
+pub const MIN_TTL_S: u64 = 1;
+/// Default reservation time-to-live (seed 000: fifteen minutes covers card payments).
+pub const DEFAULT_TTL_S: u64 = 15 * 60;
+/// Longest adjustment reason.
+pub const MAX_REASON_LEN: usize = 200;
+/// Longest order id.
+pub const MAX_ORDER_ID_LEN: usize = 64;
+
+/// A product: a positive 64-bit integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProductId(i64);
+
+impl ProductId {
+    pub fn new(raw: i64) -> Result<Self, InputError> {
+        if raw > 0 {
+            Ok(ProductId(raw))
+        } else {
+            Err(InputError::ProductIdNotPositive(raw))
+        }
+    }
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for ProductId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// An order id: an opaque string of 1–64 characters from `[A-Za-z0-9._:-]` (a UUID fits).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OrderId(String);
+
+impl OrderId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(OrderId(raw))
+        } else {
+            Err(InputError::OrderIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for OrderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The id alphabet shared by order ids and transfer ids.
+pub(crate) fn valid_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_ORDER_ID_LEN
+        && s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// A quantity of one product in one order: 1..=[`MAX_QUANTITY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Quantity(i32);
+
+impl Quantity {
+    pub fn new(raw: i64) -> Result<Self, InputError> {
+        if raw <= 0 {
+            Err(InputError::QuantityNotPositive(raw))
+        } else if raw > i64::from(MAX_QUANTITY) {
+            Err(InputError::QuantityTooLarge {
+                quantity: raw,
+                max: MAX_QUANTITY,
+            })
+        } else {
+            // In range by the checks above.
+            Ok(Quantity(raw as i32))
+        }
+    }
+    pub fn get(self) -> i32 {
+        self.0
+    }
+}
+
+/// A reservation time-to-live: [`MIN_TTL_S`]..=[`MAX_TTL_S`] seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(Duration);
+
+impl Ttl {
+    pub fn from_secs(s: u64) -> Result<Self, InputError> {
+        if (MIN_TTL_S..=MAX_TTL_S).contains(&s) {
+            Ok(Ttl(Duration::from_secs(s)))
+        } else {
+            Err(InputError::TtlOutOfRange {
+                ttl_s: s,
+                min: MIN_TTL_S,
+                max: MAX_TTL_S,
+            })
+        }
+    }
+    /// For tests and the sweeper lab: a sub-second TTL, still bounded above.
+    pub fn from_millis(ms: u64) -> Result<Self, InputError> {
+        if ms >= 1 && ms <= MAX_TTL_S * 1000 {
+            Ok(Ttl(Duration::from_millis(ms)))
+        } else {
+            Err(InputError::TtlOutOfRange {
+                ttl_s: ms / 1000,
+                min: MIN_TTL_S,
+                max: MAX_TTL_S,
+            })
+        }
+    }
+    pub fn as_duration(self) -> Duration {
+        self.0
+    }
+}
+
+impl Default for Ttl {
+    fn default() -> Self {
+        Ttl(Duration::from_secs(DEFAULT_TTL_S))
+    }
+}
+
+/// The items of one order, summed per product and sorted by product id: the order in which
+/// every strategy locks stock rows (seed 000), so two orders can never lock in a cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderItems(BTreeMap<ProductId, Quantity>);
+
+impl OrderItems {
+    /// Sums repeated products and checks the limits.
+    pub fn new(items: impl IntoIterator<Item = (i64, i64)>) -> Result<Self, InputError> {
+        let mut sums: BTreeMap<ProductId, i64> = BTreeMap::new();
+        let mut count = 0usize;
+        for (product, quantity) in items {
+            count += 1;
+            if count > MAX_ITEMS_PER_ORDER {
+                return Err(InputError::TooManyItems {
+                    max: MAX_ITEMS_PER_ORDER,
+                });
+            }
+            let product = ProductId::new(product)?;
+            Quantity::new(quantity)?;
+            *sums.entry(product).or_default() += quantity;
+        }
+        if sums.is_empty() {
+            return Err(InputError::EmptyOrder);
+        }
+        let mut out = BTreeMap::new();
+        for (product, q) in sums {
+            out.insert(product, Quantity::new(q)?);
+        }
+        Ok(OrderItems(out))
+    }
+
+    /// (product, quantity) in ascending product order.
+    pub fn iter(&self) -> impl Iterator<Item = (ProductId, Quantity)> + '_ {
+        self.0.iter().map(|(p, q)| (*p, *q))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, product: ProductId) -> Option<Quantity> {
+        self.0.get(&product).copied()
+    }
+}
+
+/// A reason given with a stock adjustment: 1..=[`MAX_REASON_LEN`] characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason(String);
+
+impl Reason {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        let len = raw.chars().count();
+        if len == 0 || len > MAX_REASON_LEN {
+            Err(InputError::ReasonLength {
+                max: MAX_REASON_LEN,
+            })
+        } else {
+            Ok(Reason(raw))
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_summed_and_sorted() {
+        let items = OrderItems::new([(2, 1), (1, 3), (2, 4)]).expect("valid");
+        let v: Vec<(i64, i32)> = items.iter().map(|(p, q)| (p.get(), q.get())).collect();
+        assert_eq!(v, [(1, 3), (2, 5)]);
+    }
+
+    #[test]
+    fn bad_items_are_refused_with_distinct_errors() {
+        assert_eq!(OrderItems::new([]), Err(InputError::EmptyOrder));
+        assert_eq!(
+            OrderItems::new([(1, 0)]),
+            Err(InputError::QuantityNotPositive(0))
+        );
+        assert_eq!(
+            OrderItems::new([(1, -2)]),
+            Err(InputError::QuantityNotPositive(-2))
+        );
+        assert_eq!(
+            OrderItems::new([(0, 1)]),
+            Err(InputError::ProductIdNotPositive(0))
+        );
+        assert!(matches!(
+            OrderItems::new([(1, i64::from(MAX_QUANTITY) + 1)]),
+            Err(InputError::QuantityTooLarge { .. })
+        ));
+        // Summing may push a product over the limit too.
+        assert!(matches!(
+            OrderItems::new([(1, i64::from(MAX_QUANTITY)), (1, 1)]),
+            Err(InputError::QuantityTooLarge { .. })
+        ));
+        let too_many = (1..=(MAX_ITEMS_PER_ORDER as i64 + 1)).map(|p| (p, 1));
+        assert_eq!(
+            OrderItems::new(too_many),
+            Err(InputError::TooManyItems {
+                max: MAX_ITEMS_PER_ORDER
+            })
+        );
+        // Exactly at the limit is fine.
+        assert!(OrderItems::new((1..=MAX_ITEMS_PER_ORDER as i64).map(|p| (p, 1))).is_ok());
+    }
+
+    #[test]
+    fn order_ids_follow_the_alphabet() {
+        assert!(OrderId::new("0b7c6f2e-1d2a-4c1b-9a57-3f1f0f6f9a10").is_ok());
+        assert!(OrderId::new("a.b_c:d-1").is_ok());
+        assert!(OrderId::new("").is_err());
+        assert!(OrderId::new("x".repeat(65)).is_err());
+        assert!(OrderId::new("x".repeat(64)).is_ok());
+        assert!(OrderId::new("has space").is_err());
+        assert!(OrderId::new("ç").is_err());
+    }
+
+    #[test]
+    fn ttl_is_bounded() {
+        assert!(Ttl::from_secs(0).is_err());
+        assert!(Ttl::from_secs(MAX_TTL_S + 1).is_err());
+        assert!(Ttl::from_secs(900).is_ok());
+    }
+}

@@ -1,0 +1,101 @@
+//! The library's typed errors: what a caller can cause ([`InputError`] and the business
+//! refusals), and what the database did ([`Error::Database`] with its SQLSTATE).
+
+use tokio_postgres::error::SqlState;
+
+use crate::domain::{OrderId, ProductId};
+
+/// Input rejected before any database work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("product id must be a positive integer, got {0}")]
+    ProductIdNotPositive(i64),
+    #[error("order id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    OrderIdInvalid,
+    #[error("quantity must be positive, got {0}")]
+    QuantityNotPositive(i64),
+    #[error("quantity {quantity} is above the limit of {max} per product")]
+    QuantityTooLarge { quantity: i64, max: i32 },
+    #[error("an order may hold at most {max} items")]
+    TooManyItems { max: usize },
+    #[error("an order needs at least one item")]
+    EmptyOrder,
+    #[error("ttl {ttl_s}s is outside {min}..={max}s")]
+    TtlOutOfRange { ttl_s: u64, min: u64, max: u64 },
+    #[error("count {0} is outside 0..=1000000000")]
+    CountOutOfRange(i64),
+    #[error("delta {0} must be non-zero and at most 1000000000 in magnitude")]
+    DeltaOutOfRange(i64),
+    #[error("reason must be 1..={max} characters")]
+    ReasonLength { max: usize },
+}
+
+/// Everything a library operation can return.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid input: {0}")]
+    Input(#[from] InputError),
+    #[error("unknown product {0}")]
+    UnknownProduct(ProductId),
+    #[error("insufficient stock for product {product_id}: requested {requested}, available {available}")]
+    InsufficientStock {
+        product_id: ProductId,
+        requested: i32,
+        available: i32,
+    },
+    #[error("order {0} was already reserved with different items")]
+    IdempotencyConflict(OrderId),
+    #[error("unknown order {0}")]
+    UnknownOrder(OrderId),
+    #[error("count {count} is below the {reserved} units reserved for product {product_id}")]
+    CountBelowReserved {
+        product_id: ProductId,
+        count: i32,
+        reserved: i32,
+    },
+    #[error("adjustment of {delta} would make product {product_id} negative (available {available})")]
+    AdjustmentWouldGoNegative {
+        product_id: ProductId,
+        delta: i32,
+        available: i32,
+    },
+    #[error("could not get a database connection: {0}")]
+    Pool(String),
+    #[error("gave up after {attempts} attempts, last SQLSTATE {sqlstate}: {source}")]
+    RetriesExhausted {
+        attempts: u32,
+        sqlstate: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("database error: {0}")]
+    Database(#[from] tokio_postgres::Error),
+    #[error("migration failed: {0}")]
+    Migration(String),
+}
+
+impl Error {
+    /// The SQLSTATE of a database error, if this is one.
+    pub fn sqlstate(&self) -> Option<&SqlState> {
+        match self {
+            Error::Database(e) | Error::RetriesExhausted { source: e, .. } => e.code(),
+            _ => None,
+        }
+    }
+
+    /// Deadlock or serialization failure: the transaction left no effect and may be rerun.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Database(e) if e.code().is_some_and(is_retryable_state))
+    }
+
+    /// True for a unique violation of the named constraint or index.
+    pub(crate) fn is_unique_violation_of(&self, constraint: &str) -> bool {
+        matches!(self, Error::Database(e)
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+               && e.as_db_error().and_then(|d| d.constraint()) == Some(constraint))
+    }
+}
+
+pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
+    *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
+}

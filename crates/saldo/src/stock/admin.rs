@@ -1,0 +1,123 @@
+//! Operator operations on stock: a physical count, an adjustment with a reason, a read. Each
+//! writes an append-only `stock_movements` row in the same transaction, so the audit can prove
+//! the stock row against its history.
+
+
+use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
+use crate::error::{Error, InputError};
+use crate::retry::in_transaction;
+use crate::stock::{Stock, Store};
+
+const LOCK_ROW: &str =
+    "SELECT available, reserved, version FROM stock WHERE product_id = $1 FOR UPDATE";
+const SET_AVAILABLE: &str = "UPDATE stock SET available = $2, version = version + 1, \
+     updated_at = now() WHERE product_id = $1 RETURNING available, reserved, version";
+const RECORD: &str =
+    "INSERT INTO stock_movements (product_id, kind, quantity, reason) VALUES ($1, $2, $3, $4)";
+
+fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Result<Stock, Error> {
+    Ok(Stock {
+        product_id,
+        available: row.try_get(0)?,
+        reserved: row.try_get(1)?,
+        version: row.try_get(2)?,
+    })
+}
+
+/// Sets the physical count: on-hand (available + reserved) becomes `count`. Creates the
+/// product if it is new. Refused when `count` is below what is reserved.
+pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Result<Stock, Error> {
+    if !(0..=i64::from(MAX_STOCK_COUNT)).contains(&count) {
+        return Err(InputError::CountOutOfRange(count).into());
+    }
+    let count = count as i32; // in range by the check above
+    in_transaction(&store.pool, &store.tx, "set_count", move |client| {
+        crate::tx_body!(client => async {
+            client
+                .execute(
+                    "INSERT INTO stock (product_id, available) VALUES ($1, 0) \
+                     ON CONFLICT (product_id) DO NOTHING",
+                    &[&product_id.get()],
+                )
+                .await?;
+            let row = client.query_one(LOCK_ROW, &[&product_id.get()]).await?;
+            let current = stock_of(product_id, &row)?;
+            if count < current.reserved {
+                return Err(Error::CountBelowReserved {
+                    product_id,
+                    count,
+                    reserved: current.reserved,
+                });
+            }
+            let row = client
+                .query_one(SET_AVAILABLE, &[&product_id.get(), &(count - current.reserved)])
+                .await?;
+            client
+                .execute(RECORD, &[&product_id.get(), &"count", &count, &""])
+                .await?;
+            stock_of(product_id, &row)
+        })
+    })
+    .await
+}
+
+/// Adds `delta` (restock > 0, write-off < 0) to available. Refused if available would go negative.
+pub async fn adjust(
+    store: &Store,
+    product_id: ProductId,
+    delta: i64,
+    reason: &Reason,
+) -> Result<Stock, Error> {
+    if delta == 0 || delta.abs() > i64::from(MAX_STOCK_COUNT) {
+        return Err(InputError::DeltaOutOfRange(delta).into());
+    }
+    let delta = delta as i32; // in range by the check above
+    in_transaction(&store.pool, &store.tx, "adjust", move |client| {
+        crate::tx_body!(client => async {
+            let row = client
+                .query_opt(LOCK_ROW, &[&product_id.get()])
+                .await?
+                .ok_or(Error::UnknownProduct(product_id))?;
+            let current = stock_of(product_id, &row)?;
+            let next = i64::from(current.available) + i64::from(delta);
+            if next < 0 {
+                return Err(Error::AdjustmentWouldGoNegative {
+                    product_id,
+                    delta,
+                    available: current.available,
+                });
+            }
+            if next + i64::from(current.reserved) > i64::from(MAX_STOCK_COUNT) {
+                return Err(InputError::DeltaOutOfRange(i64::from(delta)).into());
+            }
+            let row = client
+                .query_one(SET_AVAILABLE, &[&product_id.get(), &(next as i32)])
+                .await?;
+            client
+                .execute(
+                    RECORD,
+                    &[&product_id.get(), &"adjustment", &delta, &reason.as_str()],
+                )
+                .await?;
+            stock_of(product_id, &row)
+        })
+    })
+    .await
+}
+
+/// Reads a product's stock.
+pub async fn get(store: &Store, product_id: ProductId) -> Result<Stock, Error> {
+    let client = store
+        .pool
+        .get()
+        .await
+        .map_err(|e| Error::Pool(e.to_string()))?;
+    let row = client
+        .query_opt(
+            "SELECT available, reserved, version FROM stock WHERE product_id = $1",
+            &[&product_id.get()],
+        )
+        .await?
+        .ok_or(Error::UnknownProduct(product_id))?;
+    stock_of(product_id, &row)
+}

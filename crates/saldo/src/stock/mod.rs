@@ -1,0 +1,187 @@
+//! The stock engine: reserve, confirm, release, expire, and the admin operations.
+//!
+//! Strategies differ only in how the contested step — taking units from `available` — is done
+//! ([`UnitTaker`]); everything around it (idempotency, reservation rows, confirm, release, the
+//! sweeper) is shared in [`lifecycle`], so every strategy keeps the same contract.
+//!
+//! Global lock order, for every path: reservation rows of one order, then stock rows in
+//! ascending product id. Nothing takes a reservation row while holding a stock row.
+
+pub mod admin;
+pub mod atomic;
+mod lifecycle;
+pub mod sweeper;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use serde::Serialize;
+
+use crate::domain::{OrderId, OrderItems, ProductId, Ttl};
+use crate::error::Error;
+use crate::retry::TxOptions;
+
+pub use lifecycle::UnitTaker;
+
+/// The database and the per-transaction settings every operation runs with.
+#[derive(Clone)]
+pub struct Store {
+    pub pool: Pool,
+    pub tx: TxOptions,
+}
+
+impl Store {
+    pub fn new(pool: Pool, tx: TxOptions) -> Self {
+        Store { pool, tx }
+    }
+}
+
+/// A request to reserve every item of an order, or none.
+#[derive(Debug, Clone)]
+pub struct ReserveRequest {
+    pub order_id: OrderId,
+    pub items: OrderItems,
+    pub ttl: Ttl,
+}
+
+/// Status of one reservation row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    Confirmed,
+    Released,
+    Expired,
+}
+
+impl Status {
+    pub(crate) fn parse(s: &str) -> Status {
+        match s {
+            "confirmed" => Status::Confirmed,
+            "released" => Status::Released,
+            "expired" => Status::Expired,
+            _ => Status::Active,
+        }
+    }
+    pub fn is_live(self) -> bool {
+        matches!(self, Status::Active | Status::Confirmed)
+    }
+}
+
+/// One product's part of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReservedItem {
+    pub product_id: ProductId,
+    pub quantity: i32,
+    pub status: Status,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The live reservation of an order after `reserve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reservation {
+    pub order_id: OrderId,
+    pub items: Vec<ReservedItem>,
+    /// True when the request matched an existing reservation and changed nothing.
+    pub replayed: bool,
+}
+
+/// What `confirm` did: what the order now holds as sold, and what it lost before payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfirmOutcome {
+    pub order_id: OrderId,
+    pub confirmed: Vec<ReservedItem>,
+    /// Products whose reservation expired or was released before the confirm: re-reserve or refund.
+    pub missing: Vec<ReservedItem>,
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleaseOutcome {
+    pub order_id: OrderId,
+    pub released: Vec<ReservedItem>,
+}
+
+/// A product's stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stock {
+    pub product_id: ProductId,
+    pub available: i32,
+    pub reserved: i32,
+    pub version: i64,
+}
+
+/// Names of the stock strategies. Naive ones exist for the race lab only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyName {
+    Atomic,
+}
+
+impl StrategyName {
+    pub fn parse(s: &str) -> Option<StrategyName> {
+        match s {
+            "atomic" => Some(StrategyName::Atomic),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyName::Atomic => "atomic",
+        }
+    }
+}
+
+/// The stock engine: one strategy for the contested step, the shared lifecycle around it.
+#[derive(Clone)]
+pub struct StockEngine<T: UnitTaker> {
+    store: Store,
+    taker: T,
+}
+
+impl<T: UnitTaker> StockEngine<T> {
+    pub fn new(store: Store, taker: T) -> Self {
+        StockEngine { store, taker }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn strategy(&self) -> &'static str {
+        self.taker.name()
+    }
+
+    /// Reserves all items or none; replays return the existing reservation.
+    pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+        let result = lifecycle::reserve(&self.store, &self.taker, request).await;
+        telemetry_outcome(&result);
+        result
+    }
+
+    /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
+    pub async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+        lifecycle::confirm(&self.store, order_id).await
+    }
+
+    /// active → released, units back to available. Idempotent.
+    pub async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
+        lifecycle::release(&self.store, order_id).await
+    }
+
+    /// Every reservation row of an order.
+    pub async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
+        lifecycle::order(&self.store, order_id).await
+    }
+}
+
+fn telemetry_outcome(result: &Result<Reservation, Error>) {
+    let outcome = match result {
+        Ok(r) if r.replayed => "replayed",
+        Ok(_) => "reserved",
+        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
+        Err(Error::IdempotencyConflict(_)) => "idempotency_conflict",
+        Err(Error::UnknownProduct(_)) => "unknown_product",
+        Err(Error::Input(_)) => "invalid",
+        Err(_) => "error",
+    };
+    crate::telemetry::reservation_outcome(outcome);
+}

@@ -1,0 +1,73 @@
+//! The expiry job (seed 000): active reservations past `expires_at` become `expired` and their
+//! units return to `available`. `FOR UPDATE SKIP LOCKED` lets many sweepers run at once and
+//! skips rows a confirm is holding; the `status = 'active'` condition gives a confirm racing an
+//! expiry exactly one winner. A deadlock or serialization failure simply ends the round.
+
+
+use crate::error::Error;
+use crate::retry::{in_transaction, RetryPolicy, TxOptions};
+use crate::stock::lifecycle::{self, Row};
+use crate::stock::{Status, Store};
+
+/// Rows expired per transaction (seed 000 uses 500).
+pub const SWEEP_BATCH: i64 = 500;
+/// Batches per round at most, so one round is bounded even under a flood of expiries.
+pub const MAX_BATCHES_PER_ROUND: usize = 1_000;
+
+const DUE: &str = "SELECT id, product_id, quantity, status, expires_at FROM reservations \
+     WHERE status = 'active' AND expires_at < now() \
+     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED";
+
+/// Expires due reservations in bounded batches until none are due; returns how many expired.
+pub async fn sweep(store: &Store) -> Result<u64, Error> {
+    sweep_with_batch(store, SWEEP_BATCH).await
+}
+
+pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
+    let batch = batch.clamp(1, SWEEP_BATCH);
+    // No retry here: the next round picks up whatever this one did not finish.
+    let options = TxOptions {
+        retry: RetryPolicy::none(),
+        ..store.tx.clone()
+    };
+    let mut total = 0u64;
+    for _ in 0..MAX_BATCHES_PER_ROUND {
+        let result = in_transaction(&store.pool, &options, "sweep", move |client| {
+            crate::tx_body!(client => async {
+                let stmt = client.prepare_cached(DUE).await?;
+                let rows = client.query(&stmt, &[&batch]).await?;
+                let rows: Vec<Row> = rows
+                    .iter()
+                    .map(|r| {
+                        Ok(Row {
+                            id: r.try_get(0)?,
+                            item: crate::stock::ReservedItem {
+                                product_id: crate::domain::ProductId::new(r.try_get(1)?)?,
+                                quantity: r.try_get(2)?,
+                                status: Status::Active,
+                                expires_at: r.try_get(4)?,
+                            },
+                        })
+                    })
+                    .collect::<Result<_, Error>>()?;
+                let refs: Vec<&Row> = rows.iter().collect();
+                lifecycle::settle(client, &refs, Status::Expired).await?;
+                Ok(rows.len() as u64)
+            })
+        })
+        .await;
+        match result {
+            Ok(n) => {
+                total += n;
+                crate::telemetry::settled("expired", n);
+                if n < batch as u64 {
+                    break;
+                }
+            }
+            Err(Error::RetriesExhausted { .. }) => break,
+            Err(e) if e.is_retryable() => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(total)
+}
