@@ -62,7 +62,10 @@ fn candidates() -> Vec<PathBuf> {
         // An explicit choice is the only candidate: silently falling back would hide a typo.
         return vec![PathBuf::from(dir)];
     }
-    if let Ok(o) = std::process::Command::new("pg_config").arg("--bindir").output() {
+    if let Ok(o) = std::process::Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+    {
         if o.status.success() {
             let dir = String::from_utf8_lossy(&o.stdout).trim().to_owned();
             if !dir.is_empty() {
@@ -90,7 +93,7 @@ fn debian_versions(root: &Path) -> Vec<PathBuf> {
             Some((major, e.path().join("bin")))
         })
         .collect();
-    versions.sort_by(|a, b| b.0.cmp(&a.0));
+    versions.sort_by_key(|v| std::cmp::Reverse(v.0));
     versions.into_iter().map(|(_, p)| p).collect()
 }
 
@@ -107,7 +110,12 @@ mod tests {
         let found = debian_versions(root.path());
         let majors: Vec<String> = found
             .iter()
-            .map(|p| p.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+            .map(|p| {
+                p.parent()
+                    .and_then(|p| p.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            })
             .collect();
         assert_eq!(majors, ["15", "13", "9"]);
     }

@@ -205,10 +205,7 @@ impl Cluster {
 
     /// Connection URL for `database` as the superuser.
     pub fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://{SUPERUSER}@127.0.0.1:{}/{database}",
-            self.port
-        )
+        format!("postgres://{SUPERUSER}@127.0.0.1:{}/{database}", self.port)
     }
 
     /// Stops the server now (fast shutdown, then SIGKILL after [`SHUTDOWN_TIMEOUT`]).
@@ -316,7 +313,15 @@ fn start_server(
 
 fn is_ready(binaries: &Binaries, port: u16) -> bool {
     std::process::Command::new(binaries.pg_isready())
-        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", SUPERUSER])
+        .args([
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            SUPERUSER,
+        ])
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
@@ -373,6 +378,8 @@ mod tests {
         assert!(dir.join("PG_VERSION").exists());
         // A second start reuses the initialised directory.
         let c = Cluster::start(&Config::persistent(&dir)).expect("second start");
-        assert!(c.url("postgres").starts_with("postgres://postgres@127.0.0.1:"));
+        assert!(c
+            .url("postgres")
+            .starts_with("postgres://postgres@127.0.0.1:"));
     }
 }

@@ -139,7 +139,11 @@ pub(crate) fn spawn_guarded(mut cmd: Command) -> Result<Guarded, Error> {
     let pid = match pid_rx.recv() {
         Ok(Ok(pid)) => pid,
         Ok(Err(e)) => return Err(io("starting postgres")(e)),
-        Err(_) => return Err(io("starting postgres")(std::io::Error::other("thread died"))),
+        Err(_) => {
+            return Err(io("starting postgres")(std::io::Error::other(
+                "thread died",
+            )))
+        }
     };
     Ok(Guarded {
         pid,

@@ -1,3 +1,122 @@
-fn main() {
-    println!("Hello, world!");
+//! The `saldo` command: glue between flags and the library. Each subcommand parses its flags
+//! into typed options, then calls one library operation.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use saldo::db::{self, PoolOptions};
+use saldo::retry::TxOptions;
+use saldo::stock::{sweeper, Store};
+
+#[derive(Parser)]
+#[command(
+    name = "saldo",
+    version,
+    about = "Sell the last unit exactly once, on PostgreSQL"
+)]
+struct Cli {
+    /// PostgreSQL URL; absent → an embedded cluster in a per-user data directory.
+    #[arg(long, env = "DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the database (embedded by default), migrate it, and sweep expired reservations
+    /// every `--sweep-interval-s` until Ctrl-C.
+    Db {
+        #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        sweep_interval_s: u64,
+    },
+    /// Apply the migrations and exit.
+    Migrate,
+    /// Run the divergence audit; exits 1 when any product diverges.
+    Audit,
+    /// Expire due reservations once (bounded batches) and print how many.
+    Sweep,
+}
+
+/// A database to talk to: the given URL, or an embedded cluster kept alive while this lives.
+struct Database {
+    url: String,
+    _embedded: Option<pg_local::Cluster>,
+}
+
+async fn open(database_url: Option<String>) -> Result<Database> {
+    if let Some(url) = database_url {
+        return Ok(Database {
+            url,
+            _embedded: None,
+        });
+    }
+    let data_dir = pg_local::default_data_dir();
+    let cluster = tokio::task::spawn_blocking(move || {
+        pg_local::Cluster::start(&pg_local::Config::persistent(data_dir))
+    })
+    .await??;
+    let url = cluster.url("postgres");
+    eprintln!(
+        "embedded PostgreSQL: {url} (data {}, log {})",
+        cluster.data_dir().display(),
+        cluster.log_file().display()
+    );
+    Ok(Database {
+        url,
+        _embedded: Some(cluster),
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let database = open(cli.database_url).await?;
+    let pool = db::connect(&database.url, &PoolOptions::default())?;
+    db::migrate(&pool).await.context("migrating the database")?;
+    let store = Store::new(pool.clone(), TxOptions::default());
+    match cli.command {
+        Command::Migrate => println!("migrations applied"),
+        Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
+        Command::Audit => {
+            let divergences = saldo::audit::audit_stock(&pool).await?;
+            if divergences.is_empty() {
+                println!("audit clean: every product matches its history");
+            } else {
+                for d in &divergences {
+                    println!(
+                        "product {} {:?}: expected {} actual {}",
+                        d.product_id, d.invariant, d.expected, d.actual
+                    );
+                }
+                std::process::exit(1);
+            }
+        }
+        Command::Db { sweep_interval_s } => {
+            println!("saldo database ready at {}", database.url);
+            println!("sweeping every {sweep_interval_s}s; Ctrl-C to stop");
+            let mut tick = tokio::time::interval(Duration::from_secs(sweep_interval_s));
+            loop {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => break,
+                    _ = tick.tick() => match sweeper::sweep(&store).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(expired = n, "sweep"),
+                        Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                    },
+                }
+            }
+            println!("stopping");
+        }
+    }
+    pool.close();
+    Ok(())
 }

@@ -78,8 +78,7 @@ impl fmt::Display for OrderId {
 pub(crate) fn valid_token(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_ORDER_ID_LEN
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
@@ -125,7 +124,7 @@ impl Ttl {
     }
     /// For tests and the sweeper lab: a sub-second TTL, still bounded above.
     pub fn from_millis(ms: u64) -> Result<Self, InputError> {
-        if ms >= 1 && ms <= MAX_TTL_S * 1000 {
+        if (1..=MAX_TTL_S * 1000).contains(&ms) {
             Ok(Ttl(Duration::from_millis(ms)))
         } else {
             Err(InputError::TtlOutOfRange {

@@ -37,7 +37,9 @@ pub enum Error {
     Input(#[from] InputError),
     #[error("unknown product {0}")]
     UnknownProduct(ProductId),
-    #[error("insufficient stock for product {product_id}: requested {requested}, available {available}")]
+    #[error(
+        "insufficient stock for product {product_id}: requested {requested}, available {available}"
+    )]
     InsufficientStock {
         product_id: ProductId,
         requested: i32,
@@ -53,7 +55,9 @@ pub enum Error {
         count: i32,
         reserved: i32,
     },
-    #[error("adjustment of {delta} would make product {product_id} negative (available {available})")]
+    #[error(
+        "adjustment of {delta} would make product {product_id} negative (available {available})"
+    )]
     AdjustmentWouldGoNegative {
         product_id: ProductId,
         delta: i32,

@@ -2,7 +2,6 @@
 //! writes an append-only `stock_movements` row in the same transaction, so the audit can prove
 //! the stock row against its history.
 
-
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
 use crate::retry::in_transaction;

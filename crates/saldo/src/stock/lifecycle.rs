@@ -141,9 +141,12 @@ pub(crate) async fn reserve(
 ) -> Result<Reservation, Error> {
     let mut last = None;
     for _ in 0..REPLAY_RACE_ATTEMPTS {
-        let result = in_transaction(&store.pool, &store.tx, "reserve", move |client| {
-            crate::tx_body!(client => reserve_tx(client, taker, request))
-        })
+        let result = in_transaction(
+            &store.pool,
+            &store.tx,
+            "reserve",
+            move |client| crate::tx_body!(client => reserve_tx(client, taker, request)),
+        )
         .await;
         match result {
             Err(e) if e.is_unique_violation_of(LIVE_INDEX) => last = Some(e),

@@ -3,7 +3,6 @@
 //! skips rows a confirm is holding; the `status = 'active'` condition gives a confirm racing an
 //! expiry exactly one winner. A deadlock or serialization failure simply ends the round.
 
-
 use crate::error::Error;
 use crate::retry::{in_transaction, RetryPolicy, TxOptions};
 use crate::stock::lifecycle::{self, Row};

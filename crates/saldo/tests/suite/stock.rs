@@ -25,7 +25,9 @@ fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveRequest {
 async fn engine_with_stock(db: &TestDb, stock: &[(i64, i64)]) -> Arc<StockEngine<Atomic>> {
     let store = db.store();
     for &(p, count) in stock {
-        admin::set_count(&store, pid(p), count).await.expect("count");
+        admin::set_count(&store, pid(p), count)
+            .await
+            .expect("count");
     }
     Arc::new(StockEngine::new(store, Atomic))
 }
@@ -153,16 +155,26 @@ async fn lifecycle_errors_and_idempotency() {
     let order = OrderId::new("o-1").expect("id");
 
     // Unknown product and insufficient stock are distinct, and nothing is half-written.
-    match engine.reserve(&request("o-x", &[(1, 1), (99, 1)], Ttl::default())).await {
+    match engine
+        .reserve(&request("o-x", &[(1, 1), (99, 1)], Ttl::default()))
+        .await
+    {
         Err(Error::UnknownProduct(p)) => assert_eq!(p, pid(99)),
         other => panic!("expected unknown product, got {other:?}"),
     }
-    match engine.reserve(&request("o-y", &[(1, 1), (2, 4)], Ttl::default())).await {
+    match engine
+        .reserve(&request("o-y", &[(1, 1), (2, 4)], Ttl::default()))
+        .await
+    {
         Err(Error::InsufficientStock { product_id, .. }) => assert_eq!(product_id, pid(2)),
         other => panic!("expected insufficient stock, got {other:?}"),
     }
     let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
-    assert_eq!((s1.available, s1.reserved), (3, 0), "a refused order left units behind");
+    assert_eq!(
+        (s1.available, s1.reserved),
+        (3, 0),
+        "a refused order left units behind"
+    );
 
     let r = engine
         .reserve(&request("o-1", &[(1, 1), (2, 1)], Ttl::default()))
@@ -175,7 +187,9 @@ async fn lifecycle_errors_and_idempotency() {
         .expect("replay");
     assert!(again.replayed);
     assert!(matches!(
-        engine.reserve(&request("o-1", &[(1, 2)], Ttl::default())).await,
+        engine
+            .reserve(&request("o-1", &[(1, 2)], Ttl::default()))
+            .await,
         Err(Error::IdempotencyConflict(_))
     ));
 
@@ -224,7 +238,9 @@ async fn lifecycle_errors_and_idempotency() {
         Err(Error::UnknownProduct(_))
     ));
     let restock = Reason::new("restock").expect("reason");
-    let s = admin::adjust(engine.store(), pid(1), 10, &restock).await.expect("adjust");
+    let s = admin::adjust(engine.store(), pid(1), 10, &restock)
+        .await
+        .expect("adjust");
     assert_eq!((s.available, s.reserved), (10, 2));
     assert_audit_clean(&db).await;
 }
@@ -250,7 +266,15 @@ async fn expired_items_are_reported_missing_and_may_be_reserved_again() {
         .await
         .expect("re-reserve");
     assert!(!again.replayed);
-    assert_eq!(engine.confirm(&order).await.expect("confirm").confirmed.len(), 2);
+    assert_eq!(
+        engine
+            .confirm(&order)
+            .await
+            .expect("confirm")
+            .confirmed
+            .len(),
+        2
+    );
     assert_audit_clean(&db).await;
 }
 
@@ -260,7 +284,11 @@ async fn confirms_racing_sweepers_have_exactly_one_winner() {
     let engine = engine_with_stock(&db, &[(1, 2000), (2, 2000)]).await;
     let ttl = Ttl::from_millis(30).expect("ttl");
     for i in 0..1000 {
-        let items: &[(i64, i64)] = if i % 3 == 0 { &[(1, 1), (2, 1)] } else { &[(1 + i % 2, 1)] };
+        let items: &[(i64, i64)] = if i % 3 == 0 {
+            &[(1, 1), (2, 1)]
+        } else {
+            &[(1 + i % 2, 1)]
+        };
         engine
             .reserve(&request(&format!("race-{i}"), items, ttl))
             .await
@@ -292,7 +320,11 @@ async fn confirms_racing_sweepers_have_exactly_one_winner() {
     let mut confirmed_units = 0i64;
     for c in confirms {
         let outcome = c.await.expect("join").expect("confirm");
-        confirmed_units += outcome.confirmed.iter().map(|i| i64::from(i.quantity)).sum::<i64>();
+        confirmed_units += outcome
+            .confirmed
+            .iter()
+            .map(|i| i64::from(i.quantity))
+            .sum::<i64>();
     }
     let mut expired = 0u64;
     for s in sweepers {
@@ -300,10 +332,17 @@ async fn confirms_racing_sweepers_have_exactly_one_winner() {
     }
     expired += sweeper::sweep(engine.store()).await.expect("final sweep");
     let units_total = 1000 + 334; // one unit per order, two for every third
-    assert_eq!(confirmed_units + expired as i64, units_total, "each unit ends exactly once");
+    assert_eq!(
+        confirmed_units + expired as i64,
+        units_total,
+        "each unit ends exactly once"
+    );
     let client = db.pool.get().await.expect("client");
     let active: i64 = client
-        .query_one("SELECT count(*) FROM reservations WHERE status = 'active'", &[])
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE status = 'active'",
+            &[],
+        )
         .await
         .expect("count")
         .get(0);
@@ -352,5 +391,8 @@ async fn check_constraints_refuse_negative_stock() {
         .batch_execute("UPDATE stock SET available = available - 2 WHERE product_id = 1")
         .await
         .expect_err("CHECK must refuse");
-    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION));
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
+    );
 }
