@@ -55,7 +55,7 @@ pub(crate) struct Row {
     pub item: ReservedItem,
 }
 
-fn parse_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
+pub(crate) fn parse_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
     rows.iter()
         .map(|r| {
             let status: String = r.try_get(3)?;

@@ -35,20 +35,7 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
             crate::tx_body!(client => async {
                 let stmt = client.prepare_cached(DUE).await?;
                 let rows = client.query(&stmt, &[&batch]).await?;
-                let rows: Vec<Row> = rows
-                    .iter()
-                    .map(|r| {
-                        Ok(Row {
-                            id: r.try_get(0)?,
-                            item: crate::stock::ReservedItem {
-                                product_id: crate::domain::ProductId::new(r.try_get(1)?)?,
-                                quantity: r.try_get(2)?,
-                                status: Status::Active,
-                                expires_at: r.try_get(4)?,
-                            },
-                        })
-                    })
-                    .collect::<Result<_, Error>>()?;
+                let rows = lifecycle::parse_rows(&rows)?;
                 let refs: Vec<&Row> = rows.iter().collect();
                 lifecycle::settle(client, &refs, Status::Expired).await?;
                 Ok(rows.len() as u64)
