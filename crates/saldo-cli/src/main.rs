@@ -9,6 +9,9 @@ use saldo::db::{self, PoolOptions};
 use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
+mod database;
+use database::open;
+
 #[derive(Parser)]
 #[command(
     name = "saldo",
@@ -38,36 +41,6 @@ enum Command {
     Audit,
     /// Expire due reservations once (bounded batches) and print how many.
     Sweep,
-}
-
-/// A database to talk to: the given URL, or an embedded cluster kept alive while this lives.
-struct Database {
-    url: String,
-    _embedded: Option<pg_local::Cluster>,
-}
-
-async fn open(database_url: Option<String>) -> Result<Database> {
-    if let Some(url) = database_url {
-        return Ok(Database {
-            url,
-            _embedded: None,
-        });
-    }
-    let data_dir = pg_local::default_data_dir();
-    let cluster = tokio::task::spawn_blocking(move || {
-        pg_local::Cluster::start(&pg_local::Config::persistent(data_dir))
-    })
-    .await??;
-    let url = cluster.url("postgres");
-    eprintln!(
-        "embedded PostgreSQL: {url} (data {}, log {})",
-        cluster.data_dir().display(),
-        cluster.log_file().display()
-    );
-    Ok(Database {
-        url,
-        _embedded: Some(cluster),
-    })
 }
 
 #[tokio::main]

@@ -194,6 +194,85 @@ impl OrderItems {
     }
 }
 
+/// Largest amount one transfer, deposit, withdrawal or opening balance may move (in cents: ten
+/// billion units of currency), so sums of many transfers stay far from `i64` overflow.
+pub const MAX_AMOUNT: i64 = 1_000_000_000_000;
+
+/// A customer account: a positive 64-bit integer. Account 0 is the system account, which only
+/// the ledger itself names (opening balances, deposits and withdrawals move money against it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AccountId(i64);
+
+impl AccountId {
+    /// The system account of the double entry.
+    pub const SYSTEM: AccountId = AccountId(0);
+
+    /// A customer account id (> 0).
+    pub fn new(raw: i64) -> Result<Self, InputError> {
+        if raw > 0 {
+            Ok(AccountId(raw))
+        } else {
+            Err(InputError::AccountIdNotPositive(raw))
+        }
+    }
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for AccountId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A client-chosen transfer id, the idempotency key of a transfer: same alphabet as order ids.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TransferId(String);
+
+impl TransferId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(TransferId(raw))
+        } else {
+            Err(InputError::TransferIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TransferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// An amount of money moved by one transfer: 1..=[`MAX_AMOUNT`] (minor units, e.g. cents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Amount(i64);
+
+impl Amount {
+    pub fn new(raw: i64) -> Result<Self, InputError> {
+        if (1..=MAX_AMOUNT).contains(&raw) {
+            Ok(Amount(raw))
+        } else {
+            Err(InputError::AmountOutOfRange {
+                amount: raw,
+                max: MAX_AMOUNT,
+            })
+        }
+    }
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
 /// A reason given with a stock adjustment: 1..=[`MAX_REASON_LEN`] characters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason(String);

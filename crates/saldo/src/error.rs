@@ -3,7 +3,7 @@
 
 use tokio_postgres::error::SqlState;
 
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{AccountId, OrderId, ProductId, TransferId};
 
 /// Input rejected before any database work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +28,14 @@ pub enum InputError {
     DeltaOutOfRange(i64),
     #[error("reason must be 1..={max} characters")]
     ReasonLength { max: usize },
+    #[error("account id must be a positive integer, got {0}")]
+    AccountIdNotPositive(i64),
+    #[error("transfer id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    TransferIdInvalid,
+    #[error("amount {amount} is outside 1..={max}")]
+    AmountOutOfRange { amount: i64, max: i64 },
+    #[error("a transfer needs two different accounts")]
+    SameAccount,
 }
 
 /// Everything a library operation can return.
@@ -63,6 +71,28 @@ pub enum Error {
         delta: i32,
         available: i32,
     },
+    /// Optimistic strategy (seed 004): the version kept changing under us until attempts ran out.
+    /// Distinct from insufficient stock: the units may still be there.
+    #[error("version conflict on product {product_id} after {attempts} attempts")]
+    VersionConflict {
+        product_id: ProductId,
+        attempts: u32,
+    },
+    /// A bounded queue is full: try again later. Never unbounded memory.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
+    #[error("unknown account {0}")]
+    UnknownAccount(AccountId),
+    #[error("account {0} already exists")]
+    AccountExists(AccountId),
+    #[error("insufficient funds in account {account}: requested {requested}, balance {balance}")]
+    InsufficientFunds {
+        account: AccountId,
+        requested: i64,
+        balance: i64,
+    },
+    #[error("transfer {0} was already made with a different payload")]
+    TransferConflict(TransferId),
     #[error("could not get a database connection: {0}")]
     Pool(String),
     #[error("gave up after {attempts} attempts, last SQLSTATE {sqlstate}: {source}")]

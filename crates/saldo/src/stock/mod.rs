@@ -110,23 +110,74 @@ pub struct Stock {
     pub version: i64,
 }
 
-/// Names of the stock strategies. Naive ones exist for the race lab only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Names of the stock strategies. Naive ones exist for the race lab only: they are never safe
+/// and `saldo serve` refuses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StrategyName {
     Atomic,
 }
 
 impl StrategyName {
+    /// Every strategy, safe ones first, in the order the lab prints them.
+    pub const ALL: &'static [StrategyName] = &[StrategyName::Atomic];
+
     pub fn parse(s: &str) -> Option<StrategyName> {
-        match s {
-            "atomic" => Some(StrategyName::Atomic),
-            _ => None,
-        }
+        StrategyName::ALL.iter().copied().find(|n| n.as_str() == s)
     }
+
     pub fn as_str(self) -> &'static str {
         match self {
             StrategyName::Atomic => "atomic",
         }
+    }
+
+    /// True for strategies that keep every invariant under concurrency.
+    pub fn is_safe(self) -> bool {
+        match self {
+            StrategyName::Atomic => true,
+        }
+    }
+}
+
+impl std::fmt::Display for StrategyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Knobs a strategy may read when it is built. Each has a bounded default.
+#[derive(Debug, Clone, Default)]
+pub struct StrategyConfig {
+    /// Lab only: how long a naive strategy "thinks" between its read and its write (seed 000's
+    /// payment call), to widen the race window.
+    pub think: std::time::Duration,
+}
+
+/// The one contract every stock strategy keeps (and the contract suite checks): reserve all
+/// items or none without overselling, confirm, release, read an order.
+#[async_trait::async_trait]
+pub trait StockStrategy: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// The database and transaction settings the strategy runs on.
+    fn store(&self) -> &Store;
+    /// Reserves all items or none; replays return the existing reservation.
+    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error>;
+    /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
+    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error>;
+    /// active → released, units back to available. Idempotent.
+    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error>;
+    /// Every reservation row of an order.
+    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error>;
+}
+
+/// Builds the named strategy over `store`.
+pub fn build(
+    name: StrategyName,
+    store: Store,
+    _config: &StrategyConfig,
+) -> std::sync::Arc<dyn StockStrategy> {
+    match name {
+        StrategyName::Atomic => std::sync::Arc::new(StockEngine::new(store, atomic::Atomic)),
     }
 }
 
@@ -141,39 +192,39 @@ impl<T: UnitTaker> StockEngine<T> {
     pub fn new(store: Store, taker: T) -> Self {
         StockEngine { store, taker }
     }
+}
 
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    pub fn strategy(&self) -> &'static str {
+#[async_trait::async_trait]
+impl<T: UnitTaker> StockStrategy for StockEngine<T> {
+    fn name(&self) -> &'static str {
         self.taker.name()
     }
 
-    /// Reserves all items or none; replays return the existing reservation.
-    pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
         let result = lifecycle::reserve(&self.store, &self.taker, request).await;
         telemetry_outcome(&result);
         result
     }
 
-    /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
-    pub async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
         lifecycle::confirm(&self.store, order_id).await
     }
 
-    /// active → released, units back to available. Idempotent.
-    pub async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
+    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
         lifecycle::release(&self.store, order_id).await
     }
 
-    /// Every reservation row of an order.
-    pub async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
+    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
         lifecycle::order(&self.store, order_id).await
     }
 }
 
-fn telemetry_outcome(result: &Result<Reservation, Error>) {
+/// Counts a reservation outcome; shared by every strategy so the metric means the same thing.
+pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
     let outcome = match result {
         Ok(r) if r.replayed => "replayed",
         Ok(_) => "reserved",

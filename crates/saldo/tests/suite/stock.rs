@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use saldo::audit::{audit_stock, Invariant};
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
-use saldo::stock::atomic::Atomic;
-use saldo::stock::{admin, sweeper, ReserveRequest, StockEngine};
+use saldo::stock::{
+    admin, build, sweeper, ReserveRequest, StockStrategy, StrategyConfig, StrategyName,
+};
 use saldo::testing::{test_db, TestDb};
 use saldo::Error;
 
@@ -22,14 +23,14 @@ fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveRequest {
     }
 }
 
-async fn engine_with_stock(db: &TestDb, stock: &[(i64, i64)]) -> Arc<StockEngine<Atomic>> {
+async fn engine_with_stock(db: &TestDb, stock: &[(i64, i64)]) -> Arc<dyn StockStrategy> {
     let store = db.store();
     for &(p, count) in stock {
         admin::set_count(&store, pid(p), count)
             .await
             .expect("count");
     }
-    Arc::new(StockEngine::new(store, Atomic))
+    build(StrategyName::Atomic, store, &StrategyConfig::default())
 }
 
 async fn assert_audit_clean(db: &TestDb) {
@@ -38,7 +39,7 @@ async fn assert_audit_clean(db: &TestDb) {
 }
 
 /// Fires `buyers` single-unit reservations of product 1 at once; returns how many succeeded.
-async fn race_for_product(engine: &Arc<StockEngine<Atomic>>, buyers: usize) -> usize {
+async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize) -> usize {
     let mut tasks = Vec::new();
     for i in 0..buyers {
         let engine = engine.clone();
