@@ -1,4 +1,13 @@
 //! Integration tests against a real PostgreSQL started by `pg-local` (see `saldo::testing`).
+//!
+//! Suite modules take their database from `crate::harness`, never from `saldo::testing`
+//! directly, so that another test binary can run the same modules on a differently configured
+//! cluster (e.g. serializable isolation) by declaring its own `harness`.
+
+/// Where this binary's suites get a fresh database.
+mod harness {
+    pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+}
 
 #[path = "suite/stock.rs"]
 mod stock;

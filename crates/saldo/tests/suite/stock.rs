@@ -8,7 +8,7 @@ use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
 use saldo::stock::{
     admin, build, sweeper, ReserveRequest, StockStrategy, StrategyConfig, StrategyName,
 };
-use saldo::testing::{test_db, TestDb};
+use crate::harness::{test_db, TestDb};
 use saldo::Error;
 
 fn pid(n: i64) -> ProductId {
