@@ -6,6 +6,7 @@
 
 /// Where this binary's suites get a fresh database.
 mod harness {
+    #![allow(unused_imports)]
     pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
 }
 
