@@ -15,3 +15,6 @@ mod stock;
 
 #[path = "suite/ledger.rs"]
 mod ledger;
+
+#[path = "suite/retry.rs"]
+mod retry;
