@@ -48,7 +48,7 @@ async fn balance(ledger: &Ledger, n: i64) -> i64 {
 #[tokio::test]
 async fn open_deposit_withdraw_transfer_and_list() {
     let db = test_db().await;
-    let ledger = ledger_with(&db, TxOptions::default());
+    let ledger = ledger_with(&db, db.tx.clone());
     let a = ledger.open_account(acc(1), 1_000).await.expect("open 1");
     assert_eq!(a.balance, 1_000);
     ledger.open_account(acc(2), 0).await.expect("open 2");
@@ -148,7 +148,7 @@ async fn assert_total_unchanged(ledger: &Ledger) {
 async fn crossed_transfers_ordered_never_fail() {
     let db = test_db().await;
     let stats = TxStats::new();
-    let ledger = ledger_with(&db, TxOptions::default().with_stats(stats.clone()));
+    let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
     let crossed = crossed_transfers(&ledger, TransferStrategy::Ordered).await;
     let codes: Vec<String> = crossed.errors.iter().map(ToString::to_string).collect();
     assert_eq!(crossed.ok, 2 * CROSSED_EACH_WAY, "failures: {codes:?}");
@@ -167,7 +167,7 @@ async fn crossed_transfers_ordered_never_fail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crossed_transfers_naive_deadlock_without_retry() {
     let db = test_db().await;
-    let ledger = naive_ledger(&db, TxOptions::default().with_retry(RetryPolicy::none()));
+    let ledger = naive_ledger(&db, db.tx.clone().with_retry(RetryPolicy::none()));
     let crossed = crossed_transfers(&ledger, TransferStrategy::Naive).await;
     let deadlocks = crossed
         .errors
@@ -178,12 +178,14 @@ async fn crossed_transfers_naive_deadlock_without_retry() {
         deadlocks > 0,
         "the naive race produced no 40P01: the test cannot fail"
     );
-    assert_eq!(
-        crossed.ok + deadlocks,
-        2 * CROSSED_EACH_WAY,
-        "{:?}",
-        crossed.errors
-    );
+    // Every failure is a concurrency failure the retry would absorb: 40P01, or 40001 when the
+    // cluster runs SERIALIZABLE.
+    let unexpected: Vec<&Error> = crossed
+        .errors
+        .iter()
+        .filter(|e| !matches!(e.sqlstate().map(|s| s.code()), Some("40P01" | "40001")))
+        .collect();
+    assert!(unexpected.is_empty(), "{unexpected:?}");
     // A deadlock victim leaves no effect: whatever committed is still consistent.
     assert_total_unchanged(&ledger).await;
     assert_ledger_clean(&db).await;
@@ -193,7 +195,9 @@ async fn crossed_transfers_naive_deadlock_without_retry() {
 async fn crossed_transfers_naive_succeed_only_by_measured_retries() {
     let db = test_db().await;
     let stats = TxStats::new();
-    let tx = TxOptions::default()
+    let tx = db
+        .tx
+        .clone()
         .with_retry(RetryPolicy::default().with_max_attempts(NAIVE_ATTEMPTS))
         .with_stats(stats.clone());
     let ledger = naive_ledger(&db, tx);
@@ -224,7 +228,7 @@ fn naive_ledger(db: &TestDb, tx: TxOptions) -> Ledger {
 async fn insufficient_funds_is_refused_once_and_never_retried() {
     let db = test_db().await;
     let stats = TxStats::new();
-    let ledger = ledger_with(&db, TxOptions::default().with_stats(stats.clone()));
+    let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
     ledger.open_account(acc(1), 100).await.expect("open 1");
     ledger.open_account(acc(2), 0).await.expect("open 2");
     for strategy in TransferStrategy::ALL {
@@ -271,7 +275,7 @@ const REPLAY_COPIES: usize = 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_simultaneous_replays_apply_once() {
     let db = test_db().await;
-    let ledger = ledger_with(&db, TxOptions::default());
+    let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 1_000).await.expect("open 1");
     ledger.open_account(acc(2), 0).await.expect("open 2");
     for strategy in TransferStrategy::ALL {
@@ -335,7 +339,7 @@ async fn twenty_simultaneous_replays_apply_once() {
 #[tokio::test]
 async fn same_id_with_another_payload_conflicts() {
     let db = test_db().await;
-    let ledger = ledger_with(&db, TxOptions::default());
+    let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 1_000).await.expect("open 1");
     ledger.open_account(acc(2), 1_000).await.expect("open 2");
     let first = ledger
@@ -373,7 +377,7 @@ async fn same_id_with_another_payload_conflicts() {
 #[tokio::test]
 async fn refusals_are_typed() {
     let db = test_db().await;
-    let ledger = ledger_with(&db, TxOptions::default());
+    let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 500).await.expect("open 1");
 
     assert!(matches!(
@@ -464,7 +468,7 @@ async fn refusals_are_typed() {
 #[tokio::test]
 async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
     let db = test_db().await;
-    let ledger = ledger_with(&db, TxOptions::default());
+    let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 500).await.expect("open 1");
     let client = db.pool.get().await.expect("client");
     // The last line of defence: no customer balance below zero, whatever the code path.
