@@ -12,3 +12,9 @@ mod harness {
 
 #[path = "suite/stock.rs"]
 mod stock;
+
+#[path = "suite/ledger.rs"]
+mod ledger;
+
+#[path = "suite/retry.rs"]
+mod retry;
