@@ -4,12 +4,14 @@
 //! - [`stock`]: the reservation lifecycle and its strategies, the sweeper, admin;
 //! - [`retry`]: the one transaction-retry mechanism every write path uses;
 //! - [`audit`]: the divergence audit that must come back empty;
+//! - [`lab`]: the race lab behind `saldo race`: the seeds' experiments, rerunnable;
 //! - [`db`]: pool and migrations; [`testing`]: the real-PostgreSQL test harness.
 
 pub mod audit;
 pub mod db;
 pub mod domain;
 pub mod error;
+pub mod lab;
 pub mod retry;
 pub mod stock;
 pub mod telemetry;

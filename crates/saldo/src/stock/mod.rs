@@ -206,10 +206,9 @@ pub fn build(
     let trace = config.trace.clone();
     match name {
         StrategyName::Atomic => std::sync::Arc::new(StockEngine::new(store, atomic::Atomic)),
-        StrategyName::Pessimistic => std::sync::Arc::new(StockEngine::new(
-            store,
-            pessimistic::Pessimistic { trace },
-        )),
+        StrategyName::Pessimistic => {
+            std::sync::Arc::new(StockEngine::new(store, pessimistic::Pessimistic { trace }))
+        }
         StrategyName::Optimistic => std::sync::Arc::new(StockEngine::new(
             store,
             optimistic::Optimistic {
