@@ -14,3 +14,6 @@ mod harness {
 mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
+
+#[path = "suite/ledger.rs"]
+mod ledger;

@@ -10,6 +10,7 @@
 pub mod explain;
 pub mod scratch;
 pub mod stock;
+pub mod transfers;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -111,6 +112,23 @@ pub enum LabError {
     Scratch(String),
 }
 
+/// Awaits every task, bounded by [`RUN_TIMEOUT`]; on timeout the tasks are aborted.
+pub(crate) async fn join_bounded<T: Send + 'static>(
+    tasks: Vec<tokio::task::JoinHandle<T>>,
+) -> Result<Vec<T>, LabError> {
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    match tokio::time::timeout(RUN_TIMEOUT, futures::future::join_all(tasks)).await {
+        Ok(joined) => joined
+            .into_iter()
+            .map(|j| j.map_err(|e| LabError::Join(e.to_string())))
+            .collect(),
+        Err(_) => {
+            aborts.iter().for_each(|a| a.abort());
+            Err(LabError::Timeout(RUN_TIMEOUT))
+        }
+    }
+}
+
 /// The short name of an error for the per-SQLSTATE tally: the SQLSTATE when there is one.
 pub fn error_kind(e: &Error) -> String {
     if let Some(state) = e.sqlstate() {
@@ -176,6 +194,9 @@ pub struct Report {
     /// Ledger: money created or destroyed (sum of balances before − after), over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub money_drift: Option<i64>,
+    /// Ledger: deadlock victims rerun from BEGIN (40P01 retries), over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock_retries: Option<u64>,
     /// Runs in which at least one invariant broke.
     pub violations: u32,
     pub verdict: Verdict,
@@ -219,4 +240,39 @@ impl Report {
 /// True when a safe strategy broke an invariant: the lab's failure (non-zero exit).
 pub fn safe_strategy_broke(reports: &[Report]) -> bool {
     reports.iter().any(|r| r.verdict == Verdict::Broken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(safe: bool, violations: u32) -> Report {
+        let mut r = Report {
+            safe,
+            violations,
+            runs: 3,
+            ..Report::default()
+        };
+        r.judge();
+        r
+    }
+
+    #[test]
+    fn only_a_safe_strategy_breaking_fails_the_lab() {
+        assert_eq!(report(true, 0).verdict, Verdict::Held);
+        assert_eq!(report(true, 1).verdict, Verdict::Broken);
+        assert_eq!(report(false, 2).verdict, Verdict::FailedAsExpected);
+        assert_eq!(report(false, 0).verdict, Verdict::NotCaught);
+        assert!(!safe_strategy_broke(&[report(true, 0), report(false, 3)]));
+        assert!(safe_strategy_broke(&[report(true, 1), report(false, 3)]));
+    }
+
+    #[test]
+    fn bounds_and_names() {
+        assert!(bounded("runs", 0, 1, 10).is_err());
+        assert_eq!(bounded("runs", 10, 1, 10), Ok(10));
+        for s in Scenario::ALL {
+            assert_eq!(Scenario::parse(s.as_str()), Some(*s));
+        }
+    }
 }

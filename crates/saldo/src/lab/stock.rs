@@ -18,8 +18,8 @@ use crate::domain::{OrderId, OrderItems, ProductId, Ttl};
 use crate::error::{Error, InputError};
 use crate::lab::scratch::Scratch;
 use crate::lab::{
-    bounded, error_kind, LabError, OutOfRange, Report, Scenario, MAX_BUYERS, MAX_RUNS, MAX_STOCK,
-    MAX_THINK_MS, RUN_TIMEOUT,
+    bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS,
+    MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
 };
 use crate::retry::TxOptions;
 use crate::stock::optimistic::OptimisticConfig;
@@ -176,19 +176,7 @@ pub async fn buy_all(
             tokio::spawn(async move { engine.reserve(&order).await })
         })
         .collect();
-    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
-    match tokio::time::timeout(RUN_TIMEOUT, futures::future::join_all(tasks)).await {
-        Ok(joined) => joined
-            .into_iter()
-            .map(|j| j.map_err(|e| LabError::Join(e.to_string())))
-            .collect(),
-        Err(_) => {
-            for a in aborts {
-                a.abort();
-            }
-            Err(LabError::Timeout(RUN_TIMEOUT))
-        }
-    }
+    join_bounded(tasks).await
 }
 
 /// What one run found.
