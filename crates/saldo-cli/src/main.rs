@@ -10,6 +10,7 @@ use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
 mod database;
+mod race;
 use database::open;
 
 #[derive(Parser)]
@@ -41,23 +42,32 @@ enum Command {
     Audit,
     /// Expire due reservations once (bounded batches) and print how many.
     Sweep,
+    /// Rerun a seed's race against strategies side by side and check every invariant.
+    Race(race::Args),
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // The race lab provokes CHECK violations and deadlocks on purpose: do not log each one.
+    let default_filter = match cli.command {
+        Command::Race(_) => "warn,saldo::telemetry=off",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let database = open(cli.database_url).await?;
     let pool = db::connect(&database.url, &PoolOptions::default())?;
     db::migrate(&pool).await.context("migrating the database")?;
     let store = Store::new(pool.clone(), TxOptions::default());
     match cli.command {
         Command::Migrate => println!("migrations applied"),
+        Command::Race(args) => race::run(args, &database.url).await?,
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
         Command::Audit => {
             let stock = saldo::audit::audit_stock(&pool).await?;

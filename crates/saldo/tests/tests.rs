@@ -10,6 +10,8 @@ mod harness {
     pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
 }
 
+#[path = "suite/contract.rs"]
+mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 
