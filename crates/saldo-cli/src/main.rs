@@ -10,6 +10,8 @@ use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
 mod database;
+mod locks;
+mod serve;
 use database::open;
 
 #[derive(Parser)]
@@ -41,6 +43,10 @@ enum Command {
     Audit,
     /// Expire due reservations once (bounded batches) and print how many.
     Sweep,
+    /// Run the HTTP service (embedded PostgreSQL when no URL is given).
+    Serve(serve::Args),
+    /// Show sessions waiting on locks, who blocks them and for how long.
+    Locks(locks::Args),
 }
 
 #[tokio::main]
@@ -59,6 +65,8 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Migrate => println!("migrations applied"),
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
+        Command::Serve(args) => serve::run(args, &database).await?,
+        Command::Locks(args) => locks::run(args, &pool).await?,
         Command::Audit => {
             let divergences = saldo::audit::audit_stock(&pool).await?;
             if divergences.is_empty() {

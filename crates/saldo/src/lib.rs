@@ -10,6 +10,7 @@ pub mod audit;
 pub mod db;
 pub mod domain;
 pub mod error;
+pub mod ops;
 pub mod retry;
 pub mod stock;
 pub mod telemetry;
