@@ -4,6 +4,11 @@
 //!
 //! `SALDO_TEST_ISOLATION=serializable` starts the cluster with
 //! `default_transaction_isolation = serializable`, the behaviour a distributed SQL engine shows.
+//! [`test_db_serializable`] always uses a second cluster started that way, so one test binary
+//! can rerun the suites under serializable isolation within a plain `cargo test`.
+//!
+//! Test clusters run with `deadlock_timeout = 50ms` (the persistent cluster keeps 1 s): the
+//! naive-transfer tests provoke deadlocks on purpose and must stay fast.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -21,7 +26,11 @@ struct Shared {
     cluster: pg_local::Cluster,
 }
 
+/// How long a test backend waits on a lock before the deadlock detector runs.
+const TEST_DEADLOCK_TIMEOUT: &str = "50ms";
+
 static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
+static SERIALIZABLE: OnceLock<Result<Shared, String>> = OnceLock::new();
 static NEXT_DB: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh, migrated database on the shared test cluster.
@@ -54,9 +63,24 @@ fn pool_for(url: &str, max_size: usize) -> Pool {
 }
 
 fn shared() -> &'static Shared {
-    let shared = SHARED.get_or_init(|| {
+    started(&SHARED, || {
+        std::env::var("SALDO_TEST_ISOLATION")
+            .ok()
+            .map(|level| level.replace('-', " "))
+    })
+}
+
+fn serializable() -> &'static Shared {
+    started(&SERIALIZABLE, || Some("serializable".to_owned()))
+}
+
+fn started(
+    cell: &'static OnceLock<Result<Shared, String>>,
+    isolation: fn() -> Option<String>,
+) -> &'static Shared {
+    let shared = cell.get_or_init(|| {
         // Start and migrate on a plain thread: we may be called from inside a tokio runtime.
-        std::thread::spawn(start_shared)
+        std::thread::spawn(move || start_shared(isolation()))
             .join()
             .unwrap_or_else(|_| Err("test cluster start-up panicked".into()))
     });
@@ -66,10 +90,10 @@ fn shared() -> &'static Shared {
     }
 }
 
-fn start_shared() -> Result<Shared, String> {
-    let mut config = pg_local::Config::ephemeral();
-    if let Ok(level) = std::env::var("SALDO_TEST_ISOLATION") {
-        let level = level.replace('-', " ");
+fn start_shared(isolation: Option<String>) -> Result<Shared, String> {
+    let mut config =
+        pg_local::Config::ephemeral().setting("deadlock_timeout", TEST_DEADLOCK_TIMEOUT);
+    if let Some(level) = isolation {
         config = config.setting("default_transaction_isolation", &level);
     }
     let cluster = pg_local::Cluster::start(&config).map_err(|e| e.to_string())?;
@@ -103,7 +127,21 @@ pub async fn test_db() -> TestDb {
 
 /// Like [`test_db`] with a pool of `max_size` connections.
 pub async fn test_db_with_pool(max_size: usize) -> TestDb {
-    let shared = shared();
+    fresh_db(shared(), max_size).await
+}
+
+/// A fresh migrated database on the second test cluster, whose every transaction is
+/// SERIALIZABLE unless it says otherwise.
+pub async fn test_db_serializable() -> TestDb {
+    test_db_serializable_with_pool(32).await
+}
+
+/// Like [`test_db_serializable`] with a pool of `max_size` connections.
+pub async fn test_db_serializable_with_pool(max_size: usize) -> TestDb {
+    fresh_db(serializable(), max_size).await
+}
+
+async fn fresh_db(shared: &Shared, max_size: usize) -> TestDb {
     let name = format!(
         "t_{}_{}",
         std::process::id(),
@@ -129,6 +167,14 @@ pub async fn test_db_with_pool(max_size: usize) -> TestDb {
 /// Pid of the shared test postmaster, if started (for the orphan check).
 pub fn cluster_pid() -> Option<u32> {
     SHARED
+        .get()
+        .and_then(|s| s.as_ref().ok())
+        .and_then(|s| s.cluster.pid())
+}
+
+/// Pid of the serializable test postmaster, if started.
+pub fn serializable_cluster_pid() -> Option<u32> {
+    SERIALIZABLE
         .get()
         .and_then(|s| s.as_ref().ok())
         .and_then(|s| s.cluster.pid())
