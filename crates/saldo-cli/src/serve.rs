@@ -88,14 +88,10 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         },
     )?;
     db::migrate(&pool).await.context("migrating the database")?;
-    let tx = TxOptions {
-        lock_timeout_ms: args.lock_timeout_ms,
-        statement_timeout_ms: args.statement_timeout_ms,
-        retry: RetryPolicy {
-            max_attempts: args.retry_attempts,
-            ..RetryPolicy::default()
-        },
-    };
+    let tx = TxOptions::default()
+        .with_lock_timeout_ms(args.lock_timeout_ms)
+        .with_statement_timeout_ms(args.statement_timeout_ms)
+        .with_retry(RetryPolicy::default().with_max_attempts(args.retry_attempts));
     let engine = stock::build(
         strategy,
         Store::new(pool.clone(), tx),

@@ -18,6 +18,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::{middleware, Extension, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
+use saldo::ledger::Ledger;
 use saldo::stock::{StockStrategy, Store};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -36,6 +37,8 @@ pub struct OpenApiJson(pub Arc<String>);
 #[derive(Clone)]
 pub struct AppState {
     pub stock: Arc<dyn StockStrategy>,
+    /// Accounts and transfers, on the same store as the stock strategy.
+    pub ledger: Arc<Ledger>,
     pub settings: Arc<Settings>,
     pub prometheus: PrometheusHandle,
     pub refusals: Arc<metrics::Refusals>,
@@ -48,6 +51,7 @@ impl AppState {
         prometheus: PrometheusHandle,
     ) -> Self {
         AppState {
+            ledger: Arc::new(Ledger::new(stock.store().clone())),
             stock,
             settings: Arc::new(settings),
             prometheus,

@@ -12,6 +12,8 @@ mod harness {
 #[path = "suite/support.rs"]
 mod support;
 
+#[path = "suite/accounts.rs"]
+mod accounts;
 #[path = "suite/admin.rs"]
 mod admin;
 #[path = "suite/auth.rs"]

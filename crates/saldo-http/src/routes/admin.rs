@@ -4,7 +4,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use saldo::audit::{Divergence, Invariant};
+use saldo::audit::{Divergence, Invariant, LedgerDivergence, LedgerInvariant};
 use saldo::ops::BlockedSession;
 use saldo::stock::sweeper;
 use serde::{Deserialize, Serialize};
@@ -51,9 +51,36 @@ impl From<&Divergence> for DivergenceView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AuditView {
-    /// True when nothing diverges.
+    /// True when nothing diverges, stock and ledger.
     pub ok: bool,
+    /// Stock divergences.
     pub divergences: Vec<DivergenceView>,
+    /// Ledger divergences (`account` absent for the total).
+    pub ledger_divergences: Vec<LedgerDivergenceView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LedgerDivergenceView {
+    pub account: Option<i64>,
+    /// `total_is_zero` or `balance_matches_journal`.
+    pub invariant: String,
+    pub expected: i64,
+    pub actual: i64,
+}
+
+impl From<&LedgerDivergence> for LedgerDivergenceView {
+    fn from(d: &LedgerDivergence) -> Self {
+        LedgerDivergenceView {
+            account: d.account.map(|a| a.get()),
+            invariant: match d.invariant {
+                LedgerInvariant::TotalIsZero => "total_is_zero",
+                LedgerInvariant::BalanceMatchesJournal => "balance_matches_journal",
+            }
+            .to_owned(),
+            expected: d.expected,
+            actual: d.actual,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -105,7 +132,7 @@ pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<Sweep
     Ok(Json(SweepView { expired }))
 }
 
-/// Run the divergence audit; `ok` must be true.
+/// Run the stock and ledger divergence audits; `ok` must be true.
 #[utoipa::path(get, path = "/v1/admin/audit", tag = "admin",
     security(("admin_token" = [])),
     responses(
@@ -114,10 +141,11 @@ pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<Sweep
     ))]
 pub async fn audit(_: Admin, State(state): State<AppState>) -> Result<Json<AuditView>, ApiError> {
     let stock = saldo::audit::audit_stock(&state.store().pool).await?;
-    let divergences: Vec<DivergenceView> = stock.iter().map(DivergenceView::from).collect();
+    let ledger = saldo::audit::audit_ledger(&state.store().pool).await?;
     Ok(Json(AuditView {
-        ok: divergences.is_empty(),
-        divergences,
+        ok: stock.is_empty() && ledger.is_empty(),
+        divergences: stock.iter().map(DivergenceView::from).collect(),
+        ledger_divergences: ledger.iter().map(LedgerDivergenceView::from).collect(),
     }))
 }
 

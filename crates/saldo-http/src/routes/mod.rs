@@ -1,6 +1,7 @@
 //! The routes, one module per resource, and what they share: extractors whose rejections are
 //! [`ApiError`]s, and the OpenAPI document they are collected into.
 
+pub mod accounts;
 pub mod admin;
 pub mod health;
 pub mod orders;
@@ -45,6 +46,7 @@ pub(crate) const PROBLEM: &str = "application/problem+json";
     tags(
         (name = "stock", description = "Products and their stock"),
         (name = "orders", description = "Reservations, confirmation and release"),
+        (name = "accounts", description = "Accounts and transfers"),
         (name = "admin", description = "Operator routes (admin token)"),
         (name = "ops", description = "Health, readiness, metrics, this document"),
     )
@@ -74,6 +76,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::confirm))
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))
+        .routes(routes!(accounts::open_account))
+        .routes(routes!(accounts::get_account))
+        .routes(routes!(accounts::list_transfers))
+        .routes(routes!(accounts::transfer))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))
         .routes(routes!(admin::locks))

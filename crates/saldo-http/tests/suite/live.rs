@@ -132,3 +132,76 @@ async fn shutdown_finishes_in_flight_requests() {
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
     stopping.await.expect("server stopped");
 }
+
+/// Crossed transfers (seed 002): half 1→2, half 2→1, all at once.
+const TRANSFERS: usize = 200;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_crossed_transfers_all_succeed_and_keep_the_total() {
+    let app = spawn_app_with(None, 32).await;
+    let live = Live::start(app.state.clone()).await;
+    let admin = client();
+    for id in [1, 2] {
+        let a = http(
+            &admin,
+            live.addr,
+            Method::POST,
+            "/v1/accounts",
+            Some(ADMIN),
+            Some(json!({"id": id, "opening_balance": 100_000})),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    }
+    let transfers = (0..TRANSFERS).map(|i| {
+        let addr = live.addr;
+        let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
+        async move {
+            let c = client();
+            let body = json!({"id": format!("x-{i}"), "from": from, "to": to, "amount": 10});
+            tokio::spawn(async move {
+                http(&c, addr, Method::POST, "/v1/transfers", None, Some(body)).await
+            })
+            .await
+            .expect("transfer task")
+        }
+    });
+    let answers = join_all(transfers).await;
+    let failures: Vec<String> = answers
+        .iter()
+        .filter(|a| a.status != StatusCode::CREATED)
+        .map(|a| format!("{} {}", a.status, a.text))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    let mut total = 0;
+    for id in [1, 2] {
+        let a = http(
+            &admin,
+            live.addr,
+            Method::GET,
+            &format!("/v1/accounts/{id}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(a.body["balance"], 100_000, "as many went each way");
+        total += a.body["balance"].as_i64().unwrap_or(0);
+    }
+    assert_eq!(total, 200_000, "no money created or lost");
+    let audit = http(
+        &admin,
+        live.addr,
+        Method::GET,
+        "/v1/admin/audit",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(audit.body["ok"], true, "{}", audit.text);
+    live.stop().await;
+}
