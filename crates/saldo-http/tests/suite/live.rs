@@ -1,10 +1,14 @@
 //! Through a real listener and real connections (hyper client): seed 000's 50 buyers for the
-//! last unit, and graceful shutdown finishing an in-flight request.
+//! last unit (and a naive strategy failing the same check), seed 002's 200 crossed transfers,
+//! and graceful shutdown finishing an in-flight request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
-use futures_util::future::join_all;
+use saldo::domain::{ProductId, Quantity};
+use saldo::retry::TxOptions;
+use saldo::stock::{StockEngine, Store, UnitTaker};
 use serde_json::json;
 
 use crate::support::{client, http, spawn_app_with, Live, ADMIN};
@@ -14,10 +18,18 @@ const BUYERS: usize = 50;
 /// Bounded poll for the in-flight request to be blocked.
 const LOCK_POLLS: usize = 200;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_buyers_one_unit_exactly_one_wins() {
-    let app = spawn_app_with(None, 32).await;
-    let live = Live::start(app.state.clone()).await;
+/// What the last-unit race produced through the API.
+struct RaceOutcome {
+    won: usize,
+    refused: usize,
+    available: Option<i64>,
+    reserved: Option<i64>,
+    audit_ok: bool,
+}
+
+/// Seed 000's race through a real listener: one unit, [`BUYERS`] clients at once.
+async fn last_unit_race(state: saldo_http::AppState) -> RaceOutcome {
+    let live = Live::start(state).await;
     let admin = client();
     let a = http(
         &admin,
@@ -29,37 +41,15 @@ async fn fifty_buyers_one_unit_exactly_one_wins() {
     )
     .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
-
-    let buyers = (0..BUYERS).map(|i| {
-        let addr = live.addr;
-        async move {
-            // One client (and connection) per buyer, all at once.
-            let c = client();
-            let body = json!({"order_id": format!("buyer-{i}"),
-                              "items": [{"product_id": 1, "quantity": 1}]});
-            tokio::spawn(async move {
-                http(&c, addr, Method::POST, "/v1/reservations", None, Some(body)).await
-            })
-            .await
-            .expect("buyer task")
-        }
-    });
-    let answers = join_all(buyers).await;
-    let won = answers
-        .iter()
-        .filter(|a| a.status == StatusCode::CREATED)
-        .count();
+    let bodies = (0..BUYERS)
+        .map(|i| json!({"order_id": format!("buyer-{i}"), "items": [{"product_id": 1, "quantity": 1}]}))
+        .collect();
+    let answers = live.post_concurrently("/v1/reservations", bodies).await;
     let refused: Vec<_> = answers
         .iter()
         .filter(|a| a.status == StatusCode::CONFLICT)
         .collect();
-    assert_eq!(won, 1, "exactly one buyer gets the last unit");
-    assert_eq!(
-        refused.len(),
-        BUYERS - 1,
-        "everyone else is refused, nobody errors"
-    );
-    for a in refused {
+    for a in &refused {
         a.assert_problem(409, "insufficient-stock");
         assert_eq!(a.body["product_id"], 1);
     }
@@ -72,10 +62,6 @@ async fn fifty_buyers_one_unit_exactly_one_wins() {
         None,
     )
     .await;
-    assert_eq!(
-        (s.body["available"].as_i64(), s.body["reserved"].as_i64()),
-        (Some(0), Some(1))
-    );
     let audit = http(
         &admin,
         live.addr,
@@ -85,8 +71,91 @@ async fn fifty_buyers_one_unit_exactly_one_wins() {
         None,
     )
     .await;
-    assert_eq!(audit.body["ok"], true, "{}", audit.text);
     live.stop().await;
+    RaceOutcome {
+        won: answers
+            .iter()
+            .filter(|a| a.status == StatusCode::CREATED)
+            .count(),
+        refused: refused.len(),
+        available: s.body["available"].as_i64(),
+        reserved: s.body["reserved"].as_i64(),
+        audit_ok: audit.body["ok"] == true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_buyers_one_unit_exactly_one_wins() {
+    let app = spawn_app_with(None, 32).await;
+    let race = last_unit_race(app.state.clone()).await;
+    assert_eq!(race.won, 1, "exactly one buyer gets the last unit");
+    assert_eq!(
+        race.refused,
+        BUYERS - 1,
+        "everyone else is refused, nobody errors"
+    );
+    assert_eq!((race.available, race.reserved), (Some(0), Some(1)));
+    assert!(race.audit_ok);
+}
+
+/// Seed 000's bug as a strategy: read `available`, "think" (the payment call), then write the
+/// computed value. Test-only: it shows the race test above can fail.
+struct LostUpdate;
+
+/// The think time between the read and the write that widens the race window (seed 000).
+const THINK: Duration = Duration::from_millis(20);
+
+#[async_trait::async_trait]
+impl UnitTaker for LostUpdate {
+    fn name(&self) -> &'static str {
+        "lost-update"
+    }
+
+    async fn take(
+        &self,
+        client: &deadpool_postgres::Client,
+        items: &[(ProductId, Quantity)],
+    ) -> Result<(), saldo::Error> {
+        for &(product, quantity) in items {
+            let available: i32 = client
+                .query_one(
+                    "SELECT available FROM stock WHERE product_id = $1",
+                    &[&product.get()],
+                )
+                .await?
+                .get(0);
+            if available < quantity.get() {
+                return Err(saldo::Error::InsufficientStock {
+                    product_id: product,
+                    requested: quantity.get(),
+                    available,
+                });
+            }
+            tokio::time::sleep(THINK).await;
+            client
+                .execute(
+                    "UPDATE stock SET available = $2, reserved = reserved + $3 WHERE product_id = $1",
+                    &[&product.get(), &(available - quantity.get()), &quantity.get()],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_race_oversells_with_a_naive_strategy() {
+    let app = spawn_app_with(None, 32).await;
+    let store = Store::new(app.db.pool.clone(), TxOptions::default());
+    let mut state = app.state.clone();
+    state.stock = Arc::new(StockEngine::new(store, LostUpdate));
+    let race = last_unit_race(state).await;
+    assert!(
+        race.won > 1,
+        "the naive read-think-write sells the last unit {} times",
+        race.won
+    );
+    assert!(!race.audit_ok, "and the audit sees it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,20 +222,13 @@ async fn two_hundred_crossed_transfers_all_succeed_and_keep_the_total() {
         .await;
         assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
     }
-    let transfers = (0..TRANSFERS).map(|i| {
-        let addr = live.addr;
-        let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
-        async move {
-            let c = client();
-            let body = json!({"id": format!("x-{i}"), "from": from, "to": to, "amount": 10});
-            tokio::spawn(async move {
-                http(&c, addr, Method::POST, "/v1/transfers", None, Some(body)).await
-            })
-            .await
-            .expect("transfer task")
-        }
-    });
-    let answers = join_all(transfers).await;
+    let bodies = (0..TRANSFERS)
+        .map(|i| {
+            let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
+            json!({"id": format!("x-{i}"), "from": from, "to": to, "amount": 10})
+        })
+        .collect();
+    let answers = live.post_concurrently("/v1/transfers", bodies).await;
     let failures: Vec<String> = answers
         .iter()
         .filter(|a| a.status != StatusCode::CREATED)
@@ -193,15 +255,5 @@ async fn two_hundred_crossed_transfers_all_succeed_and_keep_the_total() {
         total += a.body["balance"].as_i64().unwrap_or(0);
     }
     assert_eq!(total, 200_000, "no money created or lost");
-    let audit = http(
-        &admin,
-        live.addr,
-        Method::GET,
-        "/v1/admin/audit",
-        Some(ADMIN),
-        None,
-    )
-    .await;
-    assert_eq!(audit.body["ok"], true, "{}", audit.text);
-    live.stop().await;
+    live.audit_clean_then_stop().await;
 }

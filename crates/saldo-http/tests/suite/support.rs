@@ -248,6 +248,36 @@ impl Live {
         }
     }
 
+    /// Asserts the stock and ledger audits are clean, then stops the server.
+    pub async fn audit_clean_then_stop(self) {
+        let audit = http(
+            &client(),
+            self.addr,
+            Method::GET,
+            "/v1/admin/audit",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+        assert_eq!(audit.body["ok"], true, "{}", audit.text);
+        self.stop().await;
+    }
+
+    /// POSTs every body to `path` at once, each from its own client (and connection).
+    pub async fn post_concurrently(&self, path: &str, bodies: Vec<Value>) -> Vec<Answer> {
+        let tasks = bodies.into_iter().map(|body| {
+            let (addr, path) = (self.addr, path.to_owned());
+            tokio::spawn(async move {
+                http(&client(), addr, Method::POST, &path, None, Some(body)).await
+            })
+        });
+        futures_util::future::join_all(tasks)
+            .await
+            .into_iter()
+            .map(|r| r.expect("client task"))
+            .collect()
+    }
+
     /// Signals shutdown and waits for the server (and its sweeper) to finish.
     pub async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
