@@ -12,7 +12,7 @@ use saldo::ledger::{Account, Transfer, TransferKind, TransferRequest, TransferSt
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiJson, ApiPath, ApiQuery, PROBLEM};
+use super::{detached, ApiJson, ApiPath, ApiQuery, PROBLEM};
 use crate::auth::{Admin, Client};
 use crate::error::{ApiError, Problem};
 use crate::AppState;
@@ -129,7 +129,9 @@ pub async fn open_account(
     ApiJson(body): ApiJson<OpenAccount>,
 ) -> Result<(StatusCode, Json<AccountView>), ApiError> {
     let id = AccountId::new(body.id)?;
-    let account = state.ledger.open_account(id, body.opening_balance).await?;
+    let ledger = state.ledger.clone();
+    let account =
+        detached(async move { ledger.open_account(id, body.opening_balance).await }).await?;
     Ok((StatusCode::CREATED, Json(account.into())))
 }
 
@@ -149,7 +151,12 @@ pub async fn get_account(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<AccountView>, ApiError> {
     let id = AccountId::new(id)?;
-    Ok(Json(state.ledger.account(id).await?.into()))
+    let ledger = state.ledger.clone();
+    Ok(Json(
+        detached(async move { ledger.account(id).await })
+            .await?
+            .into(),
+    ))
 }
 
 /// An account's latest transfers, newest first.
@@ -175,7 +182,8 @@ pub async fn list_transfers(
             "limit must be 1..={MAX_LIST}, got {limit}"
         )));
     }
-    let transfers = state.ledger.transfers_of(id, limit).await?;
+    let ledger = state.ledger.clone();
+    let transfers = detached(async move { ledger.transfers_of(id, limit).await }).await?;
     Ok(Json(TransfersView {
         account: id.get(),
         transfers: transfers.into_iter().map(Into::into).collect(),
@@ -207,10 +215,9 @@ pub async fn transfer(
         to: AccountId::new(body.to)?,
         amount: Amount::new(body.amount)?,
     };
-    let transfer = state
-        .ledger
-        .transfer(TransferStrategy::Ordered, &request)
-        .await?;
+    let ledger = state.ledger.clone();
+    let transfer =
+        detached(async move { ledger.transfer(TransferStrategy::Ordered, &request).await }).await?;
     let code = if transfer.replayed {
         StatusCode::OK
     } else {

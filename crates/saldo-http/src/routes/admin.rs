@@ -10,7 +10,7 @@ use saldo::stock::sweeper;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiQuery, PROBLEM};
+use super::{detached, ApiQuery, PROBLEM};
 use crate::auth::Admin;
 use crate::error::{ApiError, Problem};
 use crate::metrics::{RefusalsReport, MAX_TOP};
@@ -128,7 +128,8 @@ pub struct TopQuery {
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<SweepView>, ApiError> {
-    let expired = sweeper::sweep(state.store()).await?;
+    let store = state.store().clone();
+    let expired = detached(async move { sweeper::sweep(&store).await }).await?;
     Ok(Json(SweepView { expired }))
 }
 
@@ -140,8 +141,14 @@ pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<Sweep
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn audit(_: Admin, State(state): State<AppState>) -> Result<Json<AuditView>, ApiError> {
-    let stock = saldo::audit::audit_stock(&state.store().pool).await?;
-    let ledger = saldo::audit::audit_ledger(&state.store().pool).await?;
+    let pool = state.store().pool.clone();
+    let (stock, ledger) = detached(async move {
+        Ok((
+            saldo::audit::audit_stock(&pool).await?,
+            saldo::audit::audit_ledger(&pool).await?,
+        ))
+    })
+    .await?;
     Ok(Json(AuditView {
         ok: stock.is_empty() && ledger.is_empty(),
         divergences: stock.iter().map(DivergenceView::from).collect(),
@@ -157,7 +164,8 @@ pub async fn audit(_: Admin, State(state): State<AppState>) -> Result<Json<Audit
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn locks(_: Admin, State(state): State<AppState>) -> Result<Json<LocksView>, ApiError> {
-    let sessions = saldo::ops::locks(&state.store().pool).await?;
+    let pool = state.store().pool.clone();
+    let sessions = detached(async move { saldo::ops::locks(&pool).await }).await?;
     Ok(Json(LocksView {
         sessions: sessions.into_iter().map(Into::into).collect(),
     }))

@@ -31,6 +31,25 @@ pub struct ApiPath<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct ApiQuery<T>(pub T);
 
+/// Runs one library operation on its own task and waits for it.
+///
+/// Why: axum drops a handler's future when the client goes away or the request timeout fires.
+/// Dropped half-way, a transaction would leave its connection inside `BEGIN … ` and the pool
+/// would hand it to the next request, whose `COMMIT` would commit the abandoned work too. On its
+/// own task the operation always finishes (bounded by the lock and statement timeouts) and
+/// returns its connection clean; a client that gave up retries with the same idempotency key
+/// and gets a replay.
+pub(crate) async fn detached<T, F>(operation: F) -> Result<T, ApiError>
+where
+    F: std::future::Future<Output = Result<T, saldo::Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::spawn(operation).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(e) => Err(ApiError::Internal(format!("operation task failed: {e}"))),
+    }
+}
+
 /// Media type of error answers, for the `responses(...)` of every path.
 pub(crate) const PROBLEM: &str = "application/problem+json";
 

@@ -11,7 +11,7 @@ use saldo::Error;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiJson, ApiPath, PROBLEM};
+use super::{detached, ApiJson, ApiPath, PROBLEM};
 use crate::auth::Client;
 use crate::error::{ApiError, Problem};
 use crate::AppState;
@@ -157,13 +157,14 @@ pub async fn reserve(
         items,
         ttl,
     };
-    let reservation = match state.stock.reserve(&request).await {
+    let stock = state.stock.clone();
+    let reservation = match detached(async move { stock.reserve(&request).await }).await {
         Ok(r) => r,
         Err(e) => {
-            if let Error::InsufficientStock { product_id, .. } = &e {
+            if let ApiError::Domain(Error::InsufficientStock { product_id, .. }) = &e {
                 state.refusals.record(*product_id);
             }
-            return Err(e.into());
+            return Err(e);
         }
     };
     let items = views(&reservation.items);
@@ -213,7 +214,8 @@ pub async fn confirm(
     State(state): State<AppState>,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<ConfirmView>, ApiError> {
-    let outcome = state.stock.confirm(&order_id(raw)?).await?;
+    let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
+    let outcome = detached(async move { stock.confirm(&order_id).await }).await?;
     Ok(Json(ConfirmView {
         order_id: outcome.order_id.as_str().to_owned(),
         confirmed: views(&outcome.confirmed),
@@ -236,7 +238,8 @@ pub async fn release(
     State(state): State<AppState>,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<ReleaseView>, ApiError> {
-    let outcome = state.stock.release(&order_id(raw)?).await?;
+    let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
+    let outcome = detached(async move { stock.release(&order_id).await }).await?;
     Ok(Json(ReleaseView {
         order_id: outcome.order_id.as_str().to_owned(),
         released: views(&outcome.released),
@@ -258,8 +261,9 @@ pub async fn get_order(
     State(state): State<AppState>,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let order_id = order_id(raw)?;
-    let items = state.stock.order(&order_id).await?;
+    let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
+    let id = order_id.clone();
+    let items = detached(async move { stock.order(&id).await }).await?;
     Ok(Json(OrderView {
         order_id: order_id.as_str().to_owned(),
         items: views(&items),

@@ -6,7 +6,7 @@ use saldo::stock::{admin as stock_admin, Stock};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiJson, ApiPath, PROBLEM};
+use super::{detached, ApiJson, ApiPath, PROBLEM};
 use crate::auth::{Admin, Client};
 use crate::error::{ApiError, Problem};
 use crate::AppState;
@@ -73,7 +73,10 @@ pub async fn set_count(
     ApiJson(body): ApiJson<SetCount>,
 ) -> Result<Json<StockView>, ApiError> {
     let product_id = product(product_id)?;
-    let stock = stock_admin::set_count(state.store(), product_id, body.count).await?;
+    let store = state.store().clone();
+    let stock =
+        detached(async move { stock_admin::set_count(&store, product_id, body.count).await })
+            .await?;
     Ok(Json(stock.into()))
 }
 
@@ -97,7 +100,10 @@ pub async fn adjust(
 ) -> Result<Json<StockView>, ApiError> {
     let product_id = product(product_id)?;
     let reason = Reason::new(body.reason)?;
-    let stock = stock_admin::adjust(state.store(), product_id, body.delta, &reason).await?;
+    let store = state.store().clone();
+    let stock =
+        detached(async move { stock_admin::adjust(&store, product_id, body.delta, &reason).await })
+            .await?;
     Ok(Json(stock.into()))
 }
 
@@ -117,7 +123,10 @@ pub async fn get_stock(
     ApiPath(product_id): ApiPath<i64>,
 ) -> Result<Json<StockView>, ApiError> {
     let product_id = product(product_id)?;
+    let store = state.store().clone();
     Ok(Json(
-        stock_admin::get(state.store(), product_id).await?.into(),
+        detached(async move { stock_admin::get(&store, product_id).await })
+            .await?
+            .into(),
     ))
 }

@@ -169,3 +169,46 @@ async fn unreachable_database_answers_503_without_internals() {
         "liveness does not depend on the database"
     );
 }
+
+/// Regression: a request dropped by the timeout while its transaction waits on a lock must not
+/// hand a connection still inside that transaction to the next request (whose COMMIT would then
+/// commit the abandoned half: units taken with no reservation row). One pooled connection makes
+/// the next request reuse it.
+#[tokio::test]
+async fn timed_out_request_leaves_no_half_transaction_behind() {
+    let db = crate::harness::test_db_with_pool(1).await;
+    let state = state_with(
+        db.pool.clone(),
+        RawSettings {
+            request_timeout_ms: 200,
+            ..RawSettings::default()
+        },
+    );
+    let app = TestApp {
+        router: app(state.clone()),
+        state,
+        db,
+    };
+    app.stock(1, 5).await;
+    app.stock(2, 5).await;
+
+    let holder_pool = app.db.new_pool(1);
+    let mut holder = holder_pool.get().await.expect("connection");
+    let tx = holder.transaction().await.expect("begin");
+    tx.execute("SELECT 1 FROM stock WHERE product_id = 1 FOR UPDATE", &[])
+        .await
+        .expect("lock");
+    app.reserve("o-abandoned", &[(1, 1)])
+        .await
+        .assert_problem(503, "timeout");
+    tx.rollback().await.expect("rollback");
+
+    let a = app.reserve("o-next", &[(2, 1)]).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
+    assert_eq!(audit.body["ok"], true, "{}", audit.text);
+    // The client that gave up retries with the same order id and learns what happened.
+    let retry = app.reserve("o-abandoned", &[(1, 1)]).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", retry.text);
+    assert_eq!(retry.body["replayed"], true);
+}
