@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
@@ -33,6 +33,8 @@ pub const BUCKETS_S: &[f64] = &[
 ];
 /// Products whose refusals are counted one by one; past this, refusals go to `untracked`.
 pub const MAX_TRACKED_PRODUCTS: usize = 10_000;
+/// How long a scrape waits for the deadlock counter: a busy pool must not stall `/metrics`.
+pub const SCRAPE_DB_TIMEOUT: Duration = Duration::from_secs(1);
 /// Largest `top` the refusals endpoint answers.
 pub const MAX_TOP: usize = 1_000;
 
@@ -77,9 +79,10 @@ pub async fn sample(pool: &Pool) {
     metrics::gauge!(POOL_WAITING).set(status.waiting as f64);
     metrics::gauge!(POOL_SIZE).set(status.size as f64);
     metrics::gauge!(POOL_MAX_SIZE).set(status.max_size as f64);
-    match saldo::ops::deadlocks(pool).await {
-        Ok(n) => metrics::counter!(DEADLOCKS).absolute(u64::try_from(n).unwrap_or(0)),
-        Err(e) => tracing::warn!(error = %e, "could not read pg_stat_database.deadlocks"),
+    match tokio::time::timeout(SCRAPE_DB_TIMEOUT, saldo::ops::deadlocks(pool)).await {
+        Ok(Ok(n)) => metrics::counter!(DEADLOCKS).absolute(u64::try_from(n).unwrap_or(0)),
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not read pg_stat_database.deadlocks"),
+        Err(_) => tracing::warn!("reading pg_stat_database.deadlocks timed out"),
     }
 }
 

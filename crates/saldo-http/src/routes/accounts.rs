@@ -58,6 +58,16 @@ pub struct TransferBody {
     pub amount: i64,
 }
 
+/// Money entering or leaving the ledger through the system account.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MovementBody {
+    /// 1-64 characters from `[A-Za-z0-9._:-]`; the idempotency key (shared with transfers).
+    pub id: String,
+    /// 1..=1000000000000 minor units.
+    pub amount: i64,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KindView {
@@ -218,10 +228,73 @@ pub async fn transfer(
     let ledger = state.ledger.clone();
     let transfer =
         detached(async move { ledger.transfer(TransferStrategy::Ordered, &request).await }).await?;
-    let code = if transfer.replayed {
+    Ok(created_or_replayed(transfer))
+}
+
+/// 201 for a new journal row, 200 for a replay.
+fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView>) {
+    let code = if t.replayed {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
-    Ok((code, Json(transfer.into())))
+    (code, Json(t.into()))
+}
+
+/// Deposit into an account (from the system account). Idempotent by `id`.
+#[utoipa::path(post, path = "/v1/accounts/{id}/deposits", tag = "accounts",
+    params(("id" = i64, Path, description = "Account id (> 0)")),
+    request_body = MovementBody,
+    security(("admin_token" = [])),
+    responses(
+        (status = 201, description = "Deposited", body = TransferView),
+        (status = 200, description = "Replay (`replayed: true`)", body = TransferView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn deposit(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(account): ApiPath<i64>,
+    ApiJson(body): ApiJson<MovementBody>,
+) -> Result<(StatusCode, Json<TransferView>), ApiError> {
+    let (id, to, amount) = (
+        TransferId::new(body.id)?,
+        AccountId::new(account)?,
+        Amount::new(body.amount)?,
+    );
+    let ledger = state.ledger.clone();
+    let t = detached(async move { ledger.deposit(id, to, amount).await }).await?;
+    Ok(created_or_replayed(t))
+}
+
+/// Withdraw from an account (to the system account); the balance may not go negative.
+#[utoipa::path(post, path = "/v1/accounts/{id}/withdrawals", tag = "accounts",
+    params(("id" = i64, Path, description = "Account id (> 0)")),
+    request_body = MovementBody,
+    security(("admin_token" = [])),
+    responses(
+        (status = 201, description = "Withdrawn", body = TransferView),
+        (status = 200, description = "Replay (`replayed: true`)", body = TransferView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Insufficient funds or idempotency conflict", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn withdraw(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(account): ApiPath<i64>,
+    ApiJson(body): ApiJson<MovementBody>,
+) -> Result<(StatusCode, Json<TransferView>), ApiError> {
+    let (id, from, amount) = (
+        TransferId::new(body.id)?,
+        AccountId::new(account)?,
+        Amount::new(body.amount)?,
+    );
+    let ledger = state.ledger.clone();
+    let t = detached(async move { ledger.withdraw(id, from, amount).await }).await?;
+    Ok(created_or_replayed(t))
 }

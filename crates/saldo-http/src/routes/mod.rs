@@ -98,6 +98,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::open_account))
         .routes(routes!(accounts::get_account))
         .routes(routes!(accounts::list_transfers))
+        .routes(routes!(accounts::deposit))
+        .routes(routes!(accounts::withdraw))
         .routes(routes!(accounts::transfer))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))

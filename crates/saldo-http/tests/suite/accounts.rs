@@ -148,3 +148,78 @@ async fn transfers_move_money_replay_and_refuse() {
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
     assert_eq!(audit.body["ledger_divergences"], json!([]));
 }
+
+#[tokio::test]
+async fn deposits_and_withdrawals_go_through_the_system_account() {
+    let app = spawn_app().await;
+    open(&app, 1, 100).await;
+    let deposit = |id: &str, amount: i64| json!({"id": id, "amount": amount});
+    let a = app
+        .admin(
+            Method::POST,
+            "/v1/accounts/1/deposits",
+            Some(deposit("d-1", 50)),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    assert_eq!(
+        (a.body["from"].as_i64(), a.body["kind"].as_str()),
+        (Some(0), Some("deposit"))
+    );
+    let a = app
+        .admin(
+            Method::POST,
+            "/v1/accounts/1/deposits",
+            Some(deposit("d-1", 50)),
+        )
+        .await;
+    assert_eq!(
+        (a.status, a.body["replayed"].as_bool()),
+        (StatusCode::OK, Some(true))
+    );
+    app.admin(
+        Method::POST,
+        "/v1/accounts/1/deposits",
+        Some(deposit("d-1", 51)),
+    )
+    .await
+    .assert_problem(409, "idempotency-conflict");
+    app.admin(
+        Method::POST,
+        "/v1/accounts/9/deposits",
+        Some(deposit("d-2", 1)),
+    )
+    .await
+    .assert_problem(404, "unknown-account");
+    app.admin(
+        Method::POST,
+        "/v1/accounts/1/deposits",
+        Some(deposit("d-3", 0)),
+    )
+    .await
+    .assert_problem(422, "invalid-input");
+
+    let a = app
+        .admin(
+            Method::POST,
+            "/v1/accounts/1/withdrawals",
+            Some(deposit("w-1", 150)),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    assert_eq!(
+        (a.body["to"].as_i64(), a.body["kind"].as_str()),
+        (Some(0), Some("withdrawal"))
+    );
+    let a = app
+        .admin(
+            Method::POST,
+            "/v1/accounts/1/withdrawals",
+            Some(deposit("w-2", 1)),
+        )
+        .await;
+    a.assert_problem(409, "insufficient-funds");
+    assert_eq!(a.body["balance"], 0);
+    let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
+    assert_eq!(audit.body["ok"], true, "{}", audit.text);
+}

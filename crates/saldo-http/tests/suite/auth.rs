@@ -32,6 +32,16 @@ fn admin_routes() -> Vec<(Method, &'static str, Option<serde_json::Value>)> {
             Some(json!({"delta": 1, "reason": "r"})),
         ),
         (Method::POST, "/v1/accounts", Some(json!({"id": 5}))),
+        (
+            Method::POST,
+            "/v1/accounts/5/deposits",
+            Some(json!({"id": "d-1", "amount": 1})),
+        ),
+        (
+            Method::POST,
+            "/v1/accounts/5/withdrawals",
+            Some(json!({"id": "w-1", "amount": 1})),
+        ),
         (Method::POST, "/v1/admin/sweep", None),
         (Method::GET, "/v1/admin/audit", None),
         (Method::GET, "/v1/admin/locks", None),

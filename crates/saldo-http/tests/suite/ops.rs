@@ -105,6 +105,8 @@ async fn openapi_lists_every_route() {
         ("post", "/v1/accounts"),
         ("get", "/v1/accounts/{id}"),
         ("get", "/v1/accounts/{id}/transfers"),
+        ("post", "/v1/accounts/{id}/deposits"),
+        ("post", "/v1/accounts/{id}/withdrawals"),
         ("post", "/v1/transfers"),
         ("post", "/v1/admin/sweep"),
         ("get", "/v1/admin/audit"),
