@@ -10,7 +10,9 @@ use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
 mod database;
+mod locks;
 mod race;
+mod serve;
 use database::open;
 
 #[derive(Parser)]
@@ -44,6 +46,10 @@ enum Command {
     Sweep,
     /// Rerun a seed's race against strategies side by side and check every invariant.
     Race(race::Args),
+    /// Run the HTTP service (embedded PostgreSQL when no URL is given).
+    Serve(serve::Args),
+    /// Show sessions waiting on locks, who blocks them and for how long.
+    Locks(locks::Args),
 }
 
 #[tokio::main]
@@ -69,6 +75,8 @@ async fn main() -> Result<()> {
         Command::Migrate => println!("migrations applied"),
         Command::Race(args) => race::run(args, &database.url).await?,
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
+        Command::Serve(args) => serve::run(args, &database).await?,
+        Command::Locks(args) => locks::run(args, &pool).await?,
         Command::Audit => {
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;

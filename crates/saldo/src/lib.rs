@@ -14,6 +14,7 @@ pub mod domain;
 pub mod error;
 pub mod lab;
 pub mod ledger;
+pub mod ops;
 pub mod retry;
 pub mod stock;
 pub mod telemetry;

@@ -8,6 +8,8 @@
 mod harness {
     #![allow(unused_imports)]
     pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+    /// The cluster runs at the default READ COMMITTED isolation.
+    pub const SERIALIZABLE: bool = false;
 }
 
 #[path = "suite/contract.rs"]
