@@ -18,3 +18,6 @@ mod ledger;
 
 #[path = "suite/retry.rs"]
 mod retry;
+
+#[path = "suite/model.rs"]
+mod model;
