@@ -3,7 +3,8 @@
 //! timeouts are set. Bodies count their own runs, so "not retried" is observed, not assumed.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use saldo::domain::AccountId;
 use saldo::retry::{in_transaction, RetryPolicy, TxOptions, TxStats, DEFAULT_MAX_ATTEMPTS};
@@ -167,4 +168,58 @@ async fn timeouts_are_set_per_transaction() {
         .expect("show")
         .get(0);
     assert_eq!(lock, "0");
+}
+
+/// How long the first attempt waits for the second caller to queue for the connection.
+const QUEUE_WAIT_LIMIT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_queues_for_the_pool_behind_waiting_callers() {
+    let db = test_db().await;
+    // One connection: a failed attempt hands it back to the pool (before its backoff sleep) and
+    // the rerun checks out a connection again, so a caller already queued goes first. Had the
+    // retrying caller kept its connection, its rerun would come before the queued caller.
+    let pool = db.new_pool(1);
+    let log: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let options = TxOptions::default();
+    let first = {
+        let (pool, log, options) = (pool.clone(), log.clone(), options.clone());
+        tokio::spawn(async move {
+            let runs = AtomicU32::new(0);
+            in_transaction(&pool, &options, "test", |client| {
+                let first_run = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                let (pool, log) = (pool.clone(), log.clone());
+                saldo::tx_body!(client => async move {
+                    if !first_run {
+                        log.lock().expect("log").push("retry");
+                        return Ok(());
+                    }
+                    log.lock().expect("log").push("first");
+                    // Fail only once the other caller is queued for the connection.
+                    let started = Instant::now();
+                    while pool.status().waiting == 0 && started.elapsed() < QUEUE_WAIT_LIMIT {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    client.batch_execute(&raise("40001")).await?;
+                    Ok(())
+                })
+            })
+            .await
+        })
+    };
+    while log.lock().expect("log").is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let log2 = log.clone();
+    in_transaction(&pool, &options, "test", |client| {
+        let log = log2.clone();
+        saldo::tx_body!(client => async move {
+            log.lock().expect("log").push("other");
+            Ok(())
+        })
+    })
+    .await
+    .expect("other caller");
+    first.await.expect("join").expect("the retry succeeds");
+    assert_eq!(*log.lock().expect("log"), ["first", "other", "retry"]);
 }
