@@ -2,12 +2,15 @@
 //! how many times, what the caller sees when attempts run out, and that the per-transaction
 //! timeouts are set. Bodies count their own runs, so "not retried" is observed, not assumed.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use metrics::{Key, KeyName, Metadata, SharedString, Unit};
 use saldo::domain::AccountId;
 use saldo::retry::{in_transaction, RetryPolicy, TxOptions, TxStats, DEFAULT_MAX_ATTEMPTS};
+use saldo::telemetry::{TX_GIVEUPS, TX_RETRIES};
 use saldo::Error;
 
 use crate::harness::{test_db, TestDb};
@@ -222,4 +225,80 @@ async fn a_rerun_queues_for_the_pool_behind_waiting_callers() {
     .expect("other caller");
     first.await.expect("join").expect("the retry succeeds");
     assert_eq!(*log.lock().expect("log"), ["first", "other", "retry"]);
+}
+
+/// Counts every counter increment by (metric name, sqlstate label).
+#[derive(Default)]
+struct CountingRecorder {
+    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+}
+
+struct CountingCell {
+    key: (String, String),
+    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+}
+
+impl metrics::CounterFn for CountingCell {
+    fn increment(&self, value: u64) {
+        *self
+            .counts
+            .lock()
+            .expect("counts")
+            .entry(self.key.clone())
+            .or_default() += value;
+    }
+    fn absolute(&self, value: u64) {
+        self.counts
+            .lock()
+            .expect("counts")
+            .insert(self.key.clone(), value);
+    }
+}
+
+impl metrics::Recorder for CountingRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
+        let sqlstate = key
+            .labels()
+            .find(|l| l.key() == "sqlstate")
+            .map_or(String::new(), |l| l.value().to_owned());
+        metrics::Counter::from_arc(Arc::new(CountingCell {
+            key: (key.name().to_owned(), sqlstate),
+            counts: self.counts.clone(),
+        }))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// The seed's point: a retry that works silently hides a deadlock, so each one is a metric.
+#[test]
+fn retries_and_giveups_are_metrics_by_sqlstate() {
+    let recorder = CountingRecorder::default();
+    // A thread-local recorder: the runtime runs on this thread only.
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let db = test_db().await;
+            let options = TxOptions::default();
+            run(&db, &options, &raise("40P01"), u32::MAX).await;
+            run(&db, &options, &raise("40001"), 1).await;
+        });
+    });
+    let counts = recorder.counts.lock().expect("counts").clone();
+    let get = |name: &str, state: &str| counts.get(&(name.to_owned(), state.to_owned())).copied();
+    let retries = u64::from(DEFAULT_MAX_ATTEMPTS - 1);
+    assert_eq!(get(TX_RETRIES, "40P01"), Some(retries));
+    assert_eq!(get(TX_GIVEUPS, "40P01"), Some(1));
+    assert_eq!(get(TX_RETRIES, "40001"), Some(1));
+    assert_eq!(get(TX_GIVEUPS, "40001"), None);
 }
