@@ -290,8 +290,10 @@ fn retries_and_giveups_are_metrics_by_sqlstate() {
         rt.block_on(async {
             let db = test_db().await;
             let options = TxOptions::default();
-            run(&db, &options, &raise("40P01"), u32::MAX).await;
-            run(&db, &options, &raise("40001"), 1).await;
+            let (gave_up, _) = run(&db, &options, &raise("40P01"), u32::MAX).await;
+            assert!(gave_up.is_err());
+            let (absorbed, _) = run(&db, &options, &raise("40001"), 1).await;
+            assert!(absorbed.is_ok());
         });
     });
     let counts = recorder.counts.lock().expect("counts").clone();
