@@ -5,8 +5,8 @@
 //! [`audit_ledger`] checks the ledger the same way: all balances sum to zero, and each equals
 //! its credits minus its debits in the transfers journal.
 //!
-//! It reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some path
-//! wrote stock without going through the engine.
+//! Each audit reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some
+//! path wrote stock or balances without going through the engine.
 
 use deadpool_postgres::Pool;
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! The stock, ledger and retry suites again, on a second test cluster whose transactions are
+//! The stock, ledger, retry and model suites again, on a second test cluster whose transactions are
 //! all SERIALIZABLE (`default_transaction_isolation = serializable`): the behaviour a
 //! distributed SQL engine shows. Every 40001 must be absorbed by the one retry mechanism, and
 //! the paths that never retry (the audits' snapshots, the sweeper) must still do their job.
@@ -24,3 +24,6 @@ mod ledger;
 
 #[path = "suite/retry.rs"]
 mod retry;
+
+#[path = "suite/model.rs"]
+mod model;

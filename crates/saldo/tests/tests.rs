@@ -22,3 +22,6 @@ mod ledger;
 
 #[path = "suite/retry.rs"]
 mod retry;
+
+#[path = "suite/model.rs"]
+mod model;

@@ -15,7 +15,7 @@ mod naive;
 mod ordered;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
 use crate::error::{Error, InputError};
@@ -33,7 +33,7 @@ const REPLAY_RACE_ATTEMPTS: usize = 3;
 const TRANSFERS_KEY: &str = "transfers_pkey";
 
 /// How a transfer takes its two account locks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransferStrategy {
     /// Seed 002: both rows locked in ascending id by one statement, then the decision.
@@ -74,7 +74,7 @@ impl std::fmt::Display for TransferStrategy {
 }
 
 /// What a journal row records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransferKind {
     /// Between two customer accounts.

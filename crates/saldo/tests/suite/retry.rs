@@ -2,11 +2,15 @@
 //! how many times, what the caller sees when attempts run out, and that the per-transaction
 //! timeouts are set. Bodies count their own runs, so "not retried" is observed, not assumed.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use metrics::{Key, KeyName, Metadata, SharedString, Unit};
 use saldo::domain::AccountId;
 use saldo::retry::{in_transaction, RetryPolicy, TxOptions, TxStats, DEFAULT_MAX_ATTEMPTS};
+use saldo::telemetry::{TX_GIVEUPS, TX_RETRIES};
 use saldo::Error;
 
 use crate::harness::{test_db, TestDb};
@@ -167,4 +171,136 @@ async fn timeouts_are_set_per_transaction() {
         .expect("show")
         .get(0);
     assert_eq!(lock, "0");
+}
+
+/// How long the first attempt waits for the second caller to queue for the connection.
+const QUEUE_WAIT_LIMIT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_queues_for_the_pool_behind_waiting_callers() {
+    let db = test_db().await;
+    // One connection: a failed attempt hands it back to the pool (before its backoff sleep) and
+    // the rerun checks out a connection again, so a caller already queued goes first. Had the
+    // retrying caller kept its connection, its rerun would come before the queued caller.
+    let pool = db.new_pool(1);
+    let log: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let options = TxOptions::default();
+    let first = {
+        let (pool, log, options) = (pool.clone(), log.clone(), options.clone());
+        tokio::spawn(async move {
+            let runs = AtomicU32::new(0);
+            in_transaction(&pool, &options, "test", |client| {
+                let first_run = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                let (pool, log) = (pool.clone(), log.clone());
+                saldo::tx_body!(client => async move {
+                    if !first_run {
+                        log.lock().expect("log").push("retry");
+                        return Ok(());
+                    }
+                    log.lock().expect("log").push("first");
+                    // Fail only once the other caller is queued for the connection.
+                    let started = Instant::now();
+                    while pool.status().waiting == 0 && started.elapsed() < QUEUE_WAIT_LIMIT {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    client.batch_execute(&raise("40001")).await?;
+                    Ok(())
+                })
+            })
+            .await
+        })
+    };
+    while log.lock().expect("log").is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let log2 = log.clone();
+    in_transaction(&pool, &options, "test", |client| {
+        let log = log2.clone();
+        saldo::tx_body!(client => async move {
+            log.lock().expect("log").push("other");
+            Ok(())
+        })
+    })
+    .await
+    .expect("other caller");
+    first.await.expect("join").expect("the retry succeeds");
+    assert_eq!(*log.lock().expect("log"), ["first", "other", "retry"]);
+}
+
+/// Counts every counter increment by (metric name, sqlstate label).
+#[derive(Default)]
+struct CountingRecorder {
+    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+}
+
+struct CountingCell {
+    key: (String, String),
+    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+}
+
+impl metrics::CounterFn for CountingCell {
+    fn increment(&self, value: u64) {
+        *self
+            .counts
+            .lock()
+            .expect("counts")
+            .entry(self.key.clone())
+            .or_default() += value;
+    }
+    fn absolute(&self, value: u64) {
+        self.counts
+            .lock()
+            .expect("counts")
+            .insert(self.key.clone(), value);
+    }
+}
+
+impl metrics::Recorder for CountingRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
+        let sqlstate = key
+            .labels()
+            .find(|l| l.key() == "sqlstate")
+            .map_or(String::new(), |l| l.value().to_owned());
+        metrics::Counter::from_arc(Arc::new(CountingCell {
+            key: (key.name().to_owned(), sqlstate),
+            counts: self.counts.clone(),
+        }))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// The seed's point: a retry that works silently hides a deadlock, so each one is a metric.
+#[test]
+fn retries_and_giveups_are_metrics_by_sqlstate() {
+    let recorder = CountingRecorder::default();
+    // A thread-local recorder: the runtime runs on this thread only.
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let db = test_db().await;
+            let options = TxOptions::default();
+            let (gave_up, _) = run(&db, &options, &raise("40P01"), u32::MAX).await;
+            assert!(gave_up.is_err());
+            let (absorbed, _) = run(&db, &options, &raise("40001"), 1).await;
+            assert!(absorbed.is_ok());
+        });
+    });
+    let counts = recorder.counts.lock().expect("counts").clone();
+    let get = |name: &str, state: &str| counts.get(&(name.to_owned(), state.to_owned())).copied();
+    let retries = u64::from(DEFAULT_MAX_ATTEMPTS - 1);
+    assert_eq!(get(TX_RETRIES, "40P01"), Some(retries));
+    assert_eq!(get(TX_GIVEUPS, "40P01"), Some(1));
+    assert_eq!(get(TX_RETRIES, "40001"), Some(1));
+    assert_eq!(get(TX_GIVEUPS, "40001"), None);
 }
