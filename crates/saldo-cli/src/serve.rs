@@ -7,9 +7,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
+use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
 use saldo::retry::{RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
+use saldo::stock::StrategyName;
 use saldo::stock::{self, Store, StrategyConfig};
-use saldo_http::config::{serving_strategy, RawSettings};
+use saldo_http::auth::Token;
+use saldo_http::config::{
+    serving_strategy, RawSettings, DEFAULT_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS,
+    MIN_REQUEST_TIMEOUT_MS,
+};
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::AppState;
 
@@ -21,23 +27,25 @@ pub struct Args {
     #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Stock strategy; only strategies safe under concurrency are accepted.
-    #[arg(long, env = "SALDO_STRATEGY", default_value = "atomic")]
-    strategy: String,
+    #[arg(long, env = "SALDO_STRATEGY", default_value = "atomic", value_parser = strategy)]
+    strategy: StrategyName,
     /// Lifetime of a reservation whose request gives no `ttl_s`.
-    #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = saldo::domain::DEFAULT_TTL_S)]
+    #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
+          value_parser = clap::value_parser!(u64).range(MIN_TTL_S..=MAX_TTL_S))]
     reservation_ttl_s: u64,
     /// Seconds between sweeper rounds.
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(MIN_SWEEP_INTERVAL_S..=MAX_SWEEP_INTERVAL_S))]
     sweep_interval_s: u64,
     /// Admin bearer token; generated and printed once when absent.
-    #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true, value_parser = token)]
     admin_token: Option<String>,
     /// When set, every non-admin /v1 route needs this bearer token.
-    #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true, value_parser = token)]
     api_token: Option<String>,
     /// Whole-request timeout.
-    #[arg(long, env = "SALDO_REQUEST_TIMEOUT_MS", default_value_t = saldo_http::config::DEFAULT_REQUEST_TIMEOUT_MS)]
+    #[arg(long, env = "SALDO_REQUEST_TIMEOUT_MS", default_value_t = DEFAULT_REQUEST_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS))]
     request_timeout_ms: u64,
     /// Database connections at most.
     #[arg(long, env = "SALDO_POOL_SIZE", default_value_t = 32,
@@ -69,8 +77,20 @@ pub struct Args {
     retry_attempts: u32,
 }
 
+/// Flag parser: unknown and lab-only strategies are refused before anything starts.
+fn strategy(s: &str) -> Result<StrategyName, String> {
+    serving_strategy(s).map_err(|e| e.to_string())
+}
+
+/// Flag parser: a token must be long enough and printable; checked again when validated.
+fn token(s: &str) -> Result<String, String> {
+    Token::new("token", s.to_owned())
+        .map(|t| t.expose().to_owned())
+        .map_err(|e| e.to_string())
+}
+
 pub async fn run(args: Args, database: &Database) -> Result<()> {
-    let strategy = serving_strategy(&args.strategy)?;
+    let strategy = args.strategy;
     let validated = RawSettings {
         admin_token: args.admin_token,
         api_token: args.api_token,

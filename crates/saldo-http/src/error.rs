@@ -458,3 +458,158 @@ pub async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
     }
     rewritten
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saldo::domain::{AccountId, OrderId, ProductId, TransferId};
+    use saldo::InputError;
+
+    fn kind_of(e: ApiError) -> (u16, String, bool, Map<String, Value>) {
+        let parts = e.parts();
+        (
+            parts.status.as_u16(),
+            parts.kind.to_owned(),
+            parts.retry_after,
+            parts.extensions,
+        )
+    }
+
+    #[test]
+    fn every_domain_error_has_a_status_and_a_stable_kind() {
+        let p = ProductId::new(7).expect("id");
+        let o = OrderId::new("o-1").expect("id");
+        let a = AccountId::new(3).expect("id");
+        let t = TransferId::new("t-1").expect("id");
+        let cases: Vec<(Error, u16, &str, Option<&str>)> = vec![
+            (InputError::EmptyOrder.into(), 422, "invalid-input", None),
+            (
+                Error::UnknownProduct(p),
+                404,
+                "unknown-product",
+                Some("product_id"),
+            ),
+            (
+                Error::InsufficientStock {
+                    product_id: p,
+                    requested: 2,
+                    available: 1,
+                },
+                409,
+                "insufficient-stock",
+                Some("product_id"),
+            ),
+            (
+                Error::IdempotencyConflict(o.clone()),
+                409,
+                "idempotency-conflict",
+                Some("order_id"),
+            ),
+            (
+                Error::UnknownOrder(o),
+                404,
+                "unknown-order",
+                Some("order_id"),
+            ),
+            (
+                Error::CountBelowReserved {
+                    product_id: p,
+                    count: 1,
+                    reserved: 2,
+                },
+                409,
+                "count-below-reserved",
+                Some("reserved"),
+            ),
+            (
+                Error::AdjustmentWouldGoNegative {
+                    product_id: p,
+                    delta: -5,
+                    available: 1,
+                },
+                409,
+                "would-go-negative",
+                Some("available"),
+            ),
+            (
+                Error::VersionConflict {
+                    product_id: p,
+                    attempts: 4,
+                },
+                409,
+                "version-conflict",
+                Some("attempts"),
+            ),
+            (
+                Error::Overloaded("queue full".into()),
+                503,
+                "overloaded",
+                None,
+            ),
+            (
+                Error::UnknownAccount(a),
+                404,
+                "unknown-account",
+                Some("account"),
+            ),
+            (
+                Error::AccountExists(a),
+                409,
+                "account-exists",
+                Some("account"),
+            ),
+            (
+                Error::InsufficientFunds {
+                    account: a,
+                    requested: 5,
+                    balance: 1,
+                },
+                409,
+                "insufficient-funds",
+                Some("balance"),
+            ),
+            (
+                Error::TransferConflict(t),
+                409,
+                "idempotency-conflict",
+                Some("transfer_id"),
+            ),
+            (
+                Error::Pool("secret host:5432 refused".into()),
+                503,
+                "database-unavailable",
+                None,
+            ),
+            (Error::Migration("V9 failed".into()), 500, "internal", None),
+        ];
+        for (error, status, kind, extension) in cases {
+            let (s, k, retry, ext) = kind_of(ApiError::Domain(error));
+            assert_eq!((s, k.as_str()), (status, kind));
+            assert_eq!(retry, status == 503 || kind == "version-conflict", "{kind}");
+            if let Some(name) = extension {
+                assert!(ext.contains_key(name), "{kind} names its {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn internals_stay_in_the_log() {
+        let parts = ApiError::Domain(Error::Pool("secret host:5432 refused".into())).parts();
+        assert!(!parts.detail.contains("secret"));
+        let parts = ApiError::Internal("stack trace".into()).parts();
+        assert!(!parts.detail.contains("stack"));
+    }
+
+    #[test]
+    fn problems_render_as_problem_json_with_headers() {
+        let r = ApiError::Unauthorized("no").into_response();
+        assert_eq!(
+            r.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
+            Some(PROBLEM_JSON.as_bytes())
+        );
+        assert!(r.headers().contains_key(WWW_AUTHENTICATE));
+        let r = ApiError::Domain(Error::Overloaded("full".into())).into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().contains_key(RETRY_AFTER));
+    }
+}

@@ -199,3 +199,25 @@ async fn confirm_after_expiry_reports_missing_items() {
     assert_eq!(a.body["missing"][0]["status"], "expired");
     assert_eq!(app.get("/v1/products/1/stock").await.body["available"], 5);
 }
+
+#[tokio::test]
+async fn ttl_s_sets_the_expiry_and_defaults_to_the_server_setting() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    let expiry = |a: &crate::support::Answer| {
+        a.body["expires_at"]
+            .as_str()
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .expect("expires_at")
+    };
+    let short = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "o-short", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 60}),
+        )
+        .await;
+    let default = app.reserve("o-default", &[(1, 1)]).await;
+    // Both were created within the same few seconds: the default (900 s) ends ~840 s later.
+    let gap = (expiry(&default) - expiry(&short)).num_seconds();
+    assert!((800..=900).contains(&gap), "gap {gap}s");
+}

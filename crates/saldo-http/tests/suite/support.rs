@@ -271,11 +271,19 @@ impl Live {
                 http(&client(), addr, Method::POST, &path, None, Some(body)).await
             })
         });
-        futures_util::future::join_all(tasks)
+        let started = std::time::Instant::now();
+        let answers: Vec<Answer> = futures_util::future::join_all(tasks)
             .await
             .into_iter()
             .map(|r| r.expect("client task"))
-            .collect()
+            .collect();
+        // A measurement for the record (`--nocapture`), never an assertion.
+        eprintln!(
+            "{} concurrent POST {path}: {} ms",
+            answers.len(),
+            started.elapsed().as_millis()
+        );
+        answers
     }
 
     /// Signals shutdown and waits for the server (and its sweeper) to finish.
