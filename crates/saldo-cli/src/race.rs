@@ -27,6 +27,9 @@ pub const DEFAULT_TRANSFERS: u32 = 200;
 /// write, the way seed 000's payment call did (1.5 s there).
 pub const DEFAULT_THINK_MS: u64 = 20;
 pub const DEFAULT_RUNS: u32 = 5;
+/// crossed-transfers runs once by default: each naive deadlock costs `deadlock_timeout` (1 s on
+/// the embedded cluster), so a naive run takes about a minute.
+pub const DEFAULT_TRANSFER_RUNS: u32 = 1;
 pub const DEFAULT_SEED: u64 = 42;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -49,10 +52,9 @@ pub struct Args {
     /// optimistic, naive-subtract, naive-overwrite; crossed-transfers: ordered, naive.
     #[arg(long, default_value = "all")]
     strategy: String,
-    /// Runs per strategy, each from a fresh state.
-    #[arg(long, default_value_t = DEFAULT_RUNS,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
-    runs: u32,
+    /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
+    runs: Option<u32>,
     /// Concurrent buyers per run.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_BUYERS)))]
     buyers: Option<u32>,
@@ -143,7 +145,7 @@ impl Config {
             }
             let race = TransferRace::new(
                 args.transfers.unwrap_or(DEFAULT_TRANSFERS),
-                args.runs,
+                args.runs.unwrap_or(DEFAULT_TRANSFER_RUNS),
                 !args.no_retry,
             )?;
             Race::Transfers {
@@ -168,7 +170,7 @@ impl Config {
                 scenario,
                 args.buyers.unwrap_or(buyers),
                 args.stock.unwrap_or(stock),
-                args.runs,
+                args.runs.unwrap_or(DEFAULT_RUNS),
                 args.think_ms.unwrap_or(DEFAULT_THINK_MS),
                 args.seed,
             )?;
