@@ -268,13 +268,13 @@ pub fn table(reports: &[Report]) -> String {
     let transfers = first.scenario == Scenario::CrossedTransfers.as_str();
     let mut out = if transfers {
         format!(
-            "{} — {} transfers per run, {} runs\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
+            "{} — {} transfers per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.runs,
             "strategy", "runs", "done/run", "refused", "errors", "retries", "drift", "violations", "verdict", "time"
         )
     } else {
         format!(
-            "{} — {} buyers for {} unit(s) per run, {} runs\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+            "{} — {} buyers for {} unit(s) in stock per run, {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.stock_per_run, first.runs,
             "strategy", "runs", "sold/run", "refused", "conflicts", "errors", "final a/r", "oversold", "violations", "verdict", "time"
         )
@@ -350,7 +350,7 @@ pub fn conclusion(r: &Report) -> String {
     let what = broke.join("; ");
     match r.verdict {
         Verdict::Held => format!(
-            "{}: every invariant held in all {} runs.",
+            "{}: every invariant held in all {} run(s).",
             r.strategy, r.runs
         ),
         Verdict::Broken => format!("BROKEN: {} (a safe strategy): {what}.", r.strategy),
