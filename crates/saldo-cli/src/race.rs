@@ -197,11 +197,18 @@ impl Config {
 pub async fn run(args: Args, server_url: &str) -> Result<()> {
     let config = Config::from_args(&args)?;
     let scratch = Scratch::create(server_url).await?;
-    let result = match &config.race {
-        Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,
-        Race::Transfers { race, strategies } => {
-            lab::transfers::run(&scratch, race, strategies).await
+    let work = async {
+        match &config.race {
+            Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,
+            Race::Transfers { race, strategies } => {
+                lab::transfers::run(&scratch, race, strategies).await
+            }
         }
+    };
+    // Ctrl-C ends the race but still drops the scratch database.
+    let result = tokio::select! {
+        r = work => r.map_err(anyhow::Error::from),
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
     // Drop the scratch database whatever happened; report the run's error first.
     let dropped = scratch.drop_database().await;
