@@ -27,6 +27,9 @@ pub const DEFAULT_TRANSFERS: u32 = 200;
 /// write, the way seed 000's payment call did (1.5 s there).
 pub const DEFAULT_THINK_MS: u64 = 20;
 pub const DEFAULT_RUNS: u32 = 5;
+/// crossed-transfers runs once by default: each naive deadlock costs `deadlock_timeout` (1 s on
+/// the embedded cluster), so a naive run takes about a minute.
+pub const DEFAULT_TRANSFER_RUNS: u32 = 1;
 pub const DEFAULT_SEED: u64 = 42;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -49,10 +52,9 @@ pub struct Args {
     /// optimistic, naive-subtract, naive-overwrite; crossed-transfers: ordered, naive.
     #[arg(long, default_value = "all")]
     strategy: String,
-    /// Runs per strategy, each from a fresh state.
-    #[arg(long, default_value_t = DEFAULT_RUNS,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
-    runs: u32,
+    /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
+    runs: Option<u32>,
     /// Concurrent buyers per run.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_BUYERS)))]
     buyers: Option<u32>,
@@ -143,7 +145,7 @@ impl Config {
             }
             let race = TransferRace::new(
                 args.transfers.unwrap_or(DEFAULT_TRANSFERS),
-                args.runs,
+                args.runs.unwrap_or(DEFAULT_TRANSFER_RUNS),
                 !args.no_retry,
             )?;
             Race::Transfers {
@@ -168,7 +170,7 @@ impl Config {
                 scenario,
                 args.buyers.unwrap_or(buyers),
                 args.stock.unwrap_or(stock),
-                args.runs,
+                args.runs.unwrap_or(DEFAULT_RUNS),
                 args.think_ms.unwrap_or(DEFAULT_THINK_MS),
                 args.seed,
             )?;
@@ -195,11 +197,18 @@ impl Config {
 pub async fn run(args: Args, server_url: &str) -> Result<()> {
     let config = Config::from_args(&args)?;
     let scratch = Scratch::create(server_url).await?;
-    let result = match &config.race {
-        Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,
-        Race::Transfers { race, strategies } => {
-            lab::transfers::run(&scratch, race, strategies).await
+    let work = async {
+        match &config.race {
+            Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,
+            Race::Transfers { race, strategies } => {
+                lab::transfers::run(&scratch, race, strategies).await
+            }
         }
+    };
+    // Ctrl-C ends the race but still drops the scratch database.
+    let result = tokio::select! {
+        r = work => r.map_err(anyhow::Error::from),
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
     // Drop the scratch database whatever happened; report the run's error first.
     let dropped = scratch.drop_database().await;
@@ -266,13 +275,13 @@ pub fn table(reports: &[Report]) -> String {
     let transfers = first.scenario == Scenario::CrossedTransfers.as_str();
     let mut out = if transfers {
         format!(
-            "{} — {} transfers per run, {} runs\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
+            "{} — {} transfers per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.runs,
             "strategy", "runs", "done/run", "refused", "errors", "retries", "drift", "violations", "verdict", "time"
         )
     } else {
         format!(
-            "{} — {} buyers for {} unit(s) per run, {} runs\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+            "{} — {} buyers for {} unit(s) in stock per run, {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.stock_per_run, first.runs,
             "strategy", "runs", "sold/run", "refused", "conflicts", "errors", "final a/r", "oversold", "violations", "verdict", "time"
         )
@@ -348,7 +357,7 @@ pub fn conclusion(r: &Report) -> String {
     let what = broke.join("; ");
     match r.verdict {
         Verdict::Held => format!(
-            "{}: every invariant held in all {} runs.",
+            "{}: every invariant held in all {} run(s).",
             r.strategy, r.runs
         ),
         Verdict::Broken => format!("BROKEN: {} (a safe strategy): {what}.", r.strategy),

@@ -138,6 +138,32 @@ async fn a_naive_failure_alone_exits_zero_and_says_it_was_expected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_sessions_that_read_the_same_last_unit() {
+    let out = race(&[
+        "last-unit",
+        "--strategy",
+        "naive-overwrite,atomic",
+        "--buyers",
+        "4",
+        "--runs",
+        "1",
+        "--think-ms",
+        "30",
+        "--explain",
+    ])
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    // At least two sessions read the last unit inside the 30 ms window and both wrote it.
+    assert!(
+        stdout.contains("sessions read product 1 with available=1"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("=> lost update:"), "{stdout}");
+    assert!(stdout.contains("atomic: nothing to show"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_item_keeps_orders_whole() {
     let out = race(&[
         "multi-item",

@@ -45,9 +45,45 @@ pub struct NaiveOverwrite {
 }
 
 /// What the unlocked read saw.
-struct Seen {
-    available: i32,
-    reserved: i32,
+pub(crate) struct Seen {
+    pub available: i32,
+    pub reserved: i32,
+    pub version: i64,
+}
+
+/// Reads the row without a lock and checks it in the application: the first half of the naive
+/// strategies, and of the optimistic one, which differs only in how it writes.
+pub(crate) async fn read_and_check(
+    client: &Client,
+    session: &Session<'_>,
+    product: ProductId,
+    quantity: Quantity,
+) -> Result<Seen, Error> {
+    let stmt = client.prepare_cached(READ).await?;
+    let row = client
+        .query_opt(&stmt, &[&product.get()])
+        .await?
+        .ok_or(Error::UnknownProduct(product))?;
+    let seen = Seen {
+        available: row.try_get(0)?,
+        reserved: row.try_get(1)?,
+        version: row.try_get(2)?,
+    };
+    session.record(product, || TraceStep::Read {
+        available: seen.available,
+        reserved: seen.reserved,
+        version: seen.version,
+    });
+    if seen.available < quantity.get() {
+        let available = seen.available;
+        session.record(product, || TraceStep::Refused { available });
+        return Err(Error::InsufficientStock {
+            product_id: product,
+            requested: quantity.get(),
+            available,
+        });
+    }
+    Ok(seen)
 }
 
 /// The shared naive first half: read without a lock, check in the application, think.
@@ -58,32 +94,10 @@ async fn read_check_think(
     quantity: Quantity,
     think: Duration,
 ) -> Result<Seen, Error> {
-    let stmt = client.prepare_cached(READ).await?;
-    let row = client
-        .query_opt(&stmt, &[&product.get()])
-        .await?
-        .ok_or(Error::UnknownProduct(product))?;
-    let (available, reserved, version): (i32, i32, i64) =
-        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-    session.record(product, || TraceStep::Read {
-        available,
-        reserved,
-        version,
-    });
-    if available < quantity.get() {
-        session.record(product, || TraceStep::Refused { available });
-        return Err(Error::InsufficientStock {
-            product_id: product,
-            requested: quantity.get(),
-            available,
-        });
-    }
+    let seen = read_and_check(client, session, product, quantity).await?;
     // Between this read and the write below another session may sell the same unit.
     tokio::time::sleep(think.min(MAX_THINK)).await;
-    Ok(Seen {
-        available,
-        reserved,
-    })
+    Ok(seen)
 }
 
 /// Runs the write, recording what the row holds afterwards or the SQLSTATE that refused it.
@@ -97,11 +111,7 @@ async fn write(
     let stmt = client.prepare_cached(sql).await?;
     match client.query_one(&stmt, params).await {
         Ok(row) => {
-            let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
-            session.record(product, || TraceStep::Wrote {
-                available,
-                reserved,
-            });
+            session.record_written(product, &row)?;
             Ok(())
         }
         Err(e) => {

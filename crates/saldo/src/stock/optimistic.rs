@@ -19,6 +19,7 @@ use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
 use crate::retry::RetryPolicy;
 use crate::stock::lifecycle::UnitTaker;
+use crate::stock::naive::read_and_check;
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
 /// Most attempts per item, whatever the configuration says.
@@ -26,7 +27,6 @@ pub const MAX_OPTIMISTIC_ATTEMPTS: u32 = 50;
 /// Longest single backoff, whatever the configuration says.
 pub const MAX_OPTIMISTIC_BACKOFF_MS: u64 = 100;
 
-const READ: &str = "SELECT available, reserved, version FROM stock WHERE product_id = $1";
 const TAKE_IF_VERSION: &str = "UPDATE stock SET available = available - $3, \
      reserved = reserved + $3, version = version + 1, updated_at = now() \
      WHERE product_id = $1 AND version = $2 RETURNING available, reserved";
@@ -77,38 +77,17 @@ impl UnitTaker for Optimistic {
     async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
         let session = Session::start(self.trace.as_ref());
         let policy = self.config.policy();
-        let read = client.prepare_cached(READ).await?;
         let update = client.prepare_cached(TAKE_IF_VERSION).await?;
         'items: for &(product, quantity) in items {
             for attempt in 1..=policy.max_attempts {
-                let row = client
-                    .query_opt(&read, &[&product.get()])
+                let version = read_and_check(client, &session, product, quantity)
                     .await?
-                    .ok_or(Error::UnknownProduct(product))?;
-                let (available, reserved, version): (i32, i32, i64) =
-                    (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-                session.record(product, || TraceStep::Read {
-                    available,
-                    reserved,
-                    version,
-                });
-                if available < quantity.get() {
-                    session.record(product, || TraceStep::Refused { available });
-                    return Err(Error::InsufficientStock {
-                        product_id: product,
-                        requested: quantity.get(),
-                        available,
-                    });
-                }
+                    .version;
                 if let Some(row) = client
                     .query_opt(&update, &[&product.get(), &version, &quantity.get()])
                     .await?
                 {
-                    let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
-                    session.record(product, || TraceStep::Wrote {
-                        available,
-                        reserved,
-                    });
+                    session.record_written(product, &row)?;
                     continue 'items;
                 }
                 session.record(product, || TraceStep::VersionMoved {

@@ -63,11 +63,7 @@ impl UnitTaker for Pessimistic {
             let row = client
                 .query_one(&update, &[&product.get(), &quantity.get()])
                 .await?;
-            let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
-            session.record(product, || TraceStep::Wrote {
-                available,
-                reserved,
-            });
+            session.record_written(product, &row)?;
         }
         Ok(())
     }

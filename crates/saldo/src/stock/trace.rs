@@ -130,4 +130,18 @@ impl<'a> Session<'a> {
             sink.record(self.id, product_id, step());
         }
     }
+
+    /// Records what a write's `RETURNING available, reserved` says the row now holds.
+    pub(crate) fn record_written(
+        &self,
+        product_id: ProductId,
+        row: &tokio_postgres::Row,
+    ) -> Result<(), tokio_postgres::Error> {
+        let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
+        self.record(product_id, || TraceStep::Wrote {
+            available,
+            reserved,
+        });
+        Ok(())
+    }
 }
