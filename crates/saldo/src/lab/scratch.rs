@@ -14,6 +14,9 @@ use crate::stock::Store;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// deadlock_timeout of the scratch database, when the lab may set it.
+pub const LAB_DEADLOCK_TIMEOUT_MS: u64 = 100;
+
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
 const RESET: &str = "TRUNCATE reservations, stock_movements, stock, transfers; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
@@ -49,6 +52,18 @@ impl Scratch {
         );
         // Identifiers cannot be bound parameters; the name is built from numbers only.
         admin(server_url, &format!("CREATE DATABASE {name}")).await?;
+        // Every deadlock waits deadlock_timeout (1 s by default) before PostgreSQL looks for the
+        // cycle; with 200 crossed transfers that queues minutes of waiting behind the victims.
+        // The lab only needs the cycle detected, so it shortens the wait on its own database.
+        // Needs superuser (the embedded cluster's user); elsewhere the server's setting stays.
+        if let Err(e) = admin(
+            server_url,
+            &format!("ALTER DATABASE {name} SET deadlock_timeout = '{LAB_DEADLOCK_TIMEOUT_MS}ms'"),
+        )
+        .await
+        {
+            tracing::info!(error = %e, "keeping the server's deadlock_timeout");
+        }
         let options = PoolOptions {
             max_size: LAB_POOL_SIZE,
             wait_timeout_ms: LAB_POOL_WAIT_MS,
