@@ -12,3 +12,6 @@ mod harness {
 
 #[path = "suite/stock.rs"]
 mod stock;
+
+#[path = "suite/batched.rs"]
+mod batched;

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod atomic;
+pub mod batched;
 mod lifecycle;
 pub mod sweeper;
 
@@ -115,11 +116,12 @@ pub struct Stock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StrategyName {
     Atomic,
+    Batched,
 }
 
 impl StrategyName {
     /// Every strategy, safe ones first, in the order the lab prints them.
-    pub const ALL: &'static [StrategyName] = &[StrategyName::Atomic];
+    pub const ALL: &'static [StrategyName] = &[StrategyName::Atomic, StrategyName::Batched];
 
     pub fn parse(s: &str) -> Option<StrategyName> {
         StrategyName::ALL.iter().copied().find(|n| n.as_str() == s)
@@ -128,6 +130,7 @@ impl StrategyName {
     pub fn as_str(self) -> &'static str {
         match self {
             StrategyName::Atomic => "atomic",
+            StrategyName::Batched => "batched",
         }
     }
 
@@ -135,6 +138,7 @@ impl StrategyName {
     pub fn is_safe(self) -> bool {
         match self {
             StrategyName::Atomic => true,
+            StrategyName::Batched => true,
         }
     }
 }
@@ -151,6 +155,8 @@ pub struct StrategyConfig {
     /// Lab only: how long a naive strategy "thinks" between its read and its write (seed 000's
     /// payment call), to widen the race window.
     pub think: std::time::Duration,
+    /// Queues, batch size and partitions of the `batched` strategy.
+    pub batched: batched::BatchedConfig,
 }
 
 /// The one contract every stock strategy keeps (and the contract suite checks): reserve all
@@ -170,14 +176,16 @@ pub trait StockStrategy: Send + Sync {
     async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error>;
 }
 
-/// Builds the named strategy over `store`.
+/// Builds the named strategy over `store`. `batched` spawns its workers on the first `reserve`,
+/// on the tokio runtime that calls it; they stop when the returned value is dropped.
 pub fn build(
     name: StrategyName,
     store: Store,
-    _config: &StrategyConfig,
+    config: &StrategyConfig,
 ) -> std::sync::Arc<dyn StockStrategy> {
     match name {
         StrategyName::Atomic => std::sync::Arc::new(StockEngine::new(store, atomic::Atomic)),
+        StrategyName::Batched => std::sync::Arc::new(batched::Batched::new(store, &config.batched)),
     }
 }
 

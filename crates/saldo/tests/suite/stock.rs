@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness::{test_db, TestDb};
 use saldo::audit::{audit_stock, Invariant};
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
 use saldo::stock::{
     admin, build, sweeper, ReserveRequest, StockStrategy, StrategyConfig, StrategyName,
 };
-use crate::harness::{test_db, TestDb};
 use saldo::Error;
 
 fn pid(n: i64) -> ProductId {

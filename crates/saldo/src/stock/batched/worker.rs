@@ -1,0 +1,284 @@
+//! One partition's worker: drain the queue into a batch, grant the batch in one transaction,
+//! answer every waiter. Business refusals are per-order answers inside a committed batch; only
+//! a database failure fails a batch, and then (unless it is a deadlock or serialization failure,
+//! which rerun the whole batch) its orders are replayed one by one through the `atomic` path,
+//! so one bad order never takes its batch-mates down with it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Client;
+use tokio::sync::mpsc;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::{Counters, Job};
+use crate::domain::ProductId;
+use crate::error::Error;
+use crate::retry::in_transaction;
+use crate::stock::atomic::Atomic;
+use crate::stock::lifecycle::{self, live_items, parse_rows, plan, Plan, Row, APPLY_DELTAS};
+use crate::stock::{Reservation, ReserveRequest, ReservedItem, Status, Store};
+use crate::telemetry;
+
+/// Locks every stock row of the batch, in the global lock order (ascending product id).
+const LOCK_BATCH: &str = "SELECT product_id, available FROM stock \
+     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
+/// Existing rows of the batch's orders, read after the lock: the idempotency decision is made
+/// on what committed before we held the rows. Columns 0..=4 are `lifecycle::parse_rows`'s.
+const BATCH_ORDER_ROWS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
+     FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at";
+/// Every granted reservation row of the batch in one statement.
+const INSERT_BATCH: &str = "INSERT INTO reservations \
+     (id, order_id, product_id, quantity, expires_at) \
+     SELECT g.id, g.order_id, g.product_id, g.quantity, now() + make_interval(secs => g.ttl_s) \
+       FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[]) \
+            AS g(id, order_id, product_id, quantity, ttl_s) \
+     RETURNING id, expires_at";
+
+pub(super) struct Worker {
+    pub partition: usize,
+    pub store: Store,
+    pub max_batch: usize,
+    pub linger: Duration,
+    pub counters: Arc<Counters>,
+    /// Dropped when the task ends: lets tests prove the workers stopped.
+    pub _alive: Arc<()>,
+}
+
+impl Worker {
+    /// Runs until every sender is dropped and the queue is drained.
+    pub async fn run(self, mut rx: mpsc::Receiver<Job>) {
+        let mut batch: Vec<Job> = Vec::with_capacity(self.max_batch);
+        loop {
+            if rx.recv_many(&mut batch, self.max_batch).await == 0 {
+                break;
+            }
+            if !self.linger.is_zero() {
+                let deadline = tokio::time::Instant::now() + self.linger;
+                while batch.len() < self.max_batch {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(job)) => batch.push(job),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+            // A caller that gave up (dropped its future) gets nothing reserved in its name.
+            batch.retain(|job| !job.reply.is_closed());
+            if !batch.is_empty() {
+                self.process(std::mem::take(&mut batch)).await;
+            }
+        }
+        tracing::debug!(partition = self.partition, "batched worker stopped");
+    }
+
+    async fn process(&self, jobs: Vec<Job>) {
+        let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.request).collect();
+        let requests = &requests[..];
+        let result = in_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            "reserve_batch",
+            move |client| crate::tx_body!(client => grant_batch(client, requests)),
+        )
+        .await;
+        match result {
+            Ok(outcomes) => {
+                let c = &self.counters;
+                c.batches.fetch_add(1, Ordering::Relaxed);
+                c.orders.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                c.largest_batch
+                    .fetch_max(jobs.len() as u64, Ordering::Relaxed);
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    // The caller may have gone; its answer has nowhere to go.
+                    let _ = job.reply.send(outcome);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    partition = self.partition,
+                    orders = jobs.len(),
+                    error = %e,
+                    "batch failed; answering its orders one by one"
+                );
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                for job in jobs {
+                    let outcome = lifecycle::reserve(&self.store, &Atomic, &job.request).await;
+                    let _ = job.reply.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// What one order of the batch came to, before the insert tells the new rows' expiry.
+enum Decision {
+    Refused(Error),
+    /// The order's live rows are the first `rows` rows of its list (a later duplicate in the same
+    /// batch may append more).
+    Live {
+        rows: usize,
+        replayed: bool,
+    },
+}
+
+/// The batch transaction: lock, read, decide in arrival order, write once, per-order answers.
+async fn grant_batch(
+    client: &Client,
+    requests: &[&ReserveRequest],
+) -> Result<Vec<Result<Reservation, Error>>, Error> {
+    let mut products: Vec<i64> = requests
+        .iter()
+        .flat_map(|r| r.items.iter().map(|(p, _)| p.get()))
+        .collect();
+    products.sort_unstable();
+    products.dedup();
+    let mut order_ids: Vec<&str> = requests.iter().map(|r| r.order_id.as_str()).collect();
+    order_ids.sort_unstable();
+    order_ids.dedup();
+
+    let started = Instant::now();
+    let lock = client.prepare_cached(LOCK_BATCH).await?;
+    let read = client.prepare_cached(BATCH_ORDER_ROWS).await?;
+    // Pipelined: both go out at once, the server runs them in order, so the read still sees
+    // the state under the lock.
+    let lock_params: [&(dyn ToSql + Sync); 1] = [&products];
+    let read_params: [&(dyn ToSql + Sync); 1] = [&order_ids];
+    let (locked, existing) = futures::try_join!(
+        client.query(&lock, &lock_params),
+        client.query(&read, &read_params)
+    )?;
+    metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => "batched")
+        .record(started.elapsed().as_secs_f64());
+
+    let mut available: HashMap<i64, i32> = HashMap::with_capacity(locked.len());
+    for row in &locked {
+        available.insert(row.try_get(0)?, row.try_get(1)?);
+    }
+    let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
+    for (raw, row) in existing.iter().zip(parse_rows(&existing)?) {
+        by_order.entry(raw.try_get(5)?).or_default().push(row);
+    }
+
+    // Grant in arrival order against the in-memory counts; all-or-nothing per order.
+    let mut decisions = Vec::with_capacity(requests.len());
+    let mut new_rows: Vec<(Uuid, &str, i64, i32, f64)> = Vec::new();
+    let mut deltas: BTreeMap<i64, i32> = BTreeMap::new();
+    for request in requests {
+        let rows = by_order
+            .entry(request.order_id.as_str().to_owned())
+            .or_default();
+        let decision = match plan(request, rows) {
+            Plan::Replay => Decision::Live {
+                rows: rows.len(),
+                replayed: true,
+            },
+            Plan::Conflict => {
+                Decision::Refused(Error::IdempotencyConflict(request.order_id.clone()))
+            }
+            Plan::Take(take) => match first_refusal(&available, &take) {
+                Some(refusal) => Decision::Refused(refusal),
+                None => {
+                    let ttl_s = request.ttl.as_duration().as_secs_f64();
+                    for (product, quantity) in take {
+                        let (p, q) = (product.get(), quantity.get());
+                        if let Some(a) = available.get_mut(&p) {
+                            *a -= q;
+                        }
+                        *deltas.entry(p).or_default() += q;
+                        let id = Uuid::new_v4();
+                        new_rows.push((id, request.order_id.as_str(), p, q, ttl_s));
+                        rows.push(Row {
+                            id,
+                            item: ReservedItem {
+                                product_id: product,
+                                quantity: q,
+                                status: Status::Active,
+                                // Patched below from the database's clock.
+                                expires_at: DateTime::<Utc>::MIN_UTC,
+                            },
+                        });
+                    }
+                    Decision::Live {
+                        rows: rows.len(),
+                        replayed: false,
+                    }
+                }
+            },
+        };
+        decisions.push(decision);
+    }
+
+    let mut expiry: HashMap<Uuid, DateTime<Utc>> = HashMap::with_capacity(new_rows.len());
+    if !new_rows.is_empty() {
+        let ids: Vec<Uuid> = new_rows.iter().map(|r| r.0).collect();
+        let orders: Vec<&str> = new_rows.iter().map(|r| r.1).collect();
+        let row_products: Vec<i64> = new_rows.iter().map(|r| r.2).collect();
+        let quantities: Vec<i32> = new_rows.iter().map(|r| r.3).collect();
+        let ttls: Vec<f64> = new_rows.iter().map(|r| r.4).collect();
+        let delta_products: Vec<i64> = deltas.keys().copied().collect();
+        let taken: Vec<i32> = deltas.values().map(|q| -q).collect();
+        let reserved: Vec<i32> = deltas.values().copied().collect();
+        let insert = client.prepare_cached(INSERT_BATCH).await?;
+        let update = client.prepare_cached(APPLY_DELTAS).await?;
+        let insert_params: [&(dyn ToSql + Sync); 5] =
+            [&ids, &orders, &row_products, &quantities, &ttls];
+        let update_params: [&(dyn ToSql + Sync); 3] = [&delta_products, &taken, &reserved];
+        let (inserted, _) = futures::try_join!(
+            client.query(&insert, &insert_params),
+            client.execute(&update, &update_params)
+        )?;
+        for row in inserted {
+            expiry.insert(row.try_get(0)?, row.try_get(1)?);
+        }
+    }
+    for row in by_order.values_mut().flatten() {
+        if let Some(at) = expiry.get(&row.id) {
+            row.item.expires_at = *at;
+        }
+    }
+
+    let mut outcomes = Vec::with_capacity(requests.len());
+    for (request, decision) in requests.iter().zip(decisions) {
+        outcomes.push(match decision {
+            Decision::Refused(e) => Err(e),
+            Decision::Live { rows, replayed } => {
+                let all = by_order
+                    .get(request.order_id.as_str())
+                    .map_or(&[][..], |v| &v[..rows.min(v.len())]);
+                let mut items = live_items(all);
+                items.sort_by_key(|i| i.product_id);
+                Ok(Reservation {
+                    order_id: request.order_id.clone(),
+                    items,
+                    replayed,
+                })
+            }
+        });
+    }
+    Ok(outcomes)
+}
+
+/// The first item (in product order) the in-memory counts cannot serve, as `atomic` names it.
+fn first_refusal(
+    available: &HashMap<i64, i32>,
+    take: &[(ProductId, crate::domain::Quantity)],
+) -> Option<Error> {
+    for &(product, quantity) in take {
+        match available.get(&product.get()) {
+            None => return Some(Error::UnknownProduct(product)),
+            Some(&a) if a < quantity.get() => {
+                return Some(Error::InsufficientStock {
+                    product_id: product,
+                    requested: quantity.get(),
+                    available: a,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
