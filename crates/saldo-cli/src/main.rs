@@ -9,6 +9,7 @@ use saldo::db::{self, PoolOptions};
 use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
+mod bench;
 mod database;
 use database::open;
 
@@ -41,6 +42,8 @@ enum Command {
     Audit,
     /// Expire due reservations once (bounded batches) and print how many.
     Sweep,
+    /// Measure strategies side by side on a scratch database; exits 1 if an invariant breaks.
+    Bench(bench::Args),
 }
 
 #[tokio::main]
@@ -59,6 +62,10 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Migrate => println!("migrations applied"),
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
+        Command::Bench(args) => anyhow::ensure!(
+            bench::run(args, &database.url).await?,
+            "bench: an invariant broke (see above)"
+        ),
         Command::Audit => {
             let divergences = saldo::audit::audit_stock(&pool).await?;
             if divergences.is_empty() {
