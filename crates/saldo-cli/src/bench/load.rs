@@ -157,7 +157,9 @@ pub async fn drive(
         tokio::spawn(async move {
             match plan.rate {
                 None => closed_loop(shared, plan.concurrency, measure_from, end).await,
-                Some(rate) => open_loop(shared, plan.concurrency, rate, start, measure_from, end).await,
+                Some(rate) => {
+                    open_loop(shared, plan.concurrency, rate, start, measure_from, end).await
+                }
             }
         })
     };

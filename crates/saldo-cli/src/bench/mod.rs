@@ -171,8 +171,15 @@ impl Config {
             Scenario::Hot => String::new(),
             _ => format!(", {} products", self.products),
         };
-        let sale = if self.plan.with_confirm { ", reserve+confirm" } else { "" };
-        format!("saldo bench {}: {load}{products}{sale}", self.scenario.as_str())
+        let sale = if self.plan.with_confirm {
+            ", reserve+confirm"
+        } else {
+            ""
+        };
+        format!(
+            "saldo bench {}: {load}{products}{sale}",
+            self.scenario.as_str()
+        )
     }
 }
 
@@ -180,9 +187,18 @@ impl Config {
 pub async fn run(args: Args, server_url: &str) -> Result<bool> {
     let config = Config::from_args(args)?;
     let scratch = scratch_name();
-    let admin = db::connect(server_url, &PoolOptions { max_size: 1, ..PoolOptions::default() })?;
+    let admin = db::connect(
+        server_url,
+        &PoolOptions {
+            max_size: 1,
+            ..PoolOptions::default()
+        },
+    )?;
     {
-        let client = admin.get().await.context("connecting to create the scratch database")?;
+        let client = admin
+            .get()
+            .await
+            .context("connecting to create the scratch database")?;
         client
             .batch_execute(&format!("CREATE DATABASE {scratch}"))
             .await
@@ -216,7 +232,10 @@ fn with_database(url: &str, name: &str) -> Result<String> {
         let query_at = rest.find('?').unwrap_or(rest.len());
         let (authority_path, query) = rest.split_at(query_at);
         let authority = authority_path.split('/').next().unwrap_or(authority_path);
-        Ok(format!("{}{authority}/{name}{query}", &url[..scheme_end + 3]))
+        Ok(format!(
+            "{}{authority}/{name}{query}",
+            &url[..scheme_end + 3]
+        ))
     } else if url.contains('=') {
         let kept: Vec<&str> = url
             .split_whitespace()
@@ -236,7 +255,9 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
             ..PoolOptions::default()
         },
     )?;
-    db::migrate(&pool).await.context("migrating the scratch database")?;
+    db::migrate(&pool)
+        .await
+        .context("migrating the scratch database")?;
     let picker = Arc::new(Picker::new(
         config.scenario,
         config.products,
@@ -257,7 +278,9 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
             let index = (round as u64 - 1) * config.strategies.len() as u64 + i as u64;
             let result = one_run(config, &pool, &picker, name, round, |answered, elapsed| {
                 let base = index * per_run.as_millis() as u64;
-                progress.set_position(base + (elapsed.as_millis() as u64).min(per_run.as_millis() as u64));
+                progress.set_position(
+                    base + (elapsed.as_millis() as u64).min(per_run.as_millis() as u64),
+                );
                 progress.set_message(format!("round {round} {name}: {answered} answered"));
             })
             .await?;
@@ -268,7 +291,11 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
     progress.finish_and_clear();
     pool.close();
 
-    let names: Vec<String> = config.strategies.iter().map(|n| n.as_str().to_owned()).collect();
+    let names: Vec<String> = config
+        .strategies
+        .iter()
+        .map(|n| n.as_str().to_owned())
+        .collect();
     let summaries = report::summarize(&names, &results);
     let table = report::table(&summaries);
     let all_ok = summaries.iter().all(|s| s.invariants_ok);
@@ -336,7 +363,15 @@ async fn one_run(
     drop(batched);
     drop(engine);
     let invariants = check_invariants(pool, &tally).await?;
-    Ok(result_of(name, round, config, &tally, peak_rss_kib, stats, invariants))
+    Ok(result_of(
+        name,
+        round,
+        config,
+        &tally,
+        peak_rss_kib,
+        stats,
+        invariants,
+    ))
 }
 
 fn result_of(

@@ -9,7 +9,9 @@ const HEIGHT: f64 = 420.0;
 const PANEL_W: f64 = 400.0;
 const PANEL_H: f64 = 280.0;
 const TOP: f64 = 80.0;
-const COLORS: &[&str] = &["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"];
+const COLORS: &[&str] = &[
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1",
+];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -82,7 +84,12 @@ pub fn svg(title: &str, summaries: &[Summary]) -> String {
             (s.strategy.clone(), ms, format!("{ms:.1} ms"))
         })
         .collect();
-    panel(&mut out, 40.0, "reservations per second (higher is better)", &throughput);
+    panel(
+        &mut out,
+        40.0,
+        "reservations per second (higher is better)",
+        &throughput,
+    );
     panel(&mut out, 480.0, "p99 latency (lower is better)", &p99);
     out.push_str(&format!(
         "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"11\" text-anchor=\"middle\" fill=\"#555\">\
@@ -114,8 +121,19 @@ mod tests {
             mean_batch: None,
             invariants_ok: true,
         };
-        let doc = svg("hot <256>", &[s("atomic", 900.0, 250_000), s("batched", 20_000.0, 12_500)]);
-        for needle in ["atomic", "batched", "900/s", "20000/s", "250.0 ms", "12.5 ms", "hot &lt;256&gt;"] {
+        let doc = svg(
+            "hot <256>",
+            &[s("atomic", 900.0, 250_000), s("batched", 20_000.0, 12_500)],
+        );
+        for needle in [
+            "atomic",
+            "batched",
+            "900/s",
+            "20000/s",
+            "250.0 ms",
+            "12.5 ms",
+            "hot &lt;256&gt;",
+        ] {
             assert!(doc.contains(needle), "missing {needle}");
         }
         assert!(doc.starts_with("<svg") && doc.trim_end().ends_with("</svg>"));

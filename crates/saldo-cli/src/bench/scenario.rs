@@ -46,10 +46,17 @@ pub const STOCK_PER_PRODUCT: i32 = MAX_STOCK_COUNT;
 /// Picks the items of the next order.
 pub enum Picker {
     Hot,
-    Uniform { products: u32 },
+    Uniform {
+        products: u32,
+    },
     /// Cumulative distribution over product ranks 1..=n.
-    Zipf { cdf: Vec<f64> },
-    Multi { products: u32, items: u32 },
+    Zipf {
+        cdf: Vec<f64>,
+    },
+    Multi {
+        products: u32,
+        items: u32,
+    },
 }
 
 impl Picker {
@@ -85,7 +92,9 @@ impl Picker {
             Picker::Uniform { products } => vec![(i64::from(rng.random_range(1..=*products)), 1)],
             Picker::Zipf { cdf } => {
                 let u: f64 = rng.random();
-                let rank = cdf.partition_point(|c| *c < u).min(cdf.len().saturating_sub(1));
+                let rank = cdf
+                    .partition_point(|c| *c < u)
+                    .min(cdf.len().saturating_sub(1));
                 vec![(rank as i64 + 1, 1)]
             }
             Picker::Multi { products, items } => {
@@ -112,7 +121,8 @@ impl Picker {
 pub const RESET: &str = "TRUNCATE reservations, stock_movements, stock RESTART IDENTITY";
 pub const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
-pub const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
+pub const COUNT_PRODUCTS: &str =
+    "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
      SELECT g, 'count', $1, 'bench' FROM generate_series(1, $2::bigint) g";
 
 #[cfg(test)]
@@ -133,8 +143,14 @@ mod tests {
             let picker = Picker::new(scenario, products, 1.2, 3);
             for _ in 0..1_000 {
                 let items = picker.pick(&mut rng).expect("items");
-                assert!(items.iter().all(|(p, _)| p.get() >= 1 && p.get() <= i64::from(products)));
-                let expected = if scenario == Scenario::MultiItem { 3 } else { 1 };
+                assert!(items
+                    .iter()
+                    .all(|(p, _)| p.get() >= 1 && p.get() <= i64::from(products)));
+                let expected = if scenario == Scenario::MultiItem {
+                    3
+                } else {
+                    1
+                };
                 assert_eq!(items.len(), expected, "{scenario:?}");
             }
         }

@@ -17,6 +17,8 @@
 
 mod worker;
 
+pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
