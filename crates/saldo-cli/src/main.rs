@@ -38,7 +38,7 @@ enum Command {
     },
     /// Apply the migrations and exit.
     Migrate,
-    /// Run the divergence audit; exits 1 when any product diverges.
+    /// Run the divergence audits (stock and ledger); exits 1 when anything diverges.
     Audit,
     /// Expire due reservations once (bounded batches) and print how many.
     Sweep,
@@ -67,18 +67,26 @@ async fn main() -> Result<()> {
             "bench: an invariant broke (see above)"
         ),
         Command::Audit => {
-            let divergences = saldo::audit::audit_stock(&pool).await?;
-            if divergences.is_empty() {
-                println!("audit clean: every product matches its history");
-            } else {
-                for d in &divergences {
-                    println!(
-                        "product {} {:?}: expected {} actual {}",
-                        d.product_id, d.invariant, d.expected, d.actual
-                    );
-                }
+            let stock = saldo::audit::audit_stock(&pool).await?;
+            let ledger = saldo::audit::audit_ledger(&pool).await?;
+            for d in &stock {
+                println!(
+                    "product {} {:?}: expected {} actual {}",
+                    d.product_id, d.invariant, d.expected, d.actual
+                );
+            }
+            for d in &ledger {
+                let account = d.account.map_or("all".to_owned(), |a| a.to_string());
+                println!(
+                    "account {account} {:?}: expected {} actual {}",
+                    d.invariant, d.expected, d.actual
+                );
+            }
+            if !stock.is_empty() || !ledger.is_empty() {
                 std::process::exit(1);
             }
+            println!("audit clean: every product matches its history");
+            println!("audit clean: balances sum to zero and every account matches its journal");
         }
         Command::Db { sweep_interval_s } => {
             println!("saldo database ready at {}", database.url);

@@ -2,13 +2,16 @@
 //! - `reserved = Σ active reservations`, and
 //! - `available + reserved = last count + adjustments since − confirmed since the count`.
 //!
-//! It reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some path
-//! wrote stock without going through the engine.
+//! [`audit_ledger`] checks the ledger the same way: all balances sum to zero, and each equals
+//! its credits minus its debits in the transfers journal.
+//!
+//! Each audit reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some
+//! path wrote stock or balances without going through the engine.
 
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use crate::domain::ProductId;
+use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
 
 /// Most divergences returned by one audit.
@@ -100,6 +103,75 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
                 actual: on_hand,
             });
         }
+    }
+    Ok(out)
+}
+
+/// Which ledger invariant broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerInvariant {
+    /// The sum of all balances, the system account included, is not zero: money was created or
+    /// destroyed outside the double entry.
+    TotalIsZero,
+    /// An account's balance differs from its credits minus its debits in the journal (every
+    /// account, the system one included, starts at zero; opening balances are journal rows).
+    BalanceMatchesJournal,
+}
+
+/// One broken ledger invariant; `account` is `None` for the total.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LedgerDivergence {
+    pub account: Option<AccountId>,
+    pub invariant: LedgerInvariant,
+    pub expected: i64,
+    pub actual: i64,
+}
+
+const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::bigint FROM accounts";
+
+const LEDGER_AUDIT: &str = "
+WITH moves AS (
+    SELECT to_account AS id, amount FROM transfers
+    UNION ALL
+    SELECT from_account AS id, -amount FROM transfers),
+journal AS (
+    SELECT id, sum(amount)::bigint AS net FROM moves GROUP BY id)
+SELECT a.id, a.balance, coalesce(j.net, 0) AS expected
+  FROM accounts a LEFT JOIN journal j USING (id)
+ WHERE a.balance <> coalesce(j.net, 0)
+ ORDER BY a.id
+ LIMIT $1";
+
+/// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
+/// zero and every balance equals its journal.
+pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
+    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get(0)?;
+    let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    tx.commit().await?;
+    let mut out = Vec::new();
+    if total != 0 {
+        out.push(LedgerDivergence {
+            account: None,
+            invariant: LedgerInvariant::TotalIsZero,
+            expected: 0,
+            actual: total,
+        });
+    }
+    for r in rows {
+        out.push(LedgerDivergence {
+            account: Some(crate::ledger::account_from_db(r.try_get(0)?)?),
+            invariant: LedgerInvariant::BalanceMatchesJournal,
+            expected: r.try_get(2)?,
+            actual: r.try_get(1)?,
+        });
     }
     Ok(out)
 }

@@ -2,6 +2,7 @@
 //!
 //! - [`domain`]: validated ids, quantities and orders;
 //! - [`stock`]: the reservation lifecycle and its strategies, the sweeper, admin;
+//! - [`ledger`]: accounts and idempotent double-entry transfers locked in id order;
 //! - [`retry`]: the one transaction-retry mechanism every write path uses;
 //! - [`audit`]: the divergence audit that must come back empty;
 //! - [`db`]: pool and migrations; [`testing`]: the real-PostgreSQL test harness.
@@ -10,6 +11,7 @@ pub mod audit;
 pub mod db;
 pub mod domain;
 pub mod error;
+pub mod ledger;
 pub mod retry;
 pub mod stock;
 pub mod telemetry;

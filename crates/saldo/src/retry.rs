@@ -4,36 +4,64 @@
 //! 40001 (serialization failure): those leave no effect behind. Business refusals, unique
 //! violations and syntax errors would fail the same way again, so they surface at once.
 //! Attempts are bounded, backoff is exponential with full jitter, the connection goes back to
-//! the pool before sleeping, and every retry and give-up is counted by SQLSTATE.
+//! the pool before sleeping, and every retry and give-up is counted by SQLSTATE (the
+//! `saldo_tx_retries_total` / `saldo_tx_giveups_total` counters, and optionally a [`TxStats`]
+//! the caller can read, because a retry that works silently hides a deadlock).
+//!
+//! Defaults ([`TxOptions::default`]): 4 attempts in all, backoff before retry n uniform in
+//! `0..=min(500 ms, 5 ms × 2^n)`, `lock_timeout` 5 s, `statement_timeout` 10 s. Change them with
+//! the builders, e.g. `TxOptions::default().with_lock_timeout_ms(2_000)
+//! .with_retry(RetryPolicy::default().with_max_attempts(8))`; [`RetryPolicy::none`] disables
+//! retries (the race lab uses it to show the bare deadlock).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Client, Pool};
 use futures::future::BoxFuture;
 use rand::Rng;
+use tokio_postgres::error::SqlState;
 
 use crate::error::Error;
 use crate::telemetry;
 
-/// How a failed transaction is rerun.
-#[derive(Debug, Clone)]
-pub struct RetryPolicy {
-    /// Total attempts including the first (default 4, seed 002).
-    pub max_attempts: u32,
-    /// Backoff before attempt n is uniform in `0..min(max, base * 2^n)`.
-    pub base_backoff_ms: u64,
-    pub max_backoff_ms: u64,
-}
-
+/// Default total attempts, the first included (seed 002).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 4;
+/// Default base of the exponential backoff.
+pub const DEFAULT_BASE_BACKOFF_MS: u64 = 5;
+/// Default ceiling of one backoff.
+pub const DEFAULT_MAX_BACKOFF_MS: u64 = 500;
+/// Default per-transaction `lock_timeout` (seed 002): fail fast instead of waiting forever on a
+/// row held by a forgotten transaction.
+pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 5_000;
+/// Default per-transaction `statement_timeout`.
+pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 10_000;
 /// Hard ceiling on attempts, whatever the configuration says.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 32;
+/// Hard ceiling on one backoff, whatever the configuration says.
+pub const MAX_BACKOFF_LIMIT_MS: u64 = 10_000;
+/// Hard ceiling on both timeouts (0 would mean "no timeout" to PostgreSQL, so it is refused too).
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+
+/// How a failed transaction is rerun.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts including the first (default [`DEFAULT_MAX_ATTEMPTS`]); clamped to
+    /// `1..=`[`MAX_ATTEMPTS_LIMIT`] when used.
+    pub max_attempts: u32,
+    /// Backoff before retry n is uniform in `0..=min(max, base * 2^n)` (full jitter).
+    pub base_backoff_ms: u64,
+    /// Ceiling of one backoff; clamped to [`MAX_BACKOFF_LIMIT_MS`] when used.
+    pub max_backoff_ms: u64,
+}
 
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            max_attempts: 4,
-            base_backoff_ms: 5,
-            max_backoff_ms: 500,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            base_backoff_ms: DEFAULT_BASE_BACKOFF_MS,
+            max_backoff_ms: DEFAULT_MAX_BACKOFF_MS,
         }
     }
 }
@@ -47,11 +75,30 @@ impl RetryPolicy {
         }
     }
 
+    /// Total attempts, the first included (1 = no retry).
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Base and ceiling of the exponential backoff.
+    pub fn with_backoff_ms(mut self, base_ms: u64, max_ms: u64) -> Self {
+        self.base_backoff_ms = base_ms;
+        self.max_backoff_ms = max_ms;
+        self
+    }
+
+    /// The attempts actually made at most.
+    pub fn effective_max_attempts(&self) -> u32 {
+        self.max_attempts.clamp(1, MAX_ATTEMPTS_LIMIT)
+    }
+
     pub(crate) fn backoff(&self, attempt: u32) -> Duration {
         let cap = self
             .base_backoff_ms
             .saturating_mul(1u64 << attempt.min(20))
-            .min(self.max_backoff_ms);
+            .min(self.max_backoff_ms)
+            .min(MAX_BACKOFF_LIMIT_MS);
         if cap == 0 {
             return Duration::ZERO;
         }
@@ -59,29 +106,93 @@ impl RetryPolicy {
     }
 }
 
-/// Per-transaction settings.
+/// Counts what [`in_transaction`] did for every transaction run with the [`TxOptions`] that carry
+/// it: the per-store, per-test view of the global retry counters.
+#[derive(Debug, Default)]
+pub struct TxStats {
+    attempts: AtomicU64,
+    deadlock_retries: AtomicU64,
+    serialization_retries: AtomicU64,
+    giveups: AtomicU64,
+}
+
+impl TxStats {
+    pub fn new() -> Arc<Self> {
+        Arc::new(TxStats::default())
+    }
+    /// Transaction attempts started (first runs and reruns).
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+    /// Reruns after 40P01.
+    pub fn deadlock_retries(&self) -> u64 {
+        self.deadlock_retries.load(Ordering::Relaxed)
+    }
+    /// Reruns after 40001.
+    pub fn serialization_retries(&self) -> u64 {
+        self.serialization_retries.load(Ordering::Relaxed)
+    }
+    /// All reruns.
+    pub fn retries(&self) -> u64 {
+        self.deadlock_retries() + self.serialization_retries()
+    }
+    /// Transactions that failed with 40P01/40001 on their last allowed attempt.
+    pub fn giveups(&self) -> u64 {
+        self.giveups.load(Ordering::Relaxed)
+    }
+
+    fn retried(&self, sqlstate: &str) {
+        if sqlstate == SqlState::T_R_DEADLOCK_DETECTED.code() {
+            self.deadlock_retries.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.serialization_retries.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Per-transaction settings. Build with [`TxOptions::default`] and the `with_*` methods.
 #[derive(Debug, Clone)]
 pub struct TxOptions {
-    /// `SET LOCAL lock_timeout` (default 5 s, seed 002).
+    /// `SET LOCAL lock_timeout` (default [`DEFAULT_LOCK_TIMEOUT_MS`]); clamped to
+    /// `1..=`[`MAX_TIMEOUT_MS`].
     pub lock_timeout_ms: u64,
-    /// `SET LOCAL statement_timeout` (default 10 s).
+    /// `SET LOCAL statement_timeout` (default [`DEFAULT_STATEMENT_TIMEOUT_MS`]); clamped likewise.
     pub statement_timeout_ms: u64,
     pub retry: RetryPolicy,
+    /// Optional per-caller counters (tests, the race lab); the metrics are recorded regardless.
+    pub stats: Option<Arc<TxStats>>,
 }
 
 impl Default for TxOptions {
     fn default() -> Self {
         TxOptions {
-            lock_timeout_ms: 5_000,
-            statement_timeout_ms: 10_000,
+            lock_timeout_ms: DEFAULT_LOCK_TIMEOUT_MS,
+            statement_timeout_ms: DEFAULT_STATEMENT_TIMEOUT_MS,
             retry: RetryPolicy::default(),
+            stats: None,
         }
     }
 }
 
-/// Runs `work` inside BEGIN … COMMIT, rerunning the whole transaction on 40P01/40001.
-///
-/// `work` must have no external effect: it may run several times.
+impl TxOptions {
+    pub fn with_lock_timeout_ms(mut self, ms: u64) -> Self {
+        self.lock_timeout_ms = ms;
+        self
+    }
+    pub fn with_statement_timeout_ms(mut self, ms: u64) -> Self {
+        self.statement_timeout_ms = ms;
+        self
+    }
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+    pub fn with_stats(mut self, stats: Arc<TxStats>) -> Self {
+        self.stats = Some(stats);
+        self
+    }
+}
+
 /// The future a transaction body returns: it owns the connection for the duration of the
 /// attempt and hands it back with its result (owning it avoids a higher-ranked borrow).
 pub type TxFuture<'a, T> = BoxFuture<'a, (Client, Result<T, Error>)>;
@@ -100,6 +211,11 @@ macro_rules! tx_body {
     };
 }
 
+/// Runs `work` inside BEGIN … COMMIT, rerunning the whole transaction on 40P01/40001 at most
+/// `options.retry` allows; when attempts run out the last error comes back as
+/// [`Error::RetriesExhausted`] with its SQLSTATE. Any other error returns at once.
+///
+/// `work` must have no external effect: it may run several times.
 pub async fn in_transaction<'a, T, F>(
     pool: &Pool,
     options: &TxOptions,
@@ -109,13 +225,18 @@ pub async fn in_transaction<'a, T, F>(
 where
     F: FnMut(Client) -> TxFuture<'a, T>,
 {
-    let max_attempts = options.retry.max_attempts.clamp(1, MAX_ATTEMPTS_LIMIT);
+    let max_attempts = options.retry.effective_max_attempts();
+    // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
     let begin = format!(
         "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
-        options.lock_timeout_ms, options.statement_timeout_ms
+        options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS),
+        options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS)
     );
     let mut attempt = 1;
     loop {
+        if let Some(stats) = &options.stats {
+            stats.attempts.fetch_add(1, Ordering::Relaxed);
+        }
         let result = {
             let client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
             let (client, result) = run_once(client, &begin, &mut work).await;
@@ -132,6 +253,9 @@ where
                 let sqlstate = e.sqlstate().map_or("", |s| s.code()).to_owned();
                 if attempt >= max_attempts {
                     telemetry::tx_giveup(operation, &sqlstate);
+                    if let Some(stats) = &options.stats {
+                        stats.giveups.fetch_add(1, Ordering::Relaxed);
+                    }
                     return Err(match e {
                         Error::Database(source) => Error::RetriesExhausted {
                             attempts: attempt,
@@ -142,6 +266,9 @@ where
                     });
                 }
                 telemetry::tx_retry(operation, &sqlstate);
+                if let Some(stats) = &options.stats {
+                    stats.retried(&sqlstate);
+                }
                 tracing::debug!(operation, attempt, sqlstate, "retrying transaction");
                 tokio::time::sleep(options.retry.backoff(attempt)).await;
                 attempt += 1;

@@ -13,6 +13,7 @@ pub const RESERVATIONS: &str = "saldo_reservations_total";
 pub const SETTLED: &str = "saldo_reservations_settled_total";
 pub const CONFIRMED_WITH_MISSING: &str = "saldo_orders_confirmed_with_missing_total";
 pub const STOCK_LOCK_WAIT: &str = "saldo_stock_lock_wait_seconds";
+pub const TRANSFERS: &str = "saldo_ledger_transfers_total";
 
 pub(crate) fn tx_retry(operation: &'static str, sqlstate: &str) {
     metrics::counter!(TX_RETRIES, "operation" => operation, "sqlstate" => sqlstate.to_owned())

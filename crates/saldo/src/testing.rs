@@ -4,6 +4,11 @@
 //!
 //! `SALDO_TEST_ISOLATION=serializable` starts the cluster with
 //! `default_transaction_isolation = serializable`, the behaviour a distributed SQL engine shows.
+//! [`test_db_serializable`] always uses a second cluster started that way, so one test binary
+//! can rerun the suites under serializable isolation within a plain `cargo test`.
+//!
+//! Test clusters run with `deadlock_timeout = 50ms` (the persistent cluster keeps 1 s): the
+//! naive-transfer tests provoke deadlocks on purpose and must stay fast.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -12,28 +17,48 @@ use deadpool_postgres::Pool;
 use tokio_postgres::NoTls;
 
 use crate::db::{self, PoolOptions};
-use crate::retry::TxOptions;
+use crate::retry::{RetryPolicy, TxOptions};
 use crate::stock::Store;
 
 const TEMPLATE: &str = "saldo_template";
 
 struct Shared {
     cluster: pg_local::Cluster,
+    /// The transaction options tests on this cluster run with.
+    tx: TxOptions,
 }
 
+/// Attempts per transaction on the serializable cluster. Under SERIALIZABLE (or REPEATABLE
+/// READ) a transaction that waited on a row lock fails with 40001 when the holder commits an
+/// update of that row, so a race of hundreds of writers on one or two hot rows (the suites'
+/// whole point) burns through the default 4 attempts; a distributed SQL engine behaves alike.
+/// Measured with [`SERIALIZABLE_POOL`] connections: 8 attempts fail about one run in two, 16
+/// passed every run; 24 leaves a wide margin for a loaded machine.
+pub const SERIALIZABLE_MAX_ATTEMPTS: u32 = 24;
+/// Connections of a serializable test database: every waiter on a hot row loses when the holder
+/// commits, so fewer concurrent contenders waste fewer attempts (and the suite runs faster).
+pub const SERIALIZABLE_POOL: usize = 8;
+
+/// How long a test backend waits on a lock before the deadlock detector runs.
+const TEST_DEADLOCK_TIMEOUT: &str = "50ms";
+
 static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
+static SERIALIZABLE: OnceLock<Result<Shared, String>> = OnceLock::new();
 static NEXT_DB: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh, migrated database on the shared test cluster.
 pub struct TestDb {
     pub url: String,
     pub pool: Pool,
+    /// The transaction options suites should use: the defaults, except that the serializable
+    /// cluster allows [`SERIALIZABLE_MAX_ATTEMPTS`] attempts.
+    pub tx: TxOptions,
 }
 
 impl TestDb {
-    /// A [`Store`] with default transaction options.
+    /// A [`Store`] with this cluster's transaction options ([`TestDb::tx`]).
     pub fn store(&self) -> Store {
-        Store::new(self.pool.clone(), TxOptions::default())
+        Store::new(self.pool.clone(), self.tx.clone())
     }
 
     /// A second, independent pool on the same database (e.g. a second "process").
@@ -54,9 +79,24 @@ fn pool_for(url: &str, max_size: usize) -> Pool {
 }
 
 fn shared() -> &'static Shared {
-    let shared = SHARED.get_or_init(|| {
+    started(&SHARED, || {
+        std::env::var("SALDO_TEST_ISOLATION")
+            .ok()
+            .map(|level| level.replace('-', " "))
+    })
+}
+
+fn serializable() -> &'static Shared {
+    started(&SERIALIZABLE, || Some("serializable".to_owned()))
+}
+
+fn started(
+    cell: &'static OnceLock<Result<Shared, String>>,
+    isolation: fn() -> Option<String>,
+) -> &'static Shared {
+    let shared = cell.get_or_init(|| {
         // Start and migrate on a plain thread: we may be called from inside a tokio runtime.
-        std::thread::spawn(start_shared)
+        std::thread::spawn(move || start_shared(isolation()))
             .join()
             .unwrap_or_else(|_| Err("test cluster start-up panicked".into()))
     });
@@ -66,10 +106,15 @@ fn shared() -> &'static Shared {
     }
 }
 
-fn start_shared() -> Result<Shared, String> {
-    let mut config = pg_local::Config::ephemeral();
-    if let Ok(level) = std::env::var("SALDO_TEST_ISOLATION") {
-        let level = level.replace('-', " ");
+fn start_shared(isolation: Option<String>) -> Result<Shared, String> {
+    let mut config =
+        pg_local::Config::ephemeral().setting("deadlock_timeout", TEST_DEADLOCK_TIMEOUT);
+    let mut tx = TxOptions::default();
+    if let Some(level) = isolation {
+        if level != "read committed" {
+            let retry = RetryPolicy::default().with_max_attempts(SERIALIZABLE_MAX_ATTEMPTS);
+            tx = tx.with_retry(retry);
+        }
         config = config.setting("default_transaction_isolation", &level);
     }
     let cluster = pg_local::Cluster::start(&config).map_err(|e| e.to_string())?;
@@ -93,7 +138,7 @@ fn start_shared() -> Result<Shared, String> {
         let _ = conn.await;
         Ok::<_, String>(())
     })?;
-    Ok(Shared { cluster })
+    Ok(Shared { cluster, tx })
 }
 
 /// Creates a fresh migrated database for one test.
@@ -103,7 +148,21 @@ pub async fn test_db() -> TestDb {
 
 /// Like [`test_db`] with a pool of `max_size` connections.
 pub async fn test_db_with_pool(max_size: usize) -> TestDb {
-    let shared = shared();
+    fresh_db(shared(), max_size).await
+}
+
+/// A fresh migrated database on the second test cluster, whose every transaction is
+/// SERIALIZABLE unless it says otherwise.
+pub async fn test_db_serializable() -> TestDb {
+    test_db_serializable_with_pool(SERIALIZABLE_POOL).await
+}
+
+/// Like [`test_db_serializable`] with a pool of `max_size` connections.
+pub async fn test_db_serializable_with_pool(max_size: usize) -> TestDb {
+    fresh_db(serializable(), max_size).await
+}
+
+async fn fresh_db(shared: &Shared, max_size: usize) -> TestDb {
     let name = format!(
         "t_{}_{}",
         std::process::id(),
@@ -123,12 +182,21 @@ pub async fn test_db_with_pool(max_size: usize) -> TestDb {
     TestDb {
         pool: pool_for(&url, max_size),
         url,
+        tx: shared.tx.clone(),
     }
 }
 
 /// Pid of the shared test postmaster, if started (for the orphan check).
 pub fn cluster_pid() -> Option<u32> {
     SHARED
+        .get()
+        .and_then(|s| s.as_ref().ok())
+        .and_then(|s| s.cluster.pid())
+}
+
+/// Pid of the serializable test postmaster, if started.
+pub fn serializable_cluster_pid() -> Option<u32> {
+    SERIALIZABLE
         .get()
         .and_then(|s| s.as_ref().ok())
         .and_then(|s| s.cluster.pid())

@@ -15,3 +15,11 @@ mod stock;
 
 #[path = "suite/batched.rs"]
 mod batched;
+#[path = "suite/ledger.rs"]
+mod ledger;
+
+#[path = "suite/retry.rs"]
+mod retry;
+
+#[path = "suite/model.rs"]
+mod model;

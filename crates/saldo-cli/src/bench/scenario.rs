@@ -163,7 +163,8 @@ mod tests {
         let first = (0..10_000)
             .filter(|_| {
                 let items = picker.pick(&mut rng).expect("items");
-                items.iter().next().map(|(p, _)| p.get()) == Some(1)
+                let first = items.iter().next().map(|(p, _)| p.get());
+                first == Some(1)
             })
             .count();
         // Rank 1 holds about 38% of the mass for s = 1.5; uniform would give 0.1%.

@@ -1,0 +1,434 @@
+//! The ledger (seed 002): accounts and money moving between them by double entry.
+//!
+//! Every movement is a row of the `transfers` journal between two accounts, and the system
+//! account 0 is the other side of every opening balance, deposit and withdrawal, so the sum of
+//! all balances (the system account included) is always zero. A transfer is idempotent by the
+//! client's id: the same id and payload answer the original result, another payload conflicts.
+//!
+//! Lock order: account rows in ascending id, taken by ONE `SELECT … ORDER BY id FOR UPDATE`
+//! before any decision ([`TransferStrategy::Ordered`]); no two transfers can wait on each other
+//! in a cycle. [`TransferStrategy::Naive`] updates in arrival order and deadlocks: it exists for
+//! the race lab, to show what the ordered strategy prevents, and the service never offers it.
+
+mod journal;
+mod naive;
+mod ordered;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
+use crate::error::{Error, InputError};
+use crate::retry::in_transaction;
+use crate::stock::Store;
+
+/// Most transfers one [`Ledger::transfers_of`] call returns.
+pub const MAX_LIST: i64 = 1_000;
+/// The opening balance of account N is journalled as transfer `opening:N`; client transfer ids
+/// may not start with this prefix, so they can never collide with it.
+pub const OPENING_PREFIX: &str = "opening:";
+/// A unique violation on the journal's key means a concurrent copy of the same transfer
+/// committed first; rerunning finds it and answers as a replay. Twice is enough; this bounds it.
+const REPLAY_RACE_ATTEMPTS: usize = 3;
+const TRANSFERS_KEY: &str = "transfers_pkey";
+
+/// How a transfer takes its two account locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferStrategy {
+    /// Seed 002: both rows locked in ascending id by one statement, then the decision.
+    Ordered,
+    /// Lab only: debit then credit in arrival order; crossed transfers deadlock (40P01).
+    Naive,
+}
+
+impl TransferStrategy {
+    /// Every strategy, the safe one first.
+    pub const ALL: &'static [TransferStrategy] =
+        &[TransferStrategy::Ordered, TransferStrategy::Naive];
+
+    pub fn parse(s: &str) -> Option<TransferStrategy> {
+        TransferStrategy::ALL
+            .iter()
+            .copied()
+            .find(|t| t.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferStrategy::Ordered => "ordered",
+            TransferStrategy::Naive => "naive",
+        }
+    }
+
+    /// True for the strategy that cannot deadlock against itself.
+    pub fn is_safe(self) -> bool {
+        self == TransferStrategy::Ordered
+    }
+}
+
+impl std::fmt::Display for TransferStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a journal row records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferKind {
+    /// Between two customer accounts.
+    Transfer,
+    /// From the system account, when the account was opened.
+    Opening,
+    /// From the system account.
+    Deposit,
+    /// To the system account.
+    Withdrawal,
+}
+
+impl TransferKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferKind::Transfer => "transfer",
+            TransferKind::Opening => "opening",
+            TransferKind::Deposit => "deposit",
+            TransferKind::Withdrawal => "withdrawal",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<TransferKind> {
+        [
+            TransferKind::Transfer,
+            TransferKind::Opening,
+            TransferKind::Deposit,
+            TransferKind::Withdrawal,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// A transfer between two customer accounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransferRequest {
+    pub id: TransferId,
+    pub from: AccountId,
+    pub to: AccountId,
+    pub amount: Amount,
+}
+
+/// One journal row, as applied or as found by a replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Transfer {
+    pub id: TransferId,
+    /// [`AccountId::SYSTEM`] for openings and deposits.
+    pub from: AccountId,
+    /// [`AccountId::SYSTEM`] for withdrawals.
+    pub to: AccountId,
+    pub amount: i64,
+    pub kind: TransferKind,
+    pub created_at: DateTime<Utc>,
+    /// True when the id was already journalled with this payload and nothing changed now.
+    pub replayed: bool,
+}
+
+/// An account and its balance (minor units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Account {
+    pub id: AccountId,
+    pub balance: i64,
+}
+
+/// One movement to apply: the common shape of transfer, deposit and withdrawal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Movement<'r> {
+    pub id: &'r TransferId,
+    pub from: AccountId,
+    pub to: AccountId,
+    pub amount: Amount,
+    pub kind: TransferKind,
+}
+
+/// The ledger over one database.
+#[derive(Clone)]
+pub struct Ledger {
+    store: Store,
+}
+
+impl Ledger {
+    pub fn new(store: Store) -> Self {
+        Ledger { store }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Opens account `id` with `opening_balance` (0..=[`MAX_AMOUNT`]) moved from the system
+    /// account and journalled as transfer `opening:<id>`. [`Error::AccountExists`] if it exists.
+    pub async fn open_account(
+        &self,
+        id: AccountId,
+        opening_balance: i64,
+    ) -> Result<Account, Error> {
+        if id == AccountId::SYSTEM {
+            return Err(InputError::AccountIdNotPositive(id.get()).into());
+        }
+        if !(0..=MAX_AMOUNT).contains(&opening_balance) {
+            return Err(InputError::AmountOutOfRange {
+                amount: opening_balance,
+                max: MAX_AMOUNT,
+            }
+            .into());
+        }
+        let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
+        let result = in_transaction(&self.store.pool, &self.store.tx, "open_account", |client| {
+            let opening_id = &opening_id;
+            crate::tx_body!(client => journal::open(client, id, opening_balance, opening_id))
+        })
+        .await;
+        observe("opening", &result.as_ref().map(|_| false));
+        result
+    }
+
+    /// Moves `amount` from the system account into `to`.
+    pub async fn deposit(
+        &self,
+        id: TransferId,
+        to: AccountId,
+        amount: Amount,
+    ) -> Result<Transfer, Error> {
+        let movement = Movement {
+            id: &id,
+            from: AccountId::SYSTEM,
+            to,
+            amount,
+            kind: TransferKind::Deposit,
+        };
+        self.apply(TransferStrategy::Ordered, "deposit", movement)
+            .await
+    }
+
+    /// Moves `amount` from `from` to the system account; the balance may not go negative.
+    pub async fn withdraw(
+        &self,
+        id: TransferId,
+        from: AccountId,
+        amount: Amount,
+    ) -> Result<Transfer, Error> {
+        let movement = Movement {
+            id: &id,
+            from,
+            to: AccountId::SYSTEM,
+            amount,
+            kind: TransferKind::Withdrawal,
+        };
+        self.apply(TransferStrategy::Ordered, "withdraw", movement)
+            .await
+    }
+
+    /// Moves `request.amount` between two customer accounts with `strategy`.
+    pub async fn transfer(
+        &self,
+        strategy: TransferStrategy,
+        request: &TransferRequest,
+    ) -> Result<Transfer, Error> {
+        let movement = Movement {
+            id: &request.id,
+            from: request.from,
+            to: request.to,
+            amount: request.amount,
+            kind: TransferKind::Transfer,
+        };
+        self.apply(strategy, "transfer", movement).await
+    }
+
+    /// The account's balance; [`Error::UnknownAccount`] if it was never opened.
+    /// [`AccountId::SYSTEM`] may be read: its balance is minus everything ever put in.
+    pub async fn account(&self, id: AccountId) -> Result<Account, Error> {
+        let client = self.client().await?;
+        journal::account(&client, id).await
+    }
+
+    /// The account's latest transfers, newest first; `limit` is clamped to 1..=[`MAX_LIST`].
+    pub async fn transfers_of(&self, id: AccountId, limit: i64) -> Result<Vec<Transfer>, Error> {
+        let client = self.client().await?;
+        journal::account(&client, id).await?;
+        journal::list(&client, id, limit.clamp(1, MAX_LIST)).await
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
+        self.store
+            .pool
+            .get()
+            .await
+            .map_err(|e| Error::Pool(e.to_string()))
+    }
+
+    async fn apply(
+        &self,
+        strategy: TransferStrategy,
+        operation: &'static str,
+        movement: Movement<'_>,
+    ) -> Result<Transfer, Error> {
+        let result = self.apply_checked(strategy, operation, movement).await;
+        observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
+        result
+    }
+
+    async fn apply_checked(
+        &self,
+        strategy: TransferStrategy,
+        operation: &'static str,
+        movement: Movement<'_>,
+    ) -> Result<Transfer, Error> {
+        validate(&movement)?;
+        let mut last = None;
+        for _ in 0..REPLAY_RACE_ATTEMPTS {
+            let result = in_transaction(
+                &self.store.pool,
+                &self.store.tx,
+                operation,
+                |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
+            )
+            .await;
+            match result {
+                Err(e) if e.is_unique_violation_of(TRANSFERS_KEY) => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::TransferConflict(movement.id.clone())))
+    }
+}
+
+/// Input checks that need no database: distinct customer accounts, no reserved id.
+fn validate(m: &Movement<'_>) -> Result<(), InputError> {
+    if m.id.as_str().starts_with(OPENING_PREFIX) {
+        return Err(InputError::TransferIdInvalid);
+    }
+    if m.from == m.to {
+        return Err(InputError::SameAccount);
+    }
+    // Only the ledger names the system account, and only on the side its kind says.
+    let system_ok = match m.kind {
+        TransferKind::Deposit | TransferKind::Opening => m.from == AccountId::SYSTEM,
+        TransferKind::Withdrawal => m.to == AccountId::SYSTEM,
+        TransferKind::Transfer => false,
+    };
+    for side in [m.from, m.to] {
+        if side == AccountId::SYSTEM && !system_ok {
+            return Err(InputError::AccountIdNotPositive(side.get()));
+        }
+    }
+    Ok(())
+}
+
+async fn apply_tx(
+    client: &deadpool_postgres::Client,
+    strategy: TransferStrategy,
+    m: Movement<'_>,
+) -> Result<Transfer, Error> {
+    if let Some(existing) = journal::find(client, m.id).await? {
+        return journal::replay(existing, &m);
+    }
+    match strategy {
+        TransferStrategy::Ordered => ordered::move_funds(client, &m).await?,
+        TransferStrategy::Naive => naive::move_funds(client, &m).await?,
+    }
+    journal::insert(client, &m).await
+}
+
+/// Counts a ledger outcome by kind (bounded labels: kinds and outcome names only).
+fn observe(kind: &'static str, result: &Result<bool, &Error>) {
+    let outcome = match result {
+        Ok(true) => "replayed",
+        Ok(false) => "applied",
+        Err(Error::InsufficientFunds { .. }) => "insufficient_funds",
+        Err(Error::UnknownAccount(_)) => "unknown_account",
+        Err(Error::AccountExists(_)) => "account_exists",
+        Err(Error::TransferConflict(_)) => "conflict",
+        Err(Error::Input(_)) => "invalid",
+        Err(_) => "error",
+    };
+    metrics::counter!(crate::telemetry::TRANSFERS, "kind" => kind, "outcome" => outcome)
+        .increment(1);
+}
+
+/// An account id read from the database: 0 is the system account, anything else a customer.
+pub(crate) fn account_from_db(raw: i64) -> Result<AccountId, Error> {
+    if raw == AccountId::SYSTEM.get() {
+        Ok(AccountId::SYSTEM)
+    } else {
+        Ok(AccountId::new(raw)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn movement(
+        id: &TransferId,
+        from: AccountId,
+        to: AccountId,
+        kind: TransferKind,
+    ) -> Movement<'_> {
+        Movement {
+            id,
+            from,
+            to,
+            amount: Amount::new(1).expect("amount"),
+            kind,
+        }
+    }
+
+    #[test]
+    fn validation_refuses_same_account_system_and_reserved_ids() {
+        let id = TransferId::new("t1").expect("id");
+        let a = AccountId::new(1).expect("id");
+        let b = AccountId::new(2).expect("id");
+        let sys = AccountId::SYSTEM;
+        assert_eq!(
+            validate(&movement(&id, a, b, TransferKind::Transfer)),
+            Ok(())
+        );
+        assert_eq!(
+            validate(&movement(&id, a, a, TransferKind::Transfer)),
+            Err(InputError::SameAccount)
+        );
+        assert_eq!(
+            validate(&movement(&id, sys, a, TransferKind::Transfer)),
+            Err(InputError::AccountIdNotPositive(0))
+        );
+        assert_eq!(
+            validate(&movement(&id, sys, a, TransferKind::Deposit)),
+            Ok(())
+        );
+        assert_eq!(
+            validate(&movement(&id, a, sys, TransferKind::Deposit)),
+            Err(InputError::AccountIdNotPositive(0))
+        );
+        assert_eq!(
+            validate(&movement(&id, a, sys, TransferKind::Withdrawal)),
+            Ok(())
+        );
+        let reserved = TransferId::new("opening:1").expect("id");
+        assert_eq!(
+            validate(&movement(&reserved, a, b, TransferKind::Transfer)),
+            Err(InputError::TransferIdInvalid)
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in TransferStrategy::ALL {
+            assert_eq!(TransferStrategy::parse(s.as_str()), Some(*s));
+        }
+        assert!(TransferStrategy::Ordered.is_safe());
+        assert!(!TransferStrategy::Naive.is_safe());
+        for k in ["transfer", "opening", "deposit", "withdrawal"] {
+            assert_eq!(TransferKind::parse(k).map(TransferKind::as_str), Some(k));
+        }
+    }
+}

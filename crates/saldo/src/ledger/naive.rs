@@ -1,0 +1,36 @@
+//! The `naive` transfer, for the race lab only: debit `from`, then credit `to`, each UPDATE
+//! locking its row as it goes, so the lock order is whatever order the caller named the
+//! accounts in. Two crossed transfers lock in opposite orders and PostgreSQL aborts one with
+//! 40P01 after `deadlock_timeout` (seed 002). Each step is still conditional, so naive can fail
+//! but never corrupts a balance: the only defect it shows is the deadlock.
+
+use deadpool_postgres::Client;
+
+use crate::error::Error;
+use crate::ledger::Movement;
+
+const DEBIT: &str = "UPDATE accounts SET balance = balance - $2 \
+     WHERE id = $1 AND (id = 0 OR balance >= $2)";
+const CREDIT: &str = "UPDATE accounts SET balance = balance + $2 WHERE id = $1";
+const BALANCE: &str = "SELECT balance FROM accounts WHERE id = $1";
+
+pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {
+    let amount = m.amount.get();
+    let stmt = client.prepare_cached(DEBIT).await?;
+    if client.execute(&stmt, &[&m.from.get(), &amount]).await? == 0 {
+        let stmt = client.prepare_cached(BALANCE).await?;
+        return Err(match client.query_opt(&stmt, &[&m.from.get()]).await? {
+            None => Error::UnknownAccount(m.from),
+            Some(row) => Error::InsufficientFunds {
+                account: m.from,
+                requested: amount,
+                balance: row.try_get(0)?,
+            },
+        });
+    }
+    let stmt = client.prepare_cached(CREDIT).await?;
+    if client.execute(&stmt, &[&m.to.get(), &amount]).await? == 0 {
+        return Err(Error::UnknownAccount(m.to));
+    }
+    Ok(())
+}

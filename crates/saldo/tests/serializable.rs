@@ -1,0 +1,28 @@
+//! The stock, ledger, retry, model and batched suites again, on a second test cluster whose transactions are
+//! all SERIALIZABLE (`default_transaction_isolation = serializable`): the behaviour a
+//! distributed SQL engine shows. Every 40001 must be absorbed by the one retry mechanism, and
+//! the paths that never retry (the audits' snapshots, the sweeper) must still do their job.
+
+/// Where this binary's suites get a fresh database: the serializable cluster.
+mod harness {
+    #![allow(unused_imports)]
+    pub use saldo::testing::{
+        test_db_serializable as test_db, test_db_serializable_with_pool as test_db_with_pool,
+        TestDb,
+    };
+}
+
+#[path = "suite/stock.rs"]
+mod stock;
+
+#[path = "suite/ledger.rs"]
+mod ledger;
+
+#[path = "suite/retry.rs"]
+mod retry;
+
+#[path = "suite/model.rs"]
+mod model;
+
+#[path = "suite/batched.rs"]
+mod batched;

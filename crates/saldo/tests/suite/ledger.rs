@@ -1,0 +1,505 @@
+//! Seed 002 scenarios for the ledger: crossed transfers with the ordered strategy (no failure)
+//! and the naive one (deadlocks, visible only when the retry is measured), idempotent replays,
+//! every typed refusal, and the ledger audit after each scenario.
+
+use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
+use saldo::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
+use saldo::ledger::{Ledger, Transfer, TransferKind, TransferRequest, TransferStrategy};
+use saldo::retry::{RetryPolicy, TxOptions, TxStats};
+use saldo::stock::Store;
+use saldo::{Error, InputError};
+
+use crate::harness::{test_db, TestDb};
+
+fn acc(n: i64) -> AccountId {
+    AccountId::new(n).expect("account id")
+}
+
+fn tid(s: &str) -> TransferId {
+    TransferId::new(s).expect("transfer id")
+}
+
+fn amount(n: i64) -> Amount {
+    Amount::new(n).expect("amount")
+}
+
+fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
+    TransferRequest {
+        id: tid(id),
+        from: acc(from),
+        to: acc(to),
+        amount: amount(n),
+    }
+}
+
+fn ledger_with(db: &TestDb, tx: TxOptions) -> Ledger {
+    Ledger::new(Store::new(db.pool.clone(), tx))
+}
+
+async fn assert_ledger_clean(db: &TestDb) {
+    let divergences = audit_ledger(&db.pool).await.expect("ledger audit");
+    assert!(divergences.is_empty(), "ledger audit found {divergences:?}");
+}
+
+async fn balance(ledger: &Ledger, n: i64) -> i64 {
+    ledger.account(acc(n)).await.expect("account").balance
+}
+
+#[tokio::test]
+async fn open_deposit_withdraw_transfer_and_list() {
+    let db = test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    let a = ledger.open_account(acc(1), 1_000).await.expect("open 1");
+    assert_eq!(a.balance, 1_000);
+    ledger.open_account(acc(2), 0).await.expect("open 2");
+
+    let d = ledger
+        .deposit(tid("d1"), acc(2), amount(50))
+        .await
+        .expect("deposit");
+    assert_eq!(
+        (d.from, d.to, d.kind),
+        (AccountId::SYSTEM, acc(2), TransferKind::Deposit)
+    );
+    let w = ledger
+        .withdraw(tid("w1"), acc(1), amount(100))
+        .await
+        .expect("withdraw");
+    assert_eq!(
+        (w.from, w.to, w.kind),
+        (acc(1), AccountId::SYSTEM, TransferKind::Withdrawal)
+    );
+    let t = ledger
+        .transfer(TransferStrategy::Ordered, &request("t1", 1, 2, 300))
+        .await
+        .expect("transfer");
+    assert!(!t.replayed);
+    assert_eq!((t.amount, t.kind), (300, TransferKind::Transfer));
+
+    assert_eq!(balance(&ledger, 1).await, 600);
+    assert_eq!(balance(&ledger, 2).await, 350);
+    // The system account holds minus everything put in: opening 1000 + deposit 50 − withdrawal 100.
+    let system = ledger.account(AccountId::SYSTEM).await.expect("system");
+    assert_eq!(system.balance, -950);
+
+    let history = ledger.transfers_of(acc(1), 10).await.expect("history");
+    let ids: Vec<&str> = history.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids.len(), 3);
+    for id in ["opening:1", "w1", "t1"] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    assert_eq!(
+        ledger.transfers_of(acc(1), 1).await.expect("history").len(),
+        1
+    );
+    assert_ledger_clean(&db).await;
+}
+
+/// Seed 002: accounts 1 and 2 open with this much each.
+const OPENING: i64 = 100_000;
+/// Seed 002: transfers each way, all fired at once.
+const CROSSED_EACH_WAY: usize = 100;
+const CROSSED_AMOUNT: i64 = 10;
+
+/// What the crossed race left behind.
+struct Crossed {
+    ok: usize,
+    errors: Vec<Error>,
+}
+
+/// Opens accounts 1 and 2 and fires seed 002's 200 crossed transfers at once.
+async fn crossed_transfers(ledger: &Ledger, strategy: TransferStrategy) -> Crossed {
+    ledger.open_account(acc(1), OPENING).await.expect("open 1");
+    ledger.open_account(acc(2), OPENING).await.expect("open 2");
+    let mut tasks = Vec::new();
+    for i in 0..2 * CROSSED_EACH_WAY {
+        let ledger = ledger.clone();
+        let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
+        tasks.push(tokio::spawn(async move {
+            ledger
+                .transfer(
+                    strategy,
+                    &request(&format!("x{i}"), from, to, CROSSED_AMOUNT),
+                )
+                .await
+        }));
+    }
+    let mut out = Crossed {
+        ok: 0,
+        errors: Vec::new(),
+    };
+    for t in tasks {
+        match t.await.expect("join") {
+            Ok(_) => out.ok += 1,
+            Err(e) => out.errors.push(e),
+        }
+    }
+    out
+}
+
+async fn assert_total_unchanged(ledger: &Ledger) {
+    let total = balance(ledger, 1).await + balance(ledger, 2).await;
+    let system = ledger.account(AccountId::SYSTEM).await.expect("system");
+    assert_eq!(total, 2 * OPENING);
+    assert_eq!(total + system.balance, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossed_transfers_ordered_never_fail() {
+    let db = test_db().await;
+    let stats = TxStats::new();
+    let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
+    let crossed = crossed_transfers(&ledger, TransferStrategy::Ordered).await;
+    let codes: Vec<String> = crossed.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(crossed.ok, 2 * CROSSED_EACH_WAY, "failures: {codes:?}");
+    // Same number each way: each balance is back exactly where it started.
+    assert_eq!(balance(&ledger, 1).await, OPENING);
+    assert_eq!(balance(&ledger, 2).await, OPENING);
+    assert_total_unchanged(&ledger).await;
+    assert_eq!(
+        stats.deadlock_retries(),
+        0,
+        "ordered locking cannot deadlock"
+    );
+    assert_ledger_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossed_transfers_naive_deadlock_without_retry() {
+    let db = test_db().await;
+    let ledger = naive_ledger(&db, db.tx.clone().with_retry(RetryPolicy::none()));
+    let crossed = crossed_transfers(&ledger, TransferStrategy::Naive).await;
+    let deadlocks = crossed
+        .errors
+        .iter()
+        .filter(|e| e.sqlstate().map(|s| s.code()) == Some("40P01"))
+        .count();
+    assert!(
+        deadlocks > 0,
+        "the naive race produced no 40P01: the test cannot fail"
+    );
+    // Every failure is a concurrency failure the retry would absorb: 40P01, or 40001 when the
+    // cluster runs SERIALIZABLE.
+    let unexpected: Vec<&Error> = crossed
+        .errors
+        .iter()
+        .filter(|e| !matches!(e.sqlstate().map(|s| s.code()), Some("40P01" | "40001")))
+        .collect();
+    assert!(unexpected.is_empty(), "{unexpected:?}");
+    // A deadlock victim leaves no effect: whatever committed is still consistent.
+    assert_total_unchanged(&ledger).await;
+    assert_ledger_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossed_transfers_naive_succeed_only_by_measured_retries() {
+    let db = test_db().await;
+    let stats = TxStats::new();
+    let tx = db
+        .tx
+        .clone()
+        .with_retry(RetryPolicy::default().with_max_attempts(NAIVE_ATTEMPTS))
+        .with_stats(stats.clone());
+    let ledger = naive_ledger(&db, tx);
+    let crossed = crossed_transfers(&ledger, TransferStrategy::Naive).await;
+    let codes: Vec<String> = crossed.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(crossed.ok, 2 * CROSSED_EACH_WAY, "failures: {codes:?}");
+    assert!(stats.deadlock_retries() > 0, "the retry hid no deadlock");
+    assert_eq!(balance(&ledger, 1).await, OPENING);
+    assert_eq!(balance(&ledger, 2).await, OPENING);
+    assert_total_unchanged(&ledger).await;
+    assert_ledger_clean(&db).await;
+}
+
+/// The naive race deadlocks on most crossings, and PostgreSQL tends to pick the longest waiter
+/// as the victim again and again: enough attempts that every transfer gets through.
+const NAIVE_ATTEMPTS: u32 = 16;
+/// Connections for the naive races. Two transactions at a time is seed 002's timeline (Ana pays
+/// Bia while Bia pays Ana): it deadlocks on a good share of the 200 transfers (measured: about
+/// 20 without retry) while each deadlock costs one `deadlock_timeout` (50 ms on the test
+/// cluster). A wider pool deadlocks on nearly every transfer and only makes the test slower.
+const NAIVE_POOL: usize = 2;
+
+fn naive_ledger(db: &TestDb, tx: TxOptions) -> Ledger {
+    Ledger::new(Store::new(db.new_pool(NAIVE_POOL), tx))
+}
+
+#[tokio::test]
+async fn insufficient_funds_is_refused_once_and_never_retried() {
+    let db = test_db().await;
+    let stats = TxStats::new();
+    let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
+    ledger.open_account(acc(1), 100).await.expect("open 1");
+    ledger.open_account(acc(2), 0).await.expect("open 2");
+    for strategy in TransferStrategy::ALL {
+        let before = stats.attempts();
+        let refused = ledger
+            .transfer(*strategy, &request("too-much", 1, 2, 101))
+            .await;
+        match refused {
+            Err(Error::InsufficientFunds {
+                account,
+                requested,
+                balance,
+            }) => assert_eq!((account, requested, balance), (acc(1), 101, 100)),
+            other => panic!("{strategy}: expected insufficient funds, got {other:?}"),
+        }
+        assert_eq!(
+            stats.attempts() - before,
+            1,
+            "{strategy}: a refusal was retried"
+        );
+    }
+    let before = stats.attempts();
+    assert!(matches!(
+        ledger.withdraw(tid("w-too-much"), acc(2), amount(1)).await,
+        Err(Error::InsufficientFunds { balance: 0, .. })
+    ));
+    assert_eq!(stats.attempts() - before, 1);
+    assert_eq!(stats.retries(), 0);
+    assert_eq!(balance(&ledger, 1).await, 100);
+    assert_eq!(balance(&ledger, 2).await, 0);
+    // A refused transfer journals nothing: its id is still free, and exactly the balance works.
+    let t = ledger
+        .transfer(TransferStrategy::Ordered, &request("too-much", 1, 2, 100))
+        .await
+        .expect("the whole balance");
+    assert!(!t.replayed);
+    assert_eq!(balance(&ledger, 1).await, 0);
+    assert_ledger_clean(&db).await;
+}
+
+/// Copies of one transfer id fired at once.
+const REPLAY_COPIES: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_simultaneous_replays_apply_once() {
+    let db = test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    ledger.open_account(acc(1), 1_000).await.expect("open 1");
+    ledger.open_account(acc(2), 0).await.expect("open 2");
+    for strategy in TransferStrategy::ALL {
+        let id = format!("dup-{strategy}");
+        let mut tasks = Vec::new();
+        for _ in 0..REPLAY_COPIES {
+            let ledger = ledger.clone();
+            let req = request(&id, 1, 2, 100);
+            tasks.push(tokio::spawn(async move {
+                ledger.transfer(*strategy, &req).await
+            }));
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.expect("join").expect("every copy succeeds"));
+        }
+        let applied = results.iter().filter(|t| !t.replayed).count();
+        assert_eq!(applied, 1, "{strategy}: applied {applied} times");
+        // Every copy answers the original result.
+        let original = results.iter().find(|t| !t.replayed).expect("original");
+        for t in &results {
+            assert_eq!(
+                (&t.id, t.from, t.to, t.amount, t.created_at),
+                (
+                    &original.id,
+                    original.from,
+                    original.to,
+                    original.amount,
+                    original.created_at
+                )
+            );
+        }
+    }
+    // The same for deposits and withdrawals, which share the path.
+    let mut tasks = Vec::new();
+    for i in 0..REPLAY_COPIES {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                ledger.deposit(tid("dep"), acc(2), amount(7)).await
+            } else {
+                ledger.withdraw(tid("wd"), acc(1), amount(3)).await
+            }
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        applied += usize::from(!t.await.expect("join").expect("copy").replayed);
+    }
+    assert_eq!(applied, 2);
+    assert_eq!(balance(&ledger, 1).await, 1_000 - 200 - 3);
+    assert_eq!(balance(&ledger, 2).await, 200 + 7);
+    // Journal: one row per id.
+    assert_eq!(
+        ledger.transfers_of(acc(2), 100).await.expect("list").len(),
+        3
+    );
+    assert_ledger_clean(&db).await;
+}
+
+#[tokio::test]
+async fn same_id_with_another_payload_conflicts() {
+    let db = test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    ledger.open_account(acc(1), 1_000).await.expect("open 1");
+    ledger.open_account(acc(2), 1_000).await.expect("open 2");
+    let first = ledger
+        .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 100))
+        .await
+        .expect("first");
+    let replay = ledger
+        .transfer(TransferStrategy::Naive, &request("t", 1, 2, 100))
+        .await
+        .expect("replay");
+    assert!(replay.replayed);
+    assert_eq!(
+        Transfer {
+            replayed: false,
+            ..replay
+        },
+        first
+    );
+    for other in [request("t", 1, 2, 101), request("t", 2, 1, 100)] {
+        let result = ledger.transfer(TransferStrategy::Ordered, &other).await;
+        assert!(
+            matches!(&result, Err(Error::TransferConflict(id)) if id.as_str() == "t"),
+            "{other:?}: {result:?}"
+        );
+    }
+    assert!(matches!(
+        ledger.deposit(tid("t"), acc(2), amount(100)).await,
+        Err(Error::TransferConflict(_))
+    ));
+    assert_eq!(balance(&ledger, 1).await, 900);
+    assert_eq!(balance(&ledger, 2).await, 1_100);
+    assert_ledger_clean(&db).await;
+}
+
+#[tokio::test]
+async fn refusals_are_typed() {
+    let db = test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    ledger.open_account(acc(1), 500).await.expect("open 1");
+
+    assert!(matches!(
+        ledger.open_account(acc(1), 0).await,
+        Err(Error::AccountExists(a)) if a == acc(1)
+    ));
+    for bad in [-1, MAX_AMOUNT + 1] {
+        assert!(matches!(
+            ledger.open_account(acc(3), bad).await,
+            Err(Error::Input(InputError::AmountOutOfRange { .. }))
+        ));
+    }
+    assert!(matches!(
+        ledger.open_account(AccountId::SYSTEM, 1).await,
+        Err(Error::Input(InputError::AccountIdNotPositive(0)))
+    ));
+    for bad in [0, -5, MAX_AMOUNT + 1] {
+        assert_eq!(
+            Amount::new(bad),
+            Err(InputError::AmountOutOfRange {
+                amount: bad,
+                max: MAX_AMOUNT
+            })
+        );
+    }
+    assert!(Amount::new(MAX_AMOUNT).is_ok());
+    assert!(AccountId::new(0).is_err());
+    assert!(TransferId::new("").is_err());
+
+    for strategy in TransferStrategy::ALL {
+        for (from, to, unknown) in [(1, 9, 9), (9, 1, 9)] {
+            let result = ledger.transfer(*strategy, &request("u", from, to, 1)).await;
+            assert!(
+                matches!(result, Err(Error::UnknownAccount(a)) if a == acc(unknown)),
+                "{strategy} {from}->{to}: {result:?}"
+            );
+        }
+        assert!(matches!(
+            ledger.transfer(*strategy, &request("s", 1, 1, 1)).await,
+            Err(Error::Input(InputError::SameAccount))
+        ));
+        let system = TransferRequest {
+            from: AccountId::SYSTEM,
+            ..request("sys", 1, 2, 1)
+        };
+        assert!(matches!(
+            ledger.transfer(*strategy, &system).await,
+            Err(Error::Input(InputError::AccountIdNotPositive(0)))
+        ));
+        assert!(matches!(
+            ledger
+                .transfer(*strategy, &request("opening:7", 1, 2, 1))
+                .await,
+            Err(Error::Input(InputError::TransferIdInvalid))
+        ));
+    }
+    assert!(matches!(
+        ledger.deposit(tid("d"), acc(9), amount(1)).await,
+        Err(Error::UnknownAccount(a)) if a == acc(9)
+    ));
+    assert!(matches!(
+        ledger.withdraw(tid("w"), acc(9), amount(1)).await,
+        Err(Error::UnknownAccount(a)) if a == acc(9)
+    ));
+    assert!(matches!(
+        ledger.account(acc(9)).await,
+        Err(Error::UnknownAccount(_))
+    ));
+    assert!(matches!(
+        ledger.transfers_of(acc(9), 10).await,
+        Err(Error::UnknownAccount(_))
+    ));
+    // Limits are clamped, never refused.
+    assert_eq!(ledger.transfers_of(acc(1), 0).await.expect("list").len(), 1);
+    assert_eq!(
+        ledger
+            .transfers_of(acc(1), i64::MAX)
+            .await
+            .expect("list")
+            .len(),
+        1
+    );
+    // Nothing above moved money.
+    assert_eq!(balance(&ledger, 1).await, 500);
+    assert_ledger_clean(&db).await;
+}
+
+#[tokio::test]
+async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
+    let db = test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    ledger.open_account(acc(1), 500).await.expect("open 1");
+    let client = db.pool.get().await.expect("client");
+    // The last line of defence: no customer balance below zero, whatever the code path.
+    let negative = client
+        .execute("UPDATE accounts SET balance = -1 WHERE id = 1", &[])
+        .await
+        .expect_err("CHECK must refuse");
+    assert_eq!(negative.code().map(|c| c.code()), Some("23514"));
+    client
+        .execute(
+            "UPDATE accounts SET balance = balance + 5 WHERE id = 1",
+            &[],
+        )
+        .await
+        .expect("a write that skips the journal");
+    let divergences = audit_ledger(&db.pool).await.expect("audit");
+    assert_eq!(
+        divergences,
+        [
+            LedgerDivergence {
+                account: None,
+                invariant: LedgerInvariant::TotalIsZero,
+                expected: 0,
+                actual: 5,
+            },
+            LedgerDivergence {
+                account: Some(acc(1)),
+                invariant: LedgerInvariant::BalanceMatchesJournal,
+                expected: 500,
+                actual: 505,
+            },
+        ]
+    );
+}

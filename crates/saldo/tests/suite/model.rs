@@ -1,0 +1,487 @@
+//! Model-based property test: random sequences of reserve / confirm / release / expire /
+//! adjust / transfer run against the real engine (the `atomic` strategy and the ledger, on a
+//! fresh database per case) and against a plain in-memory model. Every outcome must agree, and
+//! after every step both audits are clean and every stock row and balance equals the model's.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use saldo::audit::{audit_ledger, audit_stock};
+use saldo::domain::{AccountId, Amount, OrderId, OrderItems, ProductId, Reason, TransferId, Ttl};
+use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
+use saldo::stock::{
+    admin, build, sweeper, ReserveRequest, ReservedItem, Status, StockStrategy, StrategyConfig,
+    StrategyName,
+};
+use saldo::Error;
+
+use crate::harness::{test_db, TestDb};
+
+/// Cases per run and steps per case: bounded so the property stays a few seconds.
+const CASES: u32 = 24;
+const MAX_STEPS: usize = 30;
+/// Products 1..=PRODUCTS exist; PRODUCTS + 1 never does.
+const PRODUCTS: i64 = 3;
+/// Accounts 1..=ACCOUNTS are opened.
+const ACCOUNTS: i64 = 3;
+/// Few order and transfer ids, so replays, conflicts and re-reserves happen often.
+const ORDERS: u8 = 3;
+const TRANSFER_IDS: u8 = 6;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve {
+        order: u8,
+        items: Vec<(i64, i64)>,
+    },
+    Confirm {
+        order: u8,
+    },
+    Release {
+        order: u8,
+    },
+    /// Test-only: the order's active reservations fall due, then the sweeper runs.
+    Expire {
+        order: u8,
+    },
+    Adjust {
+        product: i64,
+        delta: i64,
+    },
+    Transfer {
+        id: u8,
+        from: i64,
+        to: i64,
+        amount: i64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    // Mostly products that exist; now and then one that does not.
+    let product = prop_oneof![9 => 1..=PRODUCTS, 1 => Just(PRODUCTS + 1)];
+    prop_oneof![
+        4 => (0..ORDERS, prop::collection::vec((product.clone(), 1..=3i64), 1..=2))
+            .prop_map(|(order, items)| Op::Reserve { order, items }),
+        2 => (0..ORDERS).prop_map(|order| Op::Confirm { order }),
+        1 => (0..ORDERS).prop_map(|order| Op::Release { order }),
+        1 => (0..ORDERS).prop_map(|order| Op::Expire { order }),
+        1 => (product, prop_oneof![-3..=-1i64, 1..=3i64])
+            .prop_map(|(product, delta)| Op::Adjust { product, delta }),
+        // `to` is another account nine times in ten, the same one (a refusal) otherwise.
+        3 => (0..TRANSFER_IDS, 1..=ACCOUNTS, prop_oneof![9 => 1..ACCOUNTS, 1 => Just(0)], 1..=60i64)
+            .prop_map(|(id, from, offset, amount)| Op::Transfer {
+                id,
+                from,
+                to: (from - 1 + offset) % ACCOUNTS + 1,
+                amount,
+            }),
+    ]
+}
+
+/// What an operation answered, in a form both sides can produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Reserved {
+        replayed: bool,
+        items: Vec<(i64, i32)>,
+    },
+    Confirmed {
+        confirmed: Vec<(i64, i32)>,
+        missing: Vec<(i64, i32)>,
+    },
+    Released(Vec<(i64, i32)>),
+    Expired(u64),
+    Adjusted {
+        available: i32,
+        reserved: i32,
+    },
+    Transferred {
+        replayed: bool,
+    },
+    Refused(String),
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model.
+
+#[derive(Debug, Clone)]
+struct Row {
+    product: i64,
+    quantity: i32,
+    status: Status,
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    /// product → (available, reserved)
+    stock: BTreeMap<i64, (i32, i32)>,
+    /// order → its rows in creation order
+    orders: BTreeMap<u8, Vec<Row>>,
+    balances: BTreeMap<i64, i64>,
+    /// transfer id → (from, to, amount)
+    journal: BTreeMap<u8, (i64, i64, i64)>,
+}
+
+fn pairs<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<(i64, i32)> {
+    let mut v: Vec<(i64, i32)> = rows.map(|r| (r.product, r.quantity)).collect();
+    // Stable: rows of one product stay in creation order, as the engine's ORDER BY gives them.
+    v.sort_by_key(|p| p.0);
+    v
+}
+
+impl Model {
+    fn apply(&mut self, op: &Op) -> Outcome {
+        match op {
+            Op::Reserve { order, items } => self.reserve(*order, items),
+            Op::Confirm { order } => self.settle(*order, Status::Confirmed),
+            Op::Release { order } => self.settle(*order, Status::Released),
+            Op::Expire { order } => {
+                let rows = self.orders.entry(*order).or_default();
+                let mut n = 0;
+                for r in rows.iter_mut().filter(|r| r.status == Status::Active) {
+                    r.status = Status::Expired;
+                    let s = self
+                        .stock
+                        .get_mut(&r.product)
+                        .expect("reserved product exists");
+                    s.0 += r.quantity;
+                    s.1 -= r.quantity;
+                    n += 1;
+                }
+                Outcome::Expired(n)
+            }
+            Op::Adjust { product, delta } => match self.stock.get_mut(product) {
+                None => Outcome::Refused(format!("unknown product {product}")),
+                Some(s) if i64::from(s.0) + delta < 0 => {
+                    Outcome::Refused(format!("adjustment would go negative {product}"))
+                }
+                Some(s) => {
+                    s.0 += *delta as i32;
+                    Outcome::Adjusted {
+                        available: s.0,
+                        reserved: s.1,
+                    }
+                }
+            },
+            Op::Transfer {
+                id,
+                from,
+                to,
+                amount,
+            } => {
+                if from == to {
+                    return Outcome::Refused("same account".into());
+                }
+                if let Some(existing) = self.journal.get(id) {
+                    return if *existing == (*from, *to, *amount) {
+                        Outcome::Transferred { replayed: true }
+                    } else {
+                        Outcome::Refused("transfer conflict".into())
+                    };
+                }
+                if self.balances[from] < *amount {
+                    return Outcome::Refused(format!("insufficient funds {from}"));
+                }
+                *self.balances.get_mut(from).expect("account") -= amount;
+                *self.balances.get_mut(to).expect("account") += amount;
+                self.journal.insert(*id, (*from, *to, *amount));
+                Outcome::Transferred { replayed: false }
+            }
+        }
+    }
+
+    fn reserve(&mut self, order: u8, items: &[(i64, i64)]) -> Outcome {
+        let mut request: BTreeMap<i64, i32> = BTreeMap::new();
+        for (p, q) in items {
+            *request.entry(*p).or_default() += *q as i32;
+        }
+        let rows = self.orders.entry(order).or_default();
+        let live: BTreeMap<i64, i32> = rows
+            .iter()
+            .filter(|r| r.status.is_live())
+            .map(|r| (r.product, r.quantity))
+            .collect();
+        let dead: Vec<i64> = rows
+            .iter()
+            .filter(|r| !r.status.is_live())
+            .map(|r| r.product)
+            .collect();
+        let conflict = Outcome::Refused("idempotency conflict".into());
+        if live.iter().any(|(p, q)| request.get(p) != Some(q)) {
+            return conflict;
+        }
+        let missing: Vec<(i64, i32)> = request
+            .iter()
+            .filter(|(p, _)| !live.contains_key(p))
+            .map(|(p, q)| (*p, *q))
+            .collect();
+        if missing.is_empty() {
+            return Outcome::Reserved {
+                replayed: true,
+                items: pairs(rows.iter().filter(|r| r.status.is_live())),
+            };
+        }
+        if !live.is_empty() && missing.iter().any(|(p, _)| !dead.contains(p)) {
+            return conflict;
+        }
+        // All or nothing, checked in ascending product id like the engine's locks.
+        for (p, q) in &missing {
+            match self.stock.get(p) {
+                None => return Outcome::Refused(format!("unknown product {p}")),
+                Some(s) if s.0 < *q => return Outcome::Refused(format!("insufficient stock {p}")),
+                Some(_) => {}
+            }
+        }
+        for (p, q) in &missing {
+            let s = self.stock.get_mut(p).expect("checked");
+            s.0 -= q;
+            s.1 += q;
+            rows.push(Row {
+                product: *p,
+                quantity: *q,
+                status: Status::Active,
+            });
+        }
+        Outcome::Reserved {
+            replayed: false,
+            items: pairs(rows.iter().filter(|r| r.status.is_live())),
+        }
+    }
+
+    /// Confirm or release: active rows move to `to`, stock follows.
+    fn settle(&mut self, order: u8, to: Status) -> Outcome {
+        let rows = self.orders.entry(order).or_default();
+        if rows.is_empty() {
+            return Outcome::Refused(format!("unknown order {order}"));
+        }
+        let mut released = Vec::new();
+        for r in rows.iter_mut() {
+            if r.status == Status::Active {
+                let s = self
+                    .stock
+                    .get_mut(&r.product)
+                    .expect("reserved product exists");
+                s.1 -= r.quantity;
+                if to == Status::Released {
+                    s.0 += r.quantity;
+                }
+                r.status = to;
+                released.push(r.clone());
+            } else if r.status == Status::Released {
+                released.push(r.clone());
+            }
+        }
+        if to == Status::Released {
+            return Outcome::Released(pairs(released.iter()));
+        }
+        let mut latest: BTreeMap<i64, &Row> = BTreeMap::new();
+        for r in rows.iter() {
+            latest.insert(r.product, r);
+        }
+        Outcome::Confirmed {
+            confirmed: pairs(rows.iter().filter(|r| r.status == Status::Confirmed)),
+            missing: pairs(latest.into_values().filter(|r| !r.status.is_live())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The engine.
+
+struct Engine {
+    db: TestDb,
+    stock: std::sync::Arc<dyn StockStrategy>,
+    ledger: Ledger,
+}
+
+fn order_id(order: u8) -> OrderId {
+    OrderId::new(format!("order-{order}")).expect("order id")
+}
+
+fn engine_pairs(items: &[ReservedItem]) -> Vec<(i64, i32)> {
+    items
+        .iter()
+        .map(|i| (i.product_id.get(), i.quantity))
+        .collect()
+}
+
+/// The refusals the operations may answer, named like the model names them; anything else is
+/// a failure of the test.
+fn refusal(e: Error) -> Outcome {
+    Outcome::Refused(match e {
+        Error::UnknownProduct(p) => format!("unknown product {p}"),
+        Error::InsufficientStock { product_id, .. } => format!("insufficient stock {product_id}"),
+        Error::IdempotencyConflict(_) => "idempotency conflict".into(),
+        Error::UnknownOrder(o) => {
+            format!("unknown order {}", o.as_str().trim_start_matches("order-"))
+        }
+        Error::AdjustmentWouldGoNegative { product_id, .. } => {
+            format!("adjustment would go negative {product_id}")
+        }
+        Error::Input(saldo::InputError::SameAccount) => "same account".into(),
+        Error::TransferConflict(_) => "transfer conflict".into(),
+        Error::InsufficientFunds { account, .. } => format!("insufficient funds {account}"),
+        other => panic!("unexpected error: {other:?}"),
+    })
+}
+
+impl Engine {
+    async fn apply(&self, op: &Op) -> Outcome {
+        let result = match op {
+            Op::Reserve { order, items } => {
+                let request = ReserveRequest {
+                    order_id: order_id(*order),
+                    items: OrderItems::new(items.iter().copied()).expect("items"),
+                    ttl: Ttl::default(),
+                };
+                self.stock
+                    .reserve(&request)
+                    .await
+                    .map(|r| Outcome::Reserved {
+                        replayed: r.replayed,
+                        items: engine_pairs(&r.items),
+                    })
+            }
+            Op::Confirm { order } => {
+                self.stock
+                    .confirm(&order_id(*order))
+                    .await
+                    .map(|c| Outcome::Confirmed {
+                        confirmed: engine_pairs(&c.confirmed),
+                        missing: engine_pairs(&c.missing),
+                    })
+            }
+            Op::Release { order } => self
+                .stock
+                .release(&order_id(*order))
+                .await
+                .map(|r| Outcome::Released(engine_pairs(&r.released))),
+            Op::Expire { order } => {
+                let client = self.db.pool.get().await.expect("client");
+                client
+                    .execute(
+                        "UPDATE reservations SET expires_at = now() - interval '1 second' \
+                         WHERE order_id = $1 AND status = 'active'",
+                        &[&order_id(*order).as_str()],
+                    )
+                    .await
+                    .expect("make due");
+                sweeper::sweep(self.stock.store())
+                    .await
+                    .map(Outcome::Expired)
+            }
+            Op::Adjust { product, delta } => {
+                let reason = Reason::new("model").expect("reason");
+                let product = ProductId::new(*product).expect("product");
+                admin::adjust(self.stock.store(), product, *delta, &reason)
+                    .await
+                    .map(|s| Outcome::Adjusted {
+                        available: s.available,
+                        reserved: s.reserved,
+                    })
+            }
+            Op::Transfer {
+                id,
+                from,
+                to,
+                amount,
+            } => {
+                let request = TransferRequest {
+                    id: TransferId::new(format!("t{id}")).expect("id"),
+                    from: AccountId::new(*from).expect("account"),
+                    to: AccountId::new(*to).expect("account"),
+                    amount: Amount::new(*amount).expect("amount"),
+                };
+                self.ledger
+                    .transfer(TransferStrategy::Ordered, &request)
+                    .await
+                    .map(|t| Outcome::Transferred {
+                        replayed: t.replayed,
+                    })
+            }
+        };
+        result.unwrap_or_else(refusal)
+    }
+
+    /// Every invariant: both audits clean, every row equal to the model's.
+    async fn check(&self, model: &Model, step: usize) {
+        let stock = audit_stock(&self.db.pool).await.expect("stock audit");
+        assert!(stock.is_empty(), "step {step}: stock audit {stock:?}");
+        let ledger = audit_ledger(&self.db.pool).await.expect("ledger audit");
+        assert!(ledger.is_empty(), "step {step}: ledger audit {ledger:?}");
+        for (p, expected) in &model.stock {
+            let s = admin::get(self.stock.store(), ProductId::new(*p).expect("id"))
+                .await
+                .expect("stock");
+            assert_eq!(
+                (s.available, s.reserved),
+                *expected,
+                "step {step}: product {p}"
+            );
+        }
+        for (a, expected) in &model.balances {
+            let account = self
+                .ledger
+                .account(AccountId::new(*a).expect("id"))
+                .await
+                .expect("account");
+            assert_eq!(account.balance, *expected, "step {step}: account {a}");
+        }
+    }
+}
+
+async fn run_case(counts: Vec<i64>, balances: Vec<i64>, ops: Vec<Op>) {
+    let db = test_db().await;
+    let store = db.store();
+    let mut model = Model::default();
+    for (i, count) in counts.iter().enumerate() {
+        let p = i as i64 + 1;
+        admin::set_count(&store, ProductId::new(p).expect("id"), *count)
+            .await
+            .expect("count");
+        model.stock.insert(p, (*count as i32, 0));
+    }
+    let ledger = Ledger::new(store.clone());
+    for (i, balance) in balances.iter().enumerate() {
+        let a = i as i64 + 1;
+        ledger
+            .open_account(AccountId::new(a).expect("id"), *balance)
+            .await
+            .expect("open");
+        model.balances.insert(a, *balance);
+    }
+    let engine = Engine {
+        stock: build(StrategyName::Atomic, store, &StrategyConfig::default()),
+        ledger,
+        db,
+    };
+    engine.check(&model, 0).await;
+    for (step, op) in ops.iter().enumerate() {
+        let expected = model.apply(op);
+        let actual = engine.apply(op).await;
+        assert_eq!(actual, expected, "step {}: {op:?}", step + 1);
+        engine.check(&model, step + 1).await;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: CASES,
+        // Each case owns a database; shrinking reruns cases, so keep it bounded too.
+        max_shrink_iters: 64,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn engine_and_ledger_agree_with_the_model(
+        counts in prop::collection::vec(0..=8i64, PRODUCTS as usize),
+        balances in prop::collection::vec(0..=100i64, ACCOUNTS as usize),
+        ops in prop::collection::vec(op(), 1..=MAX_STEPS),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(run_case(counts, balances, ops));
+    }
+}
