@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
-use saldo::domain::{OrderId, Ttl};
+use saldo::domain::{AccountId, Amount, OrderId, TransferId, Ttl};
+use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
 use saldo::stock::{ReserveRequest, StockStrategy};
 use saldo::Error;
 use tokio::sync::Semaphore;
@@ -65,9 +66,29 @@ enum Outcome {
     Error(String),
 }
 
+/// What the operations run against.
+pub enum Target {
+    /// One reservation (or sale) per operation.
+    Stock(Arc<dyn StockStrategy>),
+    /// One transfer of 1 between two accounts per operation.
+    Ledger(Ledger, TransferStrategy),
+}
+
+/// An error with its SQLSTATE and the server's message, which `Display` alone may hide.
+fn describe(e: &Error) -> String {
+    let db = match e {
+        Error::Database(d) | Error::RetriesExhausted { source: d, .. } => d.as_db_error(),
+        _ => None,
+    };
+    match db {
+        Some(d) => format!("{e} [{}: {}]", d.code().code(), d.message()),
+        None => e.to_string(),
+    }
+}
+
 /// Shared between the buyers of one run.
 struct Shared {
-    engine: Arc<dyn StockStrategy>,
+    target: Target,
     picker: Arc<Picker>,
     tag: String,
     with_confirm: bool,
@@ -77,7 +98,40 @@ struct Shared {
 }
 
 impl Shared {
-    async fn operation(&self, order: String, rng: &mut rand::rngs::StdRng) -> Outcome {
+    async fn operation(&self, id: String, rng: &mut rand::rngs::StdRng) -> Outcome {
+        match &self.target {
+            Target::Stock(engine) => self.reserve(engine, id, rng).await,
+            Target::Ledger(ledger, strategy) => {
+                let (from, to) = self.picker.pick_pair(rng);
+                let request = match (|| -> Result<TransferRequest, saldo::InputError> {
+                    Ok(TransferRequest {
+                        id: TransferId::new(id)?,
+                        from: AccountId::new(from)?,
+                        to: AccountId::new(to)?,
+                        amount: Amount::new(1)?,
+                    })
+                })() {
+                    Ok(r) => r,
+                    Err(e) => return Outcome::Error(e.to_string()),
+                };
+                match ledger.transfer(*strategy, &request).await {
+                    Ok(_) => Outcome::Ok(1),
+                    Err(Error::InsufficientFunds { .. }) | Err(Error::TransferConflict(_)) => {
+                        Outcome::Refused
+                    }
+                    Err(Error::Overloaded(_)) => Outcome::Overloaded,
+                    Err(e) => Outcome::Error(describe(&e)),
+                }
+            }
+        }
+    }
+
+    async fn reserve(
+        &self,
+        engine: &Arc<dyn StockStrategy>,
+        order: String,
+        rng: &mut rand::rngs::StdRng,
+    ) -> Outcome {
         let items = match self.picker.pick(rng) {
             Ok(items) => items,
             Err(e) => return Outcome::Error(e.to_string()),
@@ -92,17 +146,17 @@ impl Shared {
             items,
             ttl: Ttl::default(),
         };
-        let outcome = match self.engine.reserve(&request).await {
+        let outcome = match engine.reserve(&request).await {
             Ok(_) => Outcome::Ok(units),
             Err(Error::InsufficientStock { .. })
             | Err(Error::UnknownProduct(_))
             | Err(Error::IdempotencyConflict(_)) => Outcome::Refused,
             Err(Error::Overloaded(_)) => Outcome::Overloaded,
-            Err(e) => Outcome::Error(e.to_string()),
+            Err(e) => Outcome::Error(describe(&e)),
         };
         if let (true, Outcome::Ok(_)) = (self.with_confirm, &outcome) {
-            if let Err(e) = self.engine.confirm(&request.order_id).await {
-                return Outcome::Error(format!("confirm: {e}"));
+            if let Err(e) = engine.confirm(&request.order_id).await {
+                return Outcome::Error(format!("confirm: {}", describe(&e)));
             }
         }
         outcome
@@ -132,16 +186,16 @@ impl Shared {
     }
 }
 
-/// Runs one load against `engine`; `on_tick` sees the answered count every 100 ms.
+/// Runs one load against `target`; `on_tick` sees the answered count every 100 ms.
 pub async fn drive(
-    engine: Arc<dyn StockStrategy>,
+    target: Target,
     picker: Arc<Picker>,
     plan: &LoadPlan,
     tag: String,
     on_tick: impl Fn(u64, Duration),
 ) -> anyhow::Result<Tally> {
     let shared = Arc::new(Shared {
-        engine,
+        target,
         picker,
         tag,
         with_confirm: plan.with_confirm,

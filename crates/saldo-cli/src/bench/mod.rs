@@ -18,13 +18,14 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use saldo::db::{self, PoolOptions};
+use saldo::ledger::{Ledger, TransferStrategy};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{self as batched_engine, Batched, BatchedConfig};
-use saldo::stock::{build, StockStrategy, Store, StrategyConfig, StrategyName};
+use saldo::stock::{build, Store, StrategyConfig, StrategyName};
 
-use load::{LoadPlan, Tally};
+use load::{LoadPlan, Tally, Target};
 use report::{Check, RunResult};
-use scenario::{Picker, Scenario, STOCK_PER_PRODUCT};
+use scenario::{Picker, Scenario, OPENING_BALANCE, STOCK_PER_PRODUCT};
 
 /// Largest `--concurrency` (buyers or in-flight orders).
 const MAX_CONCURRENCY: u32 = 4_096;
@@ -41,7 +42,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Scenario::Hot)]
     scenario: Scenario,
     /// Comma-separated strategies to compare (the first is the baseline of the ratios).
-    #[arg(long, value_delimiter = ',', default_value = "atomic,batched")]
+    /// Default: atomic,batched; for the transfer scenarios: ordered (or ordered,naive).
+    #[arg(long, value_delimiter = ',')]
     strategy: Vec<String>,
     /// Closed loop: this many buyers. Open loop (`--rate`): most orders in flight.
     #[arg(long, default_value_t = 64,
@@ -61,7 +63,7 @@ pub struct Args {
     /// Rounds; each runs every strategy once. Medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     rounds: u32,
-    /// Products for `uniform`, `zipf` and `multi-item`.
+    /// Products for `uniform`, `zipf` and `multi-item`; accounts for `transfers-uniform`.
     #[arg(long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PRODUCTS as i64))]
     products: u32,
@@ -103,10 +105,47 @@ pub struct Args {
     plot: Option<std::path::PathBuf>,
 }
 
+/// A strategy under test: a stock strategy, or a transfer strategy for the ledger scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    Stock(StrategyName),
+    Transfer(TransferStrategy),
+}
+
+impl Contender {
+    fn as_str(self) -> &'static str {
+        match self {
+            Contender::Stock(n) => n.as_str(),
+            Contender::Transfer(t) => t.as_str(),
+        }
+    }
+
+    fn parse(scenario: Scenario, s: &str) -> Result<Contender> {
+        if scenario.is_transfers() {
+            return TransferStrategy::parse(s)
+                .map(Contender::Transfer)
+                .with_context(|| {
+                    let known: Vec<&str> =
+                        TransferStrategy::ALL.iter().map(|n| n.as_str()).collect();
+                    format!(
+                        "unknown transfer strategy {s:?}; known: {}",
+                        known.join(", ")
+                    )
+                });
+        }
+        StrategyName::parse(s)
+            .map(Contender::Stock)
+            .with_context(|| {
+                let known: Vec<&str> = StrategyName::ALL.iter().map(|n| n.as_str()).collect();
+                format!("unknown stock strategy {s:?}; known: {}", known.join(", "))
+            })
+    }
+}
+
 /// Validated configuration of one invocation.
 struct Config {
     scenario: Scenario,
-    strategies: Vec<StrategyName>,
+    strategies: Vec<Contender>,
     plan: LoadPlan,
     rounds: u32,
     products: u32,
@@ -121,11 +160,18 @@ struct Config {
 impl Config {
     fn from_args(args: Args) -> Result<Config> {
         let mut strategies = Vec::new();
-        for s in &args.strategy {
-            let name = StrategyName::parse(s.trim()).with_context(|| {
-                let known: Vec<&str> = StrategyName::ALL.iter().map(|n| n.as_str()).collect();
-                format!("unknown strategy {s:?}; known: {}", known.join(", "))
-            })?;
+        let defaults = if args.scenario.is_transfers() {
+            vec!["ordered".to_owned()]
+        } else {
+            vec!["atomic".to_owned(), "batched".to_owned()]
+        };
+        let given = if args.strategy.is_empty() {
+            &defaults
+        } else {
+            &args.strategy
+        };
+        for s in given {
+            let name = Contender::parse(args.scenario, s.trim())?;
             if !strategies.contains(&name) {
                 strategies.push(name);
             }
@@ -168,7 +214,8 @@ impl Config {
             None => format!("{} buyers", self.plan.concurrency),
         };
         let products = match self.scenario {
-            Scenario::Hot => String::new(),
+            Scenario::Hot | Scenario::TransfersHot => String::new(),
+            Scenario::TransfersUniform => format!(", {} accounts", self.products),
             _ => format!(", {} products", self.products),
         };
         let sale = if self.plan.with_confirm {
@@ -281,7 +328,10 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
                 progress.set_position(
                     base + (elapsed.as_millis() as u64).min(per_run.as_millis() as u64),
                 );
-                progress.set_message(format!("round {round} {name}: {answered} answered"));
+                progress.set_message(format!(
+                    "round {round} {}: {answered} answered",
+                    name.as_str()
+                ));
             })
             .await?;
             progress.suspend(|| eprintln!("{}", report::run_line(&result)));
@@ -318,8 +368,13 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
     } else {
         println!("{}", config.title());
         print!("{table}");
+        let names: Vec<&str> = results
+            .first()
+            .map(|r| r.invariants.iter().map(|c| c.name).collect())
+            .unwrap_or_default();
         println!(
-            "invariants (audit clean, sold <= stock, granted = reserved rows) after every run: {}",
+            "invariants ({}) after every run: {}",
+            names.join(", "),
             if all_ok { "ok" } else { "BROKEN" }
         );
     }
@@ -336,33 +391,43 @@ async fn one_run(
     config: &Config,
     pool: &deadpool_postgres::Pool,
     picker: &Arc<Picker>,
-    name: StrategyName,
+    name: Contender,
     round: u32,
     on_tick: impl Fn(u64, Duration),
 ) -> Result<RunResult> {
-    reset_stock(pool, config.products).await?;
     let store = Store::new(pool.clone(), TxOptions::default());
-    let (engine, batched): (Arc<dyn StockStrategy>, Option<Batched>) = match name {
-        StrategyName::Batched => {
-            let b = Batched::new(store, &config.batched);
-            (Arc::new(b.clone()), Some(b))
+    let mut batched = None;
+    let target = match name {
+        Contender::Transfer(strategy) => {
+            reset_ledger(pool, config.products).await?;
+            Target::Ledger(Ledger::new(store), strategy)
         }
-        other => {
+        Contender::Stock(StrategyName::Batched) => {
+            reset_stock(pool, config.products).await?;
+            let b = Batched::new(store, &config.batched);
+            batched = Some(b.clone());
+            Target::Stock(Arc::new(b))
+        }
+        Contender::Stock(other) => {
+            reset_stock(pool, config.products).await?;
             let strategy_config = StrategyConfig {
                 batched: config.batched.clone(),
                 ..StrategyConfig::default()
             };
-            (build(other, store, &strategy_config), None)
+            Target::Stock(build(other, store, &strategy_config))
         }
     };
     reset_peak_rss();
     let tag = format!("r{round}{}", name.as_str());
-    let tally = load::drive(engine.clone(), picker.clone(), &config.plan, tag, on_tick).await?;
+    let tally = load::drive(target, picker.clone(), &config.plan, tag, on_tick).await?;
     let peak_rss_kib = peak_rss_kib();
     let stats = batched.as_ref().map(Batched::stats);
     drop(batched);
-    drop(engine);
-    let invariants = check_invariants(pool, &tally).await?;
+    let invariants = if config.scenario.is_transfers() {
+        check_ledger(pool, config.products, &tally).await?
+    } else {
+        check_invariants(pool, &tally).await?
+    };
     Ok(result_of(
         name,
         round,
@@ -375,7 +440,7 @@ async fn one_run(
 }
 
 fn result_of(
-    name: StrategyName,
+    name: Contender,
     round: u32,
     config: &Config,
     tally: &Tally,
@@ -387,7 +452,7 @@ fn result_of(
     RunResult {
         strategy: name.as_str().to_owned(),
         round,
-        reservations_per_s: tally.measured_ok as f64 / config.plan.duration.as_secs_f64(),
+        ops_per_s: tally.measured_ok as f64 / config.plan.duration.as_secs_f64(),
         latency_us_p50: h.value_at_quantile(0.50),
         latency_us_p90: h.value_at_quantile(0.90),
         latency_us_p99: h.value_at_quantile(0.99),
@@ -405,6 +470,61 @@ fn result_of(
         largest_batch: stats.map(|s| s.largest_batch),
         invariants,
     }
+}
+
+async fn reset_ledger(pool: &deadpool_postgres::Pool, accounts: u32) -> Result<()> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.batch_execute(scenario::LEDGER_RESET).await?;
+    let n = i64::from(accounts);
+    tx.execute(scenario::OPEN_ACCOUNTS, &[&OPENING_BALANCE, &n])
+        .await?;
+    tx.execute(scenario::OPENING_ROWS, &[&OPENING_BALANCE, &n])
+        .await?;
+    tx.execute(scenario::SYSTEM_DEBIT, &[&OPENING_BALANCE, &n])
+        .await?;
+    tx.commit().await?;
+    client.batch_execute("ANALYZE accounts").await?;
+    Ok(())
+}
+
+const USER_BALANCES: &str = "SELECT coalesce(sum(balance), 0)::bigint FROM accounts WHERE id <> 0";
+const TRANSFERS_MADE: &str = "SELECT count(*) FROM transfers WHERE kind = 'transfer'";
+
+/// After a transfer run: the ledger audit, the users' total unchanged (transfers move money, they
+/// never create it), and one journal row per transfer a client was told succeeded.
+async fn check_ledger(
+    pool: &deadpool_postgres::Pool,
+    accounts: u32,
+    tally: &Tally,
+) -> Result<Vec<Check>> {
+    let divergences = saldo::audit::audit_ledger(pool).await?;
+    let client = pool.get().await?;
+    let total: i64 = client.query_one(USER_BALANCES, &[]).await?.get(0);
+    let made: i64 = client.query_one(TRANSFERS_MADE, &[]).await?.get(0);
+    let expected_total = OPENING_BALANCE * i64::from(accounts);
+    let granted = tally.units_granted as i64;
+    Ok(vec![
+        Check {
+            name: "ledger audit clean",
+            ok: divergences.is_empty(),
+            detail: format!("{} divergences", divergences.len()),
+        },
+        Check {
+            name: "balances conserved",
+            ok: total == expected_total,
+            detail: format!("users hold {total}, opened with {expected_total}"),
+        },
+        Check {
+            name: "granted = journal rows",
+            ok: if tally.errors == 0 {
+                made == granted
+            } else {
+                made >= granted
+            },
+            detail: format!("{granted} transfers acknowledged, {made} in the journal"),
+        },
+    ])
 }
 
 async fn reset_stock(pool: &deadpool_postgres::Pool, products: u32) -> Result<()> {

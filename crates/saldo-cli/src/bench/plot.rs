@@ -72,8 +72,8 @@ pub fn svg(title: &str, summaries: &[Summary]) -> String {
         .map(|s| {
             (
                 s.strategy.clone(),
-                s.reservations_per_s,
-                format!("{:.0}/s", s.reservations_per_s),
+                s.ops_per_s,
+                format!("{:.0}/s", s.ops_per_s),
             )
         })
         .collect();
@@ -87,7 +87,7 @@ pub fn svg(title: &str, summaries: &[Summary]) -> String {
     panel(
         &mut out,
         40.0,
-        "reservations per second (higher is better)",
+        "operations per second (higher is better)",
         &throughput,
     );
     panel(&mut out, 480.0, "p99 latency (lower is better)", &p99);
@@ -109,7 +109,7 @@ mod tests {
         let s = |name: &str, tput: f64, p99: u64| Summary {
             strategy: name.into(),
             rounds: 1,
-            reservations_per_s: tput,
+            ops_per_s: tput,
             latency_us_p50: 1,
             latency_us_p90: 1,
             latency_us_p99: p99,

@@ -9,7 +9,7 @@ use serde::Serialize;
 pub struct RunResult {
     pub strategy: String,
     pub round: u32,
-    pub reservations_per_s: f64,
+    pub ops_per_s: f64,
     pub latency_us_p50: u64,
     pub latency_us_p90: u64,
     pub latency_us_p99: u64,
@@ -41,7 +41,7 @@ pub struct Check {
 pub struct Summary {
     pub strategy: String,
     pub rounds: usize,
-    pub reservations_per_s: f64,
+    pub ops_per_s: f64,
     pub latency_us_p50: u64,
     pub latency_us_p90: u64,
     pub latency_us_p99: u64,
@@ -81,7 +81,7 @@ pub fn summarize(strategies: &[String], runs: &[RunResult]) -> Vec<Summary> {
             Summary {
                 strategy: name.clone(),
                 rounds: mine.len(),
-                reservations_per_s: median_f(mine.iter().map(|r| r.reservations_per_s).collect()),
+                ops_per_s: median_f(mine.iter().map(|r| r.ops_per_s).collect()),
                 latency_us_p50: median_u(mine.iter().map(|r| r.latency_us_p50).collect()),
                 latency_us_p90: median_u(mine.iter().map(|r| r.latency_us_p90).collect()),
                 latency_us_p99: median_u(mine.iter().map(|r| r.latency_us_p99).collect()),
@@ -109,10 +109,10 @@ pub fn run_line(r: &RunResult) -> String {
         .map(|c| format!("{} {}", if c.ok { "ok" } else { "BROKEN" }, c.name))
         .collect();
     format!(
-        "round {} {:<8} {:>10.0} res/s  p99 {:>7} ms  refused {} overloaded {} errors {}  [{}]{}",
+        "round {} {:<8} {:>10.0} ops/s  p99 {:>7} ms  refused {} overloaded {} errors {}  [{}]{}",
         r.round,
         r.strategy,
-        r.reservations_per_s,
+        r.ops_per_s,
         ms(r.latency_us_p99),
         r.refused,
         r.overloaded,
@@ -132,7 +132,7 @@ pub fn table(summaries: &[Summary]) -> String {
         "{:<9} {:>6} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>7} {:>9} {:>9} {:>10}\n",
         "strategy",
         "rounds",
-        "reserv./s",
+        "ops/s",
         "p50 ms",
         "p90 ms",
         "p99 ms",
@@ -149,7 +149,7 @@ pub fn table(summaries: &[Summary]) -> String {
             "{:<9} {:>6} {:>12.0} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>7} {:>9} {:>9} {:>10}\n",
             s.strategy,
             s.rounds,
-            s.reservations_per_s,
+            s.ops_per_s,
             ms(s.latency_us_p50),
             ms(s.latency_us_p90),
             ms(s.latency_us_p99),
@@ -166,13 +166,13 @@ pub fn table(summaries: &[Summary]) -> String {
             if s.invariants_ok { "ok" } else { "BROKEN" }
         ));
     }
-    if let Some(base) = summaries.first().filter(|b| b.reservations_per_s > 0.0) {
+    if let Some(base) = summaries.first().filter(|b| b.ops_per_s > 0.0) {
         for s in &summaries[1..] {
             out.push_str(&format!(
                 "{} / {}: {:.1}x throughput\n",
                 s.strategy,
                 base.strategy,
-                s.reservations_per_s / base.reservations_per_s
+                s.ops_per_s / base.ops_per_s
             ));
         }
     }

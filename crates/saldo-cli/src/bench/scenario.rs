@@ -1,7 +1,8 @@
-//! What a benchmark operation buys: the scenarios (`hot`, `uniform`, `zipf`, `multi-item`),
-//! how each picks the items of the next order, and how the stock is laid out before a run.
-//! Stock is set to the largest count so a run never runs out: what is measured is the engine,
-//! not the refusal path.
+//! What a benchmark operation does: the scenarios (`hot`, `uniform`, `zipf`, `multi-item`
+//! reserve stock; `transfers-hot`, `transfers-uniform` move money), how each picks the items or
+//! accounts of the next operation, and how the data is laid out before a run. Stock and
+//! balances are large enough that a run never runs out: what is measured is the engine, not the
+//! refusal path.
 
 use anyhow::Result;
 use rand::Rng;
@@ -19,6 +20,10 @@ pub enum Scenario {
     Zipf,
     /// Orders of `--items` distinct products, picked uniformly.
     MultiItem,
+    /// Transfers of 1 between two accounts, in random directions (crossed transfers).
+    TransfersHot,
+    /// Transfers of 1 between two distinct accounts of `--products` accounts.
+    TransfersUniform,
 }
 
 impl Scenario {
@@ -28,13 +33,22 @@ impl Scenario {
             Scenario::Uniform => "uniform",
             Scenario::Zipf => "zipf",
             Scenario::MultiItem => "multi-item",
+            Scenario::TransfersHot => "transfers-hot",
+            Scenario::TransfersUniform => "transfers-uniform",
         }
     }
 
-    /// Products the scenario stocks.
+    /// True for the ledger scenarios (their strategies are transfer strategies).
+    pub fn is_transfers(self) -> bool {
+        matches!(self, Scenario::TransfersHot | Scenario::TransfersUniform)
+    }
+
+    /// Products (or accounts) the scenario creates.
     pub fn products(self, requested: u32) -> u32 {
         match self {
             Scenario::Hot => 1,
+            Scenario::TransfersHot => 2,
+            Scenario::TransfersUniform => requested.max(2),
             _ => requested,
         }
     }
@@ -63,7 +77,9 @@ impl Picker {
     pub fn new(scenario: Scenario, products: u32, skew: f64, items: u32) -> Picker {
         match scenario {
             Scenario::Hot => Picker::Hot,
-            Scenario::Uniform => Picker::Uniform { products },
+            Scenario::Uniform | Scenario::TransfersHot | Scenario::TransfersUniform => {
+                Picker::Uniform { products }
+            }
             Scenario::Zipf => {
                 let weights: Vec<f64> = (1..=products)
                     .map(|k| 1.0 / f64::from(k).powf(skew))
@@ -114,7 +130,39 @@ impl Picker {
         };
         Ok(OrderItems::new(items)?)
     }
+
+    /// Two distinct accounts for a transfer, uniformly (`products` ≥ 2 for the ledger scenarios).
+    pub fn pick_pair(&self, rng: &mut impl Rng) -> (i64, i64) {
+        let n = match self {
+            Picker::Uniform { products } | Picker::Multi { products, .. } => (*products).max(2),
+            Picker::Zipf { cdf } => (cdf.len() as u32).max(2),
+            Picker::Hot => 2,
+        };
+        let from = rng.random_range(1..=n);
+        // A uniform pick among the n − 1 others.
+        let mut to = rng.random_range(1..n);
+        if to >= from {
+            to += 1;
+        }
+        (i64::from(from), i64::from(to))
+    }
 }
+
+/// The balance each account opens with: never exhausted by transfers of 1.
+pub const OPENING_BALANCE: i64 = 1_000_000_000;
+
+/// Empties the ledger (keeping the system account) and opens `$2` accounts of `$1` each, with
+/// their opening rows in the journal and the system account's matching debit, so the ledger
+/// audit holds from the start. Bench-only bulk setup.
+pub const LEDGER_RESET: &str = "TRUNCATE transfers; DELETE FROM accounts WHERE id <> 0; \
+     UPDATE accounts SET balance = 0 WHERE id = 0";
+pub const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
+     SELECT g, $1 FROM generate_series(1, $2::bigint) g";
+pub const OPENING_ROWS: &str =
+    "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
+     SELECT 'opening:' || g, 0, g, $1, 'opening' FROM generate_series(1, $2::bigint) g";
+pub const SYSTEM_DEBIT: &str =
+    "UPDATE accounts SET balance = -($1::bigint * $2::bigint) WHERE id = 0";
 
 /// Empties the scratch database and stocks `products` products, each with a counted history so
 /// that the audit can prove every run. Bench-only: it writes stock directly, in bulk.
@@ -139,6 +187,11 @@ mod tests {
             Scenario::Zipf,
             Scenario::MultiItem,
         ] {
+            let picker = Picker::new(scenario, scenario.products(50), 1.2, 3);
+            for _ in 0..100 {
+                let (from, to) = picker.pick_pair(&mut rng);
+                assert!(from != to && from >= 1 && to >= 1);
+            }
             let products = scenario.products(50);
             let picker = Picker::new(scenario, products, 1.2, 3);
             for _ in 0..1_000 {
