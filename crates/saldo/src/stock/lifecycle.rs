@@ -325,7 +325,7 @@ pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<Confirm
 }
 
 /// Products whose latest row is dead and that have no live row.
-fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
+pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
     let mut latest: BTreeMap<ProductId, &ReservedItem> = BTreeMap::new();
     for r in rows {
         // Rows come ordered by product then creation, so the last one per product wins.

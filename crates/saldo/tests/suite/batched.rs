@@ -529,3 +529,43 @@ async fn workers_stop_when_the_engine_is_dropped() {
     }
     assert_audit_clean(&db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_confirms_settle_once_and_name_what_is_missing() {
+    let db = test_db().await;
+    let engine = engine(&db, &[(1, 100), (2, 100)]).await;
+    for i in 0..30 {
+        engine
+            .reserve(&request(&format!("sale-{i}"), &[(1, 1), (2, 2)]))
+            .await
+            .expect("reserve");
+    }
+    let released = OrderId::new("sale-0").expect("id");
+    engine.release(&released).await.expect("release");
+    let mut tasks = Vec::new();
+    // Every order confirmed twice at once, plus one order that does not exist.
+    for i in (0..30).chain(0..30) {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let order = OrderId::new(format!("sale-{i}")).expect("id");
+            (i, engine.confirm(&order).await)
+        }));
+    }
+    let ghost = engine.confirm(&OrderId::new("ghost").expect("id")).await;
+    assert!(matches!(ghost, Err(Error::UnknownOrder(_))), "{ghost:?}");
+    for t in tasks {
+        let (i, outcome) = t.await.expect("join");
+        let outcome = outcome.expect("confirm");
+        if i == 0 {
+            assert!(outcome.confirmed.is_empty());
+            assert_eq!(outcome.missing.len(), 2);
+        } else {
+            assert_eq!(outcome.confirmed.len(), 2, "order {i}");
+            assert!(outcome.missing.is_empty());
+        }
+    }
+    // 29 sold: gone from stock and no longer reserved.
+    assert_eq!(stock_of(&db, 1).await, (71, 0));
+    assert_eq!(stock_of(&db, 2).await, (42, 0));
+    assert_audit_clean(&db).await;
+}

@@ -101,10 +101,26 @@ pub(crate) struct Counters {
     largest_batch: AtomicU64,
 }
 
-/// One queued reservation and where its answer goes.
-pub(crate) struct Job {
-    request: ReserveRequest,
-    reply: oneshot::Sender<Result<Reservation, Error>>,
+/// One queued operation and where its answer goes.
+pub(crate) enum Job {
+    Reserve {
+        request: ReserveRequest,
+        reply: oneshot::Sender<Result<Reservation, Error>>,
+    },
+    Confirm {
+        order_id: OrderId,
+        reply: oneshot::Sender<Result<ConfirmOutcome, Error>>,
+    },
+}
+
+impl Job {
+    /// True when the caller stopped waiting.
+    fn abandoned(&self) -> bool {
+        match self {
+            Job::Reserve { reply, .. } => reply.is_closed(),
+            Job::Confirm { reply, .. } => reply.is_closed(),
+        }
+    }
 }
 
 /// Receivers kept until the workers start on the first `reserve`.
@@ -181,6 +197,34 @@ impl Batched {
         partition_for(first, self.senders.len())
     }
 
+    /// Queues `job` on `partition` and waits for its answer; a full queue answers at once.
+    async fn submit<T>(
+        &self,
+        partition: usize,
+        job: Job,
+        answer: oneshot::Receiver<Result<T, Error>>,
+    ) -> Result<T, Error> {
+        self.start_workers();
+        let sender = self
+            .senders
+            .get(partition)
+            .ok_or_else(|| Error::Overloaded("batched engine has no partitions".into()))?;
+        match sender.try_send(job) {
+            Ok(()) => answer.await.unwrap_or_else(|_| {
+                Err(Error::Overloaded(format!(
+                    "batched worker {partition} stopped before answering"
+                )))
+            }),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(Error::Overloaded(format!(
+                "batched queue of partition {partition} is full ({} requests)",
+                self.config.queue_capacity
+            ))),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Overloaded(format!(
+                "batched worker {partition} is not running"
+            ))),
+        }
+    }
+
     fn start_workers(&self) {
         self.started.get_or_init(|| {
             let receivers = match self.pending.lock() {
@@ -210,6 +254,15 @@ fn partition_for(product_id: i64, partitions: usize) -> usize {
     ((h >> 32) as usize) % partitions.max(1)
 }
 
+/// The partition of a confirm: a stable hash of the order id (FNV-1a).
+fn partition_for_order(order_id: &OrderId, partitions: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in order_id.as_str().bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % partitions.max(1) as u64) as usize
+}
+
 #[async_trait::async_trait]
 impl StockStrategy for Batched {
     fn name(&self) -> &'static str {
@@ -221,37 +274,27 @@ impl StockStrategy for Batched {
     }
 
     async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        self.start_workers();
-        let partition = self.partition_of(request);
         let (reply, answer) = oneshot::channel();
-        let job = Job {
+        let job = Job::Reserve {
             request: request.clone(),
             reply,
         };
-        let sender = self
-            .senders
-            .get(partition)
-            .ok_or_else(|| Error::Overloaded("batched engine has no partitions".into()))?;
-        let result = match sender.try_send(job) {
-            Ok(()) => answer.await.unwrap_or_else(|_| {
-                Err(Error::Overloaded(format!(
-                    "batched worker {partition} stopped before answering"
-                )))
-            }),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(Error::Overloaded(format!(
-                "batched queue of partition {partition} is full ({} requests)",
-                self.config.queue_capacity
-            ))),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Overloaded(format!(
-                "batched worker {partition} is not running"
-            ))),
-        };
+        let result = self.submit(self.partition_of(request), job, answer).await;
         crate::stock::telemetry_outcome(&result);
         result
     }
 
+    /// Confirms are batched too: each one settles on the product's stock row, so on a hot
+    /// product one confirm per transaction would cap sales at `atomic`'s rate. An order's
+    /// products are unknown before its rows are read, so confirms spread by order id.
     async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-        lifecycle::confirm(&self.store, order_id).await
+        let (reply, answer) = oneshot::channel();
+        let job = Job::Confirm {
+            order_id: order_id.clone(),
+            reply,
+        };
+        let partition = partition_for_order(order_id, self.senders.len());
+        self.submit(partition, job, answer).await
     }
 
     async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {

@@ -11,17 +11,19 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Client;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::{Counters, Job};
-use crate::domain::ProductId;
+use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
 use crate::retry::in_transaction;
 use crate::stock::atomic::Atomic;
-use crate::stock::lifecycle::{self, live_items, parse_rows, plan, Plan, Row, APPLY_DELTAS};
-use crate::stock::{Reservation, ReserveRequest, ReservedItem, Status, Store};
+use crate::stock::lifecycle::{
+    self, live_items, missing_items, parse_rows, plan, settle, Plan, Row, APPLY_DELTAS,
+};
+use crate::stock::{ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store};
 use crate::telemetry;
 
 /// Locks every stock row of the batch, in the global lock order (ascending product id).
@@ -35,6 +37,11 @@ const BATCH_ORDER_ROWS: &str = "SELECT id, product_id, quantity, status, expires
 /// generic plan chosen while `reservations` was small (a fresh deployment, a bench run) would
 /// seq-scan it forever; planning per execution costs far less than one such scan.
 const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+/// Every row of the batch's orders to confirm, locked in one consistent order (order id, then
+/// as `lifecycle::confirm` locks one order's rows), before any stock row: the global lock order.
+const LOCK_ORDERS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
+     FROM reservations WHERE order_id = ANY($1) \
+     ORDER BY order_id, product_id, created_at FOR UPDATE";
 /// Every granted reservation row of the batch in one statement.
 const INSERT_BATCH: &str = "INSERT INTO reservations \
      (id, order_id, product_id, quantity, expires_at) \
@@ -75,7 +82,7 @@ impl Worker {
                 }
             }
             // A caller that gave up (dropped its future) gets nothing reserved in its name.
-            batch.retain(|job| !job.reply.is_closed());
+            batch.retain(|job| !job.abandoned());
             if !batch.is_empty() {
                 self.process(std::mem::take(&mut batch)).await;
             }
@@ -84,8 +91,27 @@ impl Worker {
     }
 
     async fn process(&self, jobs: Vec<Job>) {
+        let mut reserves = Vec::new();
+        let mut confirms = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Reserve { request, reply } => reserves.push((request, reply)),
+                Job::Confirm { order_id, reply } => confirms.push((order_id, reply)),
+            }
+        }
+        // Reserves first: a confirm that met its own reserve in one batch (two callers racing)
+        // then finds the rows, as it would have after the reserve's answer.
+        if !reserves.is_empty() {
+            self.reserve_batch(reserves).await;
+        }
+        if !confirms.is_empty() {
+            self.confirm_batch(confirms).await;
+        }
+    }
+
+    async fn reserve_batch(&self, jobs: Vec<(ReserveRequest, Reply<Reservation>)>) {
         let started = Instant::now();
-        let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.request).collect();
+        let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.0).collect();
         let requests = &requests[..];
         let result = in_transaction(
             &self.store.pool,
@@ -94,36 +120,78 @@ impl Worker {
             move |client| crate::tx_body!(client => grant_batch(client, requests)),
         )
         .await;
-        metrics::histogram!(BATCH_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::histogram!(BATCH_ORDERS).record(jobs.len() as f64);
+        metrics::histogram!(BATCH_SECONDS, "operation" => "reserve")
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(BATCH_ORDERS, "operation" => "reserve").record(jobs.len() as f64);
         match result {
             Ok(outcomes) => {
-                let c = &self.counters;
-                c.batches.fetch_add(1, Ordering::Relaxed);
-                c.orders.fetch_add(jobs.len() as u64, Ordering::Relaxed);
-                c.largest_batch
-                    .fetch_max(jobs.len() as u64, Ordering::Relaxed);
-                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                self.count_batch(jobs.len());
+                for ((_, reply), outcome) in jobs.into_iter().zip(outcomes) {
                     // The caller may have gone; its answer has nowhere to go.
-                    let _ = job.reply.send(outcome);
+                    let _ = reply.send(outcome);
                 }
             }
             Err(e) => {
-                tracing::warn!(
-                    partition = self.partition,
-                    orders = jobs.len(),
-                    error = %e,
-                    "batch failed; answering its orders one by one"
-                );
-                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                for job in jobs {
-                    let outcome = lifecycle::reserve(&self.store, &Atomic, &job.request).await;
-                    let _ = job.reply.send(outcome);
+                self.warn_fallback("reserve", jobs.len(), &e);
+                for (request, reply) in jobs {
+                    let outcome = lifecycle::reserve(&self.store, &Atomic, &request).await;
+                    let _ = reply.send(outcome);
                 }
             }
         }
     }
+
+    async fn confirm_batch(&self, jobs: Vec<(OrderId, Reply<ConfirmOutcome>)>) {
+        let started = Instant::now();
+        let order_ids: Vec<&OrderId> = jobs.iter().map(|j| &j.0).collect();
+        let order_ids = &order_ids[..];
+        let result = in_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            "confirm_batch",
+            move |client| crate::tx_body!(client => confirm_tx(client, order_ids)),
+        )
+        .await;
+        metrics::histogram!(BATCH_SECONDS, "operation" => "confirm")
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(BATCH_ORDERS, "operation" => "confirm").record(jobs.len() as f64);
+        match result {
+            Ok((outcomes, newly)) => {
+                telemetry::settled("confirmed", newly);
+                self.count_batch(jobs.len());
+                for ((_, reply), outcome) in jobs.into_iter().zip(outcomes) {
+                    let _ = reply.send(outcome);
+                }
+            }
+            Err(e) => {
+                self.warn_fallback("confirm", jobs.len(), &e);
+                for (order_id, reply) in jobs {
+                    let _ = reply.send(lifecycle::confirm(&self.store, &order_id).await);
+                }
+            }
+        }
+    }
+
+    fn count_batch(&self, orders: usize) {
+        let c = &self.counters;
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.orders.fetch_add(orders as u64, Ordering::Relaxed);
+        c.largest_batch.fetch_max(orders as u64, Ordering::Relaxed);
+    }
+
+    fn warn_fallback(&self, operation: &'static str, orders: usize, e: &Error) {
+        tracing::warn!(
+            partition = self.partition,
+            operation,
+            orders,
+            error = %e,
+            "batch failed; answering its orders one by one"
+        );
+        self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
 }
+
+type Reply<T> = oneshot::Sender<Result<T, Error>>;
 
 /// What one order of the batch came to, before the insert tells the new rows' expiry.
 enum Decision {
@@ -293,4 +361,63 @@ fn first_refusal(
         }
     }
     None
+}
+
+/// The confirm batch: lock every row of the orders, settle all active ones in one pass (each
+/// stock row updated once), answer each order as `lifecycle::confirm` would.
+async fn confirm_tx(
+    client: &Client,
+    order_ids: &[&OrderId],
+) -> Result<(Vec<Result<ConfirmOutcome, Error>>, u64), Error> {
+    let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let lock = client.prepare_cached(LOCK_ORDERS).await?;
+    let params: [&(dyn ToSql + Sync); 1] = [&keys];
+    let (_, raw) = futures::try_join!(
+        client.batch_execute(CUSTOM_PLANS),
+        client.query(&lock, &params)
+    )?;
+    let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
+    for (r, row) in raw.iter().zip(parse_rows(&raw)?) {
+        by_order.entry(r.try_get(5)?).or_default().push(row);
+    }
+    let active: Vec<&Row> = by_order
+        .values()
+        .flatten()
+        .filter(|r| r.item.status == Status::Active)
+        .collect();
+    let newly = active.len() as u64;
+    let had_active: Vec<String> = by_order
+        .iter()
+        .filter(|(_, rows)| rows.iter().any(|r| r.item.status == Status::Active))
+        .map(|(o, _)| o.clone())
+        .collect();
+    settle(client, &active, Status::Confirmed).await?;
+    for row in by_order.values_mut().flatten() {
+        if row.item.status == Status::Active {
+            row.item.status = Status::Confirmed;
+        }
+    }
+    let mut outcomes = Vec::with_capacity(order_ids.len());
+    for order_id in order_ids {
+        let Some(rows) = by_order.get(order_id.as_str()).filter(|r| !r.is_empty()) else {
+            outcomes.push(Err(Error::UnknownOrder((*order_id).clone())));
+            continue;
+        };
+        let missing = missing_items(rows);
+        if !missing.is_empty() && had_active.iter().any(|o| o == order_id.as_str()) {
+            metrics::counter!(telemetry::CONFIRMED_WITH_MISSING).increment(1);
+        }
+        outcomes.push(Ok(ConfirmOutcome {
+            order_id: (*order_id).clone(),
+            confirmed: rows
+                .iter()
+                .filter(|r| r.item.status == Status::Confirmed)
+                .map(|r| r.item.clone())
+                .collect(),
+            missing,
+        }));
+    }
+    Ok((outcomes, newly))
 }
