@@ -16,8 +16,13 @@ pub struct Binaries {
 impl Binaries {
     /// Finds the binaries or says in one line what to install.
     pub fn find() -> Result<Binaries, Error> {
+        Binaries::find_in(candidates())
+    }
+
+    /// The first complete directory among `candidates`, or the one-line "what to install" error.
+    fn find_in(candidates: Vec<PathBuf>) -> Result<Binaries, Error> {
         let mut searched = Vec::new();
-        for dir in candidates() {
+        for dir in candidates {
             if is_complete(&dir) {
                 return Ok(Binaries { dir });
             }
@@ -118,6 +123,39 @@ mod tests {
             })
             .collect();
         assert_eq!(majors, ["15", "13", "9"]);
+    }
+
+    #[test]
+    fn missing_binaries_say_what_to_install_in_one_line() {
+        let empty = tempfile::tempdir().expect("tempdir");
+        let err = Binaries::find_in(vec![empty.path().to_path_buf()]).expect_err("nothing there");
+        let message = err.to_string();
+        assert!(matches!(err, Error::BinariesNotFound { .. }));
+        assert!(
+            message.contains("apt-get install -y postgresql"),
+            "{message}"
+        );
+        assert!(message.contains("PG_BIN"), "{message}");
+        assert!(
+            message.contains(&empty.path().display().to_string()),
+            "{message}"
+        );
+        assert!(!message.contains('\n'), "one line: {message}");
+    }
+
+    #[test]
+    fn first_complete_candidate_wins() {
+        let incomplete = tempfile::tempdir().expect("tempdir");
+        let complete = tempfile::tempdir().expect("tempdir");
+        for b in ["initdb", "postgres", "pg_isready"] {
+            std::fs::write(complete.path().join(b), "").expect("write");
+        }
+        let found = Binaries::find_in(vec![
+            incomplete.path().to_path_buf(),
+            complete.path().to_path_buf(),
+        ])
+        .expect("found");
+        assert_eq!(found.dir(), complete.path());
     }
 
     #[test]

@@ -11,6 +11,9 @@ use saldo::stock::{sweeper, Store};
 
 mod bench;
 mod database;
+mod locks;
+mod race;
+mod serve;
 use database::open;
 
 #[derive(Parser)]
@@ -42,26 +45,41 @@ enum Command {
     Audit,
     /// Expire due reservations once (bounded batches) and print how many.
     Sweep,
+    /// Rerun a seed's race against strategies side by side and check every invariant.
+    Race(race::Args),
+    /// Run the HTTP service (embedded PostgreSQL when no URL is given).
+    Serve(serve::Args),
+    /// Show sessions waiting on locks, who blocks them and for how long.
+    Locks(locks::Args),
     /// Measure strategies side by side on a scratch database; exits 1 if an invariant breaks.
     Bench(bench::Args),
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // The race lab provokes CHECK violations and deadlocks on purpose: do not log each one.
+    let default_filter = match cli.command {
+        Command::Race(_) => "warn,saldo::telemetry=off",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let database = open(cli.database_url).await?;
     let pool = db::connect(&database.url, &PoolOptions::default())?;
     db::migrate(&pool).await.context("migrating the database")?;
     let store = Store::new(pool.clone(), TxOptions::default());
     match cli.command {
         Command::Migrate => println!("migrations applied"),
+        Command::Race(args) => race::run(args, &database.url).await?,
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
+        Command::Serve(args) => serve::run(args, &database).await?,
+        Command::Locks(args) => locks::run(args, &pool).await?,
         Command::Bench(args) => anyhow::ensure!(
             bench::run(args, &database.url).await?,
             "bench: an invariant broke (see above)"

@@ -34,8 +34,18 @@ impl Default for PoolOptions {
 
 /// Creates a pool for `url`. Connections are opened lazily.
 pub fn connect(url: &str, options: &PoolOptions) -> Result<Pool, Error> {
+    connect_with(url, None, options)
+}
+
+/// Creates a pool for database `dbname` on the server of `url` (e.g. a scratch database).
+pub fn connect_database(url: &str, dbname: &str, options: &PoolOptions) -> Result<Pool, Error> {
+    connect_with(url, Some(dbname), options)
+}
+
+fn connect_with(url: &str, dbname: Option<&str>, options: &PoolOptions) -> Result<Pool, Error> {
     let cfg = deadpool_postgres::Config {
         url: Some(url.to_owned()),
+        dbname: dbname.map(str::to_owned),
         manager: Some(ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         }),

@@ -195,9 +195,58 @@ impl TxOptions {
 
 /// The future a transaction body returns: it owns the connection for the duration of the
 /// attempt and hands it back with its result (owning it avoids a higher-ranked borrow).
-pub type TxFuture<'a, T> = BoxFuture<'a, (Client, Result<T, Error>)>;
+pub type TxFuture<'a, T> = BoxFuture<'a, (TxClient, Result<T, Error>)>;
 
-/// Wraps a body written against `&Client` into a [`TxFuture`].
+/// A pooled connection with a transaction open on it. It derefs to [`Client`], so bodies use it
+/// like one.
+///
+/// Why it exists: when the future running a transaction is dropped part-way (an HTTP client hung
+/// up, a timeout or `select!` fired), a plain pooled client would go back to the pool with the
+/// transaction still open, and the next user of that connection would COMMIT the abandoned half
+/// (units taken with no reservation row). Dropped before [`TxClient::finish`], this guard
+/// detaches the connection from the pool instead, which closes it; the server then rolls the
+/// transaction back and releases its row locks.
+pub struct TxClient {
+    /// `Some` from creation until `finish` or drop.
+    client: Option<Client>,
+}
+
+impl TxClient {
+    fn new(client: Client) -> Self {
+        TxClient {
+            client: Some(client),
+        }
+    }
+
+    /// The transaction has ended (COMMIT or ROLLBACK ran): the connection may be reused.
+    fn finish(mut self) -> Option<Client> {
+        self.client.take()
+    }
+}
+
+impl std::ops::Deref for TxClient {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        // Invariant: `client` is only taken by `finish` (which consumes self) or by `drop`.
+        self.client
+            .as_ref()
+            .expect("TxClient holds its connection until finish or drop")
+    }
+}
+
+impl Drop for TxClient {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            tracing::warn!("transaction abandoned mid-flight: closing its connection");
+            // Taking the object out of the pool and dropping it closes the socket.
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
+/// Wraps a body written against `&Client` (really `&TxClient`, which derefs to it) into a
+/// [`TxFuture`].
 #[macro_export]
 macro_rules! tx_body {
     ($client:ident => $body:expr) => {
@@ -223,7 +272,7 @@ pub async fn in_transaction<'a, T, F>(
     mut work: F,
 ) -> Result<T, Error>
 where
-    F: FnMut(Client) -> TxFuture<'a, T>,
+    F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
     let max_attempts = options.retry.effective_max_attempts();
     // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
@@ -239,14 +288,15 @@ where
         }
         let result = {
             let client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
-            let (client, result) = run_once(client, &begin, &mut work).await;
+            let (client, result) = run_once(TxClient::new(client), &begin, &mut work).await;
             if result.is_err() {
                 // The transaction may be open or aborted; a failed ROLLBACK means the connection
                 // is gone, and the pool drops closed connections on their next checkout.
                 let _ = client.batch_execute("ROLLBACK").await;
             }
+            // The transaction has ended: the client goes back to the pool here, before any sleep.
+            drop(client.finish());
             result
-            // The client is returned to the pool here, before any sleep.
         };
         match result {
             Err(e) if e.is_retryable() => {
@@ -283,9 +333,13 @@ where
     }
 }
 
-async fn run_once<'a, T, F>(client: Client, begin: &str, work: &mut F) -> (Client, Result<T, Error>)
+async fn run_once<'a, T, F>(
+    client: TxClient,
+    begin: &str,
+    work: &mut F,
+) -> (TxClient, Result<T, Error>)
 where
-    F: FnMut(Client) -> TxFuture<'a, T>,
+    F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
     if let Err(e) = client.batch_execute(begin).await {
         return (client, Err(e.into()));

@@ -13,6 +13,7 @@ pub const RESERVATIONS: &str = "saldo_reservations_total";
 pub const SETTLED: &str = "saldo_reservations_settled_total";
 pub const CONFIRMED_WITH_MISSING: &str = "saldo_orders_confirmed_with_missing_total";
 pub const STOCK_LOCK_WAIT: &str = "saldo_stock_lock_wait_seconds";
+pub const VERSION_CONFLICTS: &str = "saldo_stock_version_conflicts_total";
 pub const TRANSFERS: &str = "saldo_ledger_transfers_total";
 
 pub(crate) fn tx_retry(operation: &'static str, sqlstate: &str) {
@@ -41,4 +42,9 @@ pub(crate) fn settled(status: &'static str, n: u64) {
     if n > 0 {
         metrics::counter!(SETTLED, "status" => status).increment(n);
     }
+}
+
+/// One optimistic UPDATE that found another version (a re-read follows, or VersionConflict).
+pub(crate) fn version_conflict() {
+    metrics::counter!(VERSION_CONFLICTS).increment(1);
 }

@@ -10,8 +10,12 @@ mod harness {
         test_db_serializable as test_db, test_db_serializable_with_pool as test_db_with_pool,
         TestDb,
     };
+    /// The cluster runs every transaction SERIALIZABLE.
+    pub const SERIALIZABLE: bool = true;
 }
 
+#[path = "suite/contract.rs"]
+mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 

@@ -8,8 +8,12 @@
 mod harness {
     #![allow(unused_imports)]
     pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+    /// The cluster runs at the default READ COMMITTED isolation.
+    pub const SERIALIZABLE: bool = false;
 }
 
+#[path = "suite/contract.rs"]
+mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 

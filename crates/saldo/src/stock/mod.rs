@@ -11,7 +11,11 @@ pub mod admin;
 pub mod atomic;
 pub mod batched;
 mod lifecycle;
+pub mod naive;
+pub mod optimistic;
+pub mod pessimistic;
 pub mod sweeper;
+pub mod trace;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
@@ -116,12 +120,23 @@ pub struct Stock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StrategyName {
     Atomic,
+    Pessimistic,
+    Optimistic,
     Batched,
+    NaiveSubtract,
+    NaiveOverwrite,
 }
 
 impl StrategyName {
     /// Every strategy, safe ones first, in the order the lab prints them.
-    pub const ALL: &'static [StrategyName] = &[StrategyName::Atomic, StrategyName::Batched];
+    pub const ALL: &'static [StrategyName] = &[
+        StrategyName::Atomic,
+        StrategyName::Pessimistic,
+        StrategyName::Optimistic,
+        StrategyName::Batched,
+        StrategyName::NaiveSubtract,
+        StrategyName::NaiveOverwrite,
+    ];
 
     pub fn parse(s: &str) -> Option<StrategyName> {
         StrategyName::ALL.iter().copied().find(|n| n.as_str() == s)
@@ -130,7 +145,11 @@ impl StrategyName {
     pub fn as_str(self) -> &'static str {
         match self {
             StrategyName::Atomic => "atomic",
+            StrategyName::Pessimistic => "pessimistic",
+            StrategyName::Optimistic => "optimistic",
             StrategyName::Batched => "batched",
+            StrategyName::NaiveSubtract => "naive-subtract",
+            StrategyName::NaiveOverwrite => "naive-overwrite",
         }
     }
 
@@ -138,7 +157,11 @@ impl StrategyName {
     pub fn is_safe(self) -> bool {
         match self {
             StrategyName::Atomic => true,
+            StrategyName::Pessimistic => true,
+            StrategyName::Optimistic => true,
             StrategyName::Batched => true,
+            StrategyName::NaiveSubtract => false,
+            StrategyName::NaiveOverwrite => false,
         }
     }
 }
@@ -155,6 +178,11 @@ pub struct StrategyConfig {
     /// Lab only: how long a naive strategy "thinks" between its read and its write (seed 000's
     /// payment call), to widen the race window.
     pub think: std::time::Duration,
+    /// Attempts and backoff of the `optimistic` strategy before `VersionConflict`.
+    pub optimistic: optimistic::OptimisticConfig,
+    /// Lab only: where the naive, pessimistic and optimistic takers record their reads and
+    /// writes, for `saldo race --explain`. `None` in production.
+    pub trace: Option<trace::TraceSink>,
     /// Queues, batch size and partitions of the `batched` strategy.
     pub batched: batched::BatchedConfig,
 }
@@ -183,8 +211,33 @@ pub fn build(
     store: Store,
     config: &StrategyConfig,
 ) -> std::sync::Arc<dyn StockStrategy> {
+    let trace = config.trace.clone();
     match name {
         StrategyName::Atomic => std::sync::Arc::new(StockEngine::new(store, atomic::Atomic)),
+        StrategyName::Pessimistic => {
+            std::sync::Arc::new(StockEngine::new(store, pessimistic::Pessimistic { trace }))
+        }
+        StrategyName::Optimistic => std::sync::Arc::new(StockEngine::new(
+            store,
+            optimistic::Optimistic {
+                config: config.optimistic,
+                trace,
+            },
+        )),
+        StrategyName::NaiveSubtract => std::sync::Arc::new(StockEngine::new(
+            store,
+            naive::NaiveSubtract {
+                think: config.think,
+                trace,
+            },
+        )),
+        StrategyName::NaiveOverwrite => std::sync::Arc::new(StockEngine::new(
+            store,
+            naive::NaiveOverwrite {
+                think: config.think,
+                trace,
+            },
+        )),
         StrategyName::Batched => std::sync::Arc::new(batched::Batched::new(store, &config.batched)),
     }
 }
@@ -238,6 +291,7 @@ pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
         Ok(_) => "reserved",
         Err(Error::InsufficientStock { .. }) => "insufficient_stock",
         Err(Error::IdempotencyConflict(_)) => "idempotency_conflict",
+        Err(Error::VersionConflict { .. }) => "version_conflict",
         Err(Error::UnknownProduct(_)) => "unknown_product",
         Err(Error::Input(_)) => "invalid",
         Err(_) => "error",

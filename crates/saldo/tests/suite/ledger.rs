@@ -503,3 +503,36 @@ async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn simultaneous_openings_of_one_account_open_it_once() {
+    let db = test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    let mut tasks = Vec::new();
+    for _ in 0..REPLAY_COPIES {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            ledger.open_account(acc(5), 250).await
+        }));
+    }
+    let mut opened = 0;
+    for t in tasks {
+        match t.await.expect("join") {
+            Ok(a) => {
+                assert_eq!(a.balance, 250);
+                opened += 1;
+            }
+            Err(Error::AccountExists(a)) => assert_eq!(a, acc(5)),
+            Err(e) => panic!("unexpected: {e}"),
+        }
+    }
+    assert_eq!(opened, 1);
+    assert_eq!(balance(&ledger, 5).await, 250);
+    let history = ledger.transfers_of(acc(5), 10).await.expect("history");
+    assert_eq!(history.len(), 1);
+    assert_eq!(
+        (history[0].kind, history[0].from, history[0].amount),
+        (TransferKind::Opening, AccountId::SYSTEM, 250)
+    );
+    assert_ledger_clean(&db).await;
+}

@@ -54,6 +54,17 @@ enum Op {
         to: i64,
         amount: i64,
     },
+    /// Deposits and withdrawals share the transfer ids, so cross-kind conflicts happen too.
+    Deposit {
+        id: u8,
+        to: i64,
+        amount: i64,
+    },
+    Withdraw {
+        id: u8,
+        from: i64,
+        amount: i64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -75,6 +86,10 @@ fn op() -> impl Strategy<Value = Op> {
                 to: (from - 1 + offset) % ACCOUNTS + 1,
                 amount,
             }),
+        1 => (0..TRANSFER_IDS, 1..=ACCOUNTS, 1..=60i64)
+            .prop_map(|(id, to, amount)| Op::Deposit { id, to, amount }),
+        1 => (0..TRANSFER_IDS, 1..=ACCOUNTS, 1..=60i64)
+            .prop_map(|(id, from, amount)| Op::Withdraw { id, from, amount }),
     ]
 }
 
@@ -117,9 +132,10 @@ struct Model {
     stock: BTreeMap<i64, (i32, i32)>,
     /// order → its rows in creation order
     orders: BTreeMap<u8, Vec<Row>>,
+    /// account → balance; 0 is the system account.
     balances: BTreeMap<i64, i64>,
-    /// transfer id → (from, to, amount)
-    journal: BTreeMap<u8, (i64, i64, i64)>,
+    /// transfer id → (kind, from, to, amount)
+    journal: BTreeMap<u8, (&'static str, i64, i64, i64)>,
 }
 
 fn pairs<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<(i64, i32)> {
@@ -172,22 +188,33 @@ impl Model {
                 if from == to {
                     return Outcome::Refused("same account".into());
                 }
-                if let Some(existing) = self.journal.get(id) {
-                    return if *existing == (*from, *to, *amount) {
-                        Outcome::Transferred { replayed: true }
-                    } else {
-                        Outcome::Refused("transfer conflict".into())
-                    };
-                }
-                if self.balances[from] < *amount {
-                    return Outcome::Refused(format!("insufficient funds {from}"));
-                }
-                *self.balances.get_mut(from).expect("account") -= amount;
-                *self.balances.get_mut(to).expect("account") += amount;
-                self.journal.insert(*id, (*from, *to, *amount));
-                Outcome::Transferred { replayed: false }
+                self.movement(*id, ("transfer", *from, *to, *amount))
+            }
+            Op::Deposit { id, to, amount } => self.movement(*id, ("deposit", 0, *to, *amount)),
+            Op::Withdraw { id, from, amount } => {
+                self.movement(*id, ("withdrawal", *from, 0, *amount))
             }
         }
+    }
+
+    /// A journal entry: replay or conflict by id, else a funds check (not on the system
+    /// account), then both sides move.
+    fn movement(&mut self, id: u8, entry: (&'static str, i64, i64, i64)) -> Outcome {
+        let (_, from, to, amount) = entry;
+        if let Some(existing) = self.journal.get(&id) {
+            return if *existing == entry {
+                Outcome::Transferred { replayed: true }
+            } else {
+                Outcome::Refused("transfer conflict".into())
+            };
+        }
+        if from != 0 && self.balances[&from] < amount {
+            return Outcome::Refused(format!("insufficient funds {from}"));
+        }
+        *self.balances.get_mut(&from).expect("account") -= amount;
+        *self.balances.get_mut(&to).expect("account") += amount;
+        self.journal.insert(id, entry);
+        Outcome::Transferred { replayed: false }
     }
 
     fn reserve(&mut self, order: u8, items: &[(i64, i64)]) -> Outcome {
@@ -298,6 +325,25 @@ fn order_id(order: u8) -> OrderId {
     OrderId::new(format!("order-{order}")).expect("order id")
 }
 
+fn transfer_id(id: u8) -> TransferId {
+    TransferId::new(format!("t{id}")).expect("transfer id")
+}
+
+/// 0 is the system account, which only the model names.
+fn account(a: i64) -> AccountId {
+    if a == 0 {
+        AccountId::SYSTEM
+    } else {
+        AccountId::new(a).expect("account id")
+    }
+}
+
+fn transferred(t: saldo::ledger::Transfer) -> Outcome {
+    Outcome::Transferred {
+        replayed: t.replayed,
+    }
+}
+
 fn engine_pairs(items: &[ReservedItem]) -> Vec<(i64, i32)> {
     items
         .iter()
@@ -387,18 +433,34 @@ impl Engine {
                 amount,
             } => {
                 let request = TransferRequest {
-                    id: TransferId::new(format!("t{id}")).expect("id"),
-                    from: AccountId::new(*from).expect("account"),
-                    to: AccountId::new(*to).expect("account"),
+                    id: transfer_id(*id),
+                    from: account(*from),
+                    to: account(*to),
                     amount: Amount::new(*amount).expect("amount"),
                 };
                 self.ledger
                     .transfer(TransferStrategy::Ordered, &request)
                     .await
-                    .map(|t| Outcome::Transferred {
-                        replayed: t.replayed,
-                    })
+                    .map(transferred)
             }
+            Op::Deposit { id, to, amount } => self
+                .ledger
+                .deposit(
+                    transfer_id(*id),
+                    account(*to),
+                    Amount::new(*amount).expect("amount"),
+                )
+                .await
+                .map(transferred),
+            Op::Withdraw { id, from, amount } => self
+                .ledger
+                .withdraw(
+                    transfer_id(*id),
+                    account(*from),
+                    Amount::new(*amount).expect("amount"),
+                )
+                .await
+                .map(transferred),
         };
         result.unwrap_or_else(refusal)
     }
@@ -420,12 +482,8 @@ impl Engine {
             );
         }
         for (a, expected) in &model.balances {
-            let account = self
-                .ledger
-                .account(AccountId::new(*a).expect("id"))
-                .await
-                .expect("account");
-            assert_eq!(account.balance, *expected, "step {step}: account {a}");
+            let found = self.ledger.account(account(*a)).await.expect("account");
+            assert_eq!(found.balance, *expected, "step {step}: account {a}");
         }
     }
 }
@@ -450,6 +508,7 @@ async fn run_case(counts: Vec<i64>, balances: Vec<i64>, ops: Vec<Op>) {
             .expect("open");
         model.balances.insert(a, *balance);
     }
+    model.balances.insert(0, -balances.iter().sum::<i64>());
     let engine = Engine {
         stock: build(StrategyName::Atomic, store, &StrategyConfig::default()),
         ledger,

@@ -304,3 +304,56 @@ fn retries_and_giveups_are_metrics_by_sqlstate() {
     assert_eq!(get(TX_RETRIES, "40001"), Some(1));
     assert_eq!(get(TX_GIVEUPS, "40001"), None);
 }
+
+/// Regression (found through the HTTP service): a transaction whose future is dropped part-way
+/// (a client hung up, a timeout fired) must not go back to the pool open, or the next user of
+/// that connection commits the abandoned half. With one pooled connection the next transaction
+/// is guaranteed to get the same connection if it was returned.
+#[tokio::test]
+async fn a_dropped_transaction_leaves_nothing_behind_for_the_next_user() {
+    let db = test_db().await;
+    let pool = db.new_pool(1);
+    let setup = pool.get().await.expect("client");
+    setup
+        .batch_execute("INSERT INTO stock (product_id, available) VALUES (1, 5)")
+        .await
+        .expect("seed");
+    drop(setup);
+
+    let options = TxOptions::default();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(200),
+        in_transaction(&pool, &options, "test", |client| {
+            saldo::tx_body!(client => async {
+                client
+                    .batch_execute("UPDATE stock SET available = 0 WHERE product_id = 1")
+                    .await?;
+                // The caller gives up while the transaction is still open.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok::<_, Error>(())
+            })
+        }),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the body must have been cancelled");
+
+    // The next transaction on the (one-connection) pool commits only its own work.
+    in_transaction(&pool, &options, "test", |client| {
+        saldo::tx_body!(client => async {
+            client.batch_execute("SELECT 1").await?;
+            Ok::<_, Error>(())
+        })
+    })
+    .await
+    .expect("next transaction");
+    let client = pool.get().await.expect("client");
+    let available: i32 = client
+        .query_one("SELECT available FROM stock WHERE product_id = 1", &[])
+        .await
+        .expect("read")
+        .get(0);
+    assert_eq!(
+        available, 5,
+        "the abandoned UPDATE was committed by the next user"
+    );
+}

@@ -1,0 +1,364 @@
+//! `saldo race SCENARIO`: rerun a seed's experiment against any strategies, side by side, on the
+//! embedded cluster or `--database-url` (the lab works in a scratch database of its own and
+//! drops it at the end). Flags are parsed in two phases: clap reads raw values, then
+//! [`Config::from_args`] checks every bound and turns names into typed strategies.
+//!
+//! Exit status: non-zero when a SAFE strategy breaks an invariant; zero when only the naive
+//! ones do — their failure is the expected demonstration and is printed as such.
+
+use anyhow::{bail, Result};
+use saldo::lab::scratch::Scratch;
+use saldo::lab::stock::StockRace;
+use saldo::lab::transfers::TransferRace;
+use saldo::lab::{self, explain, Report, Scenario, Verdict};
+use saldo::ledger::TransferStrategy;
+use saldo::stock::StrategyName;
+
+/// Buyers per run when `--buyers` is absent: seed 000's 50 for the last unit, seed 004's 100.
+pub const DEFAULT_LAST_UNIT_BUYERS: u32 = 50;
+pub const DEFAULT_OVERSUBSCRIBED_BUYERS: u32 = 100;
+pub const DEFAULT_MULTI_ITEM_BUYERS: u32 = 100;
+/// Units per product when `--stock` is absent.
+pub const DEFAULT_OVERSUBSCRIBED_STOCK: u32 = 10;
+pub const DEFAULT_MULTI_ITEM_STOCK: u32 = 10;
+/// Seed 002's 200 crossed transfers.
+pub const DEFAULT_TRANSFERS: u32 = 200;
+/// The naive read–write window: long enough that every pooled session reads before the first
+/// write, the way seed 000's payment call did (1.5 s there).
+pub const DEFAULT_THINK_MS: u64 = 20;
+pub const DEFAULT_RUNS: u32 = 5;
+pub const DEFAULT_SEED: u64 = 42;
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ScenarioArg {
+    /// Seed 000: --buyers (50) for the last unit.
+    LastUnit,
+    /// Seed 004: --buyers (100; try 500, 1000) for --stock (10) units.
+    Oversubscribed,
+    /// Orders with crossing items (seeded mix of 4 products), all or nothing.
+    MultiItem,
+    /// Seed 002: --transfers (200) both ways between accounts 1 and 2.
+    CrossedTransfers,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(value_enum)]
+    scenario: ScenarioArg,
+    /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
+    /// optimistic, naive-subtract, naive-overwrite; crossed-transfers: ordered, naive.
+    #[arg(long, default_value = "all")]
+    strategy: String,
+    /// Runs per strategy, each from a fresh state.
+    #[arg(long, default_value_t = DEFAULT_RUNS,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
+    runs: u32,
+    /// Concurrent buyers per run.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_BUYERS)))]
+    buyers: Option<u32>,
+    /// Units stocked per product.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_STOCK)))]
+    stock: Option<u32>,
+    /// crossed-transfers: transfers per run, half each way.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=i64::from(lab::MAX_TRANSFERS)))]
+    transfers: Option<u32>,
+    /// How long the naive strategies "think" between read and write (the widened window).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=lab::MAX_THINK_MS))]
+    think_ms: Option<u64>,
+    /// Seed of the multi-item order mix (same seed, same orders).
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
+    /// crossed-transfers: let deadlock victims reach the caller instead of rerunning them.
+    #[arg(long)]
+    no_retry: bool,
+    /// Print one JSON array (one object per strategy) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Print the interleaving of the first run: who read which balance and what each wrote.
+    #[arg(long)]
+    explain: bool,
+}
+
+/// What to race, validated.
+#[derive(Debug)]
+pub enum Race {
+    Stock {
+        race: StockRace,
+        strategies: Vec<StrategyName>,
+    },
+    Transfers {
+        race: TransferRace,
+        strategies: Vec<TransferStrategy>,
+    },
+}
+
+/// The validated configuration of one `saldo race`.
+#[derive(Debug)]
+pub struct Config {
+    pub race: Race,
+    pub json: bool,
+    pub explain: bool,
+}
+
+/// `all`, or a comma list of names `parse` accepts, without repeats, in the order given.
+fn strategies<T: Copy + PartialEq>(
+    raw: &str,
+    all: &[T],
+    parse: impl Fn(&str) -> Option<T>,
+    names: impl Fn(T) -> &'static str,
+) -> Result<Vec<T>> {
+    if raw.trim() == "all" {
+        return Ok(all.to_vec());
+    }
+    let mut out = Vec::new();
+    for name in raw.split(',').map(str::trim) {
+        let Some(s) = parse(name) else {
+            let valid: Vec<&str> = all.iter().map(|s| names(*s)).collect();
+            bail!(
+                "unknown strategy {name:?} for this scenario; expected all or a comma list of: {}",
+                valid.join(", ")
+            );
+        };
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+impl Config {
+    pub fn from_args(args: &Args) -> Result<Config> {
+        let scenario = match args.scenario {
+            ScenarioArg::LastUnit => Scenario::LastUnit,
+            ScenarioArg::Oversubscribed => Scenario::Oversubscribed,
+            ScenarioArg::MultiItem => Scenario::MultiItem,
+            ScenarioArg::CrossedTransfers => Scenario::CrossedTransfers,
+        };
+        let race = if scenario == Scenario::CrossedTransfers {
+            if args.buyers.is_some() || args.stock.is_some() || args.think_ms.is_some() {
+                bail!("--buyers, --stock and --think-ms apply to the stock scenarios; crossed-transfers takes --transfers");
+            }
+            if args.explain {
+                bail!("--explain applies to the stock scenarios");
+            }
+            let race = TransferRace::new(
+                args.transfers.unwrap_or(DEFAULT_TRANSFERS),
+                args.runs,
+                !args.no_retry,
+            )?;
+            Race::Transfers {
+                race,
+                strategies: strategies(
+                    &args.strategy,
+                    TransferStrategy::ALL,
+                    TransferStrategy::parse,
+                    TransferStrategy::as_str,
+                )?,
+            }
+        } else {
+            if args.transfers.is_some() || args.no_retry {
+                bail!("--transfers and --no-retry apply to crossed-transfers only");
+            }
+            let (buyers, stock) = match scenario {
+                Scenario::LastUnit => (DEFAULT_LAST_UNIT_BUYERS, 1),
+                Scenario::MultiItem => (DEFAULT_MULTI_ITEM_BUYERS, DEFAULT_MULTI_ITEM_STOCK),
+                _ => (DEFAULT_OVERSUBSCRIBED_BUYERS, DEFAULT_OVERSUBSCRIBED_STOCK),
+            };
+            let mut race = StockRace::new(
+                scenario,
+                args.buyers.unwrap_or(buyers),
+                args.stock.unwrap_or(stock),
+                args.runs,
+                args.think_ms.unwrap_or(DEFAULT_THINK_MS),
+                args.seed,
+            )?;
+            race.explain = args.explain;
+            Race::Stock {
+                race,
+                strategies: strategies(
+                    &args.strategy,
+                    StrategyName::ALL,
+                    StrategyName::parse,
+                    StrategyName::as_str,
+                )?,
+            }
+        };
+        Ok(Config {
+            race,
+            json: args.json,
+            explain: args.explain,
+        })
+    }
+}
+
+/// Runs the race on a scratch database of the server at `server_url`.
+pub async fn run(args: Args, server_url: &str) -> Result<()> {
+    let config = Config::from_args(&args)?;
+    let scratch = Scratch::create(server_url).await?;
+    let result = match &config.race {
+        Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,
+        Race::Transfers { race, strategies } => {
+            lab::transfers::run(&scratch, race, strategies).await
+        }
+    };
+    // Drop the scratch database whatever happened; report the run's error first.
+    let dropped = scratch.drop_database().await;
+    let reports = result?;
+    dropped?;
+    if config.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print!("{}", table(&reports));
+        if config.explain {
+            for r in &reports {
+                println!();
+                let events = r.trace.as_deref().unwrap_or(&[]);
+                print!(
+                    "{}",
+                    explain::render(&r.strategy, events, r.trace_dropped.unwrap_or(0))
+                );
+            }
+        }
+        println!();
+        for r in &reports {
+            println!("{}", conclusion(r));
+        }
+    }
+    if lab::safe_strategy_broke(&reports) {
+        bail!("a safe strategy broke an invariant (see above)");
+    }
+    Ok(())
+}
+
+fn sold_per_run(r: &Report) -> String {
+    if r.sold_per_run_min == r.sold_per_run_max {
+        r.sold_per_run_min.to_string()
+    } else {
+        format!("{}..{}", r.sold_per_run_min, r.sold_per_run_max)
+    }
+}
+
+fn errors(r: &Report) -> String {
+    if r.errors.is_empty() {
+        return "-".into();
+    }
+    r.errors
+        .iter()
+        .map(|(k, v)| format!("{k}:{v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn verdict(r: &Report) -> &'static str {
+    match r.verdict {
+        Verdict::Held => "held",
+        Verdict::Broken => "BROKEN",
+        Verdict::FailedAsExpected => "failed (expected)",
+        Verdict::NotCaught => "not caught",
+    }
+}
+
+/// The readable table: one row per strategy.
+pub fn table(reports: &[Report]) -> String {
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let transfers = first.scenario == Scenario::CrossedTransfers.as_str();
+    let mut out = if transfers {
+        format!(
+            "{} — {} transfers per run, {} runs\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run, first.runs,
+            "strategy", "runs", "done/run", "refused", "errors", "retries", "drift", "violations", "verdict", "time"
+        )
+    } else {
+        format!(
+            "{} — {} buyers for {} unit(s) per run, {} runs\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run, first.stock_per_run, first.runs,
+            "strategy", "runs", "sold/run", "refused", "conflicts", "errors", "final a/r", "oversold", "violations", "verdict", "time"
+        )
+    };
+    for r in reports {
+        let time = format!("{:.1}s", r.elapsed_ms as f64 / 1000.0);
+        let violations = format!("{}/{}", r.violations, r.runs);
+        if transfers {
+            out.push_str(&format!(
+                "{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
+                r.strategy,
+                r.runs,
+                sold_per_run(r),
+                r.refused,
+                errors(r),
+                r.deadlock_retries.unwrap_or(0),
+                r.money_drift.unwrap_or(0),
+                violations,
+                verdict(r),
+                time
+            ));
+        } else {
+            out.push_str(&format!(
+                "{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+                r.strategy,
+                r.runs,
+                sold_per_run(r),
+                r.refused,
+                r.conflicts,
+                errors(r),
+                format!("{}/{}", r.final_available, r.final_reserved),
+                r.oversold,
+                violations,
+                verdict(r),
+                time
+            ));
+        }
+    }
+    out
+}
+
+/// One plain sentence per strategy: what held, or what broke and why that was expected.
+pub fn conclusion(r: &Report) -> String {
+    let mut broke = Vec::new();
+    if r.oversold > 0 {
+        broke.push(format!(
+            "oversold {} units in {} of {} runs",
+            r.oversold, r.runs_oversold, r.runs
+        ));
+    }
+    if r.check_violations > 0 {
+        broke.push(format!(
+            "{} CHECK violations (23514) reached buyers — the constraint was the last line of defence",
+            r.check_violations
+        ));
+    }
+    if r.audit_divergences > 0 {
+        broke.push(format!(
+            "the audit found {} divergences",
+            r.audit_divergences
+        ));
+    }
+    if r.partial_orders > 0 {
+        broke.push(format!("{} orders were written in part", r.partial_orders));
+    }
+    if let Some(drift) = r.money_drift.filter(|d| *d != 0) {
+        broke.push(format!("money drifted by {drift}"));
+    }
+    let failed: u64 = r.errors.values().sum();
+    if failed > 0 && r.check_violations == 0 {
+        broke.push(format!("{failed} operations failed ({})", errors(r)));
+    }
+    let what = broke.join("; ");
+    match r.verdict {
+        Verdict::Held => format!(
+            "{}: every invariant held in all {} runs.",
+            r.strategy, r.runs
+        ),
+        Verdict::Broken => format!("BROKEN: {} (a safe strategy): {what}.", r.strategy),
+        Verdict::FailedAsExpected => format!(
+            "{} failed as expected in {} of {} runs: {what}.",
+            r.strategy, r.violations, r.runs
+        ),
+        Verdict::NotCaught => format!(
+            "{}: no failure caught this time; widen the window with --think-ms or add --runs.",
+            r.strategy
+        ),
+    }
+}

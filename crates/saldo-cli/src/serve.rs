@@ -1,0 +1,146 @@
+//! `saldo serve`: the HTTP service. Flags (each also a `SALDO_*` environment variable) are
+//! validated into the service's settings before anything listens; the sweeper runs in-process
+//! and stops with the server on SIGINT/SIGTERM, after in-flight requests finish.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use saldo::db::{self, PoolOptions};
+use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
+use saldo::retry::{RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
+use saldo::stock::StrategyName;
+use saldo::stock::{self, Store, StrategyConfig};
+use saldo_http::auth::Token;
+use saldo_http::config::{
+    serving_strategy, RawSettings, DEFAULT_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS,
+    MIN_REQUEST_TIMEOUT_MS,
+};
+use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
+use saldo_http::AppState;
+
+use crate::database::Database;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Stock strategy; only strategies safe under concurrency are accepted.
+    #[arg(long, env = "SALDO_STRATEGY", default_value = "atomic", value_parser = strategy)]
+    strategy: StrategyName,
+    /// Lifetime of a reservation whose request gives no `ttl_s`.
+    #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
+          value_parser = clap::value_parser!(u64).range(MIN_TTL_S..=MAX_TTL_S))]
+    reservation_ttl_s: u64,
+    /// Seconds between sweeper rounds.
+    #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(MIN_SWEEP_INTERVAL_S..=MAX_SWEEP_INTERVAL_S))]
+    sweep_interval_s: u64,
+    /// Admin bearer token; generated and printed once when absent.
+    #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true, value_parser = token)]
+    admin_token: Option<String>,
+    /// When set, every non-admin /v1 route needs this bearer token.
+    #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true, value_parser = token)]
+    api_token: Option<String>,
+    /// Whole-request timeout.
+    #[arg(long, env = "SALDO_REQUEST_TIMEOUT_MS", default_value_t = DEFAULT_REQUEST_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS))]
+    request_timeout_ms: u64,
+    /// Database connections at most.
+    #[arg(long, env = "SALDO_POOL_SIZE", default_value_t = 32,
+          value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pool_size: u64,
+    /// How long a request waits for a free connection.
+    #[arg(long, env = "SALDO_POOL_WAIT_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pool_wait_timeout_ms: u64,
+    /// How long opening a connection may take.
+    #[arg(long, env = "SALDO_POOL_CREATE_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pool_create_timeout_ms: u64,
+    /// How long checking a returned connection may take.
+    #[arg(long, env = "SALDO_POOL_RECYCLE_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pool_recycle_timeout_ms: u64,
+    /// `SET LOCAL lock_timeout` of every transaction.
+    #[arg(long, env = "SALDO_LOCK_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    lock_timeout_ms: u64,
+    /// `SET LOCAL statement_timeout` of every transaction.
+    #[arg(long, env = "SALDO_STATEMENT_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    statement_timeout_ms: u64,
+    /// Attempts of a transaction that hits a deadlock or serialization failure (first included).
+    #[arg(long, env = "SALDO_RETRY_ATTEMPTS", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_ATTEMPTS_LIMIT)))]
+    retry_attempts: u32,
+}
+
+/// Flag parser: unknown and lab-only strategies are refused before anything starts.
+fn strategy(s: &str) -> Result<StrategyName, String> {
+    serving_strategy(s).map_err(|e| e.to_string())
+}
+
+/// Flag parser: a token must be long enough and printable; checked again when validated.
+fn token(s: &str) -> Result<String, String> {
+    Token::new("token", s.to_owned())
+        .map(|t| t.expose().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+pub async fn run(args: Args, database: &Database) -> Result<()> {
+    let strategy = args.strategy;
+    let validated = RawSettings {
+        admin_token: args.admin_token,
+        api_token: args.api_token,
+        reservation_ttl_s: args.reservation_ttl_s,
+        request_timeout_ms: args.request_timeout_ms,
+    }
+    .validate()?;
+    let pool = db::connect(
+        &database.url,
+        &PoolOptions {
+            max_size: usize::try_from(args.pool_size)?,
+            wait_timeout_ms: args.pool_wait_timeout_ms,
+            create_timeout_ms: args.pool_create_timeout_ms,
+            recycle_timeout_ms: args.pool_recycle_timeout_ms,
+        },
+    )?;
+    db::migrate(&pool).await.context("migrating the database")?;
+    let tx = TxOptions::default()
+        .with_lock_timeout_ms(args.lock_timeout_ms)
+        .with_statement_timeout_ms(args.statement_timeout_ms)
+        .with_retry(RetryPolicy::default().with_max_attempts(args.retry_attempts));
+    let engine = stock::build(
+        strategy,
+        Store::new(pool.clone(), tx),
+        &StrategyConfig::default(),
+    );
+    let prometheus = saldo_http::metrics::install().map_err(anyhow::Error::msg)?;
+    if validated.generated_admin_token {
+        println!(
+            "admin token (generated, shown once; set SALDO_ADMIN_TOKEN to choose one): {}",
+            validated.settings.admin_token.expose()
+        );
+    }
+    let state = AppState::new(engine, validated.settings, prometheus);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    println!(
+        "saldo listening on http://{} (strategy {strategy}, sweeping every {}s); Ctrl-C to stop",
+        listener.local_addr()?,
+        args.sweep_interval_s
+    );
+    saldo_http::server::run(
+        listener,
+        state,
+        Duration::from_secs(args.sweep_interval_s),
+        saldo_http::server::shutdown_signal(),
+    )
+    .await?;
+    pool.close();
+    println!("stopped");
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! `saldo race` through the real binary: every safe strategy sells the last unit exactly once
+//! in every run while naive-overwrite oversells; exit codes; the `--json` shape.
+
+use std::process::{Command, Output};
+
+use saldo::testing::test_db;
+use serde_json::Value;
+
+/// Runs `saldo --database-url <fresh test db> race ARGS…`.
+async fn race(args: &[&str]) -> Output {
+    let db = test_db().await;
+    let url = db.url.clone();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_saldo"))
+            .arg("--database-url")
+            .arg(&url)
+            .arg("race")
+            .args(&args)
+            .output()
+            .expect("run saldo")
+    })
+    .await
+    .expect("join")
+}
+
+fn reports(out: &Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "saldo race failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    json.as_array().expect("an array of reports").clone()
+}
+
+fn by_strategy<'a>(reports: &'a [Value], name: &str) -> &'a Value {
+    reports
+        .iter()
+        .find(|r| r["strategy"] == name)
+        .unwrap_or_else(|| panic!("no report for {name}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_unit_all_safe_strategies_sell_exactly_one_every_run_and_naive_overwrite_oversells() {
+    let out = race(&[
+        "last-unit",
+        "--strategy",
+        "all",
+        "--runs",
+        "3",
+        "--think-ms",
+        "30",
+        "--json",
+    ])
+    .await;
+    let reports = reports(&out);
+    for name in saldo::stock::StrategyName::ALL {
+        let r = by_strategy(&reports, name.as_str());
+        // The --json contract: at least these keys, one object per strategy.
+        for key in [
+            "strategy",
+            "runs",
+            "sold",
+            "refused",
+            "conflicts",
+            "errors",
+            "oversold",
+            "violations",
+        ] {
+            assert!(r.get(key).is_some(), "{name}: no {key} in {r}");
+        }
+        assert_eq!(r["runs"], 3);
+        if name.is_safe() {
+            assert_eq!(r["sold_per_run_min"], 1, "{name}: {r}");
+            assert_eq!(r["sold_per_run_max"], 1, "{name}: {r}");
+            assert_eq!(r["violations"], 0, "{name}: {r}");
+            assert_eq!(r["verdict"], "held");
+        }
+    }
+    // The lost update: with a 30 ms window every pooled session reads the last unit.
+    let naive = by_strategy(&reports, "naive-overwrite");
+    assert!(naive["oversold"].as_u64() > Some(0), "{naive}");
+    assert!(naive["audit_divergences"].as_u64() > Some(0), "{naive}");
+    assert_eq!(naive["verdict"], "failed_as_expected");
+    // The CHECK held for naive-subtract, and its violations reached the buyers.
+    let subtract = by_strategy(&reports, "naive-subtract");
+    assert_eq!(subtract["oversold"], 0);
+    assert!(
+        subtract["check_violations"].as_u64() > Some(0),
+        "{subtract}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversubscribed_sells_exactly_the_stock_with_every_safe_strategy() {
+    let out = race(&[
+        "oversubscribed",
+        "--buyers",
+        "300",
+        "--stock",
+        "10",
+        "--strategy",
+        "atomic,pessimistic,optimistic",
+        "--runs",
+        "1",
+        "--json",
+    ])
+    .await;
+    let reports = reports(&out);
+    assert_eq!(reports.len(), 3);
+    for r in &reports {
+        assert_eq!(r["sold"], 10, "{r}");
+        assert_eq!(r["oversold"], 0, "{r}");
+        assert_eq!(r["final_available"], 0, "{r}");
+        assert_eq!(r["final_reserved"], 10, "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_naive_failure_alone_exits_zero_and_says_it_was_expected() {
+    let out = race(&[
+        "last-unit",
+        "--strategy",
+        "naive-overwrite",
+        "--runs",
+        "2",
+        "--think-ms",
+        "30",
+    ])
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("naive-overwrite failed as expected"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_item_keeps_orders_whole() {
+    let out = race(&[
+        "multi-item",
+        "--strategy",
+        "all",
+        "--runs",
+        "2",
+        "--seed",
+        "7",
+        "--json",
+    ])
+    .await;
+    let reports = reports(&out);
+    for r in reports.iter().filter(|r| r["safe"] == true) {
+        assert_eq!(r["violations"], 0, "{r}");
+        assert_eq!(r["partial_orders"], 0, "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossed_transfers_deadlock_only_for_naive_without_retry() {
+    let out = race(&[
+        "crossed-transfers",
+        "--strategy",
+        "all",
+        "--no-retry",
+        "--runs",
+        "1",
+        "--json",
+    ])
+    .await;
+    let reports = reports(&out);
+    let ordered = by_strategy(&reports, "ordered/no-retry");
+    assert_eq!(ordered["sold"], 200, "{ordered}");
+    assert_eq!(ordered["errors"], serde_json::json!({}), "{ordered}");
+    assert_eq!(ordered["money_drift"], 0);
+    let naive = by_strategy(&reports, "naive/no-retry");
+    assert!(naive["errors"]["40P01"].as_u64() > Some(0), "{naive}");
+    assert_eq!(
+        naive["money_drift"], 0,
+        "a deadlock victim leaves no effect"
+    );
+}
+
+#[tokio::test]
+async fn bad_flags_are_refused_with_a_clear_message() {
+    let out = race(&["last-unit", "--strategy", "atomic,bogus"]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown strategy \"bogus\""), "{stderr}");
+
+    let out = race(&["last-unit", "--buyers", "0"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap rejects out-of-range flags"
+    );
+
+    let out = race(&["last-unit", "--transfers", "10"]).await;
+    assert!(!out.status.success());
+    let out = race(&["crossed-transfers", "--strategy", "atomic"]).await;
+    assert!(!out.status.success());
+}

@@ -1,0 +1,615 @@
+//! The one error type of the service. Every failure a handler, an extractor or a middleware can
+//! produce becomes an RFC 9457 `application/problem+json` answer with a stable `type` URI per
+//! kind of error, so clients branch on `type`, never on the wording of `detail`.
+//!
+//! Database and pool failures answer 503 (try again) or 500 without their internals: the full
+//! error goes to the log, the client gets the kind and, for contention, the SQLSTATE.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::Request;
+use axum::http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use saldo::Error;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use tokio_postgres::error::SqlState;
+use utoipa::ToSchema;
+
+/// Media type of every error answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+/// Prefix of every problem `type`: a URN, stable and never dereferenced.
+pub const TYPE_PREFIX: &str = "urn:saldo:problem:";
+/// Seconds a client is told to wait before retrying a 503.
+pub const RETRY_AFTER_S: u32 = 1;
+
+/// An RFC 9457 problem document, as the OpenAPI document describes it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// Stable identifier of the kind of error, e.g. `urn:saldo:problem:insufficient-stock`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Extension members name the subject: `product_id`, `order_id`, `account`, `transfer_id`…
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extensions: Map<String, Value>,
+}
+
+/// Everything that can go wrong in a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Domain(#[from] Error),
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The body is not JSON at all (400).
+    #[error("{0}")]
+    MalformedJson(String),
+    /// JSON of the wrong shape: wrong types, missing or unknown fields (422).
+    #[error("{0}")]
+    InvalidBody(String),
+    /// A path segment or query parameter that does not parse (422).
+    #[error("{0}")]
+    InvalidParameter(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("request body larger than the limit")]
+    PayloadTooLarge,
+    #[error("the database is not ready: {0}")]
+    NotReady(String),
+    /// A response a layer produced without a body (404 no route, 405, timeout…).
+    #[error("{0}")]
+    Bare(StatusCode),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// One problem before it is rendered.
+struct Parts {
+    status: StatusCode,
+    kind: &'static str,
+    title: &'static str,
+    detail: String,
+    extensions: Map<String, Value>,
+    retry_after: bool,
+}
+
+impl Parts {
+    fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: String) -> Self {
+        Parts {
+            status,
+            kind,
+            title,
+            detail,
+            extensions: Map::new(),
+            retry_after: false,
+        }
+    }
+    fn with(mut self, key: &str, value: Value) -> Self {
+        self.extensions.insert(key.to_owned(), value);
+        self
+    }
+    fn retry(mut self) -> Self {
+        self.retry_after = true;
+        self
+    }
+}
+
+fn domain(e: &Error) -> Parts {
+    use StatusCode as S;
+    let detail = e.to_string();
+    match e {
+        Error::Input(_) => Parts::new(
+            S::UNPROCESSABLE_ENTITY,
+            "invalid-input",
+            "Invalid input",
+            detail,
+        ),
+        Error::UnknownProduct(p) => {
+            Parts::new(S::NOT_FOUND, "unknown-product", "Unknown product", detail)
+                .with("product_id", json!(p))
+        }
+        Error::InsufficientStock {
+            product_id,
+            requested,
+            available,
+        } => Parts::new(
+            S::CONFLICT,
+            "insufficient-stock",
+            "Insufficient stock",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("requested", json!(requested))
+        .with("available", json!(available)),
+        Error::IdempotencyConflict(o) => Parts::new(
+            S::CONFLICT,
+            "idempotency-conflict",
+            "Idempotency conflict",
+            detail,
+        )
+        .with("order_id", json!(o)),
+        Error::UnknownOrder(o) => {
+            Parts::new(S::NOT_FOUND, "unknown-order", "Unknown order", detail)
+                .with("order_id", json!(o))
+        }
+        Error::CountBelowReserved {
+            product_id,
+            count,
+            reserved,
+        } => Parts::new(
+            S::CONFLICT,
+            "count-below-reserved",
+            "Count below reserved units",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("count", json!(count))
+        .with("reserved", json!(reserved)),
+        Error::AdjustmentWouldGoNegative {
+            product_id,
+            delta,
+            available,
+        } => Parts::new(
+            S::CONFLICT,
+            "would-go-negative",
+            "Adjustment would make stock negative",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("delta", json!(delta))
+        .with("available", json!(available)),
+        Error::VersionConflict {
+            product_id,
+            attempts,
+        } => Parts::new(
+            S::CONFLICT,
+            "version-conflict",
+            "Version conflict, try again",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("attempts", json!(attempts))
+        .retry(),
+        Error::Overloaded(_) => Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Overloaded, try again",
+            detail,
+        )
+        .retry(),
+        Error::UnknownAccount(a) => {
+            Parts::new(S::NOT_FOUND, "unknown-account", "Unknown account", detail)
+                .with("account", json!(a))
+        }
+        Error::AccountExists(a) => {
+            Parts::new(S::CONFLICT, "account-exists", "Account exists", detail)
+                .with("account", json!(a))
+        }
+        Error::InsufficientFunds {
+            account,
+            requested,
+            balance,
+        } => Parts::new(
+            S::CONFLICT,
+            "insufficient-funds",
+            "Insufficient funds",
+            detail,
+        )
+        .with("account", json!(account))
+        .with("requested", json!(requested))
+        .with("balance", json!(balance)),
+        Error::TransferConflict(t) => Parts::new(
+            S::CONFLICT,
+            "idempotency-conflict",
+            "Idempotency conflict",
+            detail,
+        )
+        .with("transfer_id", json!(t)),
+        Error::Pool(_) => Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "database-unavailable",
+            "Database unavailable",
+            "no database connection could be had in time".into(),
+        )
+        .retry(),
+        Error::RetriesExhausted {
+            attempts, sqlstate, ..
+        } => Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "contention",
+            "Too much contention, try again",
+            format!("the transaction was rerun {attempts} times and still conflicted"),
+        )
+        .with("sqlstate", json!(sqlstate))
+        .retry(),
+        Error::Database(db) => database(db),
+        Error::Migration(_) => internal(),
+    }
+}
+
+fn database(e: &tokio_postgres::Error) -> Parts {
+    use StatusCode as S;
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the connection itself failed.
+        return Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "database-unavailable",
+            "Database unavailable",
+            "the database connection failed".into(),
+        )
+        .retry();
+    };
+    if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED {
+        Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "database-timeout",
+            "Database timeout, try again",
+            "a lock or statement timeout expired".into(),
+        )
+        .with("sqlstate", json!(code.code()))
+        .retry()
+    } else if *code == SqlState::T_R_DEADLOCK_DETECTED
+        || *code == SqlState::T_R_SERIALIZATION_FAILURE
+    {
+        Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "contention",
+            "Too much contention, try again",
+            "the transaction conflicted with another one".into(),
+        )
+        .with("sqlstate", json!(code.code()))
+        .retry()
+    } else if code.code().starts_with("08") || code.code().starts_with("57P") {
+        Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "database-unavailable",
+            "Database unavailable",
+            "the database connection failed".into(),
+        )
+        .retry()
+    } else {
+        internal()
+    }
+}
+
+fn internal() -> Parts {
+    Parts::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "Internal error",
+        "the server failed; the error is in its log".into(),
+    )
+}
+
+fn bare(status: StatusCode) -> Parts {
+    use StatusCode as S;
+    let detail = status.canonical_reason().unwrap_or("error").to_owned();
+    match status {
+        S::NOT_FOUND => Parts::new(status, "not-found", "No such route", detail),
+        S::METHOD_NOT_ALLOWED => {
+            Parts::new(status, "method-not-allowed", "Method not allowed", detail)
+        }
+        S::PAYLOAD_TOO_LARGE => {
+            Parts::new(status, "payload-too-large", "Payload too large", detail)
+        }
+        S::SERVICE_UNAVAILABLE => Parts::new(
+            status,
+            "timeout",
+            "Request timed out",
+            "the request did not finish within the server's timeout".into(),
+        )
+        .retry(),
+        _ if status.is_server_error() => internal(),
+        _ => Parts::new(status, "http-error", "HTTP error", detail),
+    }
+}
+
+impl ApiError {
+    fn parts(&self) -> Parts {
+        use StatusCode as S;
+        match self {
+            ApiError::Domain(e) => domain(e),
+            ApiError::Unauthorized(d) => {
+                Parts::new(S::UNAUTHORIZED, "unauthorized", "Unauthorized", (*d).into())
+            }
+            ApiError::MalformedJson(d) => Parts::new(
+                S::BAD_REQUEST,
+                "malformed-json",
+                "Malformed JSON",
+                d.clone(),
+            ),
+            ApiError::InvalidBody(d) => Parts::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid-body",
+                "Invalid request body",
+                d.clone(),
+            ),
+            ApiError::InvalidParameter(d) => Parts::new(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid-input",
+                "Invalid input",
+                d.clone(),
+            ),
+            ApiError::UnsupportedMediaType(d) => Parts::new(
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+                d.clone(),
+            ),
+            ApiError::PayloadTooLarge => Parts::new(
+                S::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Payload too large",
+                format!(
+                    "the body is larger than {} bytes",
+                    crate::config::MAX_BODY_BYTES
+                ),
+            )
+            .with("limit_bytes", json!(crate::config::MAX_BODY_BYTES)),
+            ApiError::NotReady(_) => Parts::new(
+                S::SERVICE_UNAVAILABLE,
+                "not-ready",
+                "Not ready",
+                "the database does not answer".into(),
+            )
+            .retry(),
+            ApiError::Bare(status) => bare(*status),
+            ApiError::Internal(_) => internal(),
+        }
+    }
+
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.parts().status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let parts = self.parts();
+        if parts.status.is_server_error() {
+            tracing::error!(error = %self, status = parts.status.as_u16(), "request failed");
+        } else {
+            tracing::debug!(error = %self, status = parts.status.as_u16(), "request refused");
+        }
+        let problem = Problem {
+            kind: format!("{TYPE_PREFIX}{}", parts.kind),
+            title: parts.title.to_owned(),
+            status: parts.status.as_u16(),
+            detail: parts.detail,
+            extensions: parts.extensions,
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (parts.status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if parts.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"saldo\""),
+            );
+        }
+        if parts.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        match r {
+            JsonRejection::JsonDataError(e) => ApiError::InvalidBody(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(e.body_text()),
+            JsonRejection::MissingJsonContentType(e) => {
+                ApiError::UnsupportedMediaType(e.body_text())
+            }
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+            other if other.status().is_client_error() => ApiError::MalformedJson(other.body_text()),
+            other => ApiError::Internal(other.body_text()),
+        }
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        match r {
+            PathRejection::FailedToDeserializePathParams(e) => {
+                ApiError::InvalidParameter(e.body_text())
+            }
+            other => ApiError::Internal(other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::InvalidParameter(r.body_text())
+    }
+}
+
+impl From<saldo::InputError> for ApiError {
+    fn from(e: saldo::InputError) -> Self {
+        ApiError::Domain(Error::Input(e))
+    }
+}
+
+/// Middleware: an error answer a layer produced without a problem body (no route, wrong method,
+/// body over the limit, timeout) is rewritten as problem+json, so every error has one shape.
+pub async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let allow = response.headers().get(ALLOW).cloned();
+    let mut rewritten = ApiError::Bare(status).into_response();
+    if let Some(allow) = allow {
+        rewritten.headers_mut().insert(ALLOW, allow);
+    }
+    rewritten
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saldo::domain::{AccountId, OrderId, ProductId, TransferId};
+    use saldo::InputError;
+
+    fn kind_of(e: ApiError) -> (u16, String, bool, Map<String, Value>) {
+        let parts = e.parts();
+        (
+            parts.status.as_u16(),
+            parts.kind.to_owned(),
+            parts.retry_after,
+            parts.extensions,
+        )
+    }
+
+    #[test]
+    fn every_domain_error_has_a_status_and_a_stable_kind() {
+        let p = ProductId::new(7).expect("id");
+        let o = OrderId::new("o-1").expect("id");
+        let a = AccountId::new(3).expect("id");
+        let t = TransferId::new("t-1").expect("id");
+        let cases: Vec<(Error, u16, &str, Option<&str>)> = vec![
+            (InputError::EmptyOrder.into(), 422, "invalid-input", None),
+            (
+                Error::UnknownProduct(p),
+                404,
+                "unknown-product",
+                Some("product_id"),
+            ),
+            (
+                Error::InsufficientStock {
+                    product_id: p,
+                    requested: 2,
+                    available: 1,
+                },
+                409,
+                "insufficient-stock",
+                Some("product_id"),
+            ),
+            (
+                Error::IdempotencyConflict(o.clone()),
+                409,
+                "idempotency-conflict",
+                Some("order_id"),
+            ),
+            (
+                Error::UnknownOrder(o),
+                404,
+                "unknown-order",
+                Some("order_id"),
+            ),
+            (
+                Error::CountBelowReserved {
+                    product_id: p,
+                    count: 1,
+                    reserved: 2,
+                },
+                409,
+                "count-below-reserved",
+                Some("reserved"),
+            ),
+            (
+                Error::AdjustmentWouldGoNegative {
+                    product_id: p,
+                    delta: -5,
+                    available: 1,
+                },
+                409,
+                "would-go-negative",
+                Some("available"),
+            ),
+            (
+                Error::VersionConflict {
+                    product_id: p,
+                    attempts: 4,
+                },
+                409,
+                "version-conflict",
+                Some("attempts"),
+            ),
+            (
+                Error::Overloaded("queue full".into()),
+                503,
+                "overloaded",
+                None,
+            ),
+            (
+                Error::UnknownAccount(a),
+                404,
+                "unknown-account",
+                Some("account"),
+            ),
+            (
+                Error::AccountExists(a),
+                409,
+                "account-exists",
+                Some("account"),
+            ),
+            (
+                Error::InsufficientFunds {
+                    account: a,
+                    requested: 5,
+                    balance: 1,
+                },
+                409,
+                "insufficient-funds",
+                Some("balance"),
+            ),
+            (
+                Error::TransferConflict(t),
+                409,
+                "idempotency-conflict",
+                Some("transfer_id"),
+            ),
+            (
+                Error::Pool("secret host:5432 refused".into()),
+                503,
+                "database-unavailable",
+                None,
+            ),
+            (Error::Migration("V9 failed".into()), 500, "internal", None),
+        ];
+        for (error, status, kind, extension) in cases {
+            let (s, k, retry, ext) = kind_of(ApiError::Domain(error));
+            assert_eq!((s, k.as_str()), (status, kind));
+            assert_eq!(retry, status == 503 || kind == "version-conflict", "{kind}");
+            if let Some(name) = extension {
+                assert!(ext.contains_key(name), "{kind} names its {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn internals_stay_in_the_log() {
+        let parts = ApiError::Domain(Error::Pool("secret host:5432 refused".into())).parts();
+        assert!(!parts.detail.contains("secret"));
+        let parts = ApiError::Internal("stack trace".into()).parts();
+        assert!(!parts.detail.contains("stack"));
+    }
+
+    #[test]
+    fn problems_render_as_problem_json_with_headers() {
+        let r = ApiError::Unauthorized("no").into_response();
+        assert_eq!(
+            r.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
+            Some(PROBLEM_JSON.as_bytes())
+        );
+        assert!(r.headers().contains_key(WWW_AUTHENTICATE));
+        let r = ApiError::Domain(Error::Overloaded("full".into())).into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().contains_key(RETRY_AFTER));
+    }
+}

@@ -1,0 +1,92 @@
+//! saldo's HTTP service: the API a shop's checkout calls, over the `saldo` library.
+//!
+//! [`app`] builds the whole router without a socket (tests drive it with `oneshot`); [`server`]
+//! binds it, runs the in-process sweeper and shuts both down gracefully. Errors are RFC 9457
+//! problem documents ([`error`]), admin and API tokens are checked in [`auth`], `/metrics` and
+//! request timing live in [`metrics`], and `/openapi.json` is generated from the handlers.
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod routes;
+pub mod server;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::{middleware, Extension, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use saldo::ledger::Ledger;
+use saldo::stock::{StockStrategy, Store};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+pub use config::{RawSettings, Settings};
+pub use error::ApiError;
+
+/// The rendered OpenAPI document, shared by the `/openapi.json` handler.
+#[derive(Clone)]
+pub struct OpenApiJson(pub Arc<String>);
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub stock: Arc<dyn StockStrategy>,
+    /// Accounts and transfers, on the same store as the stock strategy.
+    pub ledger: Arc<Ledger>,
+    pub settings: Arc<Settings>,
+    pub prometheus: PrometheusHandle,
+    pub refusals: Arc<metrics::Refusals>,
+}
+
+impl AppState {
+    pub fn new(
+        stock: Arc<dyn StockStrategy>,
+        settings: Settings,
+        prometheus: PrometheusHandle,
+    ) -> Self {
+        AppState {
+            ledger: Arc::new(Ledger::new(stock.store().clone())),
+            stock,
+            settings: Arc::new(settings),
+            prometheus,
+            refusals: Arc::new(metrics::Refusals::default()),
+        }
+    }
+
+    /// The database the strategy runs on.
+    pub fn store(&self) -> &Store {
+        self.stock.store()
+    }
+}
+
+/// The router with every route, layer and the OpenAPI document, ready to serve.
+pub fn app(state: AppState) -> Router {
+    let timeout = state.settings.request_timeout;
+    let (router, api) = OpenApiRouter::with_openapi(routes::ApiDoc::openapi())
+        .merge(routes::router())
+        .split_for_parts();
+    // The document is rendered once; `/openapi.json` serves the same bytes every time.
+    let api_json = OpenApiJson(Arc::new(api.to_json().unwrap_or_default()));
+    // Router::layer wraps every route (so the matched path is known to `metrics::track`), and
+    // each call converts its response back to axum's, so layers with their own body types stack.
+    // Innermost first: body limits, timeout, one shape for errors, timing, tracing.
+    router
+        .fallback(|| async { ApiError::Bare(StatusCode::NOT_FOUND) })
+        .layer(Extension(api_json))
+        .layer(DefaultBodyLimit::max(config::MAX_BODY_BYTES))
+        .layer(RequestBodyLimitLayer::new(config::MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ))
+        .layer(middleware::from_fn(error::problem_for_bare_errors))
+        .layer(middleware::from_fn(metrics::track))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,195 @@
+//! Operator routes (admin token): one sweeper round, the divergence audit, who waits on which
+//! lock (seed 002's `pg_blocking_pids` view, shared with `saldo locks`), and the most refused
+//! products (kept out of metric labels to bound their cardinality).
+
+use axum::extract::State;
+use axum::Json;
+use saldo::audit::{Divergence, Invariant, LedgerDivergence, LedgerInvariant};
+use saldo::ops::BlockedSession;
+use saldo::stock::sweeper;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{detached, ApiQuery, PROBLEM};
+use crate::auth::Admin;
+use crate::error::{ApiError, Problem};
+use crate::metrics::{RefusalsReport, MAX_TOP};
+use crate::AppState;
+
+/// Products listed by `/v1/admin/refusals` when `top` is absent.
+pub const DEFAULT_TOP: usize = 10;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SweepView {
+    /// Reservations expired by this round.
+    pub expired: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DivergenceView {
+    pub product_id: i64,
+    /// `reserved_matches_active` or `on_hand_matches_history`.
+    pub invariant: String,
+    pub expected: i64,
+    pub actual: i64,
+}
+
+impl From<&Divergence> for DivergenceView {
+    fn from(d: &Divergence) -> Self {
+        DivergenceView {
+            product_id: d.product_id.get(),
+            invariant: match d.invariant {
+                Invariant::ReservedMatchesActive => "reserved_matches_active",
+                Invariant::OnHandMatchesHistory => "on_hand_matches_history",
+            }
+            .to_owned(),
+            expected: d.expected,
+            actual: d.actual,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditView {
+    /// True when nothing diverges, stock and ledger.
+    pub ok: bool,
+    /// Stock divergences.
+    pub divergences: Vec<DivergenceView>,
+    /// Ledger divergences (`account` absent for the total).
+    pub ledger_divergences: Vec<LedgerDivergenceView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LedgerDivergenceView {
+    pub account: Option<i64>,
+    /// `total_is_zero` or `balance_matches_journal`.
+    pub invariant: String,
+    pub expected: i64,
+    pub actual: i64,
+}
+
+impl From<&LedgerDivergence> for LedgerDivergenceView {
+    fn from(d: &LedgerDivergence) -> Self {
+        LedgerDivergenceView {
+            account: d.account.map(|a| a.get()),
+            invariant: match d.invariant {
+                LedgerInvariant::TotalIsZero => "total_is_zero",
+                LedgerInvariant::BalanceMatchesJournal => "balance_matches_journal",
+            }
+            .to_owned(),
+            expected: d.expected,
+            actual: d.actual,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BlockedSessionView {
+    pub pid: i32,
+    /// The sessions this one waits for.
+    pub blocked_by: Vec<i32>,
+    pub wait_event_type: Option<String>,
+    /// How long its transaction has been open.
+    pub transaction_age_ms: Option<i64>,
+    /// The first 80 characters of its query.
+    pub query: Option<String>,
+}
+
+impl From<BlockedSession> for BlockedSessionView {
+    fn from(s: BlockedSession) -> Self {
+        BlockedSessionView {
+            pid: s.pid,
+            blocked_by: s.blocked_by,
+            wait_event_type: s.wait_event_type,
+            transaction_age_ms: s.transaction_age_ms,
+            query: s.query,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocksView {
+    /// Sessions waiting on a lock, oldest transaction first.
+    pub sessions: Vec<BlockedSessionView>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct TopQuery {
+    /// How many products, 1..=1000 (default 10).
+    pub top: Option<usize>,
+}
+
+/// Expire due reservations now (one sweeper round).
+#[utoipa::path(post, path = "/v1/admin/sweep", tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "How many reservations expired", body = SweepView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<SweepView>, ApiError> {
+    let store = state.store().clone();
+    let expired = detached(async move { sweeper::sweep(&store).await }).await?;
+    Ok(Json(SweepView { expired }))
+}
+
+/// Run the stock and ledger divergence audits; `ok` must be true.
+#[utoipa::path(get, path = "/v1/admin/audit", tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The audit's findings", body = AuditView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn audit(_: Admin, State(state): State<AppState>) -> Result<Json<AuditView>, ApiError> {
+    let pool = state.store().pool.clone();
+    let (stock, ledger) = detached(async move {
+        Ok((
+            saldo::audit::audit_stock(&pool).await?,
+            saldo::audit::audit_ledger(&pool).await?,
+        ))
+    })
+    .await?;
+    Ok(Json(AuditView {
+        ok: stock.is_empty() && ledger.is_empty(),
+        divergences: stock.iter().map(DivergenceView::from).collect(),
+        ledger_divergences: ledger.iter().map(LedgerDivergenceView::from).collect(),
+    }))
+}
+
+/// Sessions waiting on locks, who blocks them, and for how long.
+#[utoipa::path(get, path = "/v1/admin/locks", tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Blocked sessions", body = LocksView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn locks(_: Admin, State(state): State<AppState>) -> Result<Json<LocksView>, ApiError> {
+    let pool = state.store().pool.clone();
+    let sessions = detached(async move { saldo::ops::locks(&pool).await }).await?;
+    Ok(Json(LocksView {
+        sessions: sessions.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// The products most often refused for insufficient stock since the service started.
+#[utoipa::path(get, path = "/v1/admin/refusals", tag = "admin",
+    params(TopQuery),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Most refused products first", body = RefusalsReport),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "`top` outside 1..=1000", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn refusals(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<TopQuery>,
+) -> Result<Json<RefusalsReport>, ApiError> {
+    let top = query.top.unwrap_or(DEFAULT_TOP);
+    if !(1..=MAX_TOP).contains(&top) {
+        return Err(ApiError::InvalidParameter(format!(
+            "top must be 1..={MAX_TOP}, got {top}"
+        )));
+    }
+    Ok(Json(state.refusals.top(top)))
+}

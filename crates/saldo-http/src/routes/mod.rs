@@ -1,0 +1,112 @@
+//! The routes, one module per resource, and what they share: extractors whose rejections are
+//! [`ApiError`]s, and the OpenAPI document they are collected into.
+
+pub mod accounts;
+pub mod admin;
+pub mod health;
+pub mod orders;
+pub mod stock;
+
+use axum::extract::{FromRequest, FromRequestParts};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{ApiError, Problem};
+use crate::AppState;
+
+/// A JSON body; syntax errors answer 400, shape errors 422, wrong media type 415, too big 413.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+/// Path parameters; a segment that does not parse answers 422.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+/// Query parameters; a value that does not parse answers 422.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+/// Runs one library operation on its own task and waits for it.
+///
+/// Why: axum drops a handler's future when the client goes away or the request timeout fires.
+/// Dropped half-way, a transaction would leave its connection inside `BEGIN … ` and the pool
+/// would hand it to the next request, whose `COMMIT` would commit the abandoned work too. On its
+/// own task the operation always finishes (bounded by the lock and statement timeouts) and
+/// returns its connection clean; a client that gave up retries with the same idempotency key
+/// and gets a replay.
+pub(crate) async fn detached<T, F>(operation: F) -> Result<T, ApiError>
+where
+    F: std::future::Future<Output = Result<T, saldo::Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::spawn(operation).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(e) => Err(ApiError::Internal(format!("operation task failed: {e}"))),
+    }
+}
+
+/// Media type of error answers, for the `responses(...)` of every path.
+pub(crate) const PROBLEM: &str = "application/problem+json";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "saldo",
+        description = "Sell the last unit exactly once and move money without deadlocks, on PostgreSQL. \
+                       Errors are RFC 9457 problem documents with a stable `type` per kind."
+    ),
+    components(schemas(Problem)),
+    modifiers(&BearerSchemes),
+    tags(
+        (name = "stock", description = "Products and their stock"),
+        (name = "orders", description = "Reservations, confirmation and release"),
+        (name = "accounts", description = "Accounts and transfers"),
+        (name = "admin", description = "Operator routes (admin token)"),
+        (name = "ops", description = "Health, readiness, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerSchemes;
+
+impl Modify for BearerSchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["admin_token", "api_token"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+            );
+        }
+    }
+}
+
+/// Every route with its OpenAPI path.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(stock::set_count, stock::get_stock))
+        .routes(routes!(stock::adjust))
+        .routes(routes!(orders::reserve))
+        .routes(routes!(orders::confirm))
+        .routes(routes!(orders::release))
+        .routes(routes!(orders::get_order))
+        .routes(routes!(accounts::open_account))
+        .routes(routes!(accounts::get_account))
+        .routes(routes!(accounts::list_transfers))
+        .routes(routes!(accounts::deposit))
+        .routes(routes!(accounts::withdraw))
+        .routes(routes!(accounts::transfer))
+        .routes(routes!(admin::sweep))
+        .routes(routes!(admin::audit))
+        .routes(routes!(admin::locks))
+        .routes(routes!(admin::refusals))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(health::openapi))
+}

@@ -1,0 +1,132 @@
+//! Stock routes: set a physical count and adjust (admin), read a product's stock.
+
+use axum::Json;
+use saldo::domain::{ProductId, Reason};
+use saldo::stock::{admin as stock_admin, Stock};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{detached, ApiJson, ApiPath, PROBLEM};
+use crate::auth::{Admin, Client};
+use crate::error::{ApiError, Problem};
+use crate::AppState;
+use axum::extract::State;
+
+/// A physical count: on-hand (available + reserved) becomes `count`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetCount {
+    /// 0..=1000000000
+    pub count: i64,
+}
+
+/// A restock (> 0) or write-off (< 0) with its reason.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Adjustment {
+    /// Non-zero, at most 1000000000 in magnitude.
+    pub delta: i64,
+    /// 1..=200 characters.
+    pub reason: String,
+}
+
+/// A product's stock.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StockView {
+    pub product_id: i64,
+    pub available: i32,
+    pub reserved: i32,
+    /// Bumped by every write of the row.
+    pub version: i64,
+}
+
+impl From<Stock> for StockView {
+    fn from(s: Stock) -> Self {
+        StockView {
+            product_id: s.product_id.get(),
+            available: s.available,
+            reserved: s.reserved,
+            version: s.version,
+        }
+    }
+}
+
+fn product(raw: i64) -> Result<ProductId, ApiError> {
+    Ok(ProductId::new(raw)?)
+}
+
+/// Set the physical count of a product, creating it if new.
+#[utoipa::path(put, path = "/v1/products/{product_id}/stock", tag = "stock",
+    params(("product_id" = i64, Path, description = "Product id (> 0)")),
+    request_body = SetCount,
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The stock after the count", body = StockView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Count below the units reserved", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id or count", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn set_count(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(product_id): ApiPath<i64>,
+    ApiJson(body): ApiJson<SetCount>,
+) -> Result<Json<StockView>, ApiError> {
+    let product_id = product(product_id)?;
+    let store = state.store().clone();
+    let stock =
+        detached(async move { stock_admin::set_count(&store, product_id, body.count).await })
+            .await?;
+    Ok(Json(stock.into()))
+}
+
+/// Adjust available units by a delta with a reason.
+#[utoipa::path(post, path = "/v1/products/{product_id}/stock/adjustments", tag = "stock",
+    params(("product_id" = i64, Path, description = "Product id (> 0)")),
+    request_body = Adjustment,
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The stock after the adjustment", body = StockView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Available would go negative", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id, delta or reason", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn adjust(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(product_id): ApiPath<i64>,
+    ApiJson(body): ApiJson<Adjustment>,
+) -> Result<Json<StockView>, ApiError> {
+    let product_id = product(product_id)?;
+    let reason = Reason::new(body.reason)?;
+    let store = state.store().clone();
+    let stock =
+        detached(async move { stock_admin::adjust(&store, product_id, body.delta, &reason).await })
+            .await?;
+    Ok(Json(stock.into()))
+}
+
+/// Read a product's stock.
+#[utoipa::path(get, path = "/v1/products/{product_id}/stock", tag = "stock",
+    params(("product_id" = i64, Path, description = "Product id (> 0)")),
+    security((), ("api_token" = [])),
+    responses(
+        (status = 200, description = "The product's stock", body = StockView),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn get_stock(
+    _: Client,
+    State(state): State<AppState>,
+    ApiPath(product_id): ApiPath<i64>,
+) -> Result<Json<StockView>, ApiError> {
+    let product_id = product(product_id)?;
+    let store = state.store().clone();
+    Ok(Json(
+        detached(async move { stock_admin::get(&store, product_id).await })
+            .await?
+            .into(),
+    ))
+}

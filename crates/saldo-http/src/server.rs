@@ -1,0 +1,94 @@
+//! Running the service: bind, serve until a shutdown signal, finish in-flight requests, and run
+//! the expiry sweeper in-process on a fixed interval until shutdown.
+
+use std::future::Future;
+use std::time::Duration;
+
+use saldo::stock::{sweeper, Store};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::AppState;
+
+/// Shortest and longest sweeper interval.
+pub const MIN_SWEEP_INTERVAL_S: u64 = 1;
+pub const MAX_SWEEP_INTERVAL_S: u64 = 3_600;
+
+/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, lets in-flight
+/// requests finish and stops the sweeper (waiting for a round in progress to end).
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    sweep_every: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let sweeper = spawn_sweeper(state.store().clone(), sweep_every, stop_rx);
+    let served = axum::serve(listener, crate::app(state))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            let _ = stop_tx.send(true);
+        })
+        .await;
+    if let Err(e) = sweeper.await {
+        tracing::warn!(error = %e, "sweeper task ended abnormally");
+    }
+    served
+}
+
+/// Expires due reservations every `every` until `stop` turns true (or its sender is dropped).
+pub fn spawn_sweeper(
+    store: Store,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let every = every.clamp(
+        Duration::from_secs(MIN_SWEEP_INTERVAL_S),
+        Duration::from_secs(MAX_SWEEP_INTERVAL_S),
+    );
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = stop.changed() => if changed.is_err() || *stop.borrow() { break },
+                _ = tick.tick() => match sweeper::sweep(&store).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(expired = n, "sweep"),
+                    Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                },
+            }
+        }
+        tracing::info!("sweeper stopped");
+    })
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,223 @@
+//! Reservation and order rows of the API table: reserve (201, replay 200, 409 stock, 409
+//! idempotency, 404, 422), confirm, release and read, each with its errors.
+
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+
+use crate::support::spawn_app;
+
+#[tokio::test]
+async fn reserve_answers_201_then_replays_with_200() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    app.stock(2, 10).await;
+    let first = app.reserve("order-1", &[(2, 1), (1, 2), (2, 1)]).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    assert_eq!(first.body["order_id"], "order-1");
+    assert_eq!(first.body["status"], "active");
+    assert_eq!(first.body["replayed"], false);
+    let items = first.body["items"].as_array().expect("items");
+    // Summed per product and sorted by product id.
+    assert_eq!(items.len(), 2);
+    assert_eq!(
+        (
+            items[0]["product_id"].as_i64(),
+            items[0]["quantity"].as_i64()
+        ),
+        (Some(1), Some(2))
+    );
+    assert_eq!(
+        (
+            items[1]["product_id"].as_i64(),
+            items[1]["quantity"].as_i64()
+        ),
+        (Some(2), Some(2))
+    );
+    assert!(first.body["expires_at"].is_string());
+
+    let replay = app.reserve("order-1", &[(1, 2), (2, 2)]).await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text);
+    assert_eq!(replay.body["replayed"], true);
+    let mut same = replay.body.clone();
+    same["replayed"] = json!(false);
+    assert_eq!(same, first.body, "a replay answers the original body");
+    // The replay changed nothing.
+    let s = app.get("/v1/products/1/stock").await;
+    assert_eq!(
+        (s.body["available"].as_i64(), s.body["reserved"].as_i64()),
+        (Some(8), Some(2))
+    );
+}
+
+#[tokio::test]
+async fn reserve_refusals_name_their_subject() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    app.stock(2, 1).await;
+    let a = app.reserve("o-short", &[(1, 1), (2, 2)]).await;
+    a.assert_problem(409, "insufficient-stock");
+    assert_eq!(a.body["product_id"], 2);
+    assert_eq!(a.body["requested"], 2);
+    assert_eq!(a.body["available"], 1);
+    // All or nothing: product 1 was not taken either.
+    assert_eq!(app.get("/v1/products/1/stock").await.body["available"], 10);
+
+    assert_eq!(
+        app.reserve("o-1", &[(1, 1)]).await.status,
+        StatusCode::CREATED
+    );
+    let a = app.reserve("o-1", &[(1, 2)]).await;
+    a.assert_problem(409, "idempotency-conflict");
+    assert_eq!(a.body["order_id"], "o-1");
+
+    let a = app.reserve("o-unknown", &[(1, 1), (77, 1)]).await;
+    a.assert_problem(404, "unknown-product");
+    assert_eq!(a.body["product_id"], 77);
+}
+
+#[tokio::test]
+async fn reserve_refuses_invalid_input_with_422() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    let too_many: Vec<_> = (1..=101)
+        .map(|p| json!({"product_id": p, "quantity": 1}))
+        .collect();
+    let cases = [
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 0}]}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": -1}]}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 10_001}]}),
+        json!({"order_id": "o", "items": [{"product_id": 0, "quantity": 1}]}),
+        json!({"order_id": "o", "items": []}),
+        json!({"order_id": "o", "items": too_many}),
+        json!({"order_id": "has space", "items": [{"product_id": 1, "quantity": 1}]}),
+        json!({"order_id": "", "items": [{"product_id": 1, "quantity": 1}]}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 0}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 86_401}),
+    ];
+    for body in cases {
+        app.post("/v1/reservations", body)
+            .await
+            .assert_problem(422, "invalid-input");
+    }
+    let shape = [
+        json!({"items": [{"product_id": 1, "quantity": 1}]}),
+        json!({"order_id": "o", "items": [{"product_id": "one", "quantity": 1}]}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 1, "color": "red"}]}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 1}], "coupon": "x"}),
+        json!({"order_id": "o", "items": [{"product_id": 1, "quantity": 1.5}]}),
+    ];
+    for body in shape {
+        app.post("/v1/reservations", body)
+            .await
+            .assert_problem(422, "invalid-body");
+    }
+    // Nothing was reserved by any of them.
+    assert_eq!(app.get("/v1/products/1/stock").await.body["available"], 10);
+}
+
+#[tokio::test]
+async fn confirm_release_and_read_an_order() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    assert_eq!(
+        app.reserve("o-pay", &[(1, 2)]).await.status,
+        StatusCode::CREATED
+    );
+    let a = app
+        .call(Method::POST, "/v1/orders/o-pay/confirm", None, None)
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["order_id"], "o-pay");
+    assert_eq!(a.body["confirmed"][0]["product_id"], 1);
+    assert_eq!(a.body["confirmed"][0]["status"], "confirmed");
+    assert_eq!(a.body["missing"], json!([]));
+    // Idempotent.
+    let again = app
+        .call(Method::POST, "/v1/orders/o-pay/confirm", None, None)
+        .await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(again.body["confirmed"], a.body["confirmed"]);
+
+    assert_eq!(
+        app.reserve("o-cancel", &[(1, 1)]).await.status,
+        StatusCode::CREATED
+    );
+    let a = app
+        .call(Method::POST, "/v1/orders/o-cancel/release", None, None)
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["released"][0]["status"], "released");
+    assert_eq!(app.get("/v1/products/1/stock").await.body["available"], 3);
+
+    let a = app.get("/v1/orders/o-pay").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.body["order_id"], "o-pay");
+    assert_eq!(a.body["items"][0]["status"], "confirmed");
+    assert!(a.body["items"][0]["expires_at"].is_string());
+
+    for (method, path) in [
+        (Method::POST, "/v1/orders/nope/confirm"),
+        (Method::POST, "/v1/orders/nope/release"),
+        (Method::GET, "/v1/orders/nope"),
+    ] {
+        let a = app.call(method, path, None, None).await;
+        a.assert_problem(404, "unknown-order");
+        assert_eq!(a.body["order_id"], "nope");
+    }
+    app.call(Method::POST, "/v1/orders/bad%20id/confirm", None, None)
+        .await
+        .assert_problem(422, "invalid-input");
+    app.get(&format!("/v1/orders/{}", "x".repeat(65)))
+        .await
+        .assert_problem(422, "invalid-input");
+}
+
+#[tokio::test]
+async fn confirm_after_expiry_reports_missing_items() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    let a = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "o-late", "items": [{"product_id": 1, "quantity": 2}], "ttl_s": 1}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    // The shortest TTL is one second: wait it out, then expire it through the admin route.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let swept = app.admin(Method::POST, "/v1/admin/sweep", None).await;
+    assert_eq!(swept.status, StatusCode::OK, "{}", swept.text);
+    assert_eq!(swept.body["expired"], 1);
+    let a = app
+        .call(Method::POST, "/v1/orders/o-late/confirm", None, None)
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["confirmed"], json!([]));
+    assert_eq!(a.body["missing"][0]["product_id"], 1);
+    assert_eq!(a.body["missing"][0]["status"], "expired");
+    assert_eq!(app.get("/v1/products/1/stock").await.body["available"], 5);
+}
+
+#[tokio::test]
+async fn ttl_s_sets_the_expiry_and_defaults_to_the_server_setting() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    let expiry = |a: &crate::support::Answer| {
+        a.body["expires_at"]
+            .as_str()
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .expect("expires_at")
+    };
+    let short = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "o-short", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 60}),
+        )
+        .await;
+    let default = app.reserve("o-default", &[(1, 1)]).await;
+    // Both were created within the same few seconds: the default (900 s) ends ~840 s later.
+    let gap = (expiry(&default) - expiry(&short)).num_seconds();
+    assert!((800..=900).contains(&gap), "gap {gap}s");
+}

@@ -1,0 +1,30 @@
+//! Integration tests of the HTTP service against a real PostgreSQL (see `saldo::testing`): most
+//! drive `app(state)` with `oneshot`, the `live` module goes through a real listener and client.
+//!
+//! Suites take their database from `crate::harness` (the workspace convention), so another
+//! binary can rerun them on a differently configured cluster.
+
+mod harness {
+    #![allow(unused_imports)]
+    pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+}
+
+#[path = "suite/support.rs"]
+mod support;
+
+#[path = "suite/accounts.rs"]
+mod accounts;
+#[path = "suite/admin.rs"]
+mod admin;
+#[path = "suite/auth.rs"]
+mod auth;
+#[path = "suite/errors.rs"]
+mod errors;
+#[path = "suite/live.rs"]
+mod live;
+#[path = "suite/ops.rs"]
+mod ops;
+#[path = "suite/orders.rs"]
+mod orders;
+#[path = "suite/stock.rs"]
+mod stock;

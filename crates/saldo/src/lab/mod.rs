@@ -1,0 +1,278 @@
+//! The race lab behind `saldo race`: the seeds' experiments as rerunnable scenarios.
+//!
+//! Each run starts from a fresh state in a scratch database the lab creates for itself
+//! ([`scratch`]), fires concurrent buyers (or transfers) at one strategy, and then checks every
+//! invariant: units sold against units stocked, the divergence audit, CHECK violations that
+//! reached a buyer, partially written orders. A safe strategy must hold them run after run; the
+//! naive ones are expected to break them — their breakage is the demonstration, and proof that
+//! the checks can fail.
+
+pub mod explain;
+pub mod scratch;
+pub mod stock;
+pub mod transfers;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::stock::trace::TraceEvent;
+
+/// Most runs per strategy in one invocation.
+pub const MAX_RUNS: u32 = 1_000;
+/// Most concurrent buyers per run (seed 004 goes up to 1,000).
+pub const MAX_BUYERS: u32 = 10_000;
+/// Most units stocked per product per run.
+pub const MAX_STOCK: u32 = 1_000_000;
+/// Longest "think" between a naive read and its write (seed 000's payment call).
+pub const MAX_THINK_MS: u64 = 1_000;
+/// Most transfers per run (seed 002 uses 200).
+pub const MAX_TRANSFERS: u32 = 10_000;
+/// A run that has not finished after this long is abandoned with an error.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// Connections the lab's pool opens at most (seed 004 uses 20).
+pub const LAB_POOL_SIZE: usize = 32;
+/// How long a buyer may wait for a connection: a widened window queues buyers behind the pool.
+pub const LAB_POOL_WAIT_MS: u64 = 120_000;
+
+/// The lab's scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Seed 000: many buyers for the last unit.
+    LastUnit,
+    /// Seed 004: 100/500/1,000 buyers for 10 units.
+    Oversubscribed,
+    /// Seed 000: multi-item orders with crossing items, all or nothing.
+    MultiItem,
+    /// Seed 002: transfers both ways between two accounts.
+    CrossedTransfers,
+}
+
+impl Scenario {
+    pub const ALL: &'static [Scenario] = &[
+        Scenario::LastUnit,
+        Scenario::Oversubscribed,
+        Scenario::MultiItem,
+        Scenario::CrossedTransfers,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::LastUnit => "last-unit",
+            Scenario::Oversubscribed => "oversubscribed",
+            Scenario::MultiItem => "multi-item",
+            Scenario::CrossedTransfers => "crossed-transfers",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Scenario::ALL.iter().copied().find(|n| n.as_str() == s)
+    }
+}
+
+/// A lab parameter outside its bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name} = {value} is outside {min}..={max}")]
+pub struct OutOfRange {
+    pub name: &'static str,
+    pub value: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// `value` if it lies in `min..=max`.
+pub fn bounded(name: &'static str, value: u64, min: u64, max: u64) -> Result<u64, OutOfRange> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(OutOfRange {
+            name,
+            value,
+            min,
+            max,
+        })
+    }
+}
+
+/// Why a lab run could not be carried out (as opposed to an invariant it observed breaking).
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error(transparent)]
+    Saldo(#[from] Error),
+    #[error(transparent)]
+    OutOfRange(#[from] OutOfRange),
+    #[error("a run did not finish within {0:?}")]
+    Timeout(Duration),
+    #[error("a buyer task failed: {0}")]
+    Join(String),
+    #[error("scratch database: {0}")]
+    Scratch(String),
+}
+
+/// Awaits every task, bounded by [`RUN_TIMEOUT`]; on timeout the tasks are aborted.
+pub(crate) async fn join_bounded<T: Send + 'static>(
+    tasks: Vec<tokio::task::JoinHandle<T>>,
+) -> Result<Vec<T>, LabError> {
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    match tokio::time::timeout(RUN_TIMEOUT, futures::future::join_all(tasks)).await {
+        Ok(joined) => joined
+            .into_iter()
+            .map(|j| j.map_err(|e| LabError::Join(e.to_string())))
+            .collect(),
+        Err(_) => {
+            aborts.iter().for_each(|a| a.abort());
+            Err(LabError::Timeout(RUN_TIMEOUT))
+        }
+    }
+}
+
+/// The short name of an error for the per-SQLSTATE tally: the SQLSTATE when there is one.
+pub fn error_kind(e: &Error) -> String {
+    if let Some(state) = e.sqlstate() {
+        return state.code().to_owned();
+    }
+    match e {
+        Error::Pool(_) => "pool".into(),
+        Error::Overloaded(_) => "overloaded".into(),
+        Error::UnknownProduct(_) => "unknown_product".into(),
+        Error::IdempotencyConflict(_) => "idempotency_conflict".into(),
+        Error::Input(_) => "invalid_input".into(),
+        _ => "other".into(),
+    }
+}
+
+/// How a strategy fared over all runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every invariant held in every run.
+    #[default]
+    Held,
+    /// A safe strategy broke an invariant: a bug.
+    Broken,
+    /// A naive strategy broke an invariant: the expected demonstration.
+    FailedAsExpected,
+    /// A naive strategy happened not to break anything (widen the window with --think-ms).
+    NotCaught,
+}
+
+/// What one strategy did over all runs of a scenario. Counts are totals over the runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub strategy: String,
+    pub safe: bool,
+    pub runs: u32,
+    /// Per run: concurrent buyers (or transfers) and units stocked (or total money).
+    pub buyers_per_run: u32,
+    pub stock_per_run: i64,
+    /// Units sold (stock) or transfers completed (ledger).
+    pub sold: u64,
+    pub sold_per_run_min: u64,
+    pub sold_per_run_max: u64,
+    /// Refused for lack of stock (or funds).
+    pub refused: u64,
+    /// Refused for a version conflict (optimistic, attempts exhausted).
+    pub conflicts: u64,
+    /// Errors that reached a caller, by SQLSTATE (or kind).
+    pub errors: BTreeMap<String, u64>,
+    /// State after the last run (summed over products).
+    pub final_available: i64,
+    pub final_reserved: i64,
+    /// Units sold beyond the units stocked, over all runs.
+    pub oversold: u64,
+    pub runs_oversold: u32,
+    /// CHECK violations (23514) that reached a buyer: a write that would have gone negative.
+    pub check_violations: u64,
+    /// Divergences the audit found after the runs.
+    pub audit_divergences: u64,
+    /// Orders written only in part (all-or-nothing broken).
+    pub partial_orders: u64,
+    /// Ledger: money created or destroyed (sum of balances before − after), over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub money_drift: Option<i64>,
+    /// Ledger: deadlock victims rerun from BEGIN (40P01 retries), over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock_retries: Option<u64>,
+    /// Runs in which at least one invariant broke.
+    pub violations: u32,
+    pub verdict: Verdict,
+    pub elapsed_ms: u64,
+    /// `--explain`: the reads and writes of the first run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Vec<TraceEvent>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_dropped: Option<u64>,
+}
+
+impl Report {
+    /// Sets the verdict from `safe` and `violations`.
+    pub fn judge(&mut self) {
+        self.verdict = match (self.safe, self.violations > 0) {
+            (true, false) => Verdict::Held,
+            (true, true) => Verdict::Broken,
+            (false, true) => Verdict::FailedAsExpected,
+            (false, false) => Verdict::NotCaught,
+        };
+    }
+
+    pub(crate) fn add_errors(&mut self, errors: &BTreeMap<String, u64>) {
+        for (k, v) in errors {
+            *self.errors.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    pub(crate) fn add_sold(&mut self, run: u32, sold: u64) {
+        self.sold += sold;
+        if run == 0 {
+            self.sold_per_run_min = sold;
+            self.sold_per_run_max = sold;
+        } else {
+            self.sold_per_run_min = self.sold_per_run_min.min(sold);
+            self.sold_per_run_max = self.sold_per_run_max.max(sold);
+        }
+    }
+}
+
+/// True when a safe strategy broke an invariant: the lab's failure (non-zero exit).
+pub fn safe_strategy_broke(reports: &[Report]) -> bool {
+    reports.iter().any(|r| r.verdict == Verdict::Broken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(safe: bool, violations: u32) -> Report {
+        let mut r = Report {
+            safe,
+            violations,
+            runs: 3,
+            ..Report::default()
+        };
+        r.judge();
+        r
+    }
+
+    #[test]
+    fn only_a_safe_strategy_breaking_fails_the_lab() {
+        assert_eq!(report(true, 0).verdict, Verdict::Held);
+        assert_eq!(report(true, 1).verdict, Verdict::Broken);
+        assert_eq!(report(false, 2).verdict, Verdict::FailedAsExpected);
+        assert_eq!(report(false, 0).verdict, Verdict::NotCaught);
+        assert!(!safe_strategy_broke(&[report(true, 0), report(false, 3)]));
+        assert!(safe_strategy_broke(&[report(true, 1), report(false, 3)]));
+    }
+
+    #[test]
+    fn bounds_and_names() {
+        assert!(bounded("runs", 0, 1, 10).is_err());
+        assert_eq!(bounded("runs", 10, 1, 10), Ok(10));
+        for s in Scenario::ALL {
+            assert_eq!(Scenario::parse(s.as_str()), Some(*s));
+        }
+    }
+}

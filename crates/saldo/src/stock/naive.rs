@@ -1,0 +1,161 @@
+//! The bug of seed 000, in both of its forms, for the race lab only (never safe, never served):
+//! read the balance without a lock, decide in the application, "think" (the seed's payment call),
+//! then write.
+//!
+//! - [`NaiveSubtract`] writes `available - n`: two sessions that read the same last unit both
+//!   subtract, and the second write would go negative — the `CHECK (available >= 0)` refuses it
+//!   with SQLSTATE 23514, which reaches the buyer as an error (the last line of defence held).
+//! - [`NaiveOverwrite`] writes the values computed in the application (`SET available = 0`):
+//!   the lost update. Every session that read the same balance writes the same result, nothing
+//!   goes negative, and several units are sold from one; only the audit notices.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::Client;
+
+use crate::domain::{ProductId, Quantity};
+use crate::error::Error;
+use crate::stock::lifecycle::UnitTaker;
+use crate::stock::trace::{Session, TraceSink, TraceStep};
+
+const READ: &str = "SELECT available, reserved, version FROM stock WHERE product_id = $1";
+const SUBTRACT: &str = "UPDATE stock SET available = available - $2, reserved = reserved + $2, \
+     version = version + 1, updated_at = now() WHERE product_id = $1 \
+     RETURNING available, reserved";
+const OVERWRITE: &str = "UPDATE stock SET available = $2, reserved = $3, \
+     version = version + 1, updated_at = now() WHERE product_id = $1 \
+     RETURNING available, reserved";
+
+/// Longest think a naive strategy accepts, whatever the configuration says.
+pub const MAX_THINK: Duration = Duration::from_secs(1);
+
+/// `UPDATE … SET available = available - n` after an application-side check.
+#[derive(Debug, Clone, Default)]
+pub struct NaiveSubtract {
+    pub think: Duration,
+    pub trace: Option<TraceSink>,
+}
+
+/// `UPDATE … SET available = <value computed in the application>`: the lost update.
+#[derive(Debug, Clone, Default)]
+pub struct NaiveOverwrite {
+    pub think: Duration,
+    pub trace: Option<TraceSink>,
+}
+
+/// What the unlocked read saw.
+struct Seen {
+    available: i32,
+    reserved: i32,
+}
+
+/// The shared naive first half: read without a lock, check in the application, think.
+async fn read_check_think(
+    client: &Client,
+    session: &Session<'_>,
+    product: ProductId,
+    quantity: Quantity,
+    think: Duration,
+) -> Result<Seen, Error> {
+    let stmt = client.prepare_cached(READ).await?;
+    let row = client
+        .query_opt(&stmt, &[&product.get()])
+        .await?
+        .ok_or(Error::UnknownProduct(product))?;
+    let (available, reserved, version): (i32, i32, i64) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+    session.record(product, || TraceStep::Read {
+        available,
+        reserved,
+        version,
+    });
+    if available < quantity.get() {
+        session.record(product, || TraceStep::Refused { available });
+        return Err(Error::InsufficientStock {
+            product_id: product,
+            requested: quantity.get(),
+            available,
+        });
+    }
+    // Between this read and the write below another session may sell the same unit.
+    tokio::time::sleep(think.min(MAX_THINK)).await;
+    Ok(Seen {
+        available,
+        reserved,
+    })
+}
+
+/// Runs the write, recording what the row holds afterwards or the SQLSTATE that refused it.
+async fn write(
+    client: &Client,
+    session: &Session<'_>,
+    product: ProductId,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<(), Error> {
+    let stmt = client.prepare_cached(sql).await?;
+    match client.query_one(&stmt, params).await {
+        Ok(row) => {
+            let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
+            session.record(product, || TraceStep::Wrote {
+                available,
+                reserved,
+            });
+            Ok(())
+        }
+        Err(e) => {
+            let sqlstate = e.code().map_or("", |c| c.code()).to_owned();
+            session.record(product, || TraceStep::WriteFailed { sqlstate });
+            Err(e.into())
+        }
+    }
+}
+
+#[async_trait]
+impl UnitTaker for NaiveSubtract {
+    fn name(&self) -> &'static str {
+        "naive-subtract"
+    }
+
+    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+        let session = Session::start(self.trace.as_ref());
+        for &(product, quantity) in items {
+            read_check_think(client, &session, product, quantity, self.think).await?;
+            write(
+                client,
+                &session,
+                product,
+                SUBTRACT,
+                &[&product.get(), &quantity.get()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl UnitTaker for NaiveOverwrite {
+    fn name(&self) -> &'static str {
+        "naive-overwrite"
+    }
+
+    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+        let session = Session::start(self.trace.as_ref());
+        for &(product, quantity) in items {
+            let seen = read_check_think(client, &session, product, quantity, self.think).await?;
+            let available = seen.available - quantity.get();
+            let reserved = seen.reserved.saturating_add(quantity.get());
+            write(
+                client,
+                &session,
+                product,
+                OVERWRITE,
+                &[&product.get(), &available, &reserved],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}

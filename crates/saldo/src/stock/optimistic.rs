@@ -1,0 +1,129 @@
+//! The `optimistic` strategy (seed 004): read `available` and `version` without a lock, check in
+//! the application, then `UPDATE … WHERE product_id = $1 AND version = $2`. Zero rows means
+//! someone wrote in between: re-read and try again after a jittered backoff, up to
+//! [`OptimisticConfig::attempts`], then [`Error::VersionConflict`] — distinct from insufficient
+//! stock, because the units may still be there.
+//!
+//! Isolation: under READ COMMITTED (the default) every statement of the reserve transaction
+//! takes a fresh snapshot, so the re-read inside the same transaction sees the new version.
+//! Under SERIALIZABLE the UPDATE of a row changed after the snapshot fails with 40001 instead of
+//! matching zero rows, and the whole-transaction retry ([`crate::retry`]) reruns it from BEGIN.
+//!
+//! The backoff sleeps inside the transaction, holding only the rows of this order's earlier
+//! (lower id) items — never the contested row — and is bounded by attempts × `max_backoff_ms`.
+
+use async_trait::async_trait;
+use deadpool_postgres::Client;
+
+use crate::domain::{ProductId, Quantity};
+use crate::error::Error;
+use crate::retry::RetryPolicy;
+use crate::stock::lifecycle::UnitTaker;
+use crate::stock::trace::{Session, TraceSink, TraceStep};
+
+/// Most attempts per item, whatever the configuration says.
+pub const MAX_OPTIMISTIC_ATTEMPTS: u32 = 50;
+/// Longest single backoff, whatever the configuration says.
+pub const MAX_OPTIMISTIC_BACKOFF_MS: u64 = 100;
+
+const READ: &str = "SELECT available, reserved, version FROM stock WHERE product_id = $1";
+const TAKE_IF_VERSION: &str = "UPDATE stock SET available = available - $3, \
+     reserved = reserved + $3, version = version + 1, updated_at = now() \
+     WHERE product_id = $1 AND version = $2 RETURNING available, reserved";
+
+/// How hard the optimistic strategy tries before answering `VersionConflict`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptimisticConfig {
+    /// Read–check–write attempts per item, the first included (1..=[`MAX_OPTIMISTIC_ATTEMPTS`]).
+    pub attempts: u32,
+    /// Backoff before attempt n is uniform in `0..=min(max, base · 2^n)` (full jitter).
+    pub base_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+}
+
+impl Default for OptimisticConfig {
+    fn default() -> Self {
+        OptimisticConfig {
+            attempts: 10,
+            base_backoff_ms: 1,
+            max_backoff_ms: 20,
+        }
+    }
+}
+
+impl OptimisticConfig {
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.attempts.clamp(1, MAX_OPTIMISTIC_ATTEMPTS),
+            base_backoff_ms: self.base_backoff_ms.min(MAX_OPTIMISTIC_BACKOFF_MS),
+            max_backoff_ms: self.max_backoff_ms.min(MAX_OPTIMISTIC_BACKOFF_MS),
+        }
+    }
+}
+
+/// Version-checked UPDATE with bounded re-reads.
+#[derive(Debug, Clone, Default)]
+pub struct Optimistic {
+    pub config: OptimisticConfig,
+    pub trace: Option<TraceSink>,
+}
+
+#[async_trait]
+impl UnitTaker for Optimistic {
+    fn name(&self) -> &'static str {
+        "optimistic"
+    }
+
+    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+        let session = Session::start(self.trace.as_ref());
+        let policy = self.config.policy();
+        let read = client.prepare_cached(READ).await?;
+        let update = client.prepare_cached(TAKE_IF_VERSION).await?;
+        'items: for &(product, quantity) in items {
+            for attempt in 1..=policy.max_attempts {
+                let row = client
+                    .query_opt(&read, &[&product.get()])
+                    .await?
+                    .ok_or(Error::UnknownProduct(product))?;
+                let (available, reserved, version): (i32, i32, i64) =
+                    (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+                session.record(product, || TraceStep::Read {
+                    available,
+                    reserved,
+                    version,
+                });
+                if available < quantity.get() {
+                    session.record(product, || TraceStep::Refused { available });
+                    return Err(Error::InsufficientStock {
+                        product_id: product,
+                        requested: quantity.get(),
+                        available,
+                    });
+                }
+                if let Some(row) = client
+                    .query_opt(&update, &[&product.get(), &version, &quantity.get()])
+                    .await?
+                {
+                    let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
+                    session.record(product, || TraceStep::Wrote {
+                        available,
+                        reserved,
+                    });
+                    continue 'items;
+                }
+                session.record(product, || TraceStep::VersionMoved {
+                    read_version: version,
+                });
+                crate::telemetry::version_conflict();
+                if attempt < policy.max_attempts {
+                    tokio::time::sleep(policy.backoff(attempt)).await;
+                }
+            }
+            return Err(Error::VersionConflict {
+                product_id: product,
+                attempts: policy.max_attempts,
+            });
+        }
+        Ok(())
+    }
+}

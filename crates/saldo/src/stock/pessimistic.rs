@@ -1,0 +1,74 @@
+//! The `pessimistic` strategy (seed 003): lock the product row with `SELECT … FOR UPDATE`,
+//! carrying the sufficiency condition so that a row without enough stock is not even locked;
+//! check again in the application under the lock; then UPDATE. The row stays locked from the
+//! read to the commit, so nobody can change the balance in between. The transaction is short
+//! (nothing external inside) and bounded by `lock_timeout` (see [`crate::retry::TxOptions`]).
+//!
+//! Under READ COMMITTED a session waiting for the lock re-evaluates the condition on the
+//! committed row, exactly like the atomic UPDATE; under SERIALIZABLE it gets 40001 instead and
+//! the whole-transaction retry reruns it.
+
+use async_trait::async_trait;
+use deadpool_postgres::Client;
+
+use crate::domain::{ProductId, Quantity};
+use crate::error::Error;
+use crate::stock::lifecycle::{refusal, UnitTaker};
+use crate::stock::trace::{Session, TraceSink, TraceStep};
+
+const LOCK_IF_ENOUGH: &str =
+    "SELECT available FROM stock WHERE product_id = $1 AND available >= $2 FOR UPDATE";
+const TAKE_LOCKED: &str = "UPDATE stock SET available = available - $2, \
+     reserved = reserved + $2, version = version + 1, updated_at = now() \
+     WHERE product_id = $1 RETURNING available, reserved";
+
+/// Lock with the condition, check again, update; per item in ascending product id.
+#[derive(Debug, Clone, Default)]
+pub struct Pessimistic {
+    pub trace: Option<TraceSink>,
+}
+
+#[async_trait]
+impl UnitTaker for Pessimistic {
+    fn name(&self) -> &'static str {
+        "pessimistic"
+    }
+
+    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+        let session = Session::start(self.trace.as_ref());
+        let lock = client.prepare_cached(LOCK_IF_ENOUGH).await?;
+        let update = client.prepare_cached(TAKE_LOCKED).await?;
+        for &(product, quantity) in items {
+            let Some(row) = client
+                .query_opt(&lock, &[&product.get(), &quantity.get()])
+                .await?
+            else {
+                let refused = refusal(client, product, quantity).await;
+                if let Error::InsufficientStock { available, .. } = refused {
+                    session.record(product, || TraceStep::Refused { available });
+                }
+                return Err(refused);
+            };
+            let available: i32 = row.try_get(0)?;
+            session.record(product, || TraceStep::Locked { available });
+            // The seed's step 3: check again under the lock. The WHERE already did, so this
+            // can only fail if the condition above is ever edited away.
+            if available < quantity.get() {
+                return Err(Error::InsufficientStock {
+                    product_id: product,
+                    requested: quantity.get(),
+                    available,
+                });
+            }
+            let row = client
+                .query_one(&update, &[&product.get(), &quantity.get()])
+                .await?;
+            let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
+            session.record(product, || TraceStep::Wrote {
+                available,
+                reserved,
+            });
+        }
+        Ok(())
+    }
+}
