@@ -16,6 +16,7 @@ use saldo::stock::{ReserveRequest, StockStrategy};
 use saldo::Error;
 use tokio::sync::Semaphore;
 
+use super::http::{Answer, HttpTarget};
 use super::scenario::Picker;
 
 /// Largest latency the histograms hold (anything slower is recorded as this).
@@ -72,6 +73,8 @@ pub enum Target {
     Stock(Arc<dyn StockStrategy>),
     /// One transfer of 1 between two accounts per operation.
     Ledger(Ledger, TransferStrategy),
+    /// One reservation (or sale) per operation through a running `saldo serve`.
+    Http(Arc<HttpTarget>),
 }
 
 /// An error with its SQLSTATE and the server's message, which `Display` alone may hide.
@@ -101,6 +104,23 @@ impl Shared {
     async fn operation(&self, id: String, rng: &mut rand::rngs::StdRng) -> Outcome {
         match &self.target {
             Target::Stock(engine) => self.reserve(engine, id, rng).await,
+            Target::Http(target) => {
+                let items = match self.picker.pick(rng) {
+                    Ok(items) => items,
+                    Err(e) => return Outcome::Error(e.to_string()),
+                };
+                let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
+                let mut answer = target.reserve(&id, &items).await;
+                if let (true, Answer::Ok) = (self.with_confirm, &answer) {
+                    answer = target.confirm(&id).await;
+                }
+                match answer {
+                    Answer::Ok => Outcome::Ok(units),
+                    Answer::Refused => Outcome::Refused,
+                    Answer::Overloaded => Outcome::Overloaded,
+                    Answer::Error(e) => Outcome::Error(e),
+                }
+            }
             Target::Ledger(ledger, strategy) => {
                 let (from, to) = self.picker.pick_pair(rng);
                 let request = match (|| -> Result<TransferRequest, saldo::InputError> {

@@ -7,6 +7,7 @@
 //! data is never touched, and every run ends with the invariant checks: a broken one makes the
 //! command exit non-zero.
 
+mod http;
 mod load;
 mod plot;
 mod report;
@@ -103,6 +104,15 @@ pub struct Args {
     /// Write throughput and p99 bars per strategy to this SVG file.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// HTTP mode: drive a running `saldo serve` at this URL (its strategy is the server's).
+    #[arg(long)]
+    target: Option<String>,
+    /// HTTP mode: the server's admin token (to stock products and read the audit).
+    #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// HTTP mode: the server's API token, if it requires one.
+    #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
 }
 
 /// A strategy under test: a stock strategy, or a transfer strategy for the ledger scenarios.
@@ -110,6 +120,8 @@ pub struct Args {
 enum Contender {
     Stock(StrategyName),
     Transfer(TransferStrategy),
+    /// Whatever strategy the `--target` server runs.
+    Http,
 }
 
 impl Contender {
@@ -117,6 +129,7 @@ impl Contender {
         match self {
             Contender::Stock(n) => n.as_str(),
             Contender::Transfer(t) => t.as_str(),
+            Contender::Http => "http",
         }
     }
 
@@ -155,6 +168,7 @@ struct Config {
     batched: BatchedConfig,
     json: bool,
     plot: Option<std::path::PathBuf>,
+    http: Option<Arc<http::HttpTarget>>,
 }
 
 impl Config {
@@ -179,6 +193,24 @@ impl Config {
         if strategies.is_empty() {
             bail!("--strategy needs at least one strategy");
         }
+        let http = match &args.target {
+            Some(url) => {
+                if args.scenario.is_transfers() {
+                    bail!("HTTP mode runs the stock scenarios only");
+                }
+                if args.admin_token.is_none() {
+                    bail!("HTTP mode needs --admin-token (or SALDO_ADMIN_TOKEN) to stock products");
+                }
+                strategies = vec![Contender::Http];
+                Some(Arc::new(http::HttpTarget::new(
+                    url,
+                    args.admin_token.clone(),
+                    args.api_token.clone(),
+                    args.concurrency as usize,
+                )?))
+            }
+            None => None,
+        };
         if !(0.0..=MAX_SKEW).contains(&args.skew) {
             bail!("--skew must be within 0..={MAX_SKEW}");
         }
@@ -205,6 +237,7 @@ impl Config {
             },
             json: args.json,
             plot: args.plot,
+            http,
         })
     }
 
@@ -233,6 +266,9 @@ impl Config {
 /// Runs the benchmark; `Ok(false)` when an invariant broke.
 pub async fn run(args: Args, server_url: &str) -> Result<bool> {
     let config = Config::from_args(args)?;
+    if let Some(target) = config.http.clone() {
+        return bench(&config, Backend::Http(target)).await;
+    }
     let scratch = scratch_name();
     let admin = db::connect(
         server_url,
@@ -252,7 +288,7 @@ pub async fn run(args: Args, server_url: &str) -> Result<bool> {
             .with_context(|| format!("creating {scratch}"))?;
     }
     let url = with_database(server_url, &scratch)?;
-    let result = bench(&config, &url).await;
+    let result = bench(&config, Backend::Scratch(url)).await;
     // Dropped whatever happened, with FORCE so a straggling connection cannot keep it alive.
     let dropped = match admin.get().await {
         Ok(client) => client
@@ -294,17 +330,29 @@ fn with_database(url: &str, name: &str) -> Result<String> {
     }
 }
 
-async fn bench(config: &Config, url: &str) -> Result<bool> {
-    let pool = db::connect(
-        url,
-        &PoolOptions {
-            max_size: config.pool_size,
-            ..PoolOptions::default()
-        },
-    )?;
-    db::migrate(&pool)
-        .await
-        .context("migrating the scratch database")?;
+/// Where the runs go: the scratch database in-process, or a server over HTTP.
+enum Backend {
+    Scratch(String),
+    Http(Arc<http::HttpTarget>),
+}
+
+async fn bench(config: &Config, backend: Backend) -> Result<bool> {
+    let pool = match &backend {
+        Backend::Scratch(url) => {
+            let pool = db::connect(
+                url,
+                &PoolOptions {
+                    max_size: config.pool_size,
+                    ..PoolOptions::default()
+                },
+            )?;
+            db::migrate(&pool)
+                .await
+                .context("migrating the scratch database")?;
+            Some(pool)
+        }
+        Backend::Http(_) => None,
+    };
     let picker = Arc::new(Picker::new(
         config.scenario,
         config.products,
@@ -323,7 +371,7 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
     for round in 1..=config.rounds {
         for (i, &name) in config.strategies.iter().enumerate() {
             let index = (round as u64 - 1) * config.strategies.len() as u64 + i as u64;
-            let result = one_run(config, &pool, &picker, name, round, |answered, elapsed| {
+            let on_tick = |answered: u64, elapsed: Duration| {
                 let base = index * per_run.as_millis() as u64;
                 progress.set_position(
                     base + (elapsed.as_millis() as u64).min(per_run.as_millis() as u64),
@@ -332,14 +380,24 @@ async fn bench(config: &Config, url: &str) -> Result<bool> {
                     "round {round} {}: {answered} answered",
                     name.as_str()
                 ));
-            })
-            .await?;
+            };
+            let result = match (&backend, &pool) {
+                (Backend::Http(target), _) => {
+                    http_run(config, target, &picker, round, on_tick).await?
+                }
+                (Backend::Scratch(_), Some(pool)) => {
+                    one_run(config, pool, &picker, name, round, on_tick).await?
+                }
+                (Backend::Scratch(_), None) => bail!("no pool for the scratch database"),
+            };
             progress.suspend(|| eprintln!("{}", report::run_line(&result)));
             results.push(result);
         }
     }
     progress.finish_and_clear();
-    pool.close();
+    if let Some(pool) = pool {
+        pool.close();
+    }
 
     let names: Vec<String> = config
         .strategies
@@ -398,6 +456,7 @@ async fn one_run(
     let store = Store::new(pool.clone(), TxOptions::default());
     let mut batched = None;
     let target = match name {
+        Contender::Http => bail!("HTTP runs go through http_run"),
         Contender::Transfer(strategy) => {
             reset_ledger(pool, config.products).await?;
             Target::Ledger(Ledger::new(store), strategy)
@@ -435,6 +494,80 @@ async fn one_run(
         &tally,
         peak_rss_kib,
         stats,
+        invariants,
+    ))
+}
+
+/// Most products whose stock the HTTP mode reads before and after a run.
+const HTTP_CHECKED_PRODUCTS: u32 = 100;
+/// Stock-setting requests in flight while preparing an HTTP run.
+const HTTP_SETUP_CONCURRENCY: usize = 32;
+
+/// One HTTP run: stock the bench's products, drive the server, check its audit and (for up to
+/// `HTTP_CHECKED_PRODUCTS` products) that the units taken match the units granted.
+async fn http_run(
+    config: &Config,
+    target: &Arc<http::HttpTarget>,
+    picker: &Arc<Picker>,
+    round: u32,
+    on_tick: impl Fn(u64, Duration),
+) -> Result<RunResult> {
+    let products: Vec<i64> = (1..=i64::from(config.products))
+        .map(|p| http::PRODUCT_OFFSET + p)
+        .collect();
+    for chunk in products.chunks(HTTP_SETUP_CONCURRENCY) {
+        let mut set = tokio::task::JoinSet::new();
+        for &p in chunk {
+            let target = target.clone();
+            set.spawn(async move { target.set_count(p, STOCK_PER_PRODUCT).await });
+        }
+        while let Some(done) = set.join_next().await {
+            done??;
+        }
+    }
+    let checked = config.products <= HTTP_CHECKED_PRODUCTS;
+    let mut before = 0i64;
+    if checked {
+        for &p in &products {
+            before += target.stock(p).await?.0;
+        }
+    }
+    reset_peak_rss();
+    let tag = format!("b{}r{round}", std::process::id());
+    let tally = load::drive(
+        Target::Http(target.clone()),
+        picker.clone(),
+        &config.plan,
+        tag,
+        on_tick,
+    )
+    .await?;
+    let peak_rss_kib = peak_rss_kib();
+    let mut invariants = vec![Check {
+        name: "audit clean",
+        ok: target.audit().await?,
+        detail: "GET /v1/admin/audit".into(),
+    }];
+    if checked {
+        let mut after = 0i64;
+        for &p in &products {
+            after += target.stock(p).await?.0;
+        }
+        let taken = before - after;
+        let granted = tally.units_granted as i64;
+        invariants.push(Check {
+            name: "granted = units taken",
+            ok: if tally.errors == 0 { taken == granted } else { taken >= granted },
+            detail: format!("{granted} units granted, available fell by {taken}"),
+        });
+    }
+    Ok(result_of(
+        Contender::Http,
+        round,
+        config,
+        &tally,
+        peak_rss_kib,
+        None,
         invariants,
     ))
 }
