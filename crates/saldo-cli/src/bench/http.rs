@@ -101,7 +101,12 @@ impl HttpTarget {
     pub async fn set_count(&self, product: i64, count: i32) -> Result<()> {
         let path = format!("/v1/products/{product}/stock");
         let (status, body) = self
-            .call(Method::PUT, &path, Some(serde_json::json!({ "count": count })), true)
+            .call(
+                Method::PUT,
+                &path,
+                Some(serde_json::json!({ "count": count })),
+                true,
+            )
             .await?;
         if !(200..300).contains(&status) {
             bail!("PUT {path}: {status} {}", String::from_utf8_lossy(&body));
@@ -126,9 +131,14 @@ impl HttpTarget {
 
     /// The server's audit (admin): true when clean.
     pub async fn audit(&self) -> Result<bool> {
-        let (status, body) = self.call(Method::GET, "/v1/admin/audit", None, true).await?;
+        let (status, body) = self
+            .call(Method::GET, "/v1/admin/audit", None, true)
+            .await?;
         if status != 200 {
-            bail!("GET /v1/admin/audit: {status} {}", String::from_utf8_lossy(&body));
+            bail!(
+                "GET /v1/admin/audit: {status} {}",
+                String::from_utf8_lossy(&body)
+            );
         }
         let v: serde_json::Value = serde_json::from_slice(&body)?;
         Ok(v.get("ok").and_then(serde_json::Value::as_bool) == Some(true))
@@ -143,7 +153,10 @@ impl HttpTarget {
             })
             .collect();
         let body = serde_json::json!({ "order_id": order, "items": items });
-        answer(self.call(Method::POST, "/v1/reservations", Some(body), false).await)
+        answer(
+            self.call(Method::POST, "/v1/reservations", Some(body), false)
+                .await,
+        )
     }
 
     pub async fn confirm(&self, order: &str) -> Answer {

@@ -44,6 +44,11 @@ pub struct Tally {
     pub latency_us: Histogram<u64>,
     /// Over the whole run, warm-up included: what the database must now hold.
     pub units_granted: u64,
+    /// From the start of the measured window to the last measured answer, at least the
+    /// window: an engine that falls behind an open-loop rate answers after the window ends,
+    /// and its throughput is what it served over this span, not the rate it was offered.
+    pub measured_span: Duration,
+    last_answer: Option<Instant>,
 }
 
 impl Tally {
@@ -56,6 +61,8 @@ impl Tally {
             first_error: None,
             latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)?,
             units_granted: 0,
+            measured_span: Duration::ZERO,
+            last_answer: None,
         })
     }
 }
@@ -192,6 +199,7 @@ impl Shared {
                 t.units_granted += units;
                 if measured {
                     t.measured_ok += 1;
+                    t.last_answer = Some(Instant::now());
                     let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
                     t.latency_us.saturating_record(us);
                 }
@@ -246,10 +254,14 @@ pub async fn drive(
         }
     }
     let fresh = Tally::new()?;
-    let tally = match shared.tally.lock() {
+    let mut tally = match shared.tally.lock() {
         Ok(mut t) => std::mem::replace(&mut *t, fresh),
         Err(_) => anyhow::bail!("a buyer panicked while recording"),
     };
+    let served = tally.last_answer.map_or(Duration::ZERO, |at| {
+        at.saturating_duration_since(measure_from)
+    });
+    tally.measured_span = served.max(plan.duration);
     Ok(tally)
 }
 

@@ -490,7 +490,6 @@ async fn one_run(
     Ok(result_of(
         name,
         round,
-        config,
         &tally,
         peak_rss_kib,
         stats,
@@ -557,14 +556,17 @@ async fn http_run(
         let granted = tally.units_granted as i64;
         invariants.push(Check {
             name: "granted = units taken",
-            ok: if tally.errors == 0 { taken == granted } else { taken >= granted },
+            ok: if tally.errors == 0 {
+                taken == granted
+            } else {
+                taken >= granted
+            },
             detail: format!("{granted} units granted, available fell by {taken}"),
         });
     }
     Ok(result_of(
         Contender::Http,
         round,
-        config,
         &tally,
         peak_rss_kib,
         None,
@@ -575,7 +577,6 @@ async fn http_run(
 fn result_of(
     name: Contender,
     round: u32,
-    config: &Config,
     tally: &Tally,
     peak_rss_kib: Option<u64>,
     stats: Option<batched_engine::BatchedStats>,
@@ -585,7 +586,7 @@ fn result_of(
     RunResult {
         strategy: name.as_str().to_owned(),
         round,
-        ops_per_s: tally.measured_ok as f64 / config.plan.duration.as_secs_f64(),
+        ops_per_s: tally.measured_ok as f64 / tally.measured_span.as_secs_f64(),
         latency_us_p50: h.value_at_quantile(0.50),
         latency_us_p90: h.value_at_quantile(0.90),
         latency_us_p99: h.value_at_quantile(0.99),
