@@ -183,12 +183,32 @@ async fn one_batch_of(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_buyers_for_the_last_unit_twenty_times() {
-    for run in 0..20 {
-        let db = test_db().await;
-        let engine = engine(&db, &[(1, 1)]).await;
-        let sold = race_for_product(&engine, 50, "buyer").await;
+    // One database, one product per run (each with its last unit): a fresh database per run
+    // would cost twenty template copies for nothing.
+    let db = test_db().await;
+    let stock: Vec<(i64, i64)> = (1..=20).map(|p| (p, 1)).collect();
+    let engine = engine(&db, &stock).await;
+    for run in 1..=20i64 {
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            let engine = engine.clone();
+            let order = format!("run{run}-buyer-{i}");
+            tasks.push(tokio::spawn(async move {
+                engine.reserve(&request(&order, &[(run, 1)])).await
+            }));
+        }
+        let mut sold = 0;
+        for t in tasks {
+            match t.await.expect("join") {
+                Ok(_) => sold += 1,
+                Err(Error::InsufficientStock { product_id, .. }) => {
+                    assert_eq!(product_id, pid(run))
+                }
+                Err(e) => panic!("unexpected error reached a buyer: {e}"),
+            }
+        }
         assert_eq!(sold, 1, "run {run}");
-        assert_eq!(stock_of(&db, 1).await, (0, 1), "run {run}");
+        assert_eq!(stock_of(&db, run).await, (0, 1), "run {run}");
         assert_audit_clean(&db).await;
     }
 }
