@@ -12,8 +12,10 @@
 //! partitions (or of other processes) cannot deadlock and the row lock stays the only
 //! coordinator; the partition only groups work so that one product's orders meet in one batch.
 //!
-//! Workers start on the first `reserve` (on the caller's tokio runtime) and end when the last
-//! clone of the [`Batched`] value is dropped: their queues close and drain.
+//! Confirms go through the same workers (each sale is a reserve and a confirm, and a confirm
+//! settles on the same hot stock row); release and order reads use the shared lifecycle.
+//! Workers start on the first `reserve` or `confirm` (on the caller's tokio runtime) and end
+//! when the last clone of the [`Batched`] value is dropped: their queues close and drain.
 
 mod worker;
 
@@ -85,7 +87,7 @@ impl BatchedConfig {
 pub struct BatchedStats {
     /// Batch transactions committed.
     pub batches: u64,
-    /// Orders answered by committed batches.
+    /// Reservations and confirms answered by committed batches.
     pub orders: u64,
     /// Batches that failed with a non-retryable error and were replayed order by order.
     pub fallbacks: u64,
