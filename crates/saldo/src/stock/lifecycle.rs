@@ -26,7 +26,7 @@ pub trait UnitTaker: Send + Sync + 'static {
     async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error>;
 }
 
-pub(crate) const LIVE_INDEX: &str = "reservations_live_order_product";
+const LIVE_INDEX: &str = "reservations_live_order_product";
 /// A unique violation on the live index means a concurrent copy of this order committed first;
 /// rerunning sees its rows and answers as a replay. Twice is enough; the bound is a guard.
 const REPLAY_RACE_ATTEMPTS: usize = 3;
