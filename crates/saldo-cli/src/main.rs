@@ -9,6 +9,7 @@ use saldo::db::{self, PoolOptions};
 use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
+mod bench;
 mod database;
 mod locks;
 mod race;
@@ -50,6 +51,8 @@ enum Command {
     Serve(serve::Args),
     /// Show sessions waiting on locks, who blocks them and for how long.
     Locks(locks::Args),
+    /// Measure strategies side by side on a scratch database; exits 1 if an invariant breaks.
+    Bench(bench::Args),
 }
 
 #[tokio::main]
@@ -77,6 +80,10 @@ async fn main() -> Result<()> {
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
         Command::Serve(args) => serve::run(args, &database).await?,
         Command::Locks(args) => locks::run(args, &pool).await?,
+        Command::Bench(args) => anyhow::ensure!(
+            bench::run(args, &database.url).await?,
+            "bench: an invariant broke (see above)"
+        ),
         Command::Audit => {
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;

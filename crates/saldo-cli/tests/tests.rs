@@ -3,3 +3,6 @@
 
 #[path = "suite/race.rs"]
 mod race;
+
+#[path = "suite/bench.rs"]
+mod bench;

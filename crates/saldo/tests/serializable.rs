@@ -1,5 +1,5 @@
-//! The stock, ledger, retry and model suites again, on a second test cluster whose transactions are
-//! all SERIALIZABLE (`default_transaction_isolation = serializable`): the behaviour a
+//! The stock, ledger, retry, model and batched suites again, on a second test cluster whose
+//! transactions are all SERIALIZABLE (`default_transaction_isolation = serializable`): the behaviour a
 //! distributed SQL engine shows. Every 40001 must be absorbed by the one retry mechanism, and
 //! the paths that never retry (the audits' snapshots, the sweeper) must still do their job.
 
@@ -27,3 +27,6 @@ mod retry;
 
 #[path = "suite/model.rs"]
 mod model;
+
+#[path = "suite/batched.rs"]
+mod batched;

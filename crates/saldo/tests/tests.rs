@@ -17,6 +17,8 @@ mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 
+#[path = "suite/batched.rs"]
+mod batched;
 #[path = "suite/ledger.rs"]
 mod ledger;
 

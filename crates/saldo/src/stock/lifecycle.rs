@@ -42,7 +42,7 @@ const INSERT_RESERVATIONS: &str = "INSERT INTO reservations \
      RETURNING product_id, quantity, expires_at";
 const LOCK_STOCK: &str =
     "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
-const APPLY_DELTAS: &str = "UPDATE stock s SET available = s.available + d.a, \
+pub(crate) const APPLY_DELTAS: &str = "UPDATE stock s SET available = s.available + d.a, \
      reserved = s.reserved + d.r, version = s.version + 1, updated_at = now() \
      FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(product_id, a, r) \
      WHERE s.product_id = d.product_id";
@@ -74,7 +74,7 @@ pub(crate) fn parse_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error
 
 /// What to do with a reserve request, given the order's existing rows.
 #[derive(Debug, PartialEq, Eq)]
-enum Plan {
+pub(crate) enum Plan {
     /// Every requested product is live with the same quantity, nothing else is live.
     Replay,
     Conflict,
@@ -82,7 +82,7 @@ enum Plan {
     Take(Vec<(ProductId, Quantity)>),
 }
 
-fn plan(request: &ReserveRequest, existing: &[Row]) -> Plan {
+pub(crate) fn plan(request: &ReserveRequest, existing: &[Row]) -> Plan {
     let live: BTreeMap<ProductId, i32> = existing
         .iter()
         .filter(|r| r.item.status.is_live())
@@ -215,7 +215,7 @@ async fn reserve_tx(
     })
 }
 
-fn live_items(rows: &[Row]) -> Vec<ReservedItem> {
+pub(crate) fn live_items(rows: &[Row]) -> Vec<ReservedItem> {
     rows.iter()
         .filter(|r| r.item.status.is_live())
         .map(|r| r.item.clone())
@@ -325,7 +325,7 @@ pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<Confirm
 }
 
 /// Products whose latest row is dead and that have no live row.
-fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
+pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
     let mut latest: BTreeMap<ProductId, &ReservedItem> = BTreeMap::new();
     for r in rows {
         // Rows come ordered by product then creation, so the last one per product wins.

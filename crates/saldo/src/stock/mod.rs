@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod atomic;
+pub mod batched;
 mod lifecycle;
 pub mod naive;
 pub mod optimistic;
@@ -121,6 +122,7 @@ pub enum StrategyName {
     Atomic,
     Pessimistic,
     Optimistic,
+    Batched,
     NaiveSubtract,
     NaiveOverwrite,
 }
@@ -131,6 +133,7 @@ impl StrategyName {
         StrategyName::Atomic,
         StrategyName::Pessimistic,
         StrategyName::Optimistic,
+        StrategyName::Batched,
         StrategyName::NaiveSubtract,
         StrategyName::NaiveOverwrite,
     ];
@@ -144,6 +147,7 @@ impl StrategyName {
             StrategyName::Atomic => "atomic",
             StrategyName::Pessimistic => "pessimistic",
             StrategyName::Optimistic => "optimistic",
+            StrategyName::Batched => "batched",
             StrategyName::NaiveSubtract => "naive-subtract",
             StrategyName::NaiveOverwrite => "naive-overwrite",
         }
@@ -155,6 +159,7 @@ impl StrategyName {
             StrategyName::Atomic => true,
             StrategyName::Pessimistic => true,
             StrategyName::Optimistic => true,
+            StrategyName::Batched => true,
             StrategyName::NaiveSubtract => false,
             StrategyName::NaiveOverwrite => false,
         }
@@ -178,6 +183,8 @@ pub struct StrategyConfig {
     /// Lab only: where the naive, pessimistic and optimistic takers record their reads and
     /// writes, for `saldo race --explain`. `None` in production.
     pub trace: Option<trace::TraceSink>,
+    /// Queues, batch size and partitions of the `batched` strategy.
+    pub batched: batched::BatchedConfig,
 }
 
 /// The one contract every stock strategy keeps (and the contract suite checks): reserve all
@@ -197,7 +204,8 @@ pub trait StockStrategy: Send + Sync {
     async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error>;
 }
 
-/// Builds the named strategy over `store`.
+/// Builds the named strategy over `store`. `batched` spawns its workers on the first `reserve`,
+/// on the tokio runtime that calls it; they stop when the returned value is dropped.
 pub fn build(
     name: StrategyName,
     store: Store,
@@ -230,6 +238,7 @@ pub fn build(
                 trace,
             },
         )),
+        StrategyName::Batched => std::sync::Arc::new(batched::Batched::new(store, &config.batched)),
     }
 }
 

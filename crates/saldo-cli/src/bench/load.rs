@@ -1,0 +1,319 @@
+//! The load generators. Closed loop: `concurrency` buyers, each sending its next order when the
+//! previous one is answered. Open loop: orders are due at a fixed `rate`; latency is measured
+//! from the moment an order was DUE, not when it was sent, so a stalled engine cannot hide its
+//! stall by slowing the generator down (coordinated omission). In-flight orders are capped by
+//! `concurrency` in both modes, so memory stays bounded whatever the engine does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::SeedableRng;
+use saldo::domain::{AccountId, Amount, OrderId, TransferId, Ttl};
+use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
+use saldo::stock::{ReserveRequest, StockStrategy};
+use saldo::Error;
+use tokio::sync::Semaphore;
+
+use super::http::{Answer, HttpTarget};
+use super::scenario::Picker;
+
+/// Largest latency the histograms hold (anything slower is recorded as this).
+pub const MAX_LATENCY_US: u64 = 60_000_000;
+
+/// How one run drives the engine.
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    pub concurrency: u32,
+    /// Open loop at this many orders per second; `None` is closed loop.
+    pub rate: Option<u32>,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub with_confirm: bool,
+}
+
+/// What one run saw.
+pub struct Tally {
+    /// Answers inside the measured window.
+    pub measured_ok: u64,
+    pub refused: u64,
+    pub overloaded: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    pub latency_us: Histogram<u64>,
+    /// Over the whole run, warm-up included: what the database must now hold.
+    pub units_granted: u64,
+    /// From the start of the measured window to the last measured answer, at least the
+    /// window: an engine that falls behind an open-loop rate answers after the window ends,
+    /// and its throughput is what it served over this span, not the rate it was offered.
+    pub measured_span: Duration,
+    last_answer: Option<Instant>,
+}
+
+impl Tally {
+    fn new() -> anyhow::Result<Tally> {
+        Ok(Tally {
+            measured_ok: 0,
+            refused: 0,
+            overloaded: 0,
+            errors: 0,
+            first_error: None,
+            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)?,
+            units_granted: 0,
+            measured_span: Duration::ZERO,
+            last_answer: None,
+        })
+    }
+}
+
+enum Outcome {
+    Ok(u64),
+    Refused,
+    Overloaded,
+    Error(String),
+}
+
+/// What the operations run against.
+pub enum Target {
+    /// One reservation (or sale) per operation.
+    Stock(Arc<dyn StockStrategy>),
+    /// One transfer of 1 between two accounts per operation.
+    Ledger(Ledger, TransferStrategy),
+    /// One reservation (or sale) per operation through a running `saldo serve`.
+    Http(Arc<HttpTarget>),
+}
+
+/// An error with its SQLSTATE and the server's message, which `Display` alone may hide.
+fn describe(e: &Error) -> String {
+    let db = match e {
+        Error::Database(d) | Error::RetriesExhausted { source: d, .. } => d.as_db_error(),
+        _ => None,
+    };
+    match db {
+        Some(d) => format!("{e} [{}: {}]", d.code().code(), d.message()),
+        None => e.to_string(),
+    }
+}
+
+/// Shared between the buyers of one run.
+struct Shared {
+    target: Target,
+    picker: Arc<Picker>,
+    tag: String,
+    with_confirm: bool,
+    tally: Mutex<Tally>,
+    /// Operations answered so far (for the progress bar).
+    answered: AtomicU64,
+}
+
+impl Shared {
+    async fn operation(&self, id: String, rng: &mut rand::rngs::StdRng) -> Outcome {
+        match &self.target {
+            Target::Stock(engine) => self.reserve(engine, id, rng).await,
+            Target::Http(target) => {
+                let items = match self.picker.pick(rng) {
+                    Ok(items) => items,
+                    Err(e) => return Outcome::Error(e.to_string()),
+                };
+                let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
+                let mut answer = target.reserve(&id, &items).await;
+                if let (true, Answer::Ok) = (self.with_confirm, &answer) {
+                    answer = target.confirm(&id).await;
+                }
+                match answer {
+                    Answer::Ok => Outcome::Ok(units),
+                    Answer::Refused => Outcome::Refused,
+                    Answer::Overloaded => Outcome::Overloaded,
+                    Answer::Error(e) => Outcome::Error(e),
+                }
+            }
+            Target::Ledger(ledger, strategy) => {
+                let (from, to) = self.picker.pick_pair(rng);
+                let request = match (|| -> Result<TransferRequest, saldo::InputError> {
+                    Ok(TransferRequest {
+                        id: TransferId::new(id)?,
+                        from: AccountId::new(from)?,
+                        to: AccountId::new(to)?,
+                        amount: Amount::new(1)?,
+                    })
+                })() {
+                    Ok(r) => r,
+                    Err(e) => return Outcome::Error(e.to_string()),
+                };
+                match ledger.transfer(*strategy, &request).await {
+                    Ok(_) => Outcome::Ok(1),
+                    Err(Error::InsufficientFunds { .. }) | Err(Error::TransferConflict(_)) => {
+                        Outcome::Refused
+                    }
+                    Err(Error::Overloaded(_)) => Outcome::Overloaded,
+                    Err(e) => Outcome::Error(describe(&e)),
+                }
+            }
+        }
+    }
+
+    async fn reserve(
+        &self,
+        engine: &Arc<dyn StockStrategy>,
+        order: String,
+        rng: &mut rand::rngs::StdRng,
+    ) -> Outcome {
+        let items = match self.picker.pick(rng) {
+            Ok(items) => items,
+            Err(e) => return Outcome::Error(e.to_string()),
+        };
+        let order_id = match OrderId::new(order) {
+            Ok(id) => id,
+            Err(e) => return Outcome::Error(e.to_string()),
+        };
+        let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
+        let request = ReserveRequest {
+            order_id,
+            items,
+            ttl: Ttl::default(),
+        };
+        let outcome = match engine.reserve(&request).await {
+            Ok(_) => Outcome::Ok(units),
+            Err(Error::InsufficientStock { .. })
+            | Err(Error::UnknownProduct(_))
+            | Err(Error::IdempotencyConflict(_)) => Outcome::Refused,
+            Err(Error::Overloaded(_)) => Outcome::Overloaded,
+            Err(e) => Outcome::Error(describe(&e)),
+        };
+        if let (true, Outcome::Ok(_)) = (self.with_confirm, &outcome) {
+            if let Err(e) = engine.confirm(&request.order_id).await {
+                return Outcome::Error(format!("confirm: {}", describe(&e)));
+            }
+        }
+        outcome
+    }
+
+    fn record(&self, measured: bool, latency: Duration, outcome: Outcome) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut t) = self.tally.lock() else {
+            return;
+        };
+        match outcome {
+            Outcome::Ok(units) => {
+                t.units_granted += units;
+                if measured {
+                    t.measured_ok += 1;
+                    t.last_answer = Some(Instant::now());
+                    let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
+                    t.latency_us.saturating_record(us);
+                }
+            }
+            Outcome::Refused => t.refused += 1,
+            Outcome::Overloaded => t.overloaded += 1,
+            Outcome::Error(e) => {
+                t.errors += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// Runs one load against `target`; `on_tick` sees the answered count every 100 ms.
+pub async fn drive(
+    target: Target,
+    picker: Arc<Picker>,
+    plan: &LoadPlan,
+    tag: String,
+    on_tick: impl Fn(u64, Duration),
+) -> anyhow::Result<Tally> {
+    let shared = Arc::new(Shared {
+        target,
+        picker,
+        tag,
+        with_confirm: plan.with_confirm,
+        tally: Mutex::new(Tally::new()?),
+        answered: AtomicU64::new(0),
+    });
+    let start = Instant::now();
+    let measure_from = start + plan.warmup;
+    let end = measure_from + plan.duration;
+    let load = {
+        let shared = shared.clone();
+        let plan = plan.clone();
+        tokio::spawn(async move {
+            match plan.rate {
+                None => closed_loop(shared, plan.concurrency, measure_from, end).await,
+                Some(rate) => {
+                    open_loop(shared, plan.concurrency, rate, start, measure_from, end).await
+                }
+            }
+        })
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tokio::pin!(load);
+    loop {
+        tokio::select! {
+            _ = &mut load => break,
+            _ = tick.tick() => on_tick(shared.answered.load(Ordering::Relaxed), start.elapsed()),
+        }
+    }
+    let fresh = Tally::new()?;
+    let mut tally = match shared.tally.lock() {
+        Ok(mut t) => std::mem::replace(&mut *t, fresh),
+        Err(_) => anyhow::bail!("a buyer panicked while recording"),
+    };
+    let served = tally.last_answer.map_or(Duration::ZERO, |at| {
+        at.saturating_duration_since(measure_from)
+    });
+    tally.measured_span = served.max(plan.duration);
+    Ok(tally)
+}
+
+async fn closed_loop(shared: Arc<Shared>, concurrency: u32, measure_from: Instant, end: Instant) {
+    let mut buyers = tokio::task::JoinSet::new();
+    for buyer in 0..concurrency {
+        let shared = shared.clone();
+        buyers.spawn(async move {
+            let mut rng = rand::rngs::StdRng::from_rng(&mut rand::rng());
+            for seq in 0u64.. {
+                let sent = Instant::now();
+                if sent >= end {
+                    break;
+                }
+                let order = format!("{}-{buyer}-{seq}", shared.tag);
+                let outcome = shared.operation(order, &mut rng).await;
+                shared.record(sent >= measure_from, sent.elapsed(), outcome);
+            }
+        });
+    }
+    while buyers.join_next().await.is_some() {}
+}
+
+async fn open_loop(
+    shared: Arc<Shared>,
+    concurrency: u32,
+    rate: u32,
+    start: Instant,
+    measure_from: Instant,
+    end: Instant,
+) {
+    let in_flight = Arc::new(Semaphore::new(concurrency as usize));
+    let mut rng = rand::rngs::StdRng::from_rng(&mut rand::rng());
+    for seq in 0u64.. {
+        let due = start + Duration::from_secs_f64(seq as f64 / f64::from(rate));
+        if due >= end {
+            break;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        // Waiting here for a free slot is part of the latency: it is measured from `due`.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let shared = shared.clone();
+        let mut rng = rand::rngs::StdRng::from_rng(&mut rng);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let order = format!("{}-{seq}", shared.tag);
+            let outcome = shared.operation(order, &mut rng).await;
+            shared.record(due >= measure_from, due.elapsed(), outcome);
+        });
+    }
+    // Every slot back means every order answered.
+    let _ = in_flight.acquire_many(concurrency).await;
+}

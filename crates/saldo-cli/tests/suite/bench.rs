@@ -1,0 +1,139 @@
+//! `saldo bench` through the real binary, briefly (one round of one second: these tests check
+//! what the command reports and cleans up, never how fast anything is): both strategies run with
+//! their invariants checked, the JSON and SVG outputs carry every strategy, the ledger scenario
+//! checks the ledger, bad flags are refused, and the scratch database is gone afterwards.
+
+use std::process::{Command, Output, Stdio};
+
+use saldo::testing::test_db;
+use serde_json::Value;
+
+/// Runs `saldo --database-url <fresh test db> bench ARGS…`; returns the output, the URL and
+/// the scratch database name the run used (`saldo_bench_<pid>`).
+async fn bench(args: &[&str]) -> (Output, String, String) {
+    let db = test_db().await;
+    let url = db.url.clone();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let run_url = url.clone();
+    let (out, pid) = tokio::task::spawn_blocking(move || {
+        let child = Command::new(env!("CARGO_BIN_EXE_saldo"))
+            .arg("--database-url")
+            .arg(&run_url)
+            .arg("bench")
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run saldo");
+        let pid = child.id();
+        (child.wait_with_output().expect("wait for saldo"), pid)
+    })
+    .await
+    .expect("join");
+    (out, url, format!("saldo_bench_{pid}"))
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "saldo bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+}
+
+const SHORT: &[&str] = &[
+    "--duration",
+    "1",
+    "--warmup",
+    "0",
+    "--rounds",
+    "1",
+    "--json",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_runs_both_strategies_checks_invariants_and_plots() {
+    let plot = std::env::temp_dir().join(format!("saldo-bench-test-{}.svg", std::process::id()));
+    let plot_arg = plot.to_string_lossy().to_string();
+    let mut args = vec![
+        "--scenario",
+        "hot",
+        "--concurrency",
+        "8",
+        "--plot",
+        &plot_arg,
+    ];
+    args.extend_from_slice(SHORT);
+    let (out, url, scratch) = bench(&args).await;
+    let report = json(&out);
+    assert_eq!(report["invariants_ok"], true);
+    let summaries = report["summaries"].as_array().expect("summaries");
+    let names: Vec<&str> = summaries
+        .iter()
+        .map(|s| s["strategy"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["atomic", "batched"]);
+    for s in summaries {
+        assert!(s["ops_per_s"].as_f64().expect("ops") > 0.0, "{s}");
+        assert_eq!(s["errors"], 0);
+    }
+    for run in report["runs"].as_array().expect("runs") {
+        let checks = run["invariants"].as_array().expect("checks");
+        assert_eq!(checks.len(), 3);
+        assert!(checks.iter().all(|c| c["ok"] == true), "{run}");
+    }
+    let svg = std::fs::read_to_string(&plot).expect("plot written");
+    let _ = std::fs::remove_file(&plot);
+    assert!(svg.starts_with("<svg") && svg.contains("atomic") && svg.contains("batched"));
+
+    // The scratch database was dropped.
+    let pool = saldo::db::connect(&url, &saldo::db::PoolOptions::default()).expect("pool");
+    let client = pool.get().await.expect("client");
+    let left: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_database WHERE datname = $1",
+            &[&scratch],
+        )
+        .await
+        .expect("pg_database")
+        .get(0);
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_check_the_ledger() {
+    let mut args = vec!["--scenario", "transfers-hot", "--concurrency", "4"];
+    args.extend_from_slice(SHORT);
+    let (out, _, _) = bench(&args).await;
+    let report = json(&out);
+    assert_eq!(report["summaries"][0]["strategy"], "ordered");
+    let checks = report["runs"][0]["invariants"].as_array().expect("checks");
+    let names: Vec<&str> = checks
+        .iter()
+        .map(|c| c["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ledger audit clean",
+            "balances conserved",
+            "granted = journal rows"
+        ]
+    );
+    assert!(checks.iter().all(|c| c["ok"] == true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flags_are_refused() {
+    for args in [
+        &["--strategy", "bogus"][..],
+        &["--scenario", "transfers-hot", "--strategy", "atomic"],
+        &["--concurrency", "0"],
+        &["--skew", "9"],
+        &["--target", "http://127.0.0.1:1"],
+    ] {
+        let (out, _, _) = bench(args).await;
+        assert!(!out.status.success(), "{args:?} was accepted");
+    }
+}

@@ -1,0 +1,346 @@
+//! The `batched` strategy: group commit at the application level, the answer to a hot product.
+//!
+//! One hot stock row serialises every transaction that touches it (seed 000), so one reservation
+//! per transaction sells at most 1 / lock-hold-time per second. Here reservations queue per
+//! partition of products; one worker per partition takes whatever queued while its previous
+//! batch ran, and grants the whole batch in ONE transaction that locks each stock row once.
+//! The contract is exactly `atomic`'s: no oversell, all-or-nothing per order, grants in arrival
+//! order, idempotency decided under the row lock, refusals naming the product.
+//!
+//! Routing: an order goes to the partition of its smallest product id. Correctness never depends
+//! on the partition — every batch locks its rows in ascending product id, so batches of different
+//! partitions (or of other processes) cannot deadlock and the row lock stays the only
+//! coordinator; the partition only groups work so that one product's orders meet in one batch.
+//!
+//! Confirms go through the same workers (each sale is a reserve and a confirm, and a confirm
+//! settles on the same hot stock row); release and order reads use the shared lifecycle.
+//! Workers start on the first `reserve` or `confirm` (on the caller's tokio runtime) and end
+//! when the last clone of the [`Batched`] value is dropped: their queues close and drain.
+
+mod worker;
+
+pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::OrderId;
+use crate::error::Error;
+use crate::stock::{
+    lifecycle, ConfirmOutcome, ReleaseOutcome, Reservation, ReserveRequest, ReservedItem,
+    StockStrategy, Store,
+};
+
+/// Default number of partitions (workers). Each holds one connection while its batch runs.
+pub const DEFAULT_PARTITIONS: usize = 4;
+/// Most partitions a configuration may ask for.
+pub const MAX_PARTITIONS: usize = 64;
+/// Default queue capacity per partition: beyond it `reserve` answers `Overloaded` at once.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 4_096;
+/// Most queued requests per partition a configuration may ask for.
+pub const MAX_QUEUE_CAPACITY: usize = 1_000_000;
+/// Default most orders granted by one transaction.
+pub const DEFAULT_MAX_BATCH: usize = 512;
+/// Most orders one batch may hold, whatever the configuration says (bounds the statement size:
+/// at most this × `MAX_ITEMS_PER_ORDER` rows per insert).
+pub const MAX_BATCH_LIMIT: usize = 10_000;
+/// Longest optional linger (waiting for more requests before starting a batch).
+pub const MAX_LINGER: Duration = Duration::from_millis(50);
+
+/// Knobs of the batched engine; every value is clamped to its limit when the engine is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchedConfig {
+    pub partitions: usize,
+    pub queue_capacity: usize,
+    pub max_batch: usize,
+    /// Zero by default: the next batch is whatever queued while the previous one ran.
+    pub linger: Duration,
+}
+
+impl Default for BatchedConfig {
+    fn default() -> Self {
+        BatchedConfig {
+            partitions: DEFAULT_PARTITIONS,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            max_batch: DEFAULT_MAX_BATCH,
+            linger: Duration::ZERO,
+        }
+    }
+}
+
+impl BatchedConfig {
+    fn clamped(&self) -> BatchedConfig {
+        BatchedConfig {
+            partitions: self.partitions.clamp(1, MAX_PARTITIONS),
+            queue_capacity: self.queue_capacity.clamp(1, MAX_QUEUE_CAPACITY),
+            max_batch: self.max_batch.clamp(1, MAX_BATCH_LIMIT),
+            linger: self.linger.min(MAX_LINGER),
+        }
+    }
+}
+
+/// Counters of what the workers did, for the benchmark and for tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchedStats {
+    /// Batch transactions committed.
+    pub batches: u64,
+    /// Reservations and confirms answered by committed batches.
+    pub orders: u64,
+    /// Batches that failed with a non-retryable error and were replayed order by order.
+    pub fallbacks: u64,
+    /// Largest batch seen.
+    pub largest_batch: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    batches: AtomicU64,
+    orders: AtomicU64,
+    fallbacks: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+/// One queued operation and where its answer goes.
+pub(crate) enum Job {
+    Reserve {
+        request: ReserveRequest,
+        reply: oneshot::Sender<Result<Reservation, Error>>,
+    },
+    Confirm {
+        order_id: OrderId,
+        reply: oneshot::Sender<Result<ConfirmOutcome, Error>>,
+    },
+}
+
+impl Job {
+    /// True when the caller stopped waiting.
+    fn abandoned(&self) -> bool {
+        match self {
+            Job::Reserve { reply, .. } => reply.is_closed(),
+            Job::Confirm { reply, .. } => reply.is_closed(),
+        }
+    }
+}
+
+/// Receivers kept until the workers start on the first `reserve`.
+type Pending = Mutex<Vec<(usize, mpsc::Receiver<Job>)>>;
+
+/// The batched strategy. Cheap to clone; clones share the queues and workers.
+#[derive(Clone)]
+pub struct Batched {
+    store: Store,
+    config: BatchedConfig,
+    senders: Arc<Vec<mpsc::Sender<Job>>>,
+    pending: Arc<Pending>,
+    started: Arc<OnceLock<()>>,
+    counters: Arc<Counters>,
+    /// Every worker holds a clone; a dead [`Weak`] proves they all ended.
+    alive: Arc<()>,
+}
+
+impl Batched {
+    /// Builds the queues. No task is spawned here: workers start on the first `reserve`, on the
+    /// runtime that calls it, so building outside a runtime is fine.
+    pub fn new(store: Store, config: &BatchedConfig) -> Self {
+        let config = config.clamped();
+        let mut senders = Vec::with_capacity(config.partitions);
+        let mut receivers = Vec::with_capacity(config.partitions);
+        for partition in 0..config.partitions {
+            let (tx, rx) = mpsc::channel(config.queue_capacity);
+            senders.push(tx);
+            receivers.push((partition, rx));
+        }
+        Batched {
+            store,
+            config,
+            senders: Arc::new(senders),
+            pending: Arc::new(Mutex::new(receivers)),
+            started: Arc::new(OnceLock::new()),
+            counters: Arc::new(Counters::default()),
+            alive: Arc::new(()),
+        }
+    }
+
+    /// The configuration in force (after clamping).
+    pub fn config(&self) -> &BatchedConfig {
+        &self.config
+    }
+
+    /// What the workers did so far.
+    pub fn stats(&self) -> BatchedStats {
+        let c = &self.counters;
+        BatchedStats {
+            batches: c.batches.load(Ordering::Relaxed),
+            orders: c.orders.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Requests waiting in the queues (not yet taken into a batch).
+    pub fn queued(&self) -> usize {
+        self.senders
+            .iter()
+            .map(|s| s.max_capacity() - s.capacity())
+            .sum()
+    }
+
+    /// A handle that stays upgradable while any worker task is alive (shutdown tests).
+    pub fn workers_alive(&self) -> Weak<()> {
+        Arc::downgrade(&self.alive)
+    }
+
+    /// The partition of an order: that of its smallest product id.
+    fn partition_of(&self, request: &ReserveRequest) -> usize {
+        let first = request.items.iter().next().map_or(0, |(p, _)| p.get());
+        partition_for(first, self.senders.len())
+    }
+
+    /// Queues `job` on `partition` and waits for its answer; a full queue answers at once.
+    async fn submit<T>(
+        &self,
+        partition: usize,
+        job: Job,
+        answer: oneshot::Receiver<Result<T, Error>>,
+    ) -> Result<T, Error> {
+        self.start_workers();
+        let sender = self
+            .senders
+            .get(partition)
+            .ok_or_else(|| Error::Overloaded("batched engine has no partitions".into()))?;
+        match sender.try_send(job) {
+            Ok(()) => answer.await.unwrap_or_else(|_| {
+                Err(Error::Overloaded(format!(
+                    "batched worker {partition} stopped before answering"
+                )))
+            }),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(Error::Overloaded(format!(
+                "batched queue of partition {partition} is full ({} requests)",
+                self.config.queue_capacity
+            ))),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Overloaded(format!(
+                "batched worker {partition} is not running"
+            ))),
+        }
+    }
+
+    fn start_workers(&self) {
+        self.started.get_or_init(|| {
+            let receivers = match self.pending.lock() {
+                Ok(mut guard) => std::mem::take(&mut *guard),
+                // A panic while holding this lock can only come from a bug elsewhere in this
+                // function; the receivers are still intact.
+                Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+            };
+            for (partition, rx) in receivers {
+                let worker = worker::Worker {
+                    partition,
+                    store: self.store.clone(),
+                    max_batch: self.config.max_batch,
+                    linger: self.config.linger,
+                    counters: self.counters.clone(),
+                    _alive: self.alive.clone(),
+                };
+                tokio::spawn(worker.run(rx));
+            }
+        });
+    }
+}
+
+/// Spreads product ids over partitions (Fibonacci hashing, so consecutive ids spread too).
+fn partition_for(product_id: i64, partitions: usize) -> usize {
+    let h = (product_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 32) as usize) % partitions.max(1)
+}
+
+/// The partition of a confirm: a stable hash of the order id (FNV-1a).
+fn partition_for_order(order_id: &OrderId, partitions: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in order_id.as_str().bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % partitions.max(1) as u64) as usize
+}
+
+#[async_trait::async_trait]
+impl StockStrategy for Batched {
+    fn name(&self) -> &'static str {
+        "batched"
+    }
+
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job::Reserve {
+            request: request.clone(),
+            reply,
+        };
+        let result = self.submit(self.partition_of(request), job, answer).await;
+        crate::stock::telemetry_outcome(&result);
+        result
+    }
+
+    /// Confirms are batched too: each one settles on the product's stock row, so on a hot
+    /// product one confirm per transaction would cap sales at `atomic`'s rate. An order's
+    /// products are unknown before its rows are read, so confirms spread by order id.
+    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job::Confirm {
+            order_id: order_id.clone(),
+            reply,
+        };
+        let partition = partition_for_order(order_id, self.senders.len());
+        self.submit(partition, job, answer).await
+    }
+
+    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
+        lifecycle::release(&self.store, order_id).await
+    }
+
+    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
+        lifecycle::order(&self.store, order_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_cover_every_worker_and_stay_in_range() {
+        let mut seen = [false; 4];
+        for id in 1..1_000 {
+            let p = partition_for(id, 4);
+            assert!(p < 4);
+            seen[p] = true;
+        }
+        assert!(seen.iter().all(|s| *s));
+        assert_eq!(partition_for(7, 1), 0);
+    }
+
+    #[test]
+    fn config_is_clamped_to_its_limits() {
+        let c = BatchedConfig {
+            partitions: 0,
+            queue_capacity: usize::MAX,
+            max_batch: 0,
+            linger: Duration::from_secs(10),
+        }
+        .clamped();
+        assert_eq!(
+            c,
+            BatchedConfig {
+                partitions: 1,
+                queue_capacity: MAX_QUEUE_CAPACITY,
+                max_batch: 1,
+                linger: MAX_LINGER,
+            }
+        );
+    }
+}

@@ -1,0 +1,423 @@
+//! One partition's worker: drain the queue into a batch, grant the batch in one transaction,
+//! answer every waiter. Business refusals are per-order answers inside a committed batch; only
+//! a database failure fails a batch, and then (unless it is a deadlock or serialization failure,
+//! which rerun the whole batch) its orders are replayed one by one through the `atomic` path,
+//! so one bad order never takes its batch-mates down with it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Client;
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::{Counters, Job};
+use crate::domain::{OrderId, ProductId};
+use crate::error::Error;
+use crate::retry::in_transaction;
+use crate::stock::atomic::Atomic;
+use crate::stock::lifecycle::{
+    self, live_items, missing_items, parse_rows, plan, settle, Plan, Row, APPLY_DELTAS,
+};
+use crate::stock::{ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store};
+use crate::telemetry;
+
+/// Locks every stock row of the batch, in the global lock order (ascending product id).
+const LOCK_BATCH: &str = "SELECT product_id, available FROM stock \
+     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
+/// Existing rows of the batch's orders, read after the lock: the idempotency decision is made
+/// on what committed before we held the rows. Columns 0..=4 are `lifecycle::parse_rows`'s.
+const BATCH_ORDER_ROWS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
+     FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at";
+/// A worker keeps its connection, and with it its cached statements, for its whole life. A
+/// generic plan chosen while `reservations` was small (a fresh deployment, a bench run) would
+/// seq-scan it forever; planning per execution costs far less than one such scan.
+const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+/// Every row of the batch's orders to confirm, locked in one consistent order (order id, then
+/// as `lifecycle::confirm` locks one order's rows), before any stock row: the global lock order.
+const LOCK_ORDERS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
+     FROM reservations WHERE order_id = ANY($1) \
+     ORDER BY order_id, product_id, created_at FOR UPDATE";
+/// Every granted reservation row of the batch in one statement.
+const INSERT_BATCH: &str = "INSERT INTO reservations \
+     (id, order_id, product_id, quantity, expires_at) \
+     SELECT g.id, g.order_id, g.product_id, g.quantity, now() + make_interval(secs => g.ttl_s) \
+       FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[]) \
+            AS g(id, order_id, product_id, quantity, ttl_s) \
+     RETURNING id, expires_at";
+
+/// Duration of one batch transaction (retries included) and orders per batch.
+pub const BATCH_SECONDS: &str = "saldo_batch_seconds";
+pub const BATCH_ORDERS: &str = "saldo_batch_orders";
+
+pub(super) struct Worker {
+    pub partition: usize,
+    pub store: Store,
+    pub max_batch: usize,
+    pub linger: Duration,
+    pub counters: Arc<Counters>,
+    /// Dropped when the task ends: lets tests prove the workers stopped.
+    pub _alive: Arc<()>,
+}
+
+impl Worker {
+    /// Runs until every sender is dropped and the queue is drained.
+    pub async fn run(self, mut rx: mpsc::Receiver<Job>) {
+        let mut batch: Vec<Job> = Vec::with_capacity(self.max_batch);
+        loop {
+            if rx.recv_many(&mut batch, self.max_batch).await == 0 {
+                break;
+            }
+            if !self.linger.is_zero() {
+                let deadline = tokio::time::Instant::now() + self.linger;
+                while batch.len() < self.max_batch {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(job)) => batch.push(job),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+            // A caller that gave up (dropped its future) gets nothing reserved in its name.
+            batch.retain(|job| !job.abandoned());
+            if !batch.is_empty() {
+                self.process(std::mem::take(&mut batch)).await;
+            }
+        }
+        tracing::debug!(partition = self.partition, "batched worker stopped");
+    }
+
+    async fn process(&self, jobs: Vec<Job>) {
+        let mut reserves = Vec::new();
+        let mut confirms = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Reserve { request, reply } => reserves.push((request, reply)),
+                Job::Confirm { order_id, reply } => confirms.push((order_id, reply)),
+            }
+        }
+        // Reserves first: a confirm that met its own reserve in one batch (two callers racing)
+        // then finds the rows, as it would have after the reserve's answer.
+        if !reserves.is_empty() {
+            self.reserve_batch(reserves).await;
+        }
+        if !confirms.is_empty() {
+            self.confirm_batch(confirms).await;
+        }
+    }
+
+    async fn reserve_batch(&self, jobs: Vec<(ReserveRequest, Reply<Reservation>)>) {
+        let started = Instant::now();
+        let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.0).collect();
+        let requests = &requests[..];
+        let result = in_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            "reserve_batch",
+            move |client| crate::tx_body!(client => grant_batch(client, requests)),
+        )
+        .await;
+        metrics::histogram!(BATCH_SECONDS, "operation" => "reserve")
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(BATCH_ORDERS, "operation" => "reserve").record(jobs.len() as f64);
+        match result {
+            Ok(outcomes) => {
+                self.count_batch(jobs.len());
+                for ((_, reply), outcome) in jobs.into_iter().zip(outcomes) {
+                    // The caller may have gone; its answer has nowhere to go.
+                    let _ = reply.send(outcome);
+                }
+            }
+            Err(e) => {
+                self.warn_fallback("reserve", jobs.len(), &e);
+                for (request, reply) in jobs {
+                    let outcome = lifecycle::reserve(&self.store, &Atomic, &request).await;
+                    let _ = reply.send(outcome);
+                }
+            }
+        }
+    }
+
+    async fn confirm_batch(&self, jobs: Vec<(OrderId, Reply<ConfirmOutcome>)>) {
+        let started = Instant::now();
+        let order_ids: Vec<&OrderId> = jobs.iter().map(|j| &j.0).collect();
+        let order_ids = &order_ids[..];
+        let result = in_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            "confirm_batch",
+            move |client| crate::tx_body!(client => confirm_tx(client, order_ids)),
+        )
+        .await;
+        metrics::histogram!(BATCH_SECONDS, "operation" => "confirm")
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(BATCH_ORDERS, "operation" => "confirm").record(jobs.len() as f64);
+        match result {
+            Ok((outcomes, newly)) => {
+                telemetry::settled("confirmed", newly);
+                self.count_batch(jobs.len());
+                for ((_, reply), outcome) in jobs.into_iter().zip(outcomes) {
+                    let _ = reply.send(outcome);
+                }
+            }
+            Err(e) => {
+                self.warn_fallback("confirm", jobs.len(), &e);
+                for (order_id, reply) in jobs {
+                    let _ = reply.send(lifecycle::confirm(&self.store, &order_id).await);
+                }
+            }
+        }
+    }
+
+    fn count_batch(&self, orders: usize) {
+        let c = &self.counters;
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.orders.fetch_add(orders as u64, Ordering::Relaxed);
+        c.largest_batch.fetch_max(orders as u64, Ordering::Relaxed);
+    }
+
+    fn warn_fallback(&self, operation: &'static str, orders: usize, e: &Error) {
+        tracing::warn!(
+            partition = self.partition,
+            operation,
+            orders,
+            error = %e,
+            "batch failed; answering its orders one by one"
+        );
+        self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, Error>>;
+
+/// What one order of the batch came to, before the insert tells the new rows' expiry.
+enum Decision {
+    Refused(Error),
+    /// The order's live rows are the first `rows` rows of its list (a later duplicate in the same
+    /// batch may append more).
+    Live {
+        rows: usize,
+        replayed: bool,
+    },
+}
+
+/// The batch transaction: lock, read, decide in arrival order, write once, per-order answers.
+async fn grant_batch(
+    client: &Client,
+    requests: &[&ReserveRequest],
+) -> Result<Vec<Result<Reservation, Error>>, Error> {
+    let mut products: Vec<i64> = requests
+        .iter()
+        .flat_map(|r| r.items.iter().map(|(p, _)| p.get()))
+        .collect();
+    products.sort_unstable();
+    products.dedup();
+    let mut order_ids: Vec<&str> = requests.iter().map(|r| r.order_id.as_str()).collect();
+    order_ids.sort_unstable();
+    order_ids.dedup();
+
+    let started = Instant::now();
+    let lock = client.prepare_cached(LOCK_BATCH).await?;
+    let read = client.prepare_cached(BATCH_ORDER_ROWS).await?;
+    // Pipelined: both go out at once, the server runs them in order, so the read still sees
+    // the state under the lock.
+    let lock_params: [&(dyn ToSql + Sync); 1] = [&products];
+    let read_params: [&(dyn ToSql + Sync); 1] = [&order_ids];
+    let (_, locked, existing) = futures::try_join!(
+        client.batch_execute(CUSTOM_PLANS),
+        client.query(&lock, &lock_params),
+        client.query(&read, &read_params)
+    )?;
+    metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => "batched")
+        .record(started.elapsed().as_secs_f64());
+
+    let mut available: HashMap<i64, i32> = HashMap::with_capacity(locked.len());
+    for row in &locked {
+        available.insert(row.try_get(0)?, row.try_get(1)?);
+    }
+    let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
+    for (raw, row) in existing.iter().zip(parse_rows(&existing)?) {
+        by_order.entry(raw.try_get(5)?).or_default().push(row);
+    }
+
+    // Grant in arrival order against the in-memory counts; all-or-nothing per order.
+    let mut decisions = Vec::with_capacity(requests.len());
+    let mut new_rows: Vec<(Uuid, &str, i64, i32, f64)> = Vec::new();
+    let mut deltas: BTreeMap<i64, i32> = BTreeMap::new();
+    for request in requests {
+        let rows = by_order
+            .entry(request.order_id.as_str().to_owned())
+            .or_default();
+        let decision = match plan(request, rows) {
+            Plan::Replay => Decision::Live {
+                rows: rows.len(),
+                replayed: true,
+            },
+            Plan::Conflict => {
+                Decision::Refused(Error::IdempotencyConflict(request.order_id.clone()))
+            }
+            Plan::Take(take) => match first_refusal(&available, &take) {
+                Some(refusal) => Decision::Refused(refusal),
+                None => {
+                    let ttl_s = request.ttl.as_duration().as_secs_f64();
+                    for (product, quantity) in take {
+                        let (p, q) = (product.get(), quantity.get());
+                        if let Some(a) = available.get_mut(&p) {
+                            *a -= q;
+                        }
+                        *deltas.entry(p).or_default() += q;
+                        let id = Uuid::now_v7();
+                        new_rows.push((id, request.order_id.as_str(), p, q, ttl_s));
+                        rows.push(Row {
+                            id,
+                            item: ReservedItem {
+                                product_id: product,
+                                quantity: q,
+                                status: Status::Active,
+                                // Patched below from the database's clock.
+                                expires_at: DateTime::<Utc>::MIN_UTC,
+                            },
+                        });
+                    }
+                    Decision::Live {
+                        rows: rows.len(),
+                        replayed: false,
+                    }
+                }
+            },
+        };
+        decisions.push(decision);
+    }
+
+    let mut expiry: HashMap<Uuid, DateTime<Utc>> = HashMap::with_capacity(new_rows.len());
+    if !new_rows.is_empty() {
+        let ids: Vec<Uuid> = new_rows.iter().map(|r| r.0).collect();
+        let orders: Vec<&str> = new_rows.iter().map(|r| r.1).collect();
+        let row_products: Vec<i64> = new_rows.iter().map(|r| r.2).collect();
+        let quantities: Vec<i32> = new_rows.iter().map(|r| r.3).collect();
+        let ttls: Vec<f64> = new_rows.iter().map(|r| r.4).collect();
+        let delta_products: Vec<i64> = deltas.keys().copied().collect();
+        let taken: Vec<i32> = deltas.values().map(|q| -q).collect();
+        let reserved: Vec<i32> = deltas.values().copied().collect();
+        let insert = client.prepare_cached(INSERT_BATCH).await?;
+        let update = client.prepare_cached(APPLY_DELTAS).await?;
+        let insert_params: [&(dyn ToSql + Sync); 5] =
+            [&ids, &orders, &row_products, &quantities, &ttls];
+        let update_params: [&(dyn ToSql + Sync); 3] = [&delta_products, &taken, &reserved];
+        let (inserted, _) = futures::try_join!(
+            client.query(&insert, &insert_params),
+            client.execute(&update, &update_params)
+        )?;
+        for row in inserted {
+            expiry.insert(row.try_get(0)?, row.try_get(1)?);
+        }
+    }
+    for row in by_order.values_mut().flatten() {
+        if let Some(at) = expiry.get(&row.id) {
+            row.item.expires_at = *at;
+        }
+    }
+
+    let mut outcomes = Vec::with_capacity(requests.len());
+    for (request, decision) in requests.iter().zip(decisions) {
+        outcomes.push(match decision {
+            Decision::Refused(e) => Err(e),
+            Decision::Live { rows, replayed } => {
+                let all = by_order
+                    .get(request.order_id.as_str())
+                    .map_or(&[][..], |v| &v[..rows.min(v.len())]);
+                let mut items = live_items(all);
+                items.sort_by_key(|i| i.product_id);
+                Ok(Reservation {
+                    order_id: request.order_id.clone(),
+                    items,
+                    replayed,
+                })
+            }
+        });
+    }
+    Ok(outcomes)
+}
+
+/// The first item (in product order) the in-memory counts cannot serve, as `atomic` names it.
+fn first_refusal(
+    available: &HashMap<i64, i32>,
+    take: &[(ProductId, crate::domain::Quantity)],
+) -> Option<Error> {
+    for &(product, quantity) in take {
+        match available.get(&product.get()) {
+            None => return Some(Error::UnknownProduct(product)),
+            Some(&a) if a < quantity.get() => {
+                return Some(Error::InsufficientStock {
+                    product_id: product,
+                    requested: quantity.get(),
+                    available: a,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+/// The confirm batch: lock every row of the orders, settle all active ones in one pass (each
+/// stock row updated once), answer each order as `lifecycle::confirm` would.
+async fn confirm_tx(
+    client: &Client,
+    order_ids: &[&OrderId],
+) -> Result<(Vec<Result<ConfirmOutcome, Error>>, u64), Error> {
+    let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let lock = client.prepare_cached(LOCK_ORDERS).await?;
+    let params: [&(dyn ToSql + Sync); 1] = [&keys];
+    let (_, raw) = futures::try_join!(
+        client.batch_execute(CUSTOM_PLANS),
+        client.query(&lock, &params)
+    )?;
+    let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
+    for (r, row) in raw.iter().zip(parse_rows(&raw)?) {
+        by_order.entry(r.try_get(5)?).or_default().push(row);
+    }
+    let active: Vec<&Row> = by_order
+        .values()
+        .flatten()
+        .filter(|r| r.item.status == Status::Active)
+        .collect();
+    let newly = active.len() as u64;
+    let had_active: Vec<String> = by_order
+        .iter()
+        .filter(|(_, rows)| rows.iter().any(|r| r.item.status == Status::Active))
+        .map(|(o, _)| o.clone())
+        .collect();
+    settle(client, &active, Status::Confirmed).await?;
+    for row in by_order.values_mut().flatten() {
+        if row.item.status == Status::Active {
+            row.item.status = Status::Confirmed;
+        }
+    }
+    let mut outcomes = Vec::with_capacity(order_ids.len());
+    for order_id in order_ids {
+        let Some(rows) = by_order.get(order_id.as_str()).filter(|r| !r.is_empty()) else {
+            outcomes.push(Err(Error::UnknownOrder((*order_id).clone())));
+            continue;
+        };
+        let missing = missing_items(rows);
+        if !missing.is_empty() && had_active.iter().any(|o| o == order_id.as_str()) {
+            metrics::counter!(telemetry::CONFIRMED_WITH_MISSING).increment(1);
+        }
+        outcomes.push(Ok(ConfirmOutcome {
+            order_id: (*order_id).clone(),
+            confirmed: rows
+                .iter()
+                .filter(|r| r.item.status == Status::Confirmed)
+                .map(|r| r.item.clone())
+                .collect(),
+            missing,
+        }));
+    }
+    Ok((outcomes, newly))
+}

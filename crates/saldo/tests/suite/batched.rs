@@ -1,0 +1,591 @@
+//! The `batched` strategy keeps `atomic`'s contract: seed 000's races, all-or-nothing multi-item
+//! orders, replays and conflicts (also inside one batch), grants in arrival order, one bad order
+//! isolated from its batch-mates, a full queue answering `Overloaded`, two engines (two
+//! "processes") on one database, and workers that stop with the engine. Audit clean after each.
+//!
+//! Batch composition is made deterministic without timing: a second session holds a stock row
+//! lock so the worker blocks inside its transaction, and the test waits (bounded) until the
+//! queue holds exactly the requests it wants in the next batch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::harness::{test_db, TestDb};
+use saldo::audit::audit_stock;
+use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+use saldo::retry::TxOptions;
+use saldo::stock::batched::{Batched, BatchedConfig};
+use saldo::stock::{
+    admin, build, ReserveRequest, StockStrategy, Store, StrategyConfig, StrategyName,
+};
+use saldo::Error;
+
+/// Upper bound of every wait loop in this module.
+const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+fn pid(n: i64) -> ProductId {
+    ProductId::new(n).expect("product id")
+}
+
+fn request(order: &str, items: &[(i64, i64)]) -> ReserveRequest {
+    ReserveRequest {
+        order_id: OrderId::new(order).expect("order id"),
+        items: OrderItems::new(items.iter().copied()).expect("items"),
+        ttl: Ttl::default(),
+    }
+}
+
+async fn stock_up(store: &Store, stock: &[(i64, i64)]) {
+    for &(p, count) in stock {
+        admin::set_count(store, pid(p), count).await.expect("count");
+    }
+}
+
+async fn engine(db: &TestDb, stock: &[(i64, i64)]) -> Arc<dyn StockStrategy> {
+    stock_up(&db.store(), stock).await;
+    build(
+        StrategyName::Batched,
+        db.store(),
+        &StrategyConfig::default(),
+    )
+}
+
+/// One partition, so that every product's orders share one queue.
+fn single_partition(store: Store) -> Batched {
+    let config = BatchedConfig {
+        partitions: 1,
+        ..BatchedConfig::default()
+    };
+    Batched::new(store, &config)
+}
+
+async fn assert_audit_clean(db: &TestDb) {
+    let divergences = audit_stock(&db.pool).await.expect("audit");
+    assert!(divergences.is_empty(), "audit found {divergences:?}");
+}
+
+async fn stock_of(db: &TestDb, p: i64) -> (i32, i32) {
+    let s = admin::get(&db.store(), pid(p)).await.expect("stock");
+    (s.available, s.reserved)
+}
+
+/// Fires `buyers` single-unit reservations of product 1 at once; returns how many succeeded.
+async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize, tag: &str) -> usize {
+    let mut tasks = Vec::new();
+    for i in 0..buyers {
+        let engine = engine.clone();
+        let order = format!("{tag}-{i}");
+        tasks.push(tokio::spawn(async move {
+            engine.reserve(&request(&order, &[(1, 1)])).await
+        }));
+    }
+    let mut sold = 0;
+    for t in tasks {
+        match t.await.expect("join") {
+            Ok(r) => {
+                assert!(!r.replayed);
+                sold += 1
+            }
+            Err(Error::InsufficientStock { product_id, .. }) => assert_eq!(product_id, pid(1)),
+            Err(e) => panic!("unexpected error reached a buyer: {e}"),
+        }
+    }
+    sold
+}
+
+/// A second session holding the lock of some stock rows until released.
+struct RowLock(deadpool_postgres::Object);
+
+impl RowLock {
+    async fn take(db: &TestDb, products: &[i64]) -> RowLock {
+        let client = db.pool.get().await.expect("client");
+        client.batch_execute("BEGIN").await.expect("begin");
+        client
+            .query(
+                "SELECT 1 FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE",
+                &[&products],
+            )
+            .await
+            .expect("lock");
+        RowLock(client)
+    }
+    async fn release(self) {
+        self.0.batch_execute("ROLLBACK").await.expect("rollback");
+    }
+}
+
+/// Waits (bounded) until some session of this database waits for a row lock.
+async fn until_lock_waiter(db: &TestDb) {
+    let client = db.pool.get().await.expect("client");
+    let started = std::time::Instant::now();
+    loop {
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .get(0);
+        if n > 0 {
+            return;
+        }
+        assert!(started.elapsed() < WAIT_LIMIT, "no session ever waited");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Waits (bounded) until exactly `n` requests are queued.
+async fn until_queued(engine: &Batched, n: usize) {
+    let started = std::time::Instant::now();
+    while engine.queued() != n {
+        assert!(started.elapsed() < WAIT_LIMIT, "queue never reached {n}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+type Answer = tokio::task::JoinHandle<Result<saldo::stock::Reservation, Error>>;
+
+fn spawn_reserve(engine: &Batched, order: &str, items: &[(i64, i64)]) -> Answer {
+    let engine = engine.clone();
+    let request = request(order, items);
+    tokio::spawn(async move { engine.reserve(&request).await })
+}
+
+/// Blocks the worker on `blocked` (a product held by a second session), queues `next` in order,
+/// then lets go: `next` becomes one batch in exactly that order.
+async fn one_batch_of(
+    db: &TestDb,
+    engine: &Batched,
+    blocked: i64,
+    next: &[(&str, Vec<(i64, i64)>)],
+) -> Vec<Result<saldo::stock::Reservation, Error>> {
+    let lock = RowLock::take(db, &[blocked]).await;
+    let first = spawn_reserve(engine, "blocked-order", &[(blocked, 1)]);
+    until_lock_waiter(db).await;
+    let mut answers = Vec::new();
+    for (i, (order, items)) in next.iter().enumerate() {
+        answers.push(spawn_reserve(engine, order, items));
+        until_queued(engine, i + 1).await;
+    }
+    let batches_before = engine.stats().batches;
+    lock.release().await;
+    first.await.expect("join").expect("blocked order reserved");
+    let mut out = Vec::new();
+    for a in answers {
+        out.push(a.await.expect("join"));
+    }
+    // The blocked order's batch and the one we built.
+    assert_eq!(engine.stats().batches, batches_before + 2);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_buyers_for_the_last_unit_twenty_times() {
+    // One database, one product per run (each with its last unit): a fresh database per run
+    // would cost twenty template copies for nothing.
+    let db = test_db().await;
+    let stock: Vec<(i64, i64)> = (1..=20).map(|p| (p, 1)).collect();
+    let engine = engine(&db, &stock).await;
+    for run in 1..=20i64 {
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            let engine = engine.clone();
+            let order = format!("run{run}-buyer-{i}");
+            tasks.push(tokio::spawn(async move {
+                engine.reserve(&request(&order, &[(run, 1)])).await
+            }));
+        }
+        let mut sold = 0;
+        for t in tasks {
+            match t.await.expect("join") {
+                Ok(_) => sold += 1,
+                Err(Error::InsufficientStock { product_id, .. }) => {
+                    assert_eq!(product_id, pid(run))
+                }
+                Err(e) => panic!("unexpected error reached a buyer: {e}"),
+            }
+        }
+        assert_eq!(sold, 1, "run {run}");
+        assert_eq!(stock_of(&db, run).await, (0, 1), "run {run}");
+        assert_audit_clean(&db).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_buyers_for_ten_units_buy_exactly_ten() {
+    let db = test_db().await;
+    let engine = engine(&db, &[(1, 10)]).await;
+    assert_eq!(race_for_product(&engine, 1000, "buyer").await, 10);
+    assert_eq!(stock_of(&db, 1).await, (0, 10));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossing_multi_item_orders_are_all_or_nothing() {
+    let db = test_db().await;
+    let engine = engine(&db, &[(1, 60), (2, 40)]).await;
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let engine = engine.clone();
+        let items = if i % 2 == 0 {
+            vec![(1, 1), (2, 1)]
+        } else {
+            vec![(2, 1), (1, 1)]
+        };
+        tasks.push(tokio::spawn(async move {
+            engine
+                .reserve(&request(&format!("multi-{i}"), &items))
+                .await
+        }));
+    }
+    let mut sold = 0;
+    for t in tasks {
+        match t.await.expect("join") {
+            Ok(r) => {
+                assert_eq!(r.items.len(), 2);
+                sold += 1
+            }
+            Err(Error::InsufficientStock { product_id, .. }) => assert_eq!(product_id, pid(2)),
+            Err(e) => panic!("error reached a caller: {e}"),
+        }
+    }
+    assert_eq!(sold, 40);
+    assert_eq!(stock_of(&db, 1).await, (20, 40));
+    assert_eq!(stock_of(&db, 2).await, (0, 40));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_replays_reserve_once() {
+    let db = test_db().await;
+    let engine = engine(&db, &[(1, 100), (2, 100)]).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            engine.reserve(&request("same", &[(1, 3), (2, 2)])).await
+        }));
+    }
+    let mut fresh = 0;
+    let mut answers = Vec::new();
+    for t in tasks {
+        let r = t
+            .await
+            .expect("join")
+            .expect("replay answers the reservation");
+        if !r.replayed {
+            fresh += 1;
+        }
+        answers.push(r.items);
+    }
+    assert_eq!(fresh, 1, "exactly one request reserved");
+    assert!(answers.windows(2).all(|w| w[0] == w[1]), "replays differ");
+    assert_eq!(stock_of(&db, 1).await, (97, 3));
+    assert_eq!(stock_of(&db, 2).await, (98, 2));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_payload_for_a_reserved_order_is_a_conflict() {
+    let db = test_db().await;
+    let engine = engine(&db, &[(1, 10), (2, 10)]).await;
+    engine
+        .reserve(&request("o1", &[(1, 2)]))
+        .await
+        .expect("reserve");
+    for items in [vec![(1, 3)], vec![(2, 1)], vec![(1, 2), (2, 1)]] {
+        match engine.reserve(&request("o1", &items)).await {
+            Err(Error::IdempotencyConflict(o)) => assert_eq!(o.as_str(), "o1"),
+            other => panic!("expected a conflict for {items:?}, got {other:?}"),
+        }
+    }
+    // Released orders may be reserved again, like `atomic`.
+    engine
+        .release(&OrderId::new("o1").expect("id"))
+        .await
+        .expect("release");
+    let again = engine
+        .reserve(&request("o1", &[(1, 5)]))
+        .await
+        .expect("re-reserve");
+    assert!(!again.replayed);
+    assert_eq!(stock_of(&db, 1).await, (5, 5));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicates_inside_one_batch_answer_as_if_sequential() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 10), (9, 10)]).await;
+    let engine = single_partition(db.store());
+    let answers = one_batch_of(
+        &db,
+        &engine,
+        9,
+        &[
+            ("dup", vec![(1, 2)]),
+            ("dup", vec![(1, 2)]),
+            ("dup", vec![(1, 3)]),
+        ],
+    )
+    .await;
+    let first = answers[0].as_ref().expect("first reserves");
+    let second = answers[1].as_ref().expect("second replays");
+    assert!(!first.replayed && second.replayed);
+    assert_eq!(first.items, second.items);
+    assert!(matches!(answers[2], Err(Error::IdempotencyConflict(_))));
+    assert_eq!(stock_of(&db, 1).await, (8, 2));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_batch_grants_in_arrival_order() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 5), (9, 10)]).await;
+    let engine = single_partition(db.store());
+    // Arrival order: big (4), medium (2), small (1) against 5 units. In order: big takes 4, medium
+    // is refused with 1 left, small takes the last one. Any other order grants differently.
+    let answers = one_batch_of(
+        &db,
+        &engine,
+        9,
+        &[
+            ("big", vec![(1, 4)]),
+            ("medium", vec![(1, 2)]),
+            ("small", vec![(1, 1)]),
+        ],
+    )
+    .await;
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    match &answers[1] {
+        Err(Error::InsufficientStock {
+            product_id,
+            requested,
+            available,
+        }) => assert_eq!((*product_id, *requested, *available), (pid(1), 2, 1)),
+        other => panic!("medium should be refused, got {other:?}"),
+    }
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+    assert_eq!(stock_of(&db, 1).await, (0, 5));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unknown_product_fails_only_its_own_order() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 5), (2, 5), (9, 10)]).await;
+    let engine = single_partition(db.store());
+    let answers = one_batch_of(
+        &db,
+        &engine,
+        9,
+        &[
+            ("ok-1", vec![(1, 1)]),
+            ("ghost", vec![(2, 1), (404, 1)]),
+            ("ok-2", vec![(1, 1), (2, 1)]),
+        ],
+    )
+    .await;
+    assert!(answers[0].is_ok());
+    assert!(matches!(answers[1], Err(Error::UnknownProduct(p)) if p == pid(404)));
+    assert!(answers[2].is_ok());
+    // All-or-nothing: the ghost order took nothing from product 2.
+    assert_eq!(stock_of(&db, 2).await, (4, 1));
+    assert_eq!(stock_of(&db, 1).await, (3, 2));
+    assert_eq!(engine.stats().fallbacks, 0);
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_batch_still_answers_each_order_on_its_own() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 5), (2, 5)]).await;
+    // One connection, held by the test until both orders are queued: they form one batch.
+    // A short lock timeout on a held row then fails that batch with a non-retryable error.
+    let pool = db.new_pool(1);
+    let store = Store::new(
+        pool.clone(),
+        TxOptions {
+            lock_timeout_ms: 300,
+            ..TxOptions::default()
+        },
+    );
+    let engine = single_partition(store);
+    let held = RowLock::take(&db, &[1]).await;
+    let connection = pool.get().await.expect("the only connection");
+    let first = spawn_reserve(&engine, "first", &[(2, 1)]);
+    let started = std::time::Instant::now();
+    while pool.status().waiting == 0 {
+        assert!(
+            started.elapsed() < WAIT_LIMIT,
+            "worker never asked for a connection"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let stuck = spawn_reserve(&engine, "stuck", &[(1, 1)]);
+    until_queued(&engine, 1).await;
+    let free = spawn_reserve(&engine, "free", &[(2, 1)]);
+    until_queued(&engine, 2).await;
+    drop(connection);
+    first.await.expect("join").expect("first batch");
+    let stuck = stuck.await.expect("join");
+    let free = free.await.expect("join");
+    held.release().await;
+    let e = stuck.expect_err("row 1 stayed locked past lock_timeout");
+    assert_eq!(
+        e.sqlstate().map(|s| s.code()),
+        Some("55P03"),
+        "lock timeout reached only its own order: {e}"
+    );
+    assert!(free.is_ok(), "batch-mate failed too: {free:?}");
+    assert_eq!(engine.stats().fallbacks, 1);
+    assert_eq!(stock_of(&db, 2).await, (3, 2));
+    assert_eq!(stock_of(&db, 1).await, (5, 0));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_queue_answers_overloaded_at_once() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 100)]).await;
+    let engine = Batched::new(
+        db.store(),
+        &BatchedConfig {
+            partitions: 1,
+            queue_capacity: 1,
+            ..BatchedConfig::default()
+        },
+    );
+    let lock = RowLock::take(&db, &[1]).await;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let engine = engine.clone();
+        let request = request(&format!("o-{i}"), &[(1, 1)]);
+        set.spawn(async move { engine.reserve(&request).await });
+    }
+    // With the worker stuck in one batch and one slot in the queue, at most two are accepted:
+    // the other eight must come back while the row is still held.
+    let mut overloaded = 0;
+    while overloaded < 8 {
+        let answer = tokio::time::timeout(WAIT_LIMIT, set.join_next())
+            .await
+            .expect("overloaded answers come back without waiting")
+            .expect("a task")
+            .expect("join");
+        match answer {
+            Err(Error::Overloaded(_)) => overloaded += 1,
+            other => panic!("only overloaded answers can come back now, got {other:?}"),
+        }
+    }
+    lock.release().await;
+    let mut reserved = 0;
+    while let Some(answer) = set.join_next().await {
+        match answer.expect("join") {
+            Ok(_) => reserved += 1,
+            Err(Error::Overloaded(_)) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!((1..=2).contains(&reserved));
+    assert_eq!(stock_of(&db, 1).await, (100 - reserved, reserved));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_engines_on_two_pools_sell_ten_units_once() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 10)]).await;
+    let a: Arc<dyn StockStrategy> = Arc::new(Batched::new(db.store(), &BatchedConfig::default()));
+    let b: Arc<dyn StockStrategy> = Arc::new(Batched::new(
+        Store::new(db.new_pool(8), TxOptions::default()),
+        &BatchedConfig::default(),
+    ));
+    for round in 0..3 {
+        let (tag_a, tag_b) = (format!("a{round}"), format!("b{round}"));
+        let (sold_a, sold_b) = tokio::join!(
+            race_for_product(&a, 150, &tag_a),
+            race_for_product(&b, 150, &tag_b)
+        );
+        if round == 0 {
+            assert_eq!(sold_a + sold_b, 10);
+        } else {
+            assert_eq!(sold_a + sold_b, 0);
+        }
+    }
+    // The same order through both engines: reserved once.
+    stock_up(&db.store(), &[(2, 5)]).await;
+    let both = request("both", &[(2, 1)]);
+    let (x, y) = tokio::join!(a.reserve(&both), b.reserve(&both));
+    let (x, y) = (x.expect("a"), y.expect("b"));
+    assert!(x.replayed != y.replayed);
+    assert_eq!(stock_of(&db, 1).await, (0, 10));
+    assert_eq!(stock_of(&db, 2).await, (4, 1));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_stop_when_the_engine_is_dropped() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 10)]).await;
+    let engine = Batched::new(db.store(), &BatchedConfig::default());
+    let clone = engine.clone();
+    clone
+        .reserve(&request("o", &[(1, 1)]))
+        .await
+        .expect("reserve");
+    let alive = engine.workers_alive();
+    drop(engine);
+    assert!(alive.upgrade().is_some(), "a clone still holds the queues");
+    drop(clone);
+    let started = std::time::Instant::now();
+    while alive.upgrade().is_some() {
+        assert!(
+            started.elapsed() < WAIT_LIMIT,
+            "workers outlived the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_confirms_settle_once_and_name_what_is_missing() {
+    let db = test_db().await;
+    let engine = engine(&db, &[(1, 100), (2, 100)]).await;
+    for i in 0..30 {
+        engine
+            .reserve(&request(&format!("sale-{i}"), &[(1, 1), (2, 2)]))
+            .await
+            .expect("reserve");
+    }
+    let released = OrderId::new("sale-0").expect("id");
+    engine.release(&released).await.expect("release");
+    let mut tasks = Vec::new();
+    // Every order confirmed twice at once, plus one order that does not exist.
+    for i in (0..30).chain(0..30) {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let order = OrderId::new(format!("sale-{i}")).expect("id");
+            (i, engine.confirm(&order).await)
+        }));
+    }
+    let ghost = engine.confirm(&OrderId::new("ghost").expect("id")).await;
+    assert!(matches!(ghost, Err(Error::UnknownOrder(_))), "{ghost:?}");
+    for t in tasks {
+        let (i, outcome) = t.await.expect("join");
+        let outcome = outcome.expect("confirm");
+        if i == 0 {
+            assert!(outcome.confirmed.is_empty());
+            assert_eq!(outcome.missing.len(), 2);
+        } else {
+            assert_eq!(outcome.confirmed.len(), 2, "order {i}");
+            assert!(outcome.missing.is_empty());
+        }
+    }
+    // 29 sold: gone from stock and no longer reserved.
+    assert_eq!(stock_of(&db, 1).await, (71, 0));
+    assert_eq!(stock_of(&db, 2).await, (42, 0));
+    assert_audit_clean(&db).await;
+}
