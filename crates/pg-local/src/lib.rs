@@ -13,6 +13,7 @@
 
 mod binaries;
 mod process;
+mod reap;
 
 pub use binaries::Binaries;
 
@@ -142,10 +143,12 @@ impl Cluster {
         let run_as = process::RunAs::for_current_process()?;
         let (temp, data_dir) = match &config.data_dir {
             DataDir::Ephemeral => {
+                reap::reap_stale(&std::env::temp_dir());
                 let temp = tempfile::Builder::new()
-                    .prefix("pg-local-")
+                    .prefix(reap::PREFIX)
                     .tempdir()
                     .map_err(io("creating a temporary directory"))?;
+                reap::claim(temp.path()).map_err(io("recording the directory's owner"))?;
                 let data = temp.path().join("data");
                 run_as.prepare_dir(temp.path())?;
                 (Some(temp), data)
