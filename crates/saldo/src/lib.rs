@@ -7,6 +7,36 @@
 //! - [`audit`]: the divergence audit that must come back empty;
 //! - [`lab`]: the race lab behind `saldo race`: the seeds' experiments, rerunnable;
 //! - [`db`]: pool and migrations; [`testing`]: the real-PostgreSQL test harness.
+//!
+//! Embedding it: connect, migrate, pick a strategy, reserve, confirm.
+//!
+//! ```no_run
+//! use saldo::db::{self, PoolOptions};
+//! use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+//! use saldo::retry::TxOptions;
+//! use saldo::stock::{admin, build, ReserveRequest, StrategyConfig, StrategyName, Store};
+//!
+//! # async fn example() -> Result<(), saldo::Error> {
+//! let pool = db::connect("postgres://postgres@127.0.0.1:5432/shop", &PoolOptions::default())?;
+//! db::migrate(&pool).await?;
+//! let store = Store::new(pool, TxOptions::default());
+//! let stock = build(StrategyName::Atomic, store.clone(), &StrategyConfig::default());
+//!
+//! admin::set_count(&store, ProductId::new(42)?, 1).await?;
+//! let request = ReserveRequest {
+//!     order_id: OrderId::new("order-1")?,
+//!     items: OrderItems::new([(42, 1)])?,
+//!     ttl: Ttl::default(),
+//! };
+//! match stock.reserve(&request).await {
+//!     Ok(reservation) => println!("reserved until {}", reservation.items[0].expires_at),
+//!     Err(saldo::Error::InsufficientStock { product_id, .. }) => println!("{product_id} sold out"),
+//!     Err(other) => return Err(other),
+//! }
+//! stock.confirm(&request.order_id).await?; // payment arrived
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod audit;
 pub mod db;
