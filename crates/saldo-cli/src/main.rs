@@ -70,20 +70,39 @@ async fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // HTTP-mode bench talks only to a running service: no database of its own to start.
+    if let Command::Bench(args) = cli.command {
+        if args.is_http() {
+            anyhow::ensure!(
+                bench::run(args, "").await?,
+                "bench: an invariant broke (see above)"
+            );
+            return Ok(());
+        }
+        let database = open(cli.database_url).await?;
+        // The bench works in a scratch database it creates and drops: the one named by the URL
+        // is never migrated or written.
+        anyhow::ensure!(
+            bench::run(args, &database.url).await?,
+            "bench: an invariant broke (see above)"
+        );
+        return Ok(());
+    }
     let database = open(cli.database_url).await?;
+    if let Command::Race(args) = cli.command {
+        // Same for the lab: only its scratch database is touched.
+        return race::run(args, &database.url).await;
+    }
     let pool = db::connect(&database.url, &PoolOptions::default())?;
     db::migrate(&pool).await.context("migrating the database")?;
     let store = Store::new(pool.clone(), TxOptions::default());
     match cli.command {
         Command::Migrate => println!("migrations applied"),
-        Command::Race(args) => race::run(args, &database.url).await?,
+        // Returned above, before the migration.
+        Command::Race(_) | Command::Bench(_) => {}
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
         Command::Serve(args) => serve::run(args, &database).await?,
         Command::Locks(args) => locks::run(args, &pool).await?,
-        Command::Bench(args) => anyhow::ensure!(
-            bench::run(args, &database.url).await?,
-            "bench: an invariant broke (see above)"
-        ),
         Command::Audit => {
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;

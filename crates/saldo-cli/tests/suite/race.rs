@@ -227,3 +227,47 @@ async fn bad_flags_are_refused_with_a_clear_message() {
     let out = race(&["crossed-transfers", "--strategy", "atomic"]).await;
     assert!(!out.status.success());
 }
+
+/// The lab works in a scratch database of its own: the database named by `--database-url` is
+/// neither migrated nor written (regression: the CLI used to migrate it before every command).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_database_is_left_untouched() {
+    let db = test_db().await;
+    let client = db.pool.get().await.expect("client");
+    client
+        .batch_execute("CREATE DATABASE race_untouched")
+        .await
+        .expect("create an empty database");
+    let url = format!("{}race_untouched", db.url.trim_end_matches(|c| c != '/'));
+    let out = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_saldo"))
+                .args(["--database-url", &url, "race", "last-unit"])
+                .args(["--strategy", "atomic", "--runs", "1", "--buyers", "3"])
+                .output()
+                .expect("run saldo")
+        }
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pool = saldo::db::connect(&url, &saldo::db::PoolOptions::default()).expect("pool");
+    let target = pool.get().await.expect("connect to the user's database");
+    let tables: i64 = target
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+            &[],
+        )
+        .await
+        .expect("count tables")
+        .get(0);
+    assert_eq!(
+        tables, 0,
+        "saldo race created tables in the user's database"
+    );
+}
