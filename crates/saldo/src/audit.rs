@@ -71,15 +71,23 @@ SELECT s.product_id,
  ORDER BY s.product_id
  LIMIT $1";
 
-/// Runs the stock audit; an empty answer means every product is consistent with its history.
-pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
-    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
-    let tx = client
+/// One consistent, read-only view of the database for an audit: every invariant of one audit is
+/// checked against the same snapshot, whatever commits meanwhile.
+async fn snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<deadpool_postgres::Transaction<'_>, Error> {
+    Ok(client
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
-        .await?;
+        .await?)
+}
+
+/// Runs the stock audit; an empty answer means every product is consistent with its history.
+pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
+    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let tx = snapshot(&mut client).await?;
     let rows = tx.query(STOCK_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
@@ -147,12 +155,7 @@ SELECT a.id, a.balance, coalesce(j.net, 0) AS expected
 /// zero and every balance equals its journal.
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
-    let tx = client
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await?;
+    let tx = snapshot(&mut client).await?;
     let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get(0)?;
     let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
