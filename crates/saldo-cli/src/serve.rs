@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
 use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
-use saldo::retry::{RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
+use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
 use saldo::stock::{self, Store, StrategyConfig};
 use saldo_http::config::{
@@ -47,31 +47,31 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS))]
     request_timeout_ms: u64,
     /// Database connections at most.
-    #[arg(long, env = "SALDO_POOL_SIZE", default_value_t = 32,
+    #[arg(long, env = "SALDO_POOL_SIZE", default_value_t = db::DEFAULT_POOL_SIZE as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000))]
     pool_size: u64,
     /// How long a request waits for a free connection.
-    #[arg(long, env = "SALDO_POOL_WAIT_TIMEOUT_MS", default_value_t = 10_000,
+    #[arg(long, env = "SALDO_POOL_WAIT_TIMEOUT_MS", default_value_t = db::DEFAULT_POOL_WAIT_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pool_wait_timeout_ms: u64,
     /// How long opening a connection may take.
-    #[arg(long, env = "SALDO_POOL_CREATE_TIMEOUT_MS", default_value_t = 5_000,
+    #[arg(long, env = "SALDO_POOL_CREATE_TIMEOUT_MS", default_value_t = db::DEFAULT_POOL_CREATE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pool_create_timeout_ms: u64,
     /// How long checking a returned connection may take.
-    #[arg(long, env = "SALDO_POOL_RECYCLE_TIMEOUT_MS", default_value_t = 5_000,
+    #[arg(long, env = "SALDO_POOL_RECYCLE_TIMEOUT_MS", default_value_t = db::DEFAULT_POOL_RECYCLE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pool_recycle_timeout_ms: u64,
     /// `SET LOCAL lock_timeout` of every transaction.
-    #[arg(long, env = "SALDO_LOCK_TIMEOUT_MS", default_value_t = 5_000,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    #[arg(long, env = "SALDO_LOCK_TIMEOUT_MS", default_value_t = retry::DEFAULT_LOCK_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=retry::MAX_TIMEOUT_MS))]
     lock_timeout_ms: u64,
     /// `SET LOCAL statement_timeout` of every transaction.
-    #[arg(long, env = "SALDO_STATEMENT_TIMEOUT_MS", default_value_t = 10_000,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    #[arg(long, env = "SALDO_STATEMENT_TIMEOUT_MS", default_value_t = retry::DEFAULT_STATEMENT_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=retry::MAX_TIMEOUT_MS))]
     statement_timeout_ms: u64,
     /// Attempts of a transaction that hits a deadlock or serialization failure (first included).
-    #[arg(long, env = "SALDO_RETRY_ATTEMPTS", default_value_t = 4,
+    #[arg(long, env = "SALDO_RETRY_ATTEMPTS", default_value_t = retry::DEFAULT_MAX_ATTEMPTS,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_ATTEMPTS_LIMIT)))]
     retry_attempts: u32,
 }

@@ -12,6 +12,12 @@ mod embedded {
     refinery::embed_migrations!("../../migrations");
 }
 
+/// Default pool size and timeouts (the CLI's flags default to these too).
+pub const DEFAULT_POOL_SIZE: usize = 32;
+pub const DEFAULT_POOL_WAIT_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_POOL_CREATE_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_POOL_RECYCLE_TIMEOUT_MS: u64 = 5_000;
+
 /// Pool sizing and timeouts.
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
@@ -24,10 +30,10 @@ pub struct PoolOptions {
 impl Default for PoolOptions {
     fn default() -> Self {
         PoolOptions {
-            max_size: 32,
-            wait_timeout_ms: 10_000,
-            create_timeout_ms: 5_000,
-            recycle_timeout_ms: 5_000,
+            max_size: DEFAULT_POOL_SIZE,
+            wait_timeout_ms: DEFAULT_POOL_WAIT_TIMEOUT_MS,
+            create_timeout_ms: DEFAULT_POOL_CREATE_TIMEOUT_MS,
+            recycle_timeout_ms: DEFAULT_POOL_RECYCLE_TIMEOUT_MS,
         }
     }
 }

@@ -79,7 +79,7 @@ pub struct Args {
     #[arg(long)]
     with_confirm: bool,
     /// Connections of the pool every strategy runs on (the same for all: a fair comparison).
-    #[arg(long, default_value_t = 32,
+    #[arg(long, default_value_t = saldo::db::DEFAULT_POOL_SIZE as u64,
           value_parser = clap::value_parser!(u64).range(1..=MAX_POOL_SIZE as u64))]
     pool_size: u64,
     /// Batched: partitions (workers).
