@@ -65,3 +65,80 @@ async fn check_constraints_refuse_negative_stock() {
         Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
     );
 }
+
+/// V3 moved the reservation → stock reference and the order id check from per-row to
+/// per-statement checks; what they refuse must not change.
+#[tokio::test]
+async fn the_schema_refuses_orphan_reservations_and_bad_order_ids() {
+    let db = test_db().await;
+    let engine = engine_with_stock(
+        &db,
+        StrategyName::Atomic,
+        &StrategyConfig::default(),
+        &[(1, 10)],
+    )
+    .await;
+    engine
+        .reserve(&request("held", &[(1, 1)], Ttl::default()))
+        .await
+        .expect("reserve");
+    let client = db.pool.get().await.expect("client");
+    let insert = |order: &str, product: i64| {
+        format!(
+            "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at) \
+             VALUES (gen_random_uuid(), '{order}', {product}, 1, now() + interval '1 minute')"
+        )
+    };
+    let code = |e: tokio_postgres::Error| e.code().cloned();
+    use tokio_postgres::error::SqlState;
+
+    // A reservation of a product that is not in stock, alone or among valid rows.
+    let alone = client.batch_execute(&insert("orphan", 99)).await;
+    assert_eq!(
+        alone.map_err(code),
+        Err(Some(SqlState::FOREIGN_KEY_VIOLATION))
+    );
+    let mixed = client
+        .batch_execute(
+            "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at) \
+             SELECT gen_random_uuid(), 'mixed-' || n, p, 1, now() \
+             FROM unnest('{1,1,98}'::bigint[]) WITH ORDINALITY AS t(p, n)",
+        )
+        .await;
+    assert_eq!(
+        mixed.map_err(code),
+        Err(Some(SqlState::FOREIGN_KEY_VIOLATION))
+    );
+    // Moving a reservation to another product, or deleting / renumbering a referenced product.
+    for statement in [
+        "UPDATE reservations SET product_id = 99 WHERE order_id = 'held'",
+        "DELETE FROM stock WHERE product_id = 1",
+        "UPDATE stock SET product_id = 2 WHERE product_id = 1",
+    ] {
+        let refused = client.batch_execute(statement).await;
+        assert_eq!(
+            refused.map_err(code),
+            Err(Some(SqlState::FOREIGN_KEY_VIOLATION)),
+            "{statement}"
+        );
+    }
+    // The order id alphabet and its 64-character limit (65 is refused, 64 accepted).
+    for bad in ["has space", "semi;colon", "", &"x".repeat(65)] {
+        let refused = client.batch_execute(&insert(bad, 1)).await;
+        assert_eq!(
+            refused.map_err(code),
+            Err(Some(SqlState::CHECK_VIOLATION)),
+            "{bad:?}"
+        );
+    }
+    client
+        .batch_execute(&insert(&"x".repeat(64), 1))
+        .await
+        .expect("64 characters of the alphabet are a valid order id");
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM reservations", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(rows, 2, "only the engine's row and the valid raw row exist");
+}
