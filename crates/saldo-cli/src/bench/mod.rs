@@ -86,6 +86,10 @@ pub struct Args {
     #[arg(long, default_value_t = batched_engine::DEFAULT_PARTITIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=batched_engine::MAX_PARTITIONS as u64))]
     partitions: u64,
+    /// Batched: batch transactions one partition may run at once (on disjoint products).
+    #[arg(long, default_value_t = batched_engine::DEFAULT_IN_FLIGHT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=batched_engine::MAX_IN_FLIGHT as u64))]
+    in_flight: u64,
     /// Batched: most orders per batch transaction.
     #[arg(long, default_value_t = batched_engine::DEFAULT_MAX_BATCH as u64,
           value_parser = clap::value_parser!(u64).range(1..=batched_engine::MAX_BATCH_LIMIT as u64))]
@@ -234,6 +238,7 @@ impl Config {
                 queue_capacity: args.queue_capacity as usize,
                 max_batch: args.max_batch as usize,
                 linger: Duration::from_millis(args.linger_ms),
+                in_flight: args.in_flight as usize,
             },
             json: args.json,
             plot: args.plot,

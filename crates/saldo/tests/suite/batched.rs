@@ -50,10 +50,12 @@ async fn engine(db: &TestDb, stock: &[(i64, i64)]) -> Arc<dyn StockStrategy> {
     )
 }
 
-/// One partition, so that every product's orders share one queue.
+/// One partition running one batch at a time, so that every order shares one queue and the
+/// next batch is exactly what queued while the previous one ran.
 fn single_partition(store: Store) -> Batched {
     let config = BatchedConfig {
         partitions: 1,
+        in_flight: 1,
         ..BatchedConfig::default()
     };
     Batched::new(store, &config)
@@ -443,6 +445,59 @@ async fn a_failed_batch_still_answers_each_order_on_its_own() {
     assert_eq!(engine.stats().fallbacks, 1);
     assert_eq!(stock_of(&db, 2).await, (3, 2));
     assert_eq!(stock_of(&db, 1).await, (5, 0));
+    assert_audit_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stuck_product_does_not_hold_up_other_products_but_holds_its_own_queue() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 1), (2, 5), (3, 5)]).await;
+    // One partition that may run two batches at once: what waits on product 1 must not stop
+    // orders of product 2, and nothing may overtake an earlier order on product 1.
+    let engine = Batched::new(
+        db.store(),
+        &BatchedConfig {
+            partitions: 1,
+            in_flight: 2,
+            ..BatchedConfig::default()
+        },
+    );
+    let lock = RowLock::take(&db, &[1]).await;
+    let first = spawn_reserve(&engine, "first", &[(1, 1)]);
+    until_lock_waiter(&db).await;
+    // Queued behind `first` on product 1, and (through it) product 3.
+    let second = spawn_reserve(&engine, "second", &[(1, 1), (3, 1)]);
+    until_queued(&engine, 1).await;
+    // Product 3 is blocked behind `second`, which arrived earlier: it must wait too.
+    let third = spawn_reserve(&engine, "third", &[(3, 1)]);
+    until_queued(&engine, 2).await;
+    // Product 2 shares nothing with them: it is served while product 1 is still held.
+    let other = tokio::time::timeout(WAIT_LIMIT, spawn_reserve(&engine, "other", &[(2, 1)]))
+        .await
+        .expect("an unrelated order is served while another product is stuck")
+        .expect("join");
+    assert!(other.is_ok(), "{other:?}");
+    assert_eq!(
+        engine.queued(),
+        2,
+        "the stuck product's followers kept waiting"
+    );
+    assert!(!second.is_finished() && !third.is_finished());
+    lock.release().await;
+    first
+        .await
+        .expect("join")
+        .expect("first takes the last unit of 1");
+    match second.await.expect("join") {
+        Err(Error::InsufficientStock { product_id, .. }) => assert_eq!(product_id, pid(1)),
+        other => panic!("second must be refused on product 1, got {other:?}"),
+    }
+    third
+        .await
+        .expect("join")
+        .expect("third is served after second");
+    assert_eq!(stock_of(&db, 1).await, (0, 1));
+    assert_eq!(stock_of(&db, 3).await, (4, 1));
     assert_audit_clean(&db).await;
 }
 

@@ -17,11 +17,12 @@
 //! Workers start on the first `reserve` or `confirm` (on the caller's tokio runtime) and end
 //! when the last clone of the [`Batched`] value is dropped: their queues close and drain.
 
+mod schedule;
 mod worker;
 
 pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -49,6 +50,12 @@ pub const DEFAULT_MAX_BATCH: usize = 512;
 pub const MAX_BATCH_LIMIT: usize = 10_000;
 /// Longest optional linger (waiting for more requests before starting a batch).
 pub const MAX_LINGER: Duration = Duration::from_millis(50);
+/// Default batches one partition may run at once (each on its own connection). Batches in
+/// flight never share a product or an order, so this only lets unrelated orders proceed
+/// without waiting for each other's batch; a hot product still has one batch at a time.
+pub const DEFAULT_IN_FLIGHT: usize = 2;
+/// Most batches in flight per partition a configuration may ask for.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// Knobs of the batched engine; every value is clamped to its limit when the engine is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +65,9 @@ pub struct BatchedConfig {
     pub max_batch: usize,
     /// Zero by default: the next batch is whatever queued while the previous one ran.
     pub linger: Duration,
+    /// Batch transactions one partition may run at once, on products and orders disjoint
+    /// from one another.
+    pub in_flight: usize,
 }
 
 impl Default for BatchedConfig {
@@ -67,6 +77,7 @@ impl Default for BatchedConfig {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             max_batch: DEFAULT_MAX_BATCH,
             linger: Duration::ZERO,
+            in_flight: DEFAULT_IN_FLIGHT,
         }
     }
 }
@@ -78,6 +89,7 @@ impl BatchedConfig {
             queue_capacity: self.queue_capacity.clamp(1, MAX_QUEUE_CAPACITY),
             max_batch: self.max_batch.clamp(1, MAX_BATCH_LIMIT),
             linger: self.linger.min(MAX_LINGER),
+            in_flight: self.in_flight.clamp(1, MAX_IN_FLIGHT),
         }
     }
 }
@@ -116,6 +128,31 @@ pub(crate) enum Job {
 }
 
 impl Job {
+    /// The order this job is about: no two batches in flight share one.
+    fn order(&self) -> &str {
+        match self {
+            Job::Reserve { request, .. } => request.order_id.as_str(),
+            Job::Confirm { order_id, .. } => order_id.as_str(),
+        }
+    }
+
+    /// The stock rows a reserve locks (a confirm's products are unknown until its rows are read;
+    /// it is kept apart by its order id alone).
+    fn products(&self) -> impl Iterator<Item = i64> + '_ {
+        let items = match self {
+            Job::Reserve { request, .. } => Some(request.items.iter()),
+            Job::Confirm { .. } => None,
+        };
+        items.into_iter().flatten().map(|(p, _)| p.get())
+    }
+
+    fn kind(&self) -> schedule::Kind {
+        match self {
+            Job::Reserve { .. } => schedule::Kind::Reserve,
+            Job::Confirm { .. } => schedule::Kind::Confirm,
+        }
+    }
+
     /// True when the caller stopped waiting.
     fn abandoned(&self) -> bool {
         match self {
@@ -134,6 +171,9 @@ pub struct Batched {
     store: Store,
     config: BatchedConfig,
     senders: Arc<Vec<mpsc::Sender<Job>>>,
+    /// Per partition: requests accepted and not yet taken into a batch (in the channel or in
+    /// the worker's queue). Bounded by `queue_capacity`; beyond it callers get `Overloaded`.
+    waiting: Arc<Vec<Arc<AtomicUsize>>>,
     pending: Arc<Pending>,
     started: Arc<OnceLock<()>>,
     counters: Arc<Counters>,
@@ -153,10 +193,14 @@ impl Batched {
             senders.push(tx);
             receivers.push((partition, rx));
         }
+        let waiting = (0..config.partitions)
+            .map(|_| Arc::new(AtomicUsize::new(0)))
+            .collect();
         Batched {
             store,
             config,
             senders: Arc::new(senders),
+            waiting: Arc::new(waiting),
             pending: Arc::new(Mutex::new(receivers)),
             started: Arc::new(OnceLock::new()),
             counters: Arc::new(Counters::default()),
@@ -182,10 +226,7 @@ impl Batched {
 
     /// Requests waiting in the queues (not yet taken into a batch).
     pub fn queued(&self) -> usize {
-        self.senders
-            .iter()
-            .map(|s| s.max_capacity() - s.capacity())
-            .sum()
+        self.waiting.iter().map(|w| w.load(Ordering::Acquire)).sum()
     }
 
     /// A handle that stays upgradable while any worker task is alive (shutdown tests).
@@ -207,23 +248,43 @@ impl Batched {
         answer: oneshot::Receiver<Result<T, Error>>,
     ) -> Result<T, Error> {
         self.start_workers();
-        let sender = self
-            .senders
-            .get(partition)
-            .ok_or_else(|| Error::Overloaded("batched engine has no partitions".into()))?;
+        let (Some(sender), Some(waiting)) =
+            (self.senders.get(partition), self.waiting.get(partition))
+        else {
+            return Err(Error::Overloaded("batched engine has no partitions".into()));
+        };
+        let capacity = self.config.queue_capacity;
+        if waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < capacity).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(Error::Overloaded(format!(
+                "batched queue of partition {partition} is full ({capacity} requests)"
+            )));
+        }
         match sender.try_send(job) {
             Ok(()) => answer.await.unwrap_or_else(|_| {
                 Err(Error::Overloaded(format!(
                     "batched worker {partition} stopped before answering"
                 )))
             }),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(Error::Overloaded(format!(
-                "batched queue of partition {partition} is full ({} requests)",
-                self.config.queue_capacity
-            ))),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Overloaded(format!(
-                "batched worker {partition} is not running"
-            ))),
+            // The channel holds as many as the counter allows, so `Full` cannot happen unless the
+            // worker is gone; either way the slot is given back.
+            Err(e) => {
+                waiting.fetch_sub(1, Ordering::AcqRel);
+                Err(Error::Overloaded(match e {
+                    mpsc::error::TrySendError::Full(_) => {
+                        format!(
+                            "batched queue of partition {partition} is full ({capacity} requests)"
+                        )
+                    }
+                    mpsc::error::TrySendError::Closed(_) => {
+                        format!("batched worker {partition} is not running")
+                    }
+                }))
+            }
         }
     }
 
@@ -241,6 +302,8 @@ impl Batched {
                     store: self.store.clone(),
                     max_batch: self.config.max_batch,
                     linger: self.config.linger,
+                    in_flight: self.config.in_flight,
+                    waiting: self.waiting[partition].clone(),
                     counters: self.counters.clone(),
                     _alive: self.alive.clone(),
                 };
@@ -331,6 +394,7 @@ mod tests {
             queue_capacity: usize::MAX,
             max_batch: 0,
             linger: Duration::from_secs(10),
+            in_flight: 0,
         }
         .clamped();
         assert_eq!(
@@ -340,6 +404,7 @@ mod tests {
                 queue_capacity: MAX_QUEUE_CAPACITY,
                 max_batch: 1,
                 linger: MAX_LINGER,
+                in_flight: 1,
             }
         );
     }

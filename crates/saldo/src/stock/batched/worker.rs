@@ -5,7 +5,9 @@
 //! so one bad order never takes its batch-mates down with it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use super::schedule::{Claim, Kind, Queue};
 use super::{Counters, Job};
 use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
@@ -59,57 +64,120 @@ pub(super) struct Worker {
     pub store: Store,
     pub max_batch: usize,
     pub linger: Duration,
+    pub in_flight: usize,
+    /// This partition's count of accepted requests not yet in a batch (see `Batched::waiting`).
+    pub waiting: Arc<AtomicUsize>,
     pub counters: Arc<Counters>,
     /// Dropped when the task ends: lets tests prove the workers stopped.
     pub _alive: Arc<()>,
 }
 
 impl Worker {
-    /// Runs until every sender is dropped and the queue is drained.
+    /// Runs until every sender is dropped, the queue is drained and every batch has ended.
+    ///
+    /// Batches run concurrently inside this task (up to `in_flight`, each on its own pooled
+    /// connection); [`Queue`] decides which queued jobs may start while others are in flight.
     pub async fn run(self, mut rx: mpsc::Receiver<Job>) {
-        let mut batch: Vec<Job> = Vec::with_capacity(self.max_batch);
+        let mut queue = Queue::new();
+        let mut flights: FuturesUnordered<Pin<Box<dyn Future<Output = u64> + Send + '_>>> =
+            FuturesUnordered::new();
+        let mut claims: HashMap<u64, Claim> = HashMap::new();
+        let mut next_flight = 0_u64;
+        let mut receiving = true;
+        // The channel plus `queue` never hold more than the queue capacity: callers reserve a
+        // slot in `waiting` before sending, and the slot is given back here when the job leaves
+        // the queue (into a batch, or dropped because its caller went away).
+        let mut received = Vec::with_capacity(self.max_batch);
+        let mut linger_until: Option<tokio::time::Instant> = None;
+        let this = &self;
         loop {
-            if rx.recv_many(&mut batch, self.max_batch).await == 0 {
+            let lingering = linger_until.is_some_and(|t| tokio::time::Instant::now() < t)
+                && queue.len() < self.max_batch;
+            while !lingering && claims.len() < self.in_flight && !queue.is_empty() {
+                let before = queue.len();
+                let next = queue.next_batch(claims.values(), self.max_batch);
+                self.waiting
+                    .fetch_sub(before - queue.len(), Ordering::AcqRel);
+                let Some((kind, jobs, claim)) = next else {
+                    break;
+                };
+                let id = next_flight;
+                next_flight += 1;
+                claims.insert(id, claim);
+                flights.push(Box::pin(async move {
+                    this.process(kind, jobs).await;
+                    id
+                }));
+            }
+            if queue.is_empty() {
+                linger_until = None;
+            }
+            if !receiving && queue.is_empty() && claims.is_empty() {
                 break;
             }
-            if !self.linger.is_zero() {
-                let deadline = tokio::time::Instant::now() + self.linger;
-                while batch.len() < self.max_batch {
-                    match tokio::time::timeout_at(deadline, rx.recv()).await {
-                        Ok(Some(job)) => batch.push(job),
-                        Ok(None) | Err(_) => break,
+            tokio::select! {
+                Some(id) = flights.next(), if !flights.is_empty() => {
+                    claims.remove(&id);
+                    queue.batch_ended();
+                }
+                n = rx.recv_many(&mut received, self.max_batch), if receiving => {
+                    if n == 0 {
+                        receiving = false;
+                    }
+                    if queue.is_empty() && !self.linger.is_zero() && n > 0 {
+                        linger_until = Some(tokio::time::Instant::now() + self.linger);
+                    }
+                    for job in received.drain(..) {
+                        queue.push(job);
                     }
                 }
-            }
-            // A caller that gave up (dropped its future) gets nothing reserved in its name.
-            batch.retain(|job| !job.abandoned());
-            if !batch.is_empty() {
-                self.process(std::mem::take(&mut batch)).await;
+                () = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)),
+                    if lingering => {}
+                // Unreachable: with nothing in flight the queue's first job can always start.
+                else => break,
             }
         }
         tracing::debug!(partition = self.partition, "batched worker stopped");
     }
 
-    async fn process(&self, jobs: Vec<Job>) {
-        let mut reserves = Vec::new();
-        let mut confirms = Vec::new();
-        for job in jobs {
-            match job {
-                Job::Reserve { request, reply } => reserves.push((request, reply)),
-                Job::Confirm { order_id, reply } => confirms.push((order_id, reply)),
+    async fn process(&self, kind: Kind, jobs: Vec<Job>) {
+        match kind {
+            Kind::Reserve => {
+                let reserves = jobs
+                    .into_iter()
+                    .filter_map(|job| match job {
+                        Job::Reserve { request, reply } => Some((request, reply)),
+                        Job::Confirm { .. } => None,
+                    })
+                    .collect();
+                self.reserve_batch(reserves).await;
             }
-        }
-        // Reserves first: a confirm that met its own reserve in one batch (two callers racing)
-        // then finds the rows, as it would have after the reserve's answer.
-        if !reserves.is_empty() {
-            self.reserve_batch(reserves).await;
-        }
-        if !confirms.is_empty() {
-            self.confirm_batch(confirms).await;
+            Kind::Confirm => {
+                let confirms = jobs
+                    .into_iter()
+                    .filter_map(|job| match job {
+                        Job::Confirm { order_id, reply } => Some((order_id, reply)),
+                        Job::Reserve { .. } => None,
+                    })
+                    .collect();
+                self.confirm_batch(confirms).await;
+            }
         }
     }
 
-    async fn reserve_batch(&self, jobs: Vec<(ReserveRequest, Reply<Reservation>)>) {
+    async fn reserve_batch(&self, mut jobs: Vec<(ReserveRequest, Reply<Reservation>)>) {
+        // A batch of one is exactly an `atomic` reservation, and `atomic`'s transaction is the
+        // cheaper one for a single order (measured: the batch transaction's array reads and
+        // per-execution planning cost about 0.3 ms more). No batch in flight shares its product
+        // or order, so taking this path keeps FIFO and idempotency as they are.
+        if jobs.len() == 1 {
+            if let Some((request, reply)) = jobs.pop() {
+                let outcome = lifecycle::reserve(&self.store, &Atomic, &request).await;
+                self.count_batch(1);
+                let _ = reply.send(outcome);
+            }
+            return;
+        }
         let started = Instant::now();
         let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.0).collect();
         let requests = &requests[..];

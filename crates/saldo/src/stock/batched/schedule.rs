@@ -1,0 +1,256 @@
+//! Which queued jobs form a partition's next batch while other batches are still in flight.
+//!
+//! A partition may run several batch transactions at once, so that two buyers of different
+//! products never wait for each other's batch (at low load a batch is one order, and a single
+//! in-flight batch per partition would serialise them). Concurrency must not cost the contract:
+//!
+//! - **FIFO per product**: a new batch never takes a product that a batch in flight holds or is
+//!   locking, and once a queued job is passed over, every later job sharing one of its products
+//!   is passed over too, so no later order can overtake an earlier one on a product.
+//! - **One order at a time**: an order id (a reserve, its replays, its confirm) is never in two
+//!   batches in flight, so idempotency is still decided by one transaction that sees the other's
+//!   commit.
+//! - **One kind per batch**: a batch holds reserves or confirms, never both, so each is one
+//!   transaction; passing over a job of the other kind blocks its keys like any other.
+//!
+//! The scan is incremental: while nothing in flight changes, newly queued jobs are checked
+//! against the sets the last fruitless scan built instead of rescanning the whole queue (a hot
+//! product keeps hundreds of blocked jobs queued while its batch runs).
+
+use std::collections::{HashSet, VecDeque};
+
+use super::Job;
+
+/// The two kinds of batch transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Reserve,
+    Confirm,
+}
+
+/// The keys of a batch in flight: what no other batch may take until it ends.
+#[derive(Debug, Default)]
+pub(super) struct Claim {
+    pub products: HashSet<i64>,
+    pub orders: HashSet<String>,
+}
+
+impl Claim {
+    fn add(&mut self, job: &Job) {
+        self.products.extend(job.products());
+        self.orders.insert(job.order().to_owned());
+    }
+
+    fn touches(&self, job: &Job) -> bool {
+        self.orders.contains(job.order()) || job.products().any(|p| self.products.contains(&p))
+    }
+}
+
+/// The queue of one partition and the scheduler's memory of its last scan.
+pub(super) struct Queue {
+    pending: VecDeque<Job>,
+    /// Keys of every batch in flight, plus those of jobs passed over by the last scan.
+    blocked: Claim,
+    /// Jobs at the front of `pending` the last scan passed over, or `None` when the batches in
+    /// flight changed since and a full rescan is due.
+    scanned: Option<usize>,
+}
+
+impl Queue {
+    pub fn new() -> Self {
+        Queue {
+            pending: VecDeque::new(),
+            blocked: Claim::default(),
+            scanned: None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn push(&mut self, job: Job) {
+        self.pending.push_back(job);
+    }
+
+    /// The next batch: up to `max_batch` jobs of one kind, in arrival order, none touching a key
+    /// in `in_flight` or a key of a job passed over before it. `None` when nothing can start.
+    /// Callers that went away are dropped on the way: nothing is reserved in their name.
+    pub fn next_batch<'a>(
+        &mut self,
+        in_flight: impl Iterator<Item = &'a Claim>,
+        max_batch: usize,
+    ) -> Option<(Kind, Vec<Job>, Claim)> {
+        let start = match self.scanned {
+            Some(n) => n,
+            None => {
+                self.blocked = Claim::default();
+                for claim in in_flight {
+                    self.blocked.products.extend(claim.products.iter().copied());
+                    self.blocked.orders.extend(claim.orders.iter().cloned());
+                }
+                0
+            }
+        };
+        self.pending.retain(|job| !job.abandoned());
+        let start = start.min(self.pending.len());
+
+        let mut kind = None;
+        let mut claim = Claim::default();
+        let mut taken = Vec::new();
+        for (index, job) in self.pending.iter().enumerate().skip(start) {
+            if taken.len() >= max_batch.max(1) {
+                break;
+            }
+            let fits = !self.blocked.touches(job) && kind.is_none_or(|k| k == job.kind());
+            if fits {
+                kind = Some(job.kind());
+                claim.add(job);
+                taken.push(index);
+            } else {
+                self.blocked.add(job);
+            }
+        }
+        if taken.is_empty() {
+            self.scanned = Some(self.pending.len());
+            return None;
+        }
+        // Something starts: the set of batches in flight changes, so the next scan starts over.
+        self.scanned = None;
+        let mut jobs = Vec::with_capacity(taken.len());
+        let mut rest = VecDeque::with_capacity(self.pending.len() - taken.len());
+        let mut next = taken.iter().peekable();
+        for (index, job) in std::mem::take(&mut self.pending).into_iter().enumerate() {
+            if next.peek() == Some(&&index) {
+                next.next();
+                jobs.push(job);
+            } else {
+                rest.push_back(job);
+            }
+        }
+        self.pending = rest;
+        kind.map(|k| (k, jobs, claim))
+    }
+
+    /// A batch in flight ended: its keys are free, so the next scan starts over.
+    pub fn batch_ended(&mut self) {
+        self.scanned = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{OrderId, OrderItems, Ttl};
+    use crate::stock::ReserveRequest;
+    use tokio::sync::oneshot;
+
+    /// Reply receivers the tests keep alive, so that no job counts as abandoned.
+    type Keep = Vec<Box<dyn std::any::Any>>;
+
+    fn reserve(keep: &mut Keep, order: &str, products: &[i64]) -> Job {
+        let request = ReserveRequest {
+            order_id: OrderId::new(order).expect("valid order id"),
+            items: OrderItems::new(products.iter().map(|p| (*p, 1))).expect("valid items"),
+            ttl: Ttl::from_secs(60).expect("valid ttl"),
+        };
+        let (reply, rx) = oneshot::channel();
+        keep.push(Box::new(rx));
+        Job::Reserve { request, reply }
+    }
+
+    fn confirm(keep: &mut Keep, order: &str) -> Job {
+        let (reply, rx) = oneshot::channel();
+        keep.push(Box::new(rx));
+        let order_id = OrderId::new(order).expect("valid order id");
+        Job::Confirm { order_id, reply }
+    }
+
+    fn orders(jobs: &[Job]) -> Vec<&str> {
+        jobs.iter().map(Job::order).collect()
+    }
+
+    #[test]
+    fn a_batch_takes_jobs_in_arrival_order_up_to_its_size() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        for (i, p) in [1, 2, 1, 3].iter().enumerate() {
+            q.push(reserve(&mut keep, &format!("o{i}"), &[*p]));
+        }
+        let (kind, jobs, claim) = q.next_batch(std::iter::empty(), 3).expect("a batch");
+        assert_eq!(kind, Kind::Reserve);
+        assert_eq!(orders(&jobs), ["o0", "o1", "o2"]);
+        assert_eq!(claim.products, HashSet::from([1, 2]));
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn products_in_flight_are_not_taken_and_later_jobs_keep_their_place() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        let mut busy = Claim::default();
+        busy.products.insert(1);
+        // o0 waits for product 1; o1 wants 1 and 2, so product 2 is blocked behind it; o2 wants
+        // only 2 and must not overtake o1; o3 is free.
+        q.push(reserve(&mut keep, "o0", &[1]));
+        q.push(reserve(&mut keep, "o1", &[1, 2]));
+        q.push(reserve(&mut keep, "o2", &[2]));
+        q.push(reserve(&mut keep, "o3", &[3]));
+        let (_, jobs, _) = q.next_batch([&busy].into_iter(), 10).expect("a batch");
+        assert_eq!(orders(&jobs), ["o3"]);
+        assert_eq!(q.len(), 3);
+        // Nothing else can start while product 1 is busy, however often we ask.
+        assert!(q.next_batch([&busy].into_iter(), 10).is_none());
+        q.push(reserve(&mut keep, "o4", &[2]));
+        assert!(q.next_batch([&busy].into_iter(), 10).is_none());
+        q.batch_ended();
+        let (_, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        assert_eq!(orders(&jobs), ["o0", "o1", "o2", "o4"]);
+    }
+
+    #[test]
+    fn an_order_in_flight_is_never_in_a_second_batch() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        let mut busy = Claim::default();
+        busy.orders.insert("o0".into());
+        q.push(confirm(&mut keep, "o0"));
+        q.push(reserve(&mut keep, "o0", &[5]));
+        q.push(reserve(&mut keep, "o1", &[6]));
+        let (kind, jobs, _) = q.next_batch([&busy].into_iter(), 10).expect("a batch");
+        assert_eq!(kind, Kind::Reserve);
+        assert_eq!(orders(&jobs), ["o1"]);
+    }
+
+    #[test]
+    fn a_batch_holds_one_kind_and_the_other_kind_waits_its_turn() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        q.push(confirm(&mut keep, "a"));
+        q.push(reserve(&mut keep, "b", &[1]));
+        q.push(confirm(&mut keep, "c"));
+        let (kind, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        assert_eq!(kind, Kind::Confirm);
+        assert_eq!(orders(&jobs), ["a", "c"]);
+        let (kind, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        assert_eq!(kind, Kind::Reserve);
+        assert_eq!(orders(&jobs), ["b"]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn abandoned_jobs_are_dropped_before_they_are_batched() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        q.push(reserve(&mut keep, "gone", &[1]));
+        keep.clear();
+        q.push(reserve(&mut keep, "kept", &[1]));
+        let (_, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        assert_eq!(orders(&jobs), ["kept"]);
+        assert!(q.is_empty());
+    }
+}
