@@ -25,8 +25,10 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Stock strategy; only strategies safe under concurrency are accepted.
-    #[arg(long, env = "SALDO_STRATEGY", default_value = "atomic", value_parser = strategy)]
+    /// Stock strategy; only strategies safe under concurrency are accepted. `batched` is the
+    /// default: level with `atomic` for a lone buyer, far ahead once buyers meet on a product
+    /// (BENCHMARKS.md).
+    #[arg(long, env = "SALDO_STRATEGY", default_value = "batched", value_parser = strategy)]
     strategy: StrategyName,
     /// Lifetime of a reservation whose request gives no `ttl_s`.
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,

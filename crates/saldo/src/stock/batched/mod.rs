@@ -12,6 +12,12 @@
 //! partitions (or of other processes) cannot deadlock and the row lock stays the only
 //! coordinator; the partition only groups work so that one product's orders meet in one batch.
 //!
+//! Low load: a partition runs up to `in_flight` transactions at once on disjoint products and
+//! orders (see `schedule`), and when nothing is queued on a partition and nothing in flight
+//! shares a request's products or order, the caller runs it itself as one `atomic` transaction
+//! (a batch of one, without the hop to the worker and back). So a lone buyer pays what `atomic`
+//! pays, and batches form only when requests actually meet.
+//!
 //! Confirms go through the same workers (each sale is a reserve and a confirm, and a confirm
 //! settles on the same hot stock row); release and order reads use the shared lifecycle.
 //! Workers start on the first `reserve` or `confirm` (on the caller's tokio runtime) and end
@@ -23,13 +29,14 @@ mod worker;
 pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::domain::OrderId;
 use crate::error::Error;
+use crate::stock::atomic::Atomic;
 use crate::stock::{
     lifecycle, ConfirmOutcome, ReleaseOutcome, Reservation, ReserveRequest, ReservedItem,
     StockStrategy, Store,
@@ -162,6 +169,52 @@ impl Job {
     }
 }
 
+/// What a partition's callers and its worker share.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// Requests accepted and not yet taken into a batch (in the channel or in the worker's
+    /// queue). Bounded by `queue_capacity`; beyond it callers get `Overloaded`.
+    waiting: AtomicUsize,
+    /// Every transaction in flight on this partition, the worker's and the callers' own.
+    claims: Mutex<schedule::Claims>,
+    /// Wakes the worker when a caller's own transaction ends while jobs wait.
+    wake: Notify,
+}
+
+impl Shared {
+    fn claims(&self) -> MutexGuard<'_, schedule::Claims> {
+        // Nothing panics while holding this lock (set operations only); should that ever change,
+        // the claims are still consistent enough to go on with.
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A caller's own one-order transaction on an idle partition: its claim lasts until this is
+/// dropped, even if the caller's future is dropped half-way.
+struct DirectClaim {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for DirectClaim {
+    fn drop(&mut self) {
+        let mut claims = self.shared.claims();
+        claims.remove(self.id);
+        // Read under the lock: a caller that saw this claim and queued did so before we got it.
+        if self.shared.waiting.load(Ordering::Acquire) > 0 {
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+/// Where `admit` put a request.
+enum Admission {
+    /// The partition was idle for it: the caller runs it as one `atomic` transaction.
+    Direct(DirectClaim),
+    /// In the partition's queue: the answer comes through the job's reply channel.
+    Queued,
+}
+
 /// Receivers kept until the workers start on the first `reserve`.
 type Pending = Mutex<Vec<(usize, mpsc::Receiver<Job>)>>;
 
@@ -171,9 +224,9 @@ pub struct Batched {
     store: Store,
     config: BatchedConfig,
     senders: Arc<Vec<mpsc::Sender<Job>>>,
-    /// Per partition: requests accepted and not yet taken into a batch (in the channel or in
-    /// the worker's queue). Bounded by `queue_capacity`; beyond it callers get `Overloaded`.
-    waiting: Arc<Vec<Arc<AtomicUsize>>>,
+    /// Per partition: what callers and the worker share. Kept apart from `senders` so that the
+    /// workers, which hold these, do not keep their own channels open.
+    shared: Arc<Vec<Arc<Shared>>>,
     pending: Arc<Pending>,
     started: Arc<OnceLock<()>>,
     counters: Arc<Counters>,
@@ -193,14 +246,14 @@ impl Batched {
             senders.push(tx);
             receivers.push((partition, rx));
         }
-        let waiting = (0..config.partitions)
-            .map(|_| Arc::new(AtomicUsize::new(0)))
+        let shared = (0..config.partitions)
+            .map(|_| Arc::new(Shared::default()))
             .collect();
         Batched {
             store,
             config,
             senders: Arc::new(senders),
-            waiting: Arc::new(waiting),
+            shared: Arc::new(shared),
             pending: Arc::new(Mutex::new(receivers)),
             started: Arc::new(OnceLock::new()),
             counters: Arc::new(Counters::default()),
@@ -226,7 +279,10 @@ impl Batched {
 
     /// Requests waiting in the queues (not yet taken into a batch).
     pub fn queued(&self) -> usize {
-        self.waiting.iter().map(|w| w.load(Ordering::Acquire)).sum()
+        self.shared
+            .iter()
+            .map(|s| s.waiting.load(Ordering::Acquire))
+            .sum()
     }
 
     /// A handle that stays upgradable while any worker task is alive (shutdown tests).
@@ -240,52 +296,73 @@ impl Batched {
         partition_for(first, self.senders.len())
     }
 
-    /// Queues `job` on `partition` and waits for its answer; a full queue answers at once.
-    async fn submit<T>(
-        &self,
-        partition: usize,
-        job: Job,
-        answer: oneshot::Receiver<Result<T, Error>>,
-    ) -> Result<T, Error> {
+    /// Decides where a request goes, under the partition's claims lock so that the order of
+    /// decisions is the order of the queue: straight to the caller when nothing is queued on
+    /// the partition and no transaction in flight shares its products or order (and a slot is
+    /// free), else into the queue. A full queue answers `Overloaded` at once.
+    fn admit(&self, partition: usize, job: Job) -> Result<Admission, Error> {
         self.start_workers();
-        let (Some(sender), Some(waiting)) =
-            (self.senders.get(partition), self.waiting.get(partition))
+        let (Some(sender), Some(shared)) =
+            (self.senders.get(partition), self.shared.get(partition))
         else {
             return Err(Error::Overloaded("batched engine has no partitions".into()));
         };
-        let capacity = self.config.queue_capacity;
-        if waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < capacity).then_some(n + 1)
-            })
-            .is_err()
+        let mut claims = shared.claims();
+        if shared.waiting.load(Ordering::Acquire) == 0
+            && claims.len() < self.config.in_flight
+            && !claims.touches(&job)
         {
-            return Err(Error::Overloaded(format!(
-                "batched queue of partition {partition} is full ({capacity} requests)"
-            )));
+            let id = claims.insert(schedule::Claim::of(&job));
+            let claim = DirectClaim {
+                shared: shared.clone(),
+                id,
+            };
+            return Ok(Admission::Direct(claim));
         }
+        let capacity = self.config.queue_capacity;
+        let full = || {
+            Error::Overloaded(format!(
+                "batched queue of partition {partition} is full ({capacity} requests)"
+            ))
+        };
+        if shared.waiting.load(Ordering::Acquire) >= capacity {
+            return Err(full());
+        }
+        // Counted before it is sent: the worker gives the slot back when it takes the job.
+        shared.waiting.fetch_add(1, Ordering::AcqRel);
         match sender.try_send(job) {
-            Ok(()) => answer.await.unwrap_or_else(|_| {
-                Err(Error::Overloaded(format!(
-                    "batched worker {partition} stopped before answering"
-                )))
-            }),
-            // The channel holds as many as the counter allows, so `Full` cannot happen unless the
+            Ok(()) => Ok(Admission::Queued),
+            // The channel holds as many as `waiting` allows, so `Full` cannot happen unless the
             // worker is gone; either way the slot is given back.
             Err(e) => {
-                waiting.fetch_sub(1, Ordering::AcqRel);
-                Err(Error::Overloaded(match e {
-                    mpsc::error::TrySendError::Full(_) => {
-                        format!(
-                            "batched queue of partition {partition} is full ({capacity} requests)"
-                        )
-                    }
+                shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => full(),
                     mpsc::error::TrySendError::Closed(_) => {
-                        format!("batched worker {partition} is not running")
+                        Error::Overloaded(format!("batched worker {partition} is not running"))
                     }
-                }))
+                })
             }
         }
+    }
+
+    /// Waits for a queued job's answer.
+    async fn answer<T>(
+        partition: usize,
+        answer: oneshot::Receiver<Result<T, Error>>,
+    ) -> Result<T, Error> {
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::Overloaded(format!(
+                "batched worker {partition} stopped before answering"
+            )))
+        })
+    }
+
+    fn count_direct(&self) {
+        let c = &self.counters;
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.orders.fetch_add(1, Ordering::Relaxed);
+        c.largest_batch.fetch_max(1, Ordering::Relaxed);
     }
 
     fn start_workers(&self) {
@@ -303,7 +380,7 @@ impl Batched {
                     max_batch: self.config.max_batch,
                     linger: self.config.linger,
                     in_flight: self.config.in_flight,
-                    waiting: self.waiting[partition].clone(),
+                    shared: self.shared[partition].clone(),
                     counters: self.counters.clone(),
                     _alive: self.alive.clone(),
                 };
@@ -344,7 +421,17 @@ impl StockStrategy for Batched {
             request: request.clone(),
             reply,
         };
-        let result = self.submit(self.partition_of(request), job, answer).await;
+        let partition = self.partition_of(request);
+        let result = match self.admit(partition, job) {
+            Ok(Admission::Direct(claim)) => {
+                let outcome = lifecycle::reserve(&self.store, &Atomic, request).await;
+                drop(claim);
+                self.count_direct();
+                outcome
+            }
+            Ok(Admission::Queued) => Self::answer(partition, answer).await,
+            Err(e) => Err(e),
+        };
         crate::stock::telemetry_outcome(&result);
         result
     }
@@ -359,7 +446,15 @@ impl StockStrategy for Batched {
             reply,
         };
         let partition = partition_for_order(order_id, self.senders.len());
-        self.submit(partition, job, answer).await
+        match self.admit(partition, job)? {
+            Admission::Direct(claim) => {
+                let outcome = lifecycle::confirm(&self.store, order_id).await;
+                drop(claim);
+                self.count_direct();
+                outcome
+            }
+            Admission::Queued => Self::answer(partition, answer).await,
+        }
     }
 
     async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {

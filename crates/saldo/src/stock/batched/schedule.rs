@@ -17,7 +17,7 @@
 //! against the sets the last fruitless scan built instead of rescanning the whole queue (a hot
 //! product keeps hundreds of blocked jobs queued while its batch runs).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::Job;
 
@@ -36,6 +36,13 @@ pub(super) struct Claim {
 }
 
 impl Claim {
+    /// The keys of one job alone (a caller's own one-order transaction).
+    pub fn of(job: &Job) -> Claim {
+        let mut claim = Claim::default();
+        claim.add(job);
+        claim
+    }
+
     fn add(&mut self, job: &Job) {
         self.products.extend(job.products());
         self.orders.insert(job.order().to_owned());
@@ -46,14 +53,48 @@ impl Claim {
     }
 }
 
+/// The transactions in flight on one partition: the worker's batches and the one-order
+/// transactions callers run themselves when their partition is idle. Shared under a mutex by
+/// the worker and the callers; every change bumps `generation`, so the worker's cached scan
+/// knows when it is stale.
+#[derive(Debug, Default)]
+pub(super) struct Claims {
+    by_id: HashMap<u64, Claim>,
+    next_id: u64,
+    generation: u64,
+}
+
+impl Claims {
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn touches(&self, job: &Job) -> bool {
+        self.by_id.values().any(|c| c.touches(job))
+    }
+
+    pub fn insert(&mut self, claim: Claim) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.generation += 1;
+        self.by_id.insert(id, claim);
+        id
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        self.generation += 1;
+        self.by_id.remove(&id);
+    }
+}
+
 /// The queue of one partition and the scheduler's memory of its last scan.
 pub(super) struct Queue {
     pending: VecDeque<Job>,
     /// Keys of every batch in flight, plus those of jobs passed over by the last scan.
     blocked: Claim,
-    /// Jobs at the front of `pending` the last scan passed over, or `None` when the batches in
-    /// flight changed since and a full rescan is due.
-    scanned: Option<usize>,
+    /// Jobs at the front of `pending` the last scan passed over, and the claims generation it
+    /// saw; a full rescan is due when the claims changed since.
+    scanned: Option<(usize, u64)>,
 }
 
 impl Queue {
@@ -80,16 +121,16 @@ impl Queue {
     /// The next batch: up to `max_batch` jobs of one kind, in arrival order, none touching a key
     /// in `in_flight` or a key of a job passed over before it. `None` when nothing can start.
     /// Callers that went away are dropped on the way: nothing is reserved in their name.
-    pub fn next_batch<'a>(
+    pub fn next_batch(
         &mut self,
-        in_flight: impl Iterator<Item = &'a Claim>,
+        in_flight: &Claims,
         max_batch: usize,
     ) -> Option<(Kind, Vec<Job>, Claim)> {
         let start = match self.scanned {
-            Some(n) => n,
-            None => {
+            Some((n, generation)) if generation == in_flight.generation => n,
+            _ => {
                 self.blocked = Claim::default();
-                for claim in in_flight {
+                for claim in in_flight.by_id.values() {
                     self.blocked.products.extend(claim.products.iter().copied());
                     self.blocked.orders.extend(claim.orders.iter().cloned());
                 }
@@ -116,10 +157,10 @@ impl Queue {
             }
         }
         if taken.is_empty() {
-            self.scanned = Some(self.pending.len());
+            self.scanned = Some((self.pending.len(), in_flight.generation));
             return None;
         }
-        // Something starts: the set of batches in flight changes, so the next scan starts over.
+        // Something starts: the caller adds its claim, so the next scan starts over.
         self.scanned = None;
         let mut jobs = Vec::with_capacity(taken.len());
         let mut rest = VecDeque::with_capacity(self.pending.len() - taken.len());
@@ -134,11 +175,6 @@ impl Queue {
         }
         self.pending = rest;
         kind.map(|k| (k, jobs, claim))
-    }
-
-    /// A batch in flight ended: its keys are free, so the next scan starts over.
-    pub fn batch_ended(&mut self) {
-        self.scanned = None;
     }
 }
 
@@ -181,7 +217,7 @@ mod tests {
         for (i, p) in [1, 2, 1, 3].iter().enumerate() {
             q.push(reserve(&mut keep, &format!("o{i}"), &[*p]));
         }
-        let (kind, jobs, claim) = q.next_batch(std::iter::empty(), 3).expect("a batch");
+        let (kind, jobs, claim) = q.next_batch(&Claims::default(), 3).expect("a batch");
         assert_eq!(kind, Kind::Reserve);
         assert_eq!(orders(&jobs), ["o0", "o1", "o2"]);
         assert_eq!(claim.products, HashSet::from([1, 2]));
@@ -192,36 +228,63 @@ mod tests {
     fn products_in_flight_are_not_taken_and_later_jobs_keep_their_place() {
         let mut keep = Keep::new();
         let mut q = Queue::new();
-        let mut busy = Claim::default();
-        busy.products.insert(1);
+        let mut busy = Claims::default();
+        let mut product_1 = Claim::default();
+        product_1.products.insert(1);
+        let held = busy.insert(product_1);
         // o0 waits for product 1; o1 wants 1 and 2, so product 2 is blocked behind it; o2 wants
         // only 2 and must not overtake o1; o3 is free.
         q.push(reserve(&mut keep, "o0", &[1]));
         q.push(reserve(&mut keep, "o1", &[1, 2]));
         q.push(reserve(&mut keep, "o2", &[2]));
         q.push(reserve(&mut keep, "o3", &[3]));
-        let (_, jobs, _) = q.next_batch([&busy].into_iter(), 10).expect("a batch");
+        let (_, jobs, claim) = q.next_batch(&busy, 10).expect("a batch");
         assert_eq!(orders(&jobs), ["o3"]);
         assert_eq!(q.len(), 3);
+        busy.insert(claim);
         // Nothing else can start while product 1 is busy, however often we ask.
-        assert!(q.next_batch([&busy].into_iter(), 10).is_none());
+        assert!(q.next_batch(&busy, 10).is_none());
         q.push(reserve(&mut keep, "o4", &[2]));
-        assert!(q.next_batch([&busy].into_iter(), 10).is_none());
-        q.batch_ended();
-        let (_, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        assert!(q.next_batch(&busy, 10).is_none());
+        busy.remove(held);
+        let (_, jobs, _) = q.next_batch(&busy, 10).expect("a batch");
         assert_eq!(orders(&jobs), ["o0", "o1", "o2", "o4"]);
+    }
+
+    #[test]
+    fn a_claim_taken_from_outside_invalidates_the_cached_scan() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        let mut busy = Claims::default();
+        let mut product_1 = Claim::default();
+        product_1.products.insert(1);
+        let held = busy.insert(product_1);
+        q.push(reserve(&mut keep, "o0", &[1]));
+        assert!(q.next_batch(&busy, 10).is_none(), "product 1 is busy");
+        // A caller runs its own transaction on product 2 (the partition's queue had nothing for
+        // product 2 then); a job for product 2 queued after it must wait for it.
+        let mut product_2 = Claim::default();
+        product_2.products.insert(2);
+        busy.insert(product_2);
+        q.push(reserve(&mut keep, "o1", &[2]));
+        assert!(q.next_batch(&busy, 10).is_none(), "product 2 is busy too");
+        busy.remove(held);
+        let (_, jobs, _) = q.next_batch(&busy, 10).expect("a batch");
+        assert_eq!(orders(&jobs), ["o0"]);
     }
 
     #[test]
     fn an_order_in_flight_is_never_in_a_second_batch() {
         let mut keep = Keep::new();
         let mut q = Queue::new();
-        let mut busy = Claim::default();
-        busy.orders.insert("o0".into());
+        let mut busy = Claims::default();
+        let mut order_0 = Claim::default();
+        order_0.orders.insert("o0".into());
+        busy.insert(order_0);
         q.push(confirm(&mut keep, "o0"));
         q.push(reserve(&mut keep, "o0", &[5]));
         q.push(reserve(&mut keep, "o1", &[6]));
-        let (kind, jobs, _) = q.next_batch([&busy].into_iter(), 10).expect("a batch");
+        let (kind, jobs, _) = q.next_batch(&busy, 10).expect("a batch");
         assert_eq!(kind, Kind::Reserve);
         assert_eq!(orders(&jobs), ["o1"]);
     }
@@ -233,10 +296,10 @@ mod tests {
         q.push(confirm(&mut keep, "a"));
         q.push(reserve(&mut keep, "b", &[1]));
         q.push(confirm(&mut keep, "c"));
-        let (kind, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        let (kind, jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
         assert_eq!(kind, Kind::Confirm);
         assert_eq!(orders(&jobs), ["a", "c"]);
-        let (kind, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        let (kind, jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
         assert_eq!(kind, Kind::Reserve);
         assert_eq!(orders(&jobs), ["b"]);
         assert!(q.is_empty());
@@ -249,7 +312,7 @@ mod tests {
         q.push(reserve(&mut keep, "gone", &[1]));
         keep.clear();
         q.push(reserve(&mut keep, "kept", &[1]));
-        let (_, jobs, _) = q.next_batch(std::iter::empty(), 10).expect("a batch");
+        let (_, jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
         assert_eq!(orders(&jobs), ["kept"]);
         assert!(q.is_empty());
     }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +19,8 @@ use uuid::Uuid;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::schedule::{Claim, Kind, Queue};
-use super::{Counters, Job};
+use super::schedule::{Kind, Queue};
+use super::{Counters, Job, Shared};
 use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
 use crate::retry::in_transaction;
@@ -68,8 +68,8 @@ pub(super) struct Worker {
     pub max_batch: usize,
     pub linger: Duration,
     pub in_flight: usize,
-    /// This partition's count of accepted requests not yet in a batch (see `Batched::waiting`).
-    pub waiting: Arc<AtomicUsize>,
+    /// What this partition's callers and worker share: queue count, claims, wake-up.
+    pub shared: Arc<Shared>,
     pub counters: Arc<Counters>,
     /// Dropped when the task ends: lets tests prove the workers stopped.
     pub _alive: Arc<()>,
@@ -78,14 +78,13 @@ pub(super) struct Worker {
 impl Worker {
     /// Runs until every sender is dropped, the queue is drained and every batch has ended.
     ///
-    /// Batches run concurrently inside this task (up to `in_flight`, each on its own pooled
-    /// connection); [`Queue`] decides which queued jobs may start while others are in flight.
+    /// Batches run concurrently inside this task (up to `in_flight` transactions on the
+    /// partition, counting callers' own, each on its own pooled connection); [`Queue`] decides
+    /// which queued jobs may start while others are in flight.
     pub async fn run(self, mut rx: mpsc::Receiver<Job>) {
         let mut queue = Queue::new();
         let mut flights: FuturesUnordered<Pin<Box<dyn Future<Output = u64> + Send + '_>>> =
             FuturesUnordered::new();
-        let mut claims: HashMap<u64, Claim> = HashMap::new();
-        let mut next_flight = 0_u64;
         let mut receiving = true;
         // The channel plus `queue` never hold more than the queue capacity: callers reserve a
         // slot in `waiting` before sending, and the slot is given back here when the job leaves
@@ -96,32 +95,33 @@ impl Worker {
         loop {
             let lingering = linger_until.is_some_and(|t| tokio::time::Instant::now() < t)
                 && queue.len() < self.max_batch;
-            while !lingering && claims.len() < self.in_flight && !queue.is_empty() {
-                let before = queue.len();
-                let next = queue.next_batch(claims.values(), self.max_batch);
-                self.waiting
-                    .fetch_sub(before - queue.len(), Ordering::AcqRel);
-                let Some((kind, jobs, claim)) = next else {
-                    break;
-                };
-                let id = next_flight;
-                next_flight += 1;
-                claims.insert(id, claim);
-                flights.push(Box::pin(async move {
-                    this.process(kind, jobs).await;
-                    id
-                }));
+            if !lingering && !queue.is_empty() {
+                let mut claims = self.shared.claims();
+                while claims.len() < self.in_flight && !queue.is_empty() {
+                    let before = queue.len();
+                    let next = queue.next_batch(&claims, self.max_batch);
+                    self.shared
+                        .waiting
+                        .fetch_sub(before - queue.len(), Ordering::AcqRel);
+                    let Some((kind, jobs, claim)) = next else {
+                        break;
+                    };
+                    let id = claims.insert(claim);
+                    flights.push(Box::pin(async move {
+                        this.process(kind, jobs).await;
+                        id
+                    }));
+                }
             }
             if queue.is_empty() {
                 linger_until = None;
             }
-            if !receiving && queue.is_empty() && claims.is_empty() {
+            if !receiving && queue.is_empty() && flights.is_empty() {
                 break;
             }
             tokio::select! {
                 Some(id) = flights.next(), if !flights.is_empty() => {
-                    claims.remove(&id);
-                    queue.batch_ended();
+                    self.shared.claims().remove(id);
                 }
                 n = rx.recv_many(&mut received, self.max_batch), if receiving => {
                     if n == 0 {
@@ -134,10 +134,10 @@ impl Worker {
                         queue.push(job);
                     }
                 }
+                // A caller's own transaction ended while jobs waited: they may start now.
+                () = self.shared.wake.notified() => {}
                 () = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)),
                     if lingering => {}
-                // Unreachable: with nothing in flight the queue's first job can always start.
-                else => break,
             }
         }
         tracing::debug!(partition = self.partition, "batched worker stopped");
