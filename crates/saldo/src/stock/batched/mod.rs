@@ -122,6 +122,16 @@ pub(crate) struct Counters {
     largest_batch: AtomicU64,
 }
 
+impl Counters {
+    /// One transaction of the engine answered `orders` orders.
+    fn committed(&self, orders: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.orders.fetch_add(orders as u64, Ordering::Relaxed);
+        self.largest_batch
+            .fetch_max(orders as u64, Ordering::Relaxed);
+    }
+}
+
 /// One queued operation and where its answer goes.
 pub(crate) enum Job {
     Reserve {
@@ -359,10 +369,7 @@ impl Batched {
     }
 
     fn count_direct(&self) {
-        let c = &self.counters;
-        c.batches.fetch_add(1, Ordering::Relaxed);
-        c.orders.fetch_add(1, Ordering::Relaxed);
-        c.largest_batch.fetch_max(1, Ordering::Relaxed);
+        self.counters.committed(1);
     }
 
     fn start_workers(&self) {
@@ -424,8 +431,10 @@ impl StockStrategy for Batched {
         let partition = self.partition_of(request);
         let result = match self.admit(partition, job) {
             Ok(Admission::Direct(claim)) => {
+                let started = std::time::Instant::now();
                 let outcome = lifecycle::reserve(&self.store, &Atomic, request).await;
                 drop(claim);
+                worker::record_batch("reserve", started, 1);
                 self.count_direct();
                 outcome
             }
@@ -448,8 +457,10 @@ impl StockStrategy for Batched {
         let partition = partition_for_order(order_id, self.senders.len());
         match self.admit(partition, job)? {
             Admission::Direct(claim) => {
+                let started = std::time::Instant::now();
                 let outcome = lifecycle::confirm(&self.store, order_id).await;
                 drop(claim);
+                worker::record_batch("confirm", started, 1);
                 self.count_direct();
                 outcome
             }

@@ -21,6 +21,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::schedule::{Kind, Queue};
 use super::{Counters, Job, Shared};
+// Every statement of a batch transaction has an index path; a sequential scan never is right.
+use crate::db::INDEX_PATHS_ONLY;
 use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
 use crate::retry::in_transaction;
@@ -38,13 +40,7 @@ const LOCK_BATCH: &str = "SELECT product_id, available FROM stock \
 /// on what committed before we held the rows. Columns 0..=4 are `lifecycle::parse_rows`'s.
 const BATCH_ORDER_ROWS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
      FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at";
-/// Every statement of a batch transaction has an index path (stock and reservations by key),
-/// and a sequential scan is never the right plan for it. Until `reservations` has statistics
-/// (the first minute or two of a fresh deployment, before autovacuum analyses it) the planner
-/// prices `order_id = ANY($1)` with 128 keys at 128 × 0.5% of the table and picks a (parallel)
-/// sequential scan, whose cost grows with every row inserted: a fresh service was measured
-/// falling from 7.7k to 4k reservations/s through HTTP until autoanalyze ran, then 13.8k/s.
-const INDEX_PATHS_ONLY: &str = "SET LOCAL enable_seqscan = off";
+
 /// Every row of the batch's orders to confirm, locked in one consistent order (order id, then
 /// as `lifecycle::confirm` locks one order's rows), before any stock row: the global lock order.
 const LOCK_ORDERS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
@@ -175,7 +171,9 @@ impl Worker {
         // or order, so taking this path keeps FIFO and idempotency as they are.
         if jobs.len() == 1 {
             if let Some((request, reply)) = jobs.pop() {
+                let started = Instant::now();
                 let outcome = lifecycle::reserve(&self.store, &Atomic, &request).await;
+                record_batch("reserve", started, 1);
                 self.count_batch(1);
                 let _ = reply.send(outcome);
             }
@@ -191,9 +189,7 @@ impl Worker {
             move |client| crate::tx_body!(client => grant_batch(client, requests)),
         )
         .await;
-        metrics::histogram!(BATCH_SECONDS, "operation" => "reserve")
-            .record(started.elapsed().as_secs_f64());
-        metrics::histogram!(BATCH_ORDERS, "operation" => "reserve").record(jobs.len() as f64);
+        record_batch("reserve", started, jobs.len());
         match result {
             Ok(outcomes) => {
                 self.count_batch(jobs.len());
@@ -223,9 +219,7 @@ impl Worker {
             move |client| crate::tx_body!(client => confirm_tx(client, order_ids)),
         )
         .await;
-        metrics::histogram!(BATCH_SECONDS, "operation" => "confirm")
-            .record(started.elapsed().as_secs_f64());
-        metrics::histogram!(BATCH_ORDERS, "operation" => "confirm").record(jobs.len() as f64);
+        record_batch("confirm", started, jobs.len());
         match result {
             Ok((outcomes, newly)) => {
                 telemetry::settled("confirmed", newly);
@@ -244,10 +238,7 @@ impl Worker {
     }
 
     fn count_batch(&self, orders: usize) {
-        let c = &self.counters;
-        c.batches.fetch_add(1, Ordering::Relaxed);
-        c.orders.fetch_add(orders as u64, Ordering::Relaxed);
-        c.largest_batch.fetch_max(orders as u64, Ordering::Relaxed);
+        self.counters.committed(orders);
     }
 
     fn warn_fallback(&self, operation: &'static str, orders: usize, e: &Error) {
@@ -263,6 +254,14 @@ impl Worker {
 }
 
 type Reply<T> = oneshot::Sender<Result<T, Error>>;
+
+/// One transaction of the engine (a batch, or a single order run as `atomic`): its duration and
+/// how many orders it answered.
+pub(super) fn record_batch(operation: &'static str, started: Instant, orders: usize) {
+    metrics::histogram!(BATCH_SECONDS, "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
+    metrics::histogram!(BATCH_ORDERS, "operation" => operation).record(orders as f64);
+}
 
 /// What one order of the batch came to, before the insert tells the new rows' expiry.
 enum Decision {
