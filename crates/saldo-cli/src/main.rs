@@ -70,20 +70,18 @@ async fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    // HTTP-mode bench talks only to a running service: no database of its own to start.
     if let Command::Bench(args) = cli.command {
-        if args.is_http() {
-            anyhow::ensure!(
-                bench::run(args, "").await?,
-                "bench: an invariant broke (see above)"
-            );
-            return Ok(());
-        }
-        let database = open(cli.database_url).await?;
-        // The bench works in a scratch database it creates and drops: the one named by the URL
+        // HTTP mode talks only to a running service: no database of its own to start. Otherwise
+        // the bench works in a scratch database it creates and drops: the one named by the URL
         // is never migrated or written.
+        let database = if args.is_http() {
+            None
+        } else {
+            Some(open(cli.database_url).await?)
+        };
+        let server_url = database.as_ref().map_or("", |d| d.url.as_str());
         anyhow::ensure!(
-            bench::run(args, &database.url).await?,
+            bench::run(args, server_url).await?,
             "bench: an invariant broke (see above)"
         );
         return Ok(());

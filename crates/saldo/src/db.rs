@@ -14,14 +14,6 @@ mod embedded {
 
 /// Default pool size and timeouts (the CLI's flags default to these too).
 pub const DEFAULT_POOL_SIZE: usize = 32;
-
-/// `SET LOCAL` for transactions that look rows up by a batch of keys (`= ANY($1)` with hundreds
-/// of elements), where a sequential scan is never the right plan. Until autovacuum has analysed
-/// `reservations` (the first minute or two of a fresh deployment) the planner prices 128 keys at
-/// 128 × 0.5% of the table and picks a (parallel) sequential scan whose cost grows with every
-/// insert: a fresh service was measured falling from 7.7k to 4k reservations/s through HTTP
-/// until autoanalyze ran, then 13.8k/s (BENCHMARKS.md).
-pub const INDEX_PATHS_ONLY: &str = "SET LOCAL enable_seqscan = off";
 pub const DEFAULT_POOL_WAIT_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_POOL_CREATE_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_POOL_RECYCLE_TIMEOUT_MS: u64 = 5_000;

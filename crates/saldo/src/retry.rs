@@ -159,6 +159,14 @@ pub struct TxOptions {
     /// `SET LOCAL statement_timeout` (default [`DEFAULT_STATEMENT_TIMEOUT_MS`]); clamped likewise.
     pub statement_timeout_ms: u64,
     pub retry: RetryPolicy,
+    /// `SET LOCAL enable_seqscan = off`, for transactions that look rows up by batches of keys
+    /// (`= ANY($1)` with hundreds of elements), where a sequential scan is never the right plan.
+    /// Until autovacuum has analysed `reservations` (the first minute or two of a fresh
+    /// deployment) the planner prices 128 keys at 128 × 0.5% of the table and picks a parallel
+    /// sequential scan whose cost grows with every insert: a fresh service was measured falling
+    /// from 7.7k to 4k reservations/s through HTTP until autoanalyze ran, then 13.8k/s
+    /// (BENCHMARKS.md). Default off.
+    pub index_paths_only: bool,
     /// Optional per-caller counters (tests, the race lab); the metrics are recorded regardless.
     pub stats: Option<Arc<TxStats>>,
 }
@@ -169,6 +177,7 @@ impl Default for TxOptions {
             lock_timeout_ms: DEFAULT_LOCK_TIMEOUT_MS,
             statement_timeout_ms: DEFAULT_STATEMENT_TIMEOUT_MS,
             retry: RetryPolicy::default(),
+            index_paths_only: false,
             stats: None,
         }
     }
@@ -185,6 +194,10 @@ impl TxOptions {
     }
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+    pub fn with_index_paths_only(mut self) -> Self {
+        self.index_paths_only = true;
         self
     }
     pub fn with_stats(mut self, stats: Arc<TxStats>) -> Self {
@@ -277,9 +290,14 @@ where
     let max_attempts = options.retry.effective_max_attempts();
     // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
     let begin = format!(
-        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
+        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}{}",
         options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS),
-        options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS)
+        options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS),
+        if options.index_paths_only {
+            "; SET LOCAL enable_seqscan = off"
+        } else {
+            ""
+        }
     );
     let mut attempt = 1;
     loop {

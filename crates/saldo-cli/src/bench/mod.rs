@@ -268,7 +268,6 @@ impl Config {
     }
 }
 
-/// Runs the benchmark; `Ok(false)` when an invariant broke.
 impl Args {
     /// True when the bench drives a running `saldo serve` (`--target`) instead of the library.
     pub fn is_http(&self) -> bool {
@@ -276,6 +275,7 @@ impl Args {
     }
 }
 
+/// Runs the benchmark; `Ok(false)` when an invariant broke.
 pub async fn run(args: Args, server_url: &str) -> Result<bool> {
     let config = Config::from_args(args)?;
     if let Some(target) = config.http.clone() {

@@ -25,8 +25,10 @@ pub async fn sweep(store: &Store) -> Result<u64, Error> {
 pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
     let batch = batch.clamp(1, SWEEP_BATCH);
     // No retry here: the next round picks up whatever this one did not finish.
+    // Settling up to 500 ids by `id = ANY($1)`: see `TxOptions::index_paths_only`.
     let options = TxOptions {
         retry: RetryPolicy::none(),
+        index_paths_only: true,
         ..store.tx.clone()
     };
     let mut total = 0u64;
@@ -34,14 +36,7 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
         let result = in_transaction(&store.pool, &options, "sweep", move |client| {
             crate::tx_body!(client => async {
                 let stmt = client.prepare_cached(DUE).await?;
-                // Settling up to 500 ids by `id = ANY($1)`: before `reservations` has statistics
-                // the planner would price that as a large share of the table and scan it whole
-                // (see `db::INDEX_PATHS_ONLY`). Pipelined, no extra round trip.
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&batch];
-                let (_, rows) = futures::try_join!(
-                    client.batch_execute(crate::db::INDEX_PATHS_ONLY),
-                    client.query(&stmt, &params)
-                )?;
+                let rows = client.query(&stmt, &[&batch]).await?;
                 let rows = lifecycle::parse_rows(&rows)?;
                 let refs: Vec<&Row> = rows.iter().collect();
                 lifecycle::settle(client, &refs, Status::Expired).await?;

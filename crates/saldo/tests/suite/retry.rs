@@ -134,22 +134,27 @@ async fn attempts_are_bounded_whatever_the_configuration() {
     assert_eq!(runs, 1, "zero attempts still runs once");
 }
 
+/// The value of the setting `name` inside a transaction run with `options`.
+async fn setting_in_transaction(db: &TestDb, options: &TxOptions, name: &'static str) -> String {
+    in_transaction(&db.pool, options, "test", |client| {
+        saldo::tx_body!(client => async {
+            Ok(client.query_one(&format!("SHOW {name}"), &[]).await?.get::<_, String>(0))
+        })
+    })
+    .await
+    .expect("show")
+}
+
 #[tokio::test]
 async fn timeouts_are_set_per_transaction() {
     let db = test_db().await;
     let show = |options: TxOptions| {
-        let pool = db.pool.clone();
+        let db = &db;
         async move {
-            in_transaction(&pool, &options, "test", |client| {
-                saldo::tx_body!(client => async {
-                    let lock: String = client.query_one("SHOW lock_timeout", &[]).await?.get(0);
-                    let stmt: String =
-                        client.query_one("SHOW statement_timeout", &[]).await?.get(0);
-                    Ok((lock, stmt))
-                })
-            })
-            .await
-            .expect("show")
+            (
+                setting_in_transaction(db, &options, "lock_timeout").await,
+                setting_in_transaction(db, &options, "statement_timeout").await,
+            )
         }
     };
     assert_eq!(
@@ -171,6 +176,22 @@ async fn timeouts_are_set_per_transaction() {
         .expect("show")
         .get(0);
     assert_eq!(lock, "0");
+}
+
+#[tokio::test]
+async fn index_paths_only_is_set_for_its_transaction_alone() {
+    let db = test_db().await;
+    let seqscan = |options: TxOptions| {
+        let db = &db;
+        async move { setting_in_transaction(db, &options, "enable_seqscan").await }
+    };
+    assert_eq!(seqscan(TxOptions::default()).await, "on");
+    assert_eq!(
+        seqscan(TxOptions::default().with_index_paths_only()).await,
+        "off"
+    );
+    // SET LOCAL: the pooled connection keeps the server default afterwards.
+    assert_eq!(seqscan(TxOptions::default()).await, "on");
 }
 
 /// How long the first attempt waits for the second caller to queue for the connection.

@@ -36,7 +36,6 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::domain::OrderId;
 use crate::error::Error;
-use crate::stock::atomic::Atomic;
 use crate::stock::{
     lifecycle, ConfirmOutcome, ReleaseOutcome, Reservation, ReserveRequest, ReservedItem,
     StockStrategy, Store,
@@ -225,6 +224,13 @@ enum Admission {
     Queued,
 }
 
+/// One partition as callers see it. The worker holds only `shared`: were it to hold the sender,
+/// its own channel could never close.
+struct Partition {
+    sender: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+}
+
 /// Receivers kept until the workers start on the first `reserve`.
 type Pending = Mutex<Vec<(usize, mpsc::Receiver<Job>)>>;
 
@@ -233,10 +239,7 @@ type Pending = Mutex<Vec<(usize, mpsc::Receiver<Job>)>>;
 pub struct Batched {
     store: Store,
     config: BatchedConfig,
-    senders: Arc<Vec<mpsc::Sender<Job>>>,
-    /// Per partition: what callers and the worker share. Kept apart from `senders` so that the
-    /// workers, which hold these, do not keep their own channels open.
-    shared: Arc<Vec<Arc<Shared>>>,
+    partitions: Arc<Vec<Partition>>,
     pending: Arc<Pending>,
     started: Arc<OnceLock<()>>,
     counters: Arc<Counters>,
@@ -249,21 +252,18 @@ impl Batched {
     /// runtime that calls it, so building outside a runtime is fine.
     pub fn new(store: Store, config: &BatchedConfig) -> Self {
         let config = config.clamped();
-        let mut senders = Vec::with_capacity(config.partitions);
+        let mut partitions = Vec::with_capacity(config.partitions);
         let mut receivers = Vec::with_capacity(config.partitions);
-        for partition in 0..config.partitions {
-            let (tx, rx) = mpsc::channel(config.queue_capacity);
-            senders.push(tx);
-            receivers.push((partition, rx));
+        for index in 0..config.partitions {
+            let (sender, rx) = mpsc::channel(config.queue_capacity);
+            let shared = Arc::new(Shared::default());
+            partitions.push(Partition { sender, shared });
+            receivers.push((index, rx));
         }
-        let shared = (0..config.partitions)
-            .map(|_| Arc::new(Shared::default()))
-            .collect();
         Batched {
             store,
             config,
-            senders: Arc::new(senders),
-            shared: Arc::new(shared),
+            partitions: Arc::new(partitions),
             pending: Arc::new(Mutex::new(receivers)),
             started: Arc::new(OnceLock::new()),
             counters: Arc::new(Counters::default()),
@@ -289,9 +289,9 @@ impl Batched {
 
     /// Requests waiting in the queues (not yet taken into a batch).
     pub fn queued(&self) -> usize {
-        self.shared
+        self.partitions
             .iter()
-            .map(|s| s.waiting.load(Ordering::Acquire))
+            .map(|p| p.shared.waiting.load(Ordering::Acquire))
             .sum()
     }
 
@@ -303,7 +303,7 @@ impl Batched {
     /// The partition of an order: that of its smallest product id.
     fn partition_of(&self, request: &ReserveRequest) -> usize {
         let first = request.items.iter().next().map_or(0, |(p, _)| p.get());
-        partition_for(first, self.senders.len())
+        partition_for(first, self.partitions.len())
     }
 
     /// Decides where a request goes, under the partition's claims lock so that the order of
@@ -312,9 +312,7 @@ impl Batched {
     /// free), else into the queue. A full queue answers `Overloaded` at once.
     fn admit(&self, partition: usize, job: Job) -> Result<Admission, Error> {
         self.start_workers();
-        let (Some(sender), Some(shared)) =
-            (self.senders.get(partition), self.shared.get(partition))
-        else {
+        let Some(Partition { sender, shared }) = self.partitions.get(partition) else {
             return Err(Error::Overloaded("batched engine has no partitions".into()));
         };
         let mut claims = shared.claims();
@@ -368,10 +366,6 @@ impl Batched {
         })
     }
 
-    fn count_direct(&self) {
-        self.counters.committed(1);
-    }
-
     fn start_workers(&self) {
         self.started.get_or_init(|| {
             let receivers = match self.pending.lock() {
@@ -384,10 +378,11 @@ impl Batched {
                 let worker = worker::Worker {
                     partition,
                     store: self.store.clone(),
+                    tx: self.store.tx.clone().with_index_paths_only(),
                     max_batch: self.config.max_batch,
                     linger: self.config.linger,
                     in_flight: self.config.in_flight,
-                    shared: self.shared[partition].clone(),
+                    shared: self.partitions[partition].shared.clone(),
                     counters: self.counters.clone(),
                     _alive: self.alive.clone(),
                 };
@@ -431,11 +426,8 @@ impl StockStrategy for Batched {
         let partition = self.partition_of(request);
         let result = match self.admit(partition, job) {
             Ok(Admission::Direct(claim)) => {
-                let started = std::time::Instant::now();
-                let outcome = lifecycle::reserve(&self.store, &Atomic, request).await;
+                let outcome = worker::reserve_alone(&self.store, &self.counters, request).await;
                 drop(claim);
-                worker::record_batch("reserve", started, 1);
-                self.count_direct();
                 outcome
             }
             Ok(Admission::Queued) => Self::answer(partition, answer).await,
@@ -454,14 +446,11 @@ impl StockStrategy for Batched {
             order_id: order_id.clone(),
             reply,
         };
-        let partition = partition_for_order(order_id, self.senders.len());
+        let partition = partition_for_order(order_id, self.partitions.len());
         match self.admit(partition, job)? {
             Admission::Direct(claim) => {
-                let started = std::time::Instant::now();
-                let outcome = lifecycle::confirm(&self.store, order_id).await;
+                let outcome = worker::confirm_alone(&self.store, &self.counters, order_id).await;
                 drop(claim);
-                worker::record_batch("confirm", started, 1);
-                self.count_direct();
                 outcome
             }
             Admission::Queued => Self::answer(partition, answer).await,

@@ -119,13 +119,14 @@ impl Queue {
     }
 
     /// The next batch: up to `max_batch` jobs of one kind, in arrival order, none touching a key
-    /// in `in_flight` or a key of a job passed over before it. `None` when nothing can start.
-    /// Callers that went away are dropped on the way: nothing is reserved in their name.
+    /// in `in_flight` or a key of a job passed over before it, and the keys it claims. `None`
+    /// when nothing can start. Callers that went away are dropped on the way: nothing is
+    /// reserved in their name.
     pub fn next_batch(
         &mut self,
         in_flight: &Claims,
         max_batch: usize,
-    ) -> Option<(Kind, Vec<Job>, Claim)> {
+    ) -> Option<(Vec<Job>, Claim)> {
         let start = match self.scanned {
             Some((n, generation)) if generation == in_flight.generation => n,
             _ => {
@@ -137,44 +138,49 @@ impl Queue {
                 0
             }
         };
-        self.pending.retain(|job| !job.abandoned());
-        let start = start.min(self.pending.len());
 
         let mut kind = None;
         let mut claim = Claim::default();
-        let mut taken = Vec::new();
+        // Positions (ascending) of the jobs leaving the queue, and whether each joins the batch
+        // (true) or is dropped because its caller went away (false).
+        let mut leaving: Vec<(usize, bool)> = Vec::new();
+        let mut taken = 0;
         for (index, job) in self.pending.iter().enumerate().skip(start) {
-            if taken.len() >= max_batch.max(1) {
+            if taken >= max_batch.max(1) {
                 break;
             }
-            let fits = !self.blocked.touches(job) && kind.is_none_or(|k| k == job.kind());
-            if fits {
+            if job.abandoned() {
+                leaving.push((index, false));
+            } else if !self.blocked.touches(job) && kind.is_none_or(|k| k == job.kind()) {
                 kind = Some(job.kind());
                 claim.add(job);
-                taken.push(index);
+                leaving.push((index, true));
+                taken += 1;
             } else {
                 self.blocked.add(job);
             }
         }
-        if taken.is_empty() {
+        let mut jobs = Vec::with_capacity(taken);
+        if !leaving.is_empty() {
+            let mut rest = VecDeque::with_capacity(self.pending.len() - leaving.len());
+            let mut leaving = leaving.into_iter().peekable();
+            for (index, job) in std::mem::take(&mut self.pending).into_iter().enumerate() {
+                match leaving.next_if(|(at, _)| *at == index) {
+                    Some((_, true)) => jobs.push(job),
+                    Some((_, false)) => {}
+                    None => rest.push_back(job),
+                }
+            }
+            self.pending = rest;
+        }
+        if jobs.is_empty() {
+            // Every job still queued was checked against `blocked`: the next call resumes here.
             self.scanned = Some((self.pending.len(), in_flight.generation));
             return None;
         }
         // Something starts: the caller adds its claim, so the next scan starts over.
         self.scanned = None;
-        let mut jobs = Vec::with_capacity(taken.len());
-        let mut rest = VecDeque::with_capacity(self.pending.len() - taken.len());
-        let mut next = taken.iter().peekable();
-        for (index, job) in std::mem::take(&mut self.pending).into_iter().enumerate() {
-            if next.peek() == Some(&&index) {
-                next.next();
-                jobs.push(job);
-            } else {
-                rest.push_back(job);
-            }
-        }
-        self.pending = rest;
-        kind.map(|k| (k, jobs, claim))
+        Some((jobs, claim))
     }
 }
 
@@ -217,8 +223,8 @@ mod tests {
         for (i, p) in [1, 2, 1, 3].iter().enumerate() {
             q.push(reserve(&mut keep, &format!("o{i}"), &[*p]));
         }
-        let (kind, jobs, claim) = q.next_batch(&Claims::default(), 3).expect("a batch");
-        assert_eq!(kind, Kind::Reserve);
+        let (jobs, claim) = q.next_batch(&Claims::default(), 3).expect("a batch");
+        assert!(jobs.iter().all(|j| j.kind() == Kind::Reserve));
         assert_eq!(orders(&jobs), ["o0", "o1", "o2"]);
         assert_eq!(claim.products, HashSet::from([1, 2]));
         assert_eq!(q.len(), 1);
@@ -238,7 +244,7 @@ mod tests {
         q.push(reserve(&mut keep, "o1", &[1, 2]));
         q.push(reserve(&mut keep, "o2", &[2]));
         q.push(reserve(&mut keep, "o3", &[3]));
-        let (_, jobs, claim) = q.next_batch(&busy, 10).expect("a batch");
+        let (jobs, claim) = q.next_batch(&busy, 10).expect("a batch");
         assert_eq!(orders(&jobs), ["o3"]);
         assert_eq!(q.len(), 3);
         busy.insert(claim);
@@ -247,7 +253,7 @@ mod tests {
         q.push(reserve(&mut keep, "o4", &[2]));
         assert!(q.next_batch(&busy, 10).is_none());
         busy.remove(held);
-        let (_, jobs, _) = q.next_batch(&busy, 10).expect("a batch");
+        let (jobs, _) = q.next_batch(&busy, 10).expect("a batch");
         assert_eq!(orders(&jobs), ["o0", "o1", "o2", "o4"]);
     }
 
@@ -269,7 +275,7 @@ mod tests {
         q.push(reserve(&mut keep, "o1", &[2]));
         assert!(q.next_batch(&busy, 10).is_none(), "product 2 is busy too");
         busy.remove(held);
-        let (_, jobs, _) = q.next_batch(&busy, 10).expect("a batch");
+        let (jobs, _) = q.next_batch(&busy, 10).expect("a batch");
         assert_eq!(orders(&jobs), ["o0"]);
     }
 
@@ -284,8 +290,8 @@ mod tests {
         q.push(confirm(&mut keep, "o0"));
         q.push(reserve(&mut keep, "o0", &[5]));
         q.push(reserve(&mut keep, "o1", &[6]));
-        let (kind, jobs, _) = q.next_batch(&busy, 10).expect("a batch");
-        assert_eq!(kind, Kind::Reserve);
+        let (jobs, _) = q.next_batch(&busy, 10).expect("a batch");
+        assert!(jobs.iter().all(|j| j.kind() == Kind::Reserve));
         assert_eq!(orders(&jobs), ["o1"]);
     }
 
@@ -296,11 +302,11 @@ mod tests {
         q.push(confirm(&mut keep, "a"));
         q.push(reserve(&mut keep, "b", &[1]));
         q.push(confirm(&mut keep, "c"));
-        let (kind, jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
-        assert_eq!(kind, Kind::Confirm);
+        let (jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
+        assert!(jobs.iter().all(|j| j.kind() == Kind::Confirm));
         assert_eq!(orders(&jobs), ["a", "c"]);
-        let (kind, jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
-        assert_eq!(kind, Kind::Reserve);
+        let (jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
+        assert!(jobs.iter().all(|j| j.kind() == Kind::Reserve));
         assert_eq!(orders(&jobs), ["b"]);
         assert!(q.is_empty());
     }
@@ -312,8 +318,25 @@ mod tests {
         q.push(reserve(&mut keep, "gone", &[1]));
         keep.clear();
         q.push(reserve(&mut keep, "kept", &[1]));
-        let (_, jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
+        let (jobs, _) = q.next_batch(&Claims::default(), 10).expect("a batch");
         assert_eq!(orders(&jobs), ["kept"]);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_caller_leaving_from_the_scanned_part_does_not_hide_later_jobs() {
+        let mut keep = Keep::new();
+        let mut q = Queue::new();
+        let mut busy = Claims::default();
+        let mut product_1 = Claim::default();
+        product_1.products.insert(1);
+        busy.insert(product_1);
+        q.push(reserve(&mut keep, "a", &[1]));
+        q.push(reserve(&mut keep, "b", &[1]));
+        assert!(q.next_batch(&busy, 10).is_none(), "product 1 is busy");
+        q.push(reserve(&mut keep, "c", &[3]));
+        keep.remove(0); // the caller of `a` goes away
+        let (jobs, _) = q.next_batch(&busy, 10).expect("c is free to start");
+        assert_eq!(orders(&jobs), ["c"]);
     }
 }
