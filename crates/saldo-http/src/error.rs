@@ -227,8 +227,43 @@ fn domain(e: &Error) -> Parts {
         )
         .with("sqlstate", json!(sqlstate))
         .retry(),
+        Error::NothingToRereserve(o) => Parts::new(
+            S::CONFLICT,
+            "nothing-to-rereserve",
+            "Nothing to re-reserve",
+            detail,
+        )
+        .with("order_id", json!(o)),
+        Error::NotRereservable {
+            order_id,
+            product_id,
+            ..
+        } => Parts::new(
+            S::CONFLICT,
+            "not-rereservable",
+            "Product cannot be re-reserved",
+            detail,
+        )
+        .with("order_id", json!(order_id))
+        .with("product_id", json!(product_id)),
+        Error::DeadlineExceeded { .. } => Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "deadline-exceeded",
+            "Not applied: the request's deadline passed",
+            format!("{detail}; sending the same request again is safe"),
+        )
+        .with("applied", json!(false))
+        .retry(),
+        Error::OutcomeUnknown { .. } => Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "outcome-unknown",
+            "Outcome unknown: replay the request to learn it",
+            detail,
+        )
+        .with("applied", Value::Null)
+        .retry(),
         Error::Database(db) => database(db),
-        Error::Migration(_) => internal(),
+        Error::Migration(_) | Error::Invariant(_) => internal(),
     }
 }
 
@@ -249,9 +284,10 @@ fn database(e: &tokio_postgres::Error) -> Parts {
             S::SERVICE_UNAVAILABLE,
             "database-timeout",
             "Database timeout, try again",
-            "a lock or statement timeout expired".into(),
+            "a lock or statement timeout expired; nothing was applied".into(),
         )
         .with("sqlstate", json!(code.code()))
+        .with("applied", json!(false))
         .retry()
     } else if *code == SqlState::T_R_DEADLOCK_DETECTED
         || *code == SqlState::T_R_SERIALIZATION_FAILURE

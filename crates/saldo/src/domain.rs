@@ -74,6 +74,34 @@ impl fmt::Display for OrderId {
     }
 }
 
+/// The idempotency key of a re-reserve (`POST /v1/orders/{id}/rereserve`): the same alphabet
+/// as order ids. An order's own reserve request is keyed by the order id; each re-reserve of
+/// what expired or was released is a request of its own, and a replay of it with the same key
+/// takes nothing again, whatever happened to the rows it wrote.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct RequestKey(String);
+
+impl RequestKey {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(RequestKey(raw))
+        } else {
+            Err(InputError::RequestKeyInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The id alphabet shared by order ids and transfer ids.
 pub(crate) fn valid_token(s: &str) -> bool {
     !s.is_empty()

@@ -12,6 +12,8 @@ pub enum InputError {
     ProductIdNotPositive(i64),
     #[error("order id must be 1-64 characters from [A-Za-z0-9._:-]")]
     OrderIdInvalid,
+    #[error("rereserve id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    RequestKeyInvalid,
     #[error("quantity must be positive, got {0}")]
     QuantityNotPositive(i64),
     #[error("quantity {quantity} is above the limit of {max} per product")]
@@ -57,6 +59,28 @@ pub enum Error {
     IdempotencyConflict(OrderId),
     #[error("unknown order {0}")]
     UnknownOrder(OrderId),
+    /// A re-reserve found nothing expired or released to take again.
+    #[error("order {0} has nothing expired or released to re-reserve")]
+    NothingToRereserve(OrderId),
+    /// A re-reserve named a product the order does not hold, or one it still holds live.
+    #[error("product {product_id} of order {order_id} cannot be re-reserved: it is {why}")]
+    NotRereservable {
+        order_id: OrderId,
+        product_id: ProductId,
+        why: &'static str,
+    },
+    /// The operation's deadline passed before it could be applied: nothing was applied, and the
+    /// same request may be sent again.
+    #[error("the deadline passed before {operation} was applied; nothing was applied")]
+    DeadlineExceeded { operation: &'static str },
+    /// The COMMIT was sent but its answer was lost (deadline or connection): the operation may
+    /// or may not have been applied. Replaying the same request (same order or transfer id)
+    /// tells which, and never applies it twice.
+    #[error("the outcome of {operation} is unknown: its commit was in flight when {cause}; replay the same request to learn it")]
+    OutcomeUnknown {
+        operation: &'static str,
+        cause: String,
+    },
     #[error("count {count} is below the {reserved} units reserved for product {product_id}")]
     CountBelowReserved {
         product_id: ProductId,
@@ -106,6 +130,10 @@ pub enum Error {
     Database(#[from] tokio_postgres::Error),
     #[error("migration failed: {0}")]
     Migration(String),
+    /// Something the code relies on did not hold (a row the schema cannot produce, a product
+    /// missing from a batch it was locked in). A bug, reported loudly instead of guessed around.
+    #[error("internal invariant broken: {0}")]
+    Invariant(String),
 }
 
 impl Error {
@@ -120,6 +148,13 @@ impl Error {
     /// Deadlock or serialization failure: the transaction left no effect and may be rerun.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Database(e) if e.code().is_some_and(is_retryable_state))
+    }
+
+    /// A lock or statement timeout (55P03 / 57014): the statement was cancelled, and with it the
+    /// transaction — nothing of it was applied.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self.sqlstate(), Some(code)
+            if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED)
     }
 
     /// True for a unique violation of the named constraint or index.

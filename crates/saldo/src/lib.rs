@@ -40,6 +40,7 @@
 
 pub mod audit;
 pub mod db;
+pub mod deadline;
 pub mod domain;
 pub mod error;
 pub mod lab;

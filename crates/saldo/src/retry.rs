@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 use rand::Rng;
 use tokio_postgres::error::SqlState;
 
+use crate::deadline;
 use crate::error::Error;
 use crate::telemetry;
 
@@ -277,6 +278,13 @@ macro_rules! tx_body {
 /// `options.retry` allows; when attempts run out the last error comes back as
 /// [`Error::RetriesExhausted`] with its SQLSTATE. Any other error returns at once.
 ///
+/// Under a [`deadline`] (set by the caller with [`deadline::within`]) no attempt starts after
+/// it, the wait for a connection, `lock_timeout` and `statement_timeout` are capped by what is
+/// left, and the body as a whole is abandoned (its connection closed, so the server rolls it
+/// back) when time runs out: [`Error::DeadlineExceeded`], nothing applied. A COMMIT whose
+/// answer is lost (deadline plus [`deadline::COMMIT_GRACE`], or the connection) is
+/// [`Error::OutcomeUnknown`].
+///
 /// `work` must have no external effect: it may run several times.
 pub async fn in_transaction<'a, T, F>(
     pool: &Pool,
@@ -288,33 +296,35 @@ where
     F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
     let max_attempts = options.retry.effective_max_attempts();
-    // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
-    let begin = format!(
-        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}{}",
-        options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS),
-        options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS),
-        if options.index_paths_only {
-            "; SET LOCAL enable_seqscan = off"
-        } else {
-            ""
-        }
-    );
     let mut attempt = 1;
     loop {
+        if deadline::passed() {
+            return Err(deadline_exceeded(operation));
+        }
         if let Some(stats) = &options.stats {
             stats.attempts.fetch_add(1, Ordering::Relaxed);
         }
-        let result = {
-            let client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
-            let (client, result) = run_once(TxClient::new(client), &begin, &mut work).await;
-            if result.is_err() {
-                // The transaction may be open or aborted; a failed ROLLBACK means the connection
-                // is gone, and the pool drops closed connections on their next checkout.
-                let _ = client.batch_execute("ROLLBACK").await;
+        let result = match checkout(pool, operation).await {
+            Err(e) => Err(e),
+            Ok(client) => {
+                let begin = begin_statement(options);
+                match run_once(TxClient::new(client), &begin, &mut work, operation).await {
+                    Attempt::Ended(client, result) => {
+                        if result.is_err() {
+                            // The transaction may be open or aborted; a failed ROLLBACK means the
+                            // connection is gone, and the pool drops closed connections on their
+                            // next checkout.
+                            let _ = client.batch_execute("ROLLBACK").await;
+                        }
+                        // The transaction has ended: the client goes back to the pool here,
+                        // before any sleep.
+                        drop(client.finish());
+                        result
+                    }
+                    // The connection was closed with the transaction: nothing to give back.
+                    Attempt::Abandoned(e) => Err(e),
+                }
             }
-            // The transaction has ended: the client goes back to the pool here, before any sleep.
-            drop(client.finish());
-            result
         };
         match result {
             Err(e) if e.is_retryable() => {
@@ -338,8 +348,19 @@ where
                     stats.retried(&sqlstate);
                 }
                 tracing::debug!(operation, attempt, sqlstate, "retrying transaction");
-                tokio::time::sleep(options.retry.backoff(attempt)).await;
+                let backoff = options.retry.backoff(attempt);
+                if deadline::remaining().is_some_and(|left| left <= backoff) {
+                    // The failed attempt rolled back; there is no time for another.
+                    return Err(deadline_exceeded(operation));
+                }
+                tokio::time::sleep(backoff).await;
                 attempt += 1;
+            }
+            Err(e) if e.is_timeout() && deadline::passed() => {
+                // The capped lock or statement timeout fired because the deadline came: the
+                // same truth ("not applied") under the name the caller knows it by.
+                telemetry::observe_error(operation, &e);
+                return Err(deadline_exceeded(operation));
             }
             other => {
                 if let Err(e) = &other {
@@ -351,24 +372,106 @@ where
     }
 }
 
+fn deadline_exceeded(operation: &'static str) -> Error {
+    metrics::counter!(telemetry::DEADLINE_EXCEEDED, "operation" => operation).increment(1);
+    Error::DeadlineExceeded { operation }
+}
+
+/// A pooled connection, waiting no longer than the deadline allows.
+async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error> {
+    let got = match deadline::remaining() {
+        Some(left) => match tokio::time::timeout(left, pool.get()).await {
+            Ok(got) => got,
+            Err(_) => return Err(deadline_exceeded(operation)),
+        },
+        None => pool.get().await,
+    };
+    got.map_err(|e| Error::Pool(e.to_string()))
+}
+
+/// BEGIN with this transaction's settings; the timeouts capped by the deadline's time left.
+fn begin_statement(options: &TxOptions) -> String {
+    // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
+    format!(
+        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}{}",
+        deadline::cap_ms(options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS)),
+        deadline::cap_ms(options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS)),
+        if options.index_paths_only {
+            "; SET LOCAL enable_seqscan = off"
+        } else {
+            ""
+        }
+    )
+}
+
+/// How one attempt ended.
+enum Attempt<T> {
+    /// BEGIN, the body and COMMIT ran (or one failed with an answer from the server): the
+    /// connection is in a known state.
+    Ended(TxClient, Result<T, Error>),
+    /// The attempt was given up mid-flight and its connection closed: before COMMIT that means
+    /// rolled back (`DeadlineExceeded`); during COMMIT, unknown (`OutcomeUnknown`).
+    Abandoned(Error),
+}
+
 async fn run_once<'a, T, F>(
     client: TxClient,
     begin: &str,
     work: &mut F,
-) -> (TxClient, Result<T, Error>)
+    operation: &'static str,
+) -> Attempt<T>
 where
     F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
     if let Err(e) = client.batch_execute(begin).await {
-        return (client, Err(e.into()));
+        return Attempt::Ended(client, Err(e.into()));
     }
-    let (client, result) = work(client).await;
-    match result {
-        Ok(value) => match client.batch_execute("COMMIT").await {
-            Ok(()) => (client, Ok(value)),
-            Err(e) => (client, Err(e.into())),
+    let body = work(client);
+    let (client, result) = match deadline::remaining() {
+        // Dropping the body drops its TxClient, which closes the connection: the server rolls
+        // the transaction back, and COMMIT was never sent.
+        Some(left) => match tokio::time::timeout(left, body).await {
+            Ok(ended) => ended,
+            Err(_) => return Attempt::Abandoned(deadline_exceeded(operation)),
         },
-        Err(e) => (client, Err(e)),
+        None => body.await,
+    };
+    let value = match result {
+        Ok(value) => value,
+        Err(e) => return Attempt::Ended(client, Err(e)),
+    };
+    let commit = client.batch_execute("COMMIT");
+    let committed = match deadline::remaining() {
+        Some(left) => match tokio::time::timeout(left + deadline::COMMIT_GRACE, commit).await {
+            Ok(committed) => committed,
+            Err(_) => {
+                drop(client);
+                return Attempt::Abandoned(outcome_unknown(operation, "the deadline passed"));
+            }
+        },
+        None => commit.await,
+    };
+    match committed {
+        Ok(()) => Attempt::Ended(client, Ok(value)),
+        // An answer from the server (40001 at commit, a deferred constraint): not committed.
+        Err(e) if e.code().is_some() => Attempt::Ended(client, Err(e.into())),
+        // No answer: the connection broke after COMMIT left; it may have committed.
+        Err(e) => {
+            drop(client);
+            Attempt::Abandoned(outcome_unknown(
+                operation,
+                &format!("the database connection was lost ({e})"),
+            ))
+        }
+    }
+}
+
+fn outcome_unknown(operation: &'static str, cause: &str) -> Error {
+    metrics::counter!(telemetry::OUTCOME_UNKNOWN, "operation" => operation).increment(1);
+    tracing::warn!(operation, cause, "commit outcome unknown");
+    Error::OutcomeUnknown {
+        operation,
+        cause: cause.to_owned(),
     }
 }
 

@@ -15,6 +15,10 @@ pub const CONFIRMED_WITH_MISSING: &str = "saldo_orders_confirmed_with_missing_to
 pub const STOCK_LOCK_WAIT: &str = "saldo_stock_lock_wait_seconds";
 pub const VERSION_CONFLICTS: &str = "saldo_stock_version_conflicts_total";
 pub const TRANSFERS: &str = "saldo_ledger_transfers_total";
+/// Operations answered "not applied" because their deadline came first, by operation.
+pub const DEADLINE_EXCEEDED: &str = "saldo_deadline_exceeded_total";
+/// COMMITs whose answer was lost (deadline or connection): the caller was told to replay.
+pub const OUTCOME_UNKNOWN: &str = "saldo_outcome_unknown_total";
 
 pub(crate) fn tx_retry(operation: &'static str, sqlstate: &str) {
     metrics::counter!(TX_RETRIES, "operation" => operation, "sqlstate" => sqlstate.to_owned())

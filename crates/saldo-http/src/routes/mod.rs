@@ -92,6 +92,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(stock::set_count, stock::get_stock))
         .routes(routes!(stock::adjust))
         .routes(routes!(orders::reserve))
+        .routes(routes!(orders::rereserve))
         .routes(routes!(orders::confirm))
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))

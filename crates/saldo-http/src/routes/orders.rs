@@ -1,12 +1,14 @@
-//! Order routes: reserve every item of an order or none, confirm, release, read. A replayed
-//! reservation answers 200 with the original body and `"replayed": true` instead of 201.
+//! Order routes: reserve every item of an order or none, re-reserve what it lost, confirm,
+//! release, read. A replayed reservation or re-reserve answers 200 with the order's current
+//! state and `"replayed": true` instead of 201, whatever happened to the order since: the order
+//! id (and a re-reserve's `rereserve_id`) is an idempotency key for good.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use saldo::domain::{OrderId, OrderItems, Ttl, MAX_TTL_S, MIN_TTL_S};
-use saldo::stock::{ReserveRequest, ReservedItem, Status};
+use saldo::domain::{OrderId, OrderItems, RequestKey, Ttl, MAX_TTL_S, MIN_TTL_S};
+use saldo::stock::{RereserveRequest, Reservation, ReserveRequest, ReservedItem, Status};
 use saldo::Error;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -34,6 +36,22 @@ pub struct ReserveBody {
     pub order_id: String,
     /// 1..=100 items.
     pub items: Vec<ItemRequest>,
+    /// Reservation lifetime in seconds, 1..=86400; the server's default when absent.
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+/// Take again what an order lost (expired or released before payment), all or nothing.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RereserveBody {
+    /// 1-64 characters from `[A-Za-z0-9._:-]`: this re-reserve's own idempotency key. Sending
+    /// it again answers what it did and takes nothing more.
+    pub rereserve_id: String,
+    /// Which lost products and how many; every product the order lost, with its quantity, when
+    /// absent.
+    #[serde(default)]
+    pub items: Option<Vec<ItemRequest>>,
     /// Reservation lifetime in seconds, 1..=86400; the server's default when absent.
     #[serde(default)]
     pub ttl_s: Option<u64>,
@@ -88,12 +106,14 @@ fn views(items: &[ReservedItem]) -> Vec<ItemView> {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReservationView {
     pub order_id: String,
-    /// `active`, or `confirmed` when a replay finds the order already paid.
+    /// `active` while any item is held; else `confirmed` if any item was sold; else `released`
+    /// if any was released; else `expired`.
     pub status: ItemStatus,
+    /// Per product, its latest reservation row, with its real status.
     pub items: Vec<ItemView>,
     /// When the first item lapses unless confirmed.
     pub expires_at: DateTime<Utc>,
-    /// True when this request matched an existing reservation and changed nothing.
+    /// True when this request had been made before: nothing was taken now.
     pub replayed: bool,
 }
 
@@ -134,7 +154,7 @@ fn order_id(raw: String) -> Result<OrderId, ApiError> {
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the order was reserved with other items)", body = Problem, content_type = PROBLEM),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
@@ -147,18 +167,32 @@ pub async fn reserve(
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
     let order_id = order_id(body.order_id)?;
     let items = OrderItems::new(body.items.iter().map(|i| (i.product_id, i.quantity)))?;
-    let ttl = match body.ttl_s {
-        Some(s) => Ttl::from_secs(s)?,
-        None => state.settings.default_ttl,
-    };
-    debug_assert!((MIN_TTL_S..=MAX_TTL_S).contains(&ttl.as_duration().as_secs()));
+    let ttl = ttl_or_default(&state, body.ttl_s)?;
     let request = ReserveRequest {
         order_id,
         items,
         ttl,
     };
     let stock = state.stock.clone();
-    let reservation = match detached(async move { stock.reserve(&request).await }).await {
+    let reservation = detached(async move { stock.reserve(&request).await }).await;
+    reservation_response(&state, reservation)
+}
+
+fn ttl_or_default(state: &AppState, ttl_s: Option<u64>) -> Result<Ttl, ApiError> {
+    let ttl = match ttl_s {
+        Some(s) => Ttl::from_secs(s)?,
+        None => state.settings.default_ttl,
+    };
+    debug_assert!((MIN_TTL_S..=MAX_TTL_S).contains(&ttl.as_duration().as_secs()));
+    Ok(ttl)
+}
+
+/// 201 with the order's state when units were taken, 200 for a replay; refusals counted.
+fn reservation_response(
+    state: &AppState,
+    outcome: Result<Reservation, ApiError>,
+) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
+    let reservation = match outcome {
         Ok(r) => r,
         Err(e) => {
             if let ApiError::Domain(Error::InsufficientStock { product_id, .. }) = &e {
@@ -168,15 +202,7 @@ pub async fn reserve(
         }
     };
     let items = views(&reservation.items);
-    let status = if !items.is_empty()
-        && items
-            .iter()
-            .all(|i| matches!(i.status, ItemStatus::Confirmed))
-    {
-        ItemStatus::Confirmed
-    } else {
-        ItemStatus::Active
-    };
+    let status = order_status(&items);
     let expires_at = items
         .iter()
         .map(|i| i.expires_at)
@@ -197,6 +223,60 @@ pub async fn reserve(
             replayed: reservation.replayed,
         }),
     ))
+}
+
+/// The order's status from its items' (see [`ReservationView::status`]).
+fn order_status(items: &[ItemView]) -> ItemStatus {
+    let any = |s: fn(&ItemStatus) -> bool| items.iter().any(|i| s(&i.status));
+    if any(|s| matches!(s, ItemStatus::Active)) {
+        ItemStatus::Active
+    } else if any(|s| matches!(s, ItemStatus::Confirmed)) {
+        ItemStatus::Confirmed
+    } else if any(|s| matches!(s, ItemStatus::Released)) {
+        ItemStatus::Released
+    } else {
+        ItemStatus::Expired
+    }
+}
+
+/// Re-reserve what an order lost (expired or released), all or nothing; idempotent by
+/// `rereserve_id`.
+#[utoipa::path(post, path = "/v1/orders/{order_id}/rereserve", tag = "orders",
+    params(("order_id" = String, Path, description = "Order id")),
+    request_body = RereserveBody,
+    security((), ("api_token" = [])),
+    responses(
+        (status = 201, description = "Re-reserved: the order's current state", body = ReservationView),
+        (status = 200, description = "Replay of this re-reserve (`replayed: true`): nothing taken", body = ReservationView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown order or product", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Insufficient stock, nothing to re-reserve, a product still held or not in the order, or the same `rereserve_id` with other items", body = Problem, content_type = PROBLEM),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn rereserve(
+    _: Client,
+    State(state): State<AppState>,
+    ApiPath(raw): ApiPath<String>,
+    ApiJson(body): ApiJson<RereserveBody>,
+) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
+    let request = RereserveRequest {
+        order_id: order_id(raw)?,
+        rereserve_id: RequestKey::new(body.rereserve_id)?,
+        items: match body.items {
+            Some(items) => Some(OrderItems::new(
+                items.iter().map(|i| (i.product_id, i.quantity)),
+            )?),
+            None => None,
+        },
+        ttl: ttl_or_default(&state, body.ttl_s)?,
+    };
+    let stock = state.stock.clone();
+    let reservation = detached(async move { stock.rereserve(&request).await }).await;
+    reservation_response(&state, reservation)
 }
 
 /// Confirm an order's active reservations (payment arrived). Idempotent.

@@ -9,11 +9,12 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Client;
 use uuid::Uuid;
 
-use crate::domain::{OrderId, ProductId, Quantity};
+use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
 use crate::retry::in_transaction;
 use crate::stock::{
-    ConfirmOutcome, ReleaseOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store,
+    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
+    Status, Store,
 };
 use crate::telemetry;
 
@@ -31,15 +32,31 @@ const LIVE_INDEX: &str = "reservations_live_order_product";
 /// rerunning sees its rows and answers as a replay. Twice is enough; the bound is a guard.
 const REPLAY_RACE_ATTEMPTS: usize = 3;
 
-const ORDER_ROWS: &str = "SELECT id, product_id, quantity, status, expires_at FROM reservations \
-     WHERE order_id = $1 ORDER BY product_id, created_at";
-const ORDER_ROWS_FOR_UPDATE: &str = "SELECT id, product_id, quantity, status, expires_at \
-     FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE";
+/// The columns of a reservation row as [`parse_rows`] reads them (by name). Every query that
+/// hands rows to it selects these; one place, so a new column cannot be forgotten in one copy.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! reservation_columns {
+    () => {
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key"
+    };
+}
+
+const ORDER_ROWS: &str = concat!(
+    "SELECT ",
+    reservation_columns!(),
+    " FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at"
+);
+const ORDER_ROWS_FOR_UPDATE: &str = concat!(
+    "SELECT ",
+    reservation_columns!(),
+    " FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE"
+);
 const INSERT_RESERVATIONS: &str = "INSERT INTO reservations \
-     (id, order_id, product_id, quantity, expires_at) \
+     (id, order_id, product_id, quantity, expires_at, request_key) \
      SELECT unnest($1::uuid[]), $2, unnest($3::bigint[]), unnest($4::int[]), \
-            now() + make_interval(secs => $5) \
-     RETURNING product_id, quantity, expires_at";
+            now() + make_interval(secs => $5), $6 \
+     RETURNING id, product_id, quantity, expires_at, created_at";
 const LOCK_STOCK: &str =
     "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
 pub(crate) const APPLY_DELTAS: &str = "UPDATE stock s SET available = s.available + d.a, \
@@ -52,67 +69,162 @@ const SETTLE: &str =
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
     pub id: Uuid,
+    pub order_id: String,
+    /// `None` for rows written by the order's own reserve request; the re-reserve's key else.
+    pub request_key: Option<String>,
+    /// Transaction start of the request that wrote the row: rows of one request share it.
+    pub created_at: DateTime<Utc>,
     pub item: ReservedItem,
 }
 
+/// Reads rows selected with [`reservation_columns!`], by column name.
 pub(crate) fn parse_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
     rows.iter()
         .map(|r| {
-            let status: String = r.try_get(3)?;
+            let status: String = r.try_get("status")?;
             Ok(Row {
-                id: r.try_get(0)?,
+                id: r.try_get("id")?,
+                order_id: r.try_get("order_id")?,
+                request_key: r.try_get("request_key")?,
+                created_at: r.try_get("created_at")?,
                 item: ReservedItem {
-                    product_id: ProductId::new(r.try_get(1)?)?,
-                    quantity: r.try_get(2)?,
-                    status: Status::parse(&status),
-                    expires_at: r.try_get(4)?,
+                    product_id: ProductId::new(r.try_get("product_id")?)?,
+                    quantity: r.try_get("quantity")?,
+                    status: Status::parse(&status)?,
+                    expires_at: r.try_get("expires_at")?,
                 },
             })
         })
         .collect()
 }
 
-/// What to do with a reserve request, given the order's existing rows.
+/// Whose rows a reserve-like request is about, and how to decide on them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Intent<'a> {
+    /// The order's own request, keyed by the order id.
+    Reserve(&'a ReserveRequest),
+    /// A re-reserve of what expired or was released, keyed by its own request key.
+    Rereserve(&'a RereserveRequest),
+}
+
+impl Intent<'_> {
+    pub fn order_id(&self) -> &OrderId {
+        match self {
+            Intent::Reserve(r) => &r.order_id,
+            Intent::Rereserve(r) => &r.order_id,
+        }
+    }
+    fn ttl(&self) -> Ttl {
+        match self {
+            Intent::Reserve(r) => r.ttl,
+            Intent::Rereserve(r) => r.ttl,
+        }
+    }
+    fn request_key(&self) -> Option<&str> {
+        match self {
+            Intent::Reserve(_) => None,
+            Intent::Rereserve(r) => Some(r.rereserve_id.as_str()),
+        }
+    }
+}
+
+/// What to do with a request, given the order's existing rows.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Plan {
-    /// Every requested product is live with the same quantity, nothing else is live.
+    /// The request was made before: answer with the order's current state, take nothing.
     Replay,
-    Conflict,
-    /// Take these; the rest of the request is already live.
+    /// Take these units and write a row for each.
     Take(Vec<(ProductId, Quantity)>),
 }
 
-pub(crate) fn plan(request: &ReserveRequest, existing: &[Row]) -> Plan {
-    let live: BTreeMap<ProductId, i32> = existing
+/// The idempotency decision (issue 11: idempotency is per request, for good).
+///
+/// A request that already wrote rows is a replay whatever those rows became since (confirmed,
+/// released, expired): it answers the order's current state and takes nothing. The same key
+/// with other items is a conflict. Taking again what expired or was released is only done by a
+/// re-reserve, which is a request of its own with its own key.
+pub(crate) fn plan(intent: Intent<'_>, existing: &[Row]) -> Result<Plan, Error> {
+    match intent {
+        Intent::Reserve(request) => plan_reserve(request, existing),
+        Intent::Rereserve(request) => plan_rereserve(request, existing),
+    }
+}
+
+fn plan_reserve(request: &ReserveRequest, existing: &[Row]) -> Result<Plan, Error> {
+    if existing.is_empty() {
+        return Ok(Plan::Take(request.items.iter().collect()));
+    }
+    // The rows of the order's first request: no request key, the earliest transaction.
+    let first_at = existing
         .iter()
-        .filter(|r| r.item.status.is_live())
+        .filter(|r| r.request_key.is_none())
+        .map(|r| r.created_at)
+        .min();
+    let original: BTreeMap<ProductId, i32> = existing
+        .iter()
+        .filter(|r| r.request_key.is_none() && Some(r.created_at) == first_at)
         .map(|r| (r.item.product_id, r.item.quantity))
         .collect();
-    let dead: Vec<ProductId> = existing
+    if same_items(&original, &request.items) {
+        Ok(Plan::Replay)
+    } else {
+        Err(Error::IdempotencyConflict(request.order_id.clone()))
+    }
+}
+
+fn plan_rereserve(request: &RereserveRequest, existing: &[Row]) -> Result<Plan, Error> {
+    if existing.is_empty() {
+        return Err(Error::UnknownOrder(request.order_id.clone()));
+    }
+    let key = request.rereserve_id.as_str();
+    let mine: BTreeMap<ProductId, i32> = existing
         .iter()
-        .filter(|r| !r.item.status.is_live())
-        .map(|r| r.item.product_id)
+        .filter(|r| r.request_key.as_deref() == Some(key))
+        .map(|r| (r.item.product_id, r.item.quantity))
         .collect();
-    // A live product the request does not carry, or carries with another quantity: conflict.
-    for (product, quantity) in &live {
-        if request.items.get(*product).map(Quantity::get) != Some(*quantity) {
-            return Plan::Conflict;
+    if !mine.is_empty() {
+        return match &request.items {
+            Some(items) if !same_items(&mine, items) => {
+                Err(Error::IdempotencyConflict(request.order_id.clone()))
+            }
+            _ => Ok(Plan::Replay),
+        };
+    }
+    let missing = missing_items(existing);
+    let take: Vec<(ProductId, Quantity)> = match &request.items {
+        None => missing
+            .iter()
+            .map(|i| Ok((i.product_id, Quantity::new(i64::from(i.quantity))?)))
+            .collect::<Result<_, Error>>()?,
+        Some(items) => {
+            for (product, _) in items.iter() {
+                if !missing.iter().any(|m| m.product_id == product) {
+                    let held = existing.iter().any(|r| r.item.product_id == product);
+                    return Err(Error::NotRereservable {
+                        order_id: request.order_id.clone(),
+                        product_id: product,
+                        why: if held {
+                            "still held (active or confirmed)"
+                        } else {
+                            "not part of the order"
+                        },
+                    });
+                }
+            }
+            items.iter().collect()
         }
+    };
+    if take.is_empty() {
+        return Err(Error::NothingToRereserve(request.order_id.clone()));
     }
-    let missing: Vec<(ProductId, Quantity)> = request
-        .items
-        .iter()
-        .filter(|(p, _)| !live.contains_key(p))
-        .collect();
-    if missing.is_empty() {
-        return Plan::Replay;
-    }
-    // Adding products to an order that still holds some is allowed only for products whose
-    // reservation expired or was released (the re-reserve after a partial confirm).
-    if !live.is_empty() && missing.iter().any(|(p, _)| !dead.contains(p)) {
-        return Plan::Conflict;
-    }
-    Plan::Take(missing)
+    Ok(Plan::Take(take))
+}
+
+fn same_items(rows: &BTreeMap<ProductId, i32>, items: &OrderItems) -> bool {
+    rows.len() == items.len()
+        && items
+            .iter()
+            .all(|(p, q)| rows.get(&p).copied() == Some(q.get()))
 }
 
 /// Why a conditional take found nothing: the product does not exist, or it ran out.
@@ -134,10 +246,12 @@ pub async fn refusal(client: &Client, product: ProductId, quantity: Quantity) ->
     }
 }
 
+/// Reserve or re-reserve through `taker`, in one transaction (rerun as a replay when a
+/// concurrent copy of the same request committed first).
 pub(crate) async fn reserve(
     store: &Store,
     taker: &dyn UnitTaker,
-    request: &ReserveRequest,
+    intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
     let mut last = None;
     for _ in 0..REPLAY_RACE_ATTEMPTS {
@@ -145,7 +259,7 @@ pub(crate) async fn reserve(
             &store.pool,
             &store.tx,
             "reserve",
-            move |client| crate::tx_body!(client => reserve_tx(client, taker, request)),
+            move |client| crate::tx_body!(client => reserve_tx(client, taker, intent)),
         )
         .await;
         match result {
@@ -153,73 +267,115 @@ pub(crate) async fn reserve(
             other => return other,
         }
     }
-    Err(last.unwrap_or_else(|| Error::IdempotencyConflict(request.order_id.clone())))
+    Err(last.unwrap_or_else(|| Error::IdempotencyConflict(intent.order_id().clone())))
 }
 
 async fn reserve_tx(
     client: &Client,
     taker: &dyn UnitTaker,
-    request: &ReserveRequest,
+    intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
+    let order_id = intent.order_id();
     let stmt = client.prepare_cached(ORDER_ROWS).await?;
-    let existing = parse_rows(&client.query(&stmt, &[&request.order_id.as_str()]).await?)?;
-    let take = match plan(request, &existing) {
+    let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+    let take = match plan(intent, &rows)? {
         Plan::Replay => {
             return Ok(Reservation {
-                order_id: request.order_id.clone(),
-                items: live_items(&existing),
+                order_id: order_id.clone(),
+                items: current_items(&rows),
                 replayed: true,
             })
         }
-        Plan::Conflict => return Err(Error::IdempotencyConflict(request.order_id.clone())),
         Plan::Take(take) => take,
     };
 
     let started = Instant::now();
-    taker.take(client, &take).await?;
+    if let Err(refusal) = taker.take(client, &take).await {
+        return replay_of_concurrent_copy(client, intent, refusal).await;
+    }
     metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => taker.name())
         .record(started.elapsed().as_secs_f64());
 
     let ids: Vec<Uuid> = take.iter().map(|_| Uuid::new_v4()).collect();
     let products: Vec<i64> = take.iter().map(|(p, _)| p.get()).collect();
     let quantities: Vec<i32> = take.iter().map(|(_, q)| q.get()).collect();
-    let ttl_s = request.ttl.as_duration().as_secs_f64();
+    let ttl_s = intent.ttl().as_duration().as_secs_f64();
+    let key = intent.request_key();
     let stmt = client.prepare_cached(INSERT_RESERVATIONS).await?;
     let inserted = client
         .query(
             &stmt,
             &[
                 &ids,
-                &request.order_id.as_str(),
+                &order_id.as_str(),
                 &products,
                 &quantities,
                 &ttl_s,
+                &key,
             ],
         )
         .await?;
-    let mut items = live_items(&existing);
     for r in inserted {
-        let expires_at: DateTime<Utc> = r.try_get(2)?;
-        items.push(ReservedItem {
-            product_id: ProductId::new(r.try_get(0)?)?,
-            quantity: r.try_get(1)?,
-            status: Status::Active,
-            expires_at,
+        rows.push(Row {
+            id: r.try_get("id")?,
+            order_id: order_id.as_str().to_owned(),
+            request_key: key.map(str::to_owned),
+            created_at: r.try_get("created_at")?,
+            item: ReservedItem {
+                product_id: ProductId::new(r.try_get("product_id")?)?,
+                quantity: r.try_get("quantity")?,
+                status: Status::Active,
+                expires_at: r.try_get("expires_at")?,
+            },
         });
     }
-    items.sort_by_key(|i| i.product_id);
     Ok(Reservation {
-        order_id: request.order_id.clone(),
-        items,
+        order_id: order_id.clone(),
+        items: current_items(&rows),
         replayed: false,
     })
 }
 
-pub(crate) fn live_items(rows: &[Row]) -> Vec<ReservedItem> {
-    rows.iter()
-        .filter(|r| r.item.status.is_live())
-        .map(|r| r.item.clone())
-        .collect()
+/// A take refused for want of stock may have waited on the row lock for a concurrent copy of
+/// this very request, which then took the units: that is a replay, not a refusal. Under READ
+/// COMMITTED the next statement sees what committed meanwhile, so read the order again. Answers
+/// the replay, or the original refusal (also when the transaction is aborted and cannot read).
+async fn replay_of_concurrent_copy(
+    client: &Client,
+    intent: Intent<'_>,
+    refusal: Error,
+) -> Result<Reservation, Error> {
+    if !matches!(
+        refusal,
+        Error::InsufficientStock { .. } | Error::VersionConflict { .. }
+    ) {
+        return Err(refusal);
+    }
+    let order_id = intent.order_id();
+    let Ok(stmt) = client.prepare_cached(ORDER_ROWS).await else {
+        return Err(refusal);
+    };
+    let Ok(rows) = client.query(&stmt, &[&order_id.as_str()]).await else {
+        return Err(refusal);
+    };
+    match parse_rows(&rows).map(|rows| (plan(intent, &rows), rows)) {
+        Ok((Ok(Plan::Replay), rows)) => Ok(Reservation {
+            order_id: order_id.clone(),
+            items: current_items(&rows),
+            replayed: true,
+        }),
+        _ => Err(refusal),
+    }
+}
+
+/// The order's current state: per product, its latest row (a re-reserved product shows the new
+/// row, not the expired one). `rows` are in product order, each product's rows oldest first.
+pub(crate) fn current_items(rows: &[Row]) -> Vec<ReservedItem> {
+    let mut latest: BTreeMap<ProductId, &ReservedItem> = BTreeMap::new();
+    for r in rows {
+        latest.insert(r.item.product_id, &r.item);
+    }
+    latest.into_values().cloned().collect()
 }
 
 /// Adds (available, reserved) deltas to stock rows, locking them in ascending product id.
@@ -324,17 +480,12 @@ pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<Confirm
     Ok(outcome.0)
 }
 
-/// Products whose latest row is dead and that have no live row.
+/// Products whose latest row is dead (expired or released): what a confirm reports missing and
+/// what a re-reserve may take again.
 pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
-    let mut latest: BTreeMap<ProductId, &ReservedItem> = BTreeMap::new();
-    for r in rows {
-        // Rows come ordered by product then creation, so the last one per product wins.
-        latest.insert(r.item.product_id, &r.item);
-    }
-    latest
-        .into_values()
+    current_items(rows)
+        .into_iter()
         .filter(|i| !i.status.is_live())
-        .cloned()
         .collect()
 }
 
@@ -387,11 +538,19 @@ pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<Reser
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{OrderItems, Ttl};
+    use crate::domain::{OrderItems, RequestKey, Ttl};
 
-    fn row(product: i64, quantity: i32, status: Status) -> Row {
+    fn at(seconds: i64) -> DateTime<Utc> {
+        DateTime::<Utc>::from_timestamp(1_700_000_000 + seconds, 0).expect("time")
+    }
+
+    /// A row of the order's own request (written at time 0) or of re-reserve `key` (time 1).
+    fn row(product: i64, quantity: i32, status: Status, key: Option<&str>) -> Row {
         Row {
             id: Uuid::new_v4(),
+            order_id: "o1".into(),
+            request_key: key.map(str::to_owned),
+            created_at: at(if key.is_some() { 1 } else { 0 }),
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity,
@@ -409,34 +568,108 @@ mod tests {
         }
     }
 
+    fn rereq(key: &str, items: Option<&[(i64, i64)]>) -> RereserveRequest {
+        RereserveRequest {
+            order_id: OrderId::new("o1").expect("id"),
+            rereserve_id: RequestKey::new(key).expect("key"),
+            items: items.map(|i| OrderItems::new(i.iter().copied()).expect("items")),
+            ttl: Ttl::default(),
+        }
+    }
+
+    fn p(product: i64, quantity: i64) -> (ProductId, Quantity) {
+        (
+            ProductId::new(product).expect("id"),
+            Quantity::new(quantity).expect("q"),
+        )
+    }
+
     #[test]
-    fn idempotency_plans() {
+    fn a_reserve_request_is_a_replay_whatever_its_rows_became() {
         use Status::*;
-        assert!(matches!(plan(&req(&[(1, 1)]), &[]), Plan::Take(_)));
-        assert_eq!(plan(&req(&[(1, 1)]), &[row(1, 1, Active)]), Plan::Replay);
-        assert_eq!(plan(&req(&[(1, 1)]), &[row(1, 1, Confirmed)]), Plan::Replay);
-        assert_eq!(plan(&req(&[(1, 2)]), &[row(1, 1, Active)]), Plan::Conflict);
-        assert_eq!(plan(&req(&[(2, 1)]), &[row(1, 1, Active)]), Plan::Conflict);
+        let plan_of = |r: &ReserveRequest, rows: &[Row]| plan(Intent::Reserve(r), rows);
         assert_eq!(
-            plan(&req(&[(1, 1), (2, 1)]), &[row(1, 1, Active)]),
-            Plan::Conflict
+            plan_of(&req(&[(1, 1)]), &[]).ok(),
+            Some(Plan::Take(vec![p(1, 1)]))
         );
-        // Re-reserve of what expired, keeping what is still held.
-        let p = plan(
-            &req(&[(1, 1), (2, 1)]),
-            &[row(1, 1, Confirmed), row(2, 1, Expired)],
-        );
+        for status in [Active, Confirmed, Released, Expired] {
+            assert_eq!(
+                plan_of(&req(&[(1, 1)]), &[row(1, 1, status, None)]).ok(),
+                Some(Plan::Replay),
+                "{status:?}"
+            );
+        }
+        // Other items under the same order id: a conflict, live or not.
+        for status in [Active, Released, Expired] {
+            let rows = [row(1, 1, status, None)];
+            for items in [&[(1, 2)][..], &[(2, 1)], &[(1, 1), (2, 1)]] {
+                assert!(matches!(
+                    plan_of(&req(items), &rows),
+                    Err(Error::IdempotencyConflict(_))
+                ));
+            }
+        }
+        // After a re-reserve, the order's own request is still recognised by its first rows.
+        let rows = [
+            row(1, 1, Expired, None),
+            row(1, 1, Active, Some("k1")),
+            row(2, 1, Confirmed, None),
+        ];
         assert_eq!(
-            p,
-            Plan::Take(vec![(
-                ProductId::new(2).expect("id"),
-                Quantity::new(1).expect("q")
-            )])
+            plan_of(&req(&[(1, 1), (2, 1)]), &rows).ok(),
+            Some(Plan::Replay)
         );
-        // A fully released order may be reserved again.
+    }
+
+    #[test]
+    fn a_rereserve_takes_only_what_was_lost_and_only_once() {
+        use Status::*;
+        let plan_of = |r: &RereserveRequest, rows: &[Row]| plan(Intent::Rereserve(r), rows);
         assert!(matches!(
-            plan(&req(&[(1, 1)]), &[row(1, 1, Released)]),
-            Plan::Take(_)
+            plan_of(&rereq("k1", None), &[]),
+            Err(Error::UnknownOrder(_))
         ));
+        let lost = [row(1, 2, Expired, None), row(2, 1, Confirmed, None)];
+        assert_eq!(
+            plan_of(&rereq("k1", None), &lost).ok(),
+            Some(Plan::Take(vec![p(1, 2)]))
+        );
+        assert_eq!(
+            plan_of(&rereq("k1", Some(&[(1, 1)])), &lost).ok(),
+            Some(Plan::Take(vec![p(1, 1)]))
+        );
+        assert!(matches!(
+            plan_of(&rereq("k1", Some(&[(2, 1)])), &lost),
+            Err(Error::NotRereservable { .. })
+        ));
+        assert!(matches!(
+            plan_of(&rereq("k1", Some(&[(3, 1)])), &lost),
+            Err(Error::NotRereservable { .. })
+        ));
+        let held = [row(1, 2, Active, None)];
+        assert!(matches!(
+            plan_of(&rereq("k1", None), &held),
+            Err(Error::NothingToRereserve(_))
+        ));
+        // Its own rows exist: a replay, even after they expired again.
+        for status in [Active, Expired, Released, Confirmed] {
+            let rows = [row(1, 2, Expired, None), row(1, 2, status, Some("k1"))];
+            assert_eq!(
+                plan_of(&rereq("k1", None), &rows).ok(),
+                Some(Plan::Replay),
+                "{status:?}"
+            );
+            assert!(matches!(
+                plan_of(&rereq("k1", Some(&[(1, 1)])), &rows),
+                Err(Error::IdempotencyConflict(_))
+            ));
+            // Another key may take again what its predecessor lost.
+            if !status.is_live() {
+                assert_eq!(
+                    plan_of(&rereq("k2", None), &rows).ok(),
+                    Some(Plan::Take(vec![p(1, 2)]))
+                );
+            }
+        }
     }
 }

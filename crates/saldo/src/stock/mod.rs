@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use crate::domain::{OrderId, OrderItems, ProductId, Ttl};
+use crate::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
 use crate::error::Error;
 use crate::retry::TxOptions;
 
@@ -48,6 +48,20 @@ pub struct ReserveRequest {
     pub ttl: Ttl,
 }
 
+/// A request to take again what an order lost (expired or released before payment): seed 000's
+/// "confirm reports the missing items, the caller may reserve them again", made explicit so that
+/// a late retry of the order's reserve request never takes stock a second time.
+#[derive(Debug, Clone)]
+pub struct RereserveRequest {
+    pub order_id: OrderId,
+    /// This re-reserve's own idempotency key: a replay with the same key takes nothing again.
+    pub rereserve_id: RequestKey,
+    /// Which products, how many; `None` takes again every product the order lost, with the
+    /// quantities it had. Each named product must be one the order lost.
+    pub items: Option<OrderItems>,
+    pub ttl: Ttl,
+}
+
 /// Status of one reservation row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -59,12 +73,17 @@ pub enum Status {
 }
 
 impl Status {
-    pub(crate) fn parse(s: &str) -> Status {
+    /// The status column's text. The schema's CHECK allows only these four, so anything else
+    /// means the schema and the code disagree: an error, never a guess.
+    pub(crate) fn parse(s: &str) -> Result<Status, Error> {
         match s {
-            "confirmed" => Status::Confirmed,
-            "released" => Status::Released,
-            "expired" => Status::Expired,
-            _ => Status::Active,
+            "active" => Ok(Status::Active),
+            "confirmed" => Ok(Status::Confirmed),
+            "released" => Ok(Status::Released),
+            "expired" => Ok(Status::Expired),
+            other => Err(Error::Invariant(format!(
+                "reservation status {other:?} is not one the schema allows"
+            ))),
         }
     }
     pub fn is_live(self) -> bool {
@@ -81,12 +100,13 @@ pub struct ReservedItem {
     pub expires_at: DateTime<Utc>,
 }
 
-/// The live reservation of an order after `reserve`.
+/// An order's state after `reserve` or `rereserve`: per product, its latest reservation row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reservation {
     pub order_id: OrderId,
     pub items: Vec<ReservedItem>,
-    /// True when the request matched an existing reservation and changed nothing.
+    /// True when the request had been made before and changed nothing now (its items show what
+    /// became of it since: active, confirmed, released or expired).
     pub replayed: bool,
 }
 
@@ -194,8 +214,12 @@ pub trait StockStrategy: Send + Sync {
     fn name(&self) -> &'static str;
     /// The database and transaction settings the strategy runs on.
     fn store(&self) -> &Store;
-    /// Reserves all items or none; replays return the existing reservation.
+    /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
+    /// the order's current state, whatever happened to it since; other items are a conflict.
     async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error>;
+    /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
+    /// `rereserve_id`. Same refusals as `reserve`.
+    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error>;
     /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
     async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error>;
     /// active → released, units back to available. Idempotent.
@@ -266,7 +290,15 @@ impl<T: UnitTaker> StockStrategy for StockEngine<T> {
     }
 
     async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        let result = lifecycle::reserve(&self.store, &self.taker, request).await;
+        let intent = lifecycle::Intent::Reserve(request);
+        let result = lifecycle::reserve(&self.store, &self.taker, intent).await;
+        telemetry_outcome(&result);
+        result
+    }
+
+    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
+        let intent = lifecycle::Intent::Rereserve(request);
+        let result = lifecycle::reserve(&self.store, &self.taker, intent).await;
         telemetry_outcome(&result);
         result
     }
@@ -291,6 +323,10 @@ pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
         Ok(_) => "reserved",
         Err(Error::InsufficientStock { .. }) => "insufficient_stock",
         Err(Error::IdempotencyConflict(_)) => "idempotency_conflict",
+        Err(Error::NothingToRereserve(_) | Error::NotRereservable { .. }) => "not_rereservable",
+        Err(Error::UnknownOrder(_)) => "unknown_order",
+        Err(Error::DeadlineExceeded { .. }) => "deadline_exceeded",
+        Err(Error::OutcomeUnknown { .. }) => "outcome_unknown",
         Err(Error::VersionConflict { .. }) => "version_conflict",
         Err(Error::UnknownProduct(_)) => "unknown_product",
         Err(Error::Input(_)) => "invalid",

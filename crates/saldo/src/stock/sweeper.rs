@@ -13,9 +13,12 @@ pub const SWEEP_BATCH: i64 = 500;
 /// Batches per round at most, so one round is bounded even under a flood of expiries.
 pub const MAX_BATCHES_PER_ROUND: usize = 1_000;
 
-const DUE: &str = "SELECT id, product_id, quantity, status, expires_at FROM reservations \
-     WHERE status = 'active' AND expires_at < now() \
-     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED";
+const DUE: &str = concat!(
+    "SELECT ",
+    crate::reservation_columns!(),
+    " FROM reservations WHERE status = 'active' AND expires_at < now() \
+     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+);
 
 /// Expires due reservations in bounded batches until none are due; returns how many expired.
 pub async fn sweep(store: &Store) -> Result<u64, Error> {

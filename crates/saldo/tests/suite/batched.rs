@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use crate::harness::{test_db, TestDb};
 use saldo::audit::audit_stock;
-use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+use saldo::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig};
 use saldo::stock::{
-    admin, build, ReserveRequest, StockStrategy, Store, StrategyConfig, StrategyName,
+    admin, build, RereserveRequest, ReserveRequest, StockStrategy, Store, StrategyConfig,
+    StrategyName,
 };
 use saldo::Error;
 
@@ -303,13 +304,22 @@ async fn another_payload_for_a_reserved_order_is_a_conflict() {
             other => panic!("expected a conflict for {items:?}, got {other:?}"),
         }
     }
-    // Released orders may be reserved again, like `atomic`.
-    engine
-        .release(&OrderId::new("o1").expect("id"))
+    // A released order's late retry takes nothing, like `atomic`; a re-reserve takes it again.
+    let o1 = OrderId::new("o1").expect("id");
+    engine.release(&o1).await.expect("release");
+    let late = engine
+        .reserve(&request("o1", &[(1, 2)]))
         .await
-        .expect("release");
+        .expect("late retry");
+    assert!(late.replayed);
+    assert_eq!(stock_of(&db, 1).await, (10, 0));
     let again = engine
-        .reserve(&request("o1", &[(1, 5)]))
+        .rereserve(&RereserveRequest {
+            order_id: o1,
+            rereserve_id: RequestKey::new("again").expect("key"),
+            items: Some(OrderItems::new([(1, 5)]).expect("items")),
+            ttl: Ttl::default(),
+        })
         .await
         .expect("re-reserve");
     assert!(!again.replayed);

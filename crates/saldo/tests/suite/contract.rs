@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::audit::{audit_stock, Invariant};
-use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
+use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
 use saldo::lab::stock::{buy_all, Tally};
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::optimistic::OptimisticConfig;
 use saldo::stock::{
-    admin, build, sweeper, ReserveRequest, StockStrategy, Store, StrategyConfig, StrategyName,
+    admin, build, sweeper, RereserveRequest, ReserveRequest, Status, StockStrategy, Store,
+    StrategyConfig, StrategyName,
 };
 use saldo::Error;
 
@@ -49,6 +50,15 @@ pub(crate) fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveReq
         order_id: OrderId::new(order).expect("order id"),
         items: OrderItems::new(items.iter().copied()).expect("items"),
         ttl,
+    }
+}
+
+pub(crate) fn rerequest(order: &str, key: &str, items: Option<&[(i64, i64)]>) -> RereserveRequest {
+    RereserveRequest {
+        order_id: OrderId::new(order).expect("order id"),
+        rereserve_id: RequestKey::new(key).expect("key"),
+        items: items.map(|i| OrderItems::new(i.iter().copied()).expect("items")),
+        ttl: Ttl::default(),
     }
 }
 
@@ -267,11 +277,22 @@ async fn lifecycle_errors_and_idempotency_for(name: StrategyName) {
     assert_eq!(engine.release(&o2).await.expect("again"), rel, "{name}");
     let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
     assert_eq!((s1.available, s1.reserved), (2, 0), "{name}");
-    // A released order may be reserved again.
-    engine
+    // A late retry of the released order's request takes nothing (idempotency for good)...
+    let late = engine
         .reserve(&request("o-2", &[(1, 2)], Ttl::default()))
         .await
+        .expect("late replay");
+    assert!(late.replayed, "{name}");
+    assert_eq!(late.items[0].status, Status::Released, "{name}");
+    let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
+    assert_eq!((s1.available, s1.reserved), (2, 0), "{name}");
+    // ...and taking it again is the explicit re-reserve.
+    engine
+        .rereserve(&rerequest("o-2", "again-1", None))
+        .await
         .expect("re-reserve");
+    let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
+    assert_eq!((s1.available, s1.reserved), (0, 2), "{name}");
 
     assert!(
         matches!(
@@ -321,13 +342,188 @@ async fn expired_items_are_reported_missing_and_may_be_reserved_again() {
         let c = engine.confirm(&order).await.expect("confirm");
         assert!(c.confirmed.is_empty(), "{name}");
         assert_eq!(c.missing.len(), 2, "{name}");
-        let again = engine
+        // The late retry of the order's own request answers what became of it.
+        let late = engine
             .reserve(&request("o-exp", &[(1, 1), (2, 1)], Ttl::default()))
+            .await
+            .expect("late replay");
+        assert!(late.replayed, "{name}");
+        assert!(
+            late.items.iter().all(|i| i.status == Status::Expired),
+            "{name}: {late:?}"
+        );
+        let again = engine
+            .rereserve(&rerequest("o-exp", "rr-1", None))
             .await
             .expect("re-reserve");
         assert!(!again.replayed, "{name}");
+        assert!(
+            again.items.iter().all(|i| i.status == Status::Active),
+            "{name}: {again:?}"
+        );
         let confirmed = engine.confirm(&order).await.expect("confirm");
         assert_eq!(confirmed.confirmed.len(), 2, "{name}");
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// Issue 11: a checkout's delayed retry of a reservation whose order was since released,
+/// expired or confirmed takes nothing and answers the order's real state. On the old rule
+/// (dead rows did not count) the replay after a release or an expiry took the units again.
+#[tokio::test]
+async fn a_late_retry_never_takes_stock_twice() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 10)]).await;
+        let short = Ttl::from_millis(1).expect("ttl");
+        for (order, settle) in [
+            ("late-rel", "release"),
+            ("late-exp", "expire"),
+            ("late-conf", "confirm"),
+        ] {
+            let ttl = if settle == "expire" {
+                short
+            } else {
+                Ttl::default()
+            };
+            engine
+                .reserve(&request(order, &[(1, 2)], ttl))
+                .await
+                .expect("reserve");
+            let id = OrderId::new(order).expect("id");
+            let expected = match settle {
+                "release" => {
+                    engine.release(&id).await.expect("release");
+                    Status::Released
+                }
+                "expire" => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    sweeper::sweep(engine.store()).await.expect("sweep");
+                    Status::Expired
+                }
+                _ => {
+                    engine.confirm(&id).await.expect("confirm");
+                    Status::Confirmed
+                }
+            };
+            let before = admin::get(engine.store(), pid(1)).await.expect("stock");
+            for _ in 0..3 {
+                let late = engine
+                    .reserve(&request(order, &[(1, 2)], Ttl::default()))
+                    .await
+                    .unwrap_or_else(|e| panic!("{name} {settle}: late retry refused: {e}"));
+                assert!(late.replayed, "{name} {settle}: {late:?}");
+                assert_eq!(late.items.len(), 1, "{name} {settle}");
+                assert_eq!(late.items[0].status, expected, "{name} {settle}");
+            }
+            let after = admin::get(engine.store(), pid(1)).await.expect("stock");
+            assert_eq!(
+                (after.available, after.reserved),
+                (before.available, before.reserved),
+                "{name} {settle}: a late retry took stock again"
+            );
+            assert_eq!(
+                engine.order(&id).await.expect("order").len(),
+                1,
+                "{name} {settle}: a late retry wrote a row"
+            );
+        }
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// The explicit re-reserve: all or nothing like a reservation, idempotent by its own key, even
+/// once what it took expired again; concurrent copies take once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rereserve_takes_what_was_lost_once_per_key() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine =
+            engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 3), (2, 1)]).await;
+        let short = Ttl::from_millis(1).expect("ttl");
+        engine
+            .reserve(&request("rr", &[(1, 2), (2, 1)], short))
+            .await
+            .expect("reserve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sweeper::sweep(engine.store()).await.expect("sweep"), 2);
+        let order = OrderId::new("rr").expect("id");
+
+        // Someone else buys product 2 meanwhile: the re-reserve is all or nothing.
+        engine
+            .reserve(&request("other", &[(2, 1)], Ttl::default()))
+            .await
+            .expect("other");
+        match engine.rereserve(&rerequest("rr", "k1", None)).await {
+            Err(Error::InsufficientStock { product_id, .. }) => assert_eq!(product_id, pid(2)),
+            other => panic!("{name}: expected insufficient stock, got {other:?}"),
+        }
+        let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
+        assert_eq!(
+            (s1.available, s1.reserved),
+            (3, 0),
+            "{name}: half a re-reserve"
+        );
+        assert!(matches!(
+            engine
+                .rereserve(&rerequest("rr", "k1", Some(&[(3, 1)])))
+                .await,
+            Err(Error::NotRereservable { .. })
+        ));
+        assert!(matches!(
+            engine.rereserve(&rerequest("nope", "k1", None)).await,
+            Err(Error::UnknownOrder(_))
+        ));
+
+        // Twenty copies of one re-reserve of product 1 at once: one takes, the rest replay.
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let engine = engine.clone();
+            tasks.push(tokio::spawn(async move {
+                let request = RereserveRequest {
+                    ttl: Ttl::from_millis(300).expect("ttl"),
+                    ..rerequest("rr", "k2", Some(&[(1, 2)]))
+                };
+                engine.rereserve(&request).await
+            }));
+        }
+        let mut fresh = 0;
+        for t in tasks {
+            let r = t
+                .await
+                .expect("join")
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            fresh += usize::from(!r.replayed);
+        }
+        assert_eq!(fresh, 1, "{name}");
+        let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
+        assert_eq!((s1.available, s1.reserved), (1, 2), "{name}");
+        // Product 1 is held again: nothing of it to re-reserve under another key.
+        assert!(matches!(
+            engine
+                .rereserve(&rerequest("rr", "k3", Some(&[(1, 2)])))
+                .await,
+            Err(Error::NotRereservable { .. })
+        ));
+
+        // It expires again; a late retry of k2 still takes nothing.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(sweeper::sweep(engine.store()).await.expect("sweep"), 1);
+        let late = engine
+            .rereserve(&rerequest("rr", "k2", None))
+            .await
+            .expect("late replay of the re-reserve");
+        assert!(late.replayed, "{name}");
+        let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
+        assert_eq!((s1.available, s1.reserved), (3, 0), "{name}");
+        assert!(matches!(
+            engine
+                .rereserve(&rerequest("rr", "k2", Some(&[(1, 1)])))
+                .await,
+            Err(Error::IdempotencyConflict(_))
+        ));
+        let c = engine.confirm(&order).await.expect("confirm");
+        assert!(c.confirmed.is_empty(), "{name}");
         assert_audit_clean(&db, name).await;
     }
 }

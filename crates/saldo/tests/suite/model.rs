@@ -7,11 +7,13 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use saldo::audit::{audit_ledger, audit_stock};
-use saldo::domain::{AccountId, Amount, OrderId, OrderItems, ProductId, Reason, TransferId, Ttl};
+use saldo::domain::{
+    AccountId, Amount, OrderId, OrderItems, ProductId, Reason, RequestKey, TransferId, Ttl,
+};
 use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
 use saldo::stock::{
-    admin, build, sweeper, ReserveRequest, ReservedItem, Status, StockStrategy, StrategyConfig,
-    StrategyName,
+    admin, build, sweeper, RereserveRequest, ReserveRequest, ReservedItem, Status, StockStrategy,
+    StrategyConfig, StrategyName,
 };
 use saldo::Error;
 
@@ -27,12 +29,20 @@ const ACCOUNTS: i64 = 3;
 /// Few order and transfer ids, so replays, conflicts and re-reserves happen often.
 const ORDERS: u8 = 3;
 const TRANSFER_IDS: u8 = 6;
+/// Few re-reserve keys, so their replays and conflicts happen often too.
+const RERESERVE_KEYS: u8 = 2;
 
 #[derive(Debug, Clone)]
 enum Op {
     Reserve {
         order: u8,
         items: Vec<(i64, i64)>,
+    },
+    /// A re-reserve under key `key` of what the order lost (`items`: all of it when `None`).
+    Rereserve {
+        order: u8,
+        key: u8,
+        items: Option<Vec<(i64, i64)>>,
     },
     Confirm {
         order: u8,
@@ -73,6 +83,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..ORDERS, prop::collection::vec((product.clone(), 1..=3i64), 1..=2))
             .prop_map(|(order, items)| Op::Reserve { order, items }),
+        2 => (0..ORDERS, 0..RERESERVE_KEYS, prop::option::of(prop::collection::vec((product.clone(), 1..=3i64), 1..=2)))
+            .prop_map(|(order, key, items)| Op::Rereserve { order, key, items }),
         2 => (0..ORDERS).prop_map(|order| Op::Confirm { order }),
         1 => (0..ORDERS).prop_map(|order| Op::Release { order }),
         1 => (0..ORDERS).prop_map(|order| Op::Expire { order }),
@@ -124,6 +136,25 @@ struct Row {
     product: i64,
     quantity: i32,
     status: Status,
+    /// `None` for the order's own request, the re-reserve's key else.
+    key: Option<u8>,
+}
+
+/// Per product, its latest row: the order's current state.
+fn latest(rows: &[Row]) -> Vec<&Row> {
+    let mut latest: BTreeMap<i64, &Row> = BTreeMap::new();
+    for r in rows {
+        latest.insert(r.product, r);
+    }
+    latest.into_values().collect()
+}
+
+fn summed(items: &[(i64, i64)]) -> BTreeMap<i64, i32> {
+    let mut request: BTreeMap<i64, i32> = BTreeMap::new();
+    for (p, q) in items {
+        *request.entry(*p).or_default() += *q as i32;
+    }
+    request
 }
 
 #[derive(Debug, Default)]
@@ -149,6 +180,7 @@ impl Model {
     fn apply(&mut self, op: &Op) -> Outcome {
         match op {
             Op::Reserve { order, items } => self.reserve(*order, items),
+            Op::Rereserve { order, key, items } => self.rereserve(*order, *key, items.as_deref()),
             Op::Confirm { order } => self.settle(*order, Status::Confirmed),
             Op::Release { order } => self.settle(*order, Status::Released),
             Op::Expire { order } => {
@@ -217,49 +249,81 @@ impl Model {
         Outcome::Transferred { replayed: false }
     }
 
+    /// Idempotency for good: once the order's own request wrote rows, the same items are a
+    /// replay whatever became of them, other items a conflict.
     fn reserve(&mut self, order: u8, items: &[(i64, i64)]) -> Outcome {
-        let mut request: BTreeMap<i64, i32> = BTreeMap::new();
-        for (p, q) in items {
-            *request.entry(*p).or_default() += *q as i32;
-        }
+        let request = summed(items);
         let rows = self.orders.entry(order).or_default();
-        let live: BTreeMap<i64, i32> = rows
-            .iter()
-            .filter(|r| r.status.is_live())
-            .map(|r| (r.product, r.quantity))
-            .collect();
-        let dead: Vec<i64> = rows
-            .iter()
-            .filter(|r| !r.status.is_live())
-            .map(|r| r.product)
-            .collect();
-        let conflict = Outcome::Refused("idempotency conflict".into());
-        if live.iter().any(|(p, q)| request.get(p) != Some(q)) {
-            return conflict;
-        }
-        let missing: Vec<(i64, i32)> = request
-            .iter()
-            .filter(|(p, _)| !live.contains_key(p))
-            .map(|(p, q)| (*p, *q))
-            .collect();
-        if missing.is_empty() {
-            return Outcome::Reserved {
-                replayed: true,
-                items: pairs(rows.iter().filter(|r| r.status.is_live())),
+        if !rows.is_empty() {
+            let original: BTreeMap<i64, i32> = rows
+                .iter()
+                .filter(|r| r.key.is_none())
+                .map(|r| (r.product, r.quantity))
+                .collect();
+            return if original == request {
+                Outcome::Reserved {
+                    replayed: true,
+                    items: pairs(latest(rows).into_iter()),
+                }
+            } else {
+                Outcome::Refused("idempotency conflict".into())
             };
         }
-        if !live.is_empty() && missing.iter().any(|(p, _)| !dead.contains(p)) {
-            return conflict;
+        self.take(order, None, request.into_iter().collect())
+    }
+
+    /// Takes again what the order lost, once per key.
+    fn rereserve(&mut self, order: u8, key: u8, items: Option<&[(i64, i64)]>) -> Outcome {
+        let rows = self.orders.entry(order).or_default();
+        if rows.is_empty() {
+            return Outcome::Refused(format!("unknown order {order}"));
         }
-        // All or nothing, checked in ascending product id like the engine's locks.
-        for (p, q) in &missing {
+        let request = items.map(summed);
+        let mine: BTreeMap<i64, i32> = rows
+            .iter()
+            .filter(|r| r.key == Some(key))
+            .map(|r| (r.product, r.quantity))
+            .collect();
+        if !mine.is_empty() {
+            return match request {
+                Some(request) if request != mine => Outcome::Refused("idempotency conflict".into()),
+                _ => Outcome::Reserved {
+                    replayed: true,
+                    items: pairs(latest(rows).into_iter()),
+                },
+            };
+        }
+        let lost: BTreeMap<i64, i32> = latest(rows)
+            .into_iter()
+            .filter(|r| !r.status.is_live())
+            .map(|r| (r.product, r.quantity))
+            .collect();
+        let take: Vec<(i64, i32)> = match request {
+            None => lost.into_iter().collect(),
+            Some(request) => {
+                if let Some(p) = request.keys().find(|p| !lost.contains_key(p)) {
+                    return Outcome::Refused(format!("not rereservable {p}"));
+                }
+                request.into_iter().collect()
+            }
+        };
+        if take.is_empty() {
+            return Outcome::Refused("nothing to rereserve".into());
+        }
+        self.take(order, Some(key), take)
+    }
+
+    /// All or nothing, checked in ascending product id like the engine's locks.
+    fn take(&mut self, order: u8, key: Option<u8>, take: Vec<(i64, i32)>) -> Outcome {
+        for (p, q) in &take {
             match self.stock.get(p) {
                 None => return Outcome::Refused(format!("unknown product {p}")),
                 Some(s) if s.0 < *q => return Outcome::Refused(format!("insufficient stock {p}")),
                 Some(_) => {}
             }
         }
-        for (p, q) in &missing {
+        let rows = self.orders.entry(order).or_default();
+        for (p, q) in &take {
             let s = self.stock.get_mut(p).expect("checked");
             s.0 -= q;
             s.1 += q;
@@ -267,11 +331,12 @@ impl Model {
                 product: *p,
                 quantity: *q,
                 status: Status::Active,
+                key,
             });
         }
         Outcome::Reserved {
             replayed: false,
-            items: pairs(rows.iter().filter(|r| r.status.is_live())),
+            items: pairs(latest(rows).into_iter()),
         }
     }
 
@@ -358,6 +423,8 @@ fn refusal(e: Error) -> Outcome {
         Error::UnknownProduct(p) => format!("unknown product {p}"),
         Error::InsufficientStock { product_id, .. } => format!("insufficient stock {product_id}"),
         Error::IdempotencyConflict(_) => "idempotency conflict".into(),
+        Error::NothingToRereserve(_) => "nothing to rereserve".into(),
+        Error::NotRereservable { product_id, .. } => format!("not rereservable {product_id}"),
         Error::UnknownOrder(o) => {
             format!("unknown order {}", o.as_str().trim_start_matches("order-"))
         }
@@ -382,6 +449,23 @@ impl Engine {
                 };
                 self.stock
                     .reserve(&request)
+                    .await
+                    .map(|r| Outcome::Reserved {
+                        replayed: r.replayed,
+                        items: engine_pairs(&r.items),
+                    })
+            }
+            Op::Rereserve { order, key, items } => {
+                let request = RereserveRequest {
+                    order_id: order_id(*order),
+                    rereserve_id: RequestKey::new(format!("k{key}")).expect("key"),
+                    items: items
+                        .as_ref()
+                        .map(|i| OrderItems::new(i.iter().copied()).expect("items")),
+                    ttl: Ttl::default(),
+                };
+                self.stock
+                    .rereserve(&request)
                     .await
                     .map(|r| Outcome::Reserved {
                         replayed: r.replayed,

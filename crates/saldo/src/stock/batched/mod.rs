@@ -36,9 +36,10 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::domain::OrderId;
 use crate::error::Error;
+use crate::stock::atomic::Atomic;
 use crate::stock::{
-    lifecycle, ConfirmOutcome, ReleaseOutcome, Reservation, ReserveRequest, ReservedItem,
-    StockStrategy, Store,
+    lifecycle, ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
+    ReservedItem, StockStrategy, Store,
 };
 
 /// Default number of partitions (workers). Each holds one connection while its batch runs.
@@ -455,6 +456,15 @@ impl StockStrategy for Batched {
             }
             Admission::Queued => Self::answer(partition, answer).await,
         }
+    }
+
+    /// Re-reserves are rare (what expired or was released, on purpose): one `atomic`
+    /// transaction, like an order run alone. The row locks keep it correct beside the batches.
+    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
+        let intent = lifecycle::Intent::Rereserve(request);
+        let result = lifecycle::reserve(&self.store, &Atomic, intent).await;
+        crate::stock::telemetry_outcome(&result);
+        result
     }
 
     async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {

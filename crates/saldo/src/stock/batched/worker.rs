@@ -26,7 +26,7 @@ use crate::error::Error;
 use crate::retry::{in_transaction, TxOptions};
 use crate::stock::atomic::Atomic;
 use crate::stock::lifecycle::{
-    self, live_items, missing_items, parse_rows, plan, settle, Plan, Row, APPLY_DELTAS,
+    self, current_items, missing_items, parse_rows, plan, settle, Intent, Plan, Row, APPLY_DELTAS,
 };
 use crate::stock::{ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store};
 use crate::telemetry;
@@ -35,22 +35,28 @@ use crate::telemetry;
 const LOCK_BATCH: &str = "SELECT product_id, available FROM stock \
      WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
 /// Existing rows of the batch's orders, read after the lock: the idempotency decision is made
-/// on what committed before we held the rows. Columns 0..=4 are `lifecycle::parse_rows`'s.
-const BATCH_ORDER_ROWS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
-     FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at";
+/// on what committed before we held the rows.
+const BATCH_ORDER_ROWS: &str = concat!(
+    "SELECT ",
+    crate::reservation_columns!(),
+    " FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at"
+);
 
 /// Every row of the batch's orders to confirm, locked in one consistent order (order id, then
 /// as `lifecycle::confirm` locks one order's rows), before any stock row: the global lock order.
-const LOCK_ORDERS: &str = "SELECT id, product_id, quantity, status, expires_at, order_id \
-     FROM reservations WHERE order_id = ANY($1) \
-     ORDER BY order_id, product_id, created_at FOR UPDATE";
+const LOCK_ORDERS: &str = concat!(
+    "SELECT ",
+    crate::reservation_columns!(),
+    " FROM reservations WHERE order_id = ANY($1) \
+     ORDER BY order_id, product_id, created_at FOR UPDATE"
+);
 /// Every granted reservation row of the batch in one statement.
 const INSERT_BATCH: &str = "INSERT INTO reservations \
      (id, order_id, product_id, quantity, expires_at) \
      SELECT g.id, g.order_id, g.product_id, g.quantity, now() + make_interval(secs => g.ttl_s) \
        FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[]) \
             AS g(id, order_id, product_id, quantity, ttl_s) \
-     RETURNING id, expires_at";
+     RETURNING id, expires_at, created_at";
 
 /// Duration of one batch transaction (retries included) and orders per batch.
 pub const BATCH_SECONDS: &str = "saldo_batch_seconds";
@@ -193,7 +199,8 @@ impl Worker {
             Err(e) => {
                 self.warn_fallback("reserve", jobs.len(), &e);
                 for (request, reply) in jobs {
-                    let outcome = lifecycle::reserve(&self.store, &Atomic, &request).await;
+                    let intent = Intent::Reserve(&request);
+                    let outcome = lifecycle::reserve(&self.store, &Atomic, intent).await;
                     let _ = reply.send(outcome);
                 }
             }
@@ -254,7 +261,7 @@ pub(super) async fn reserve_alone(
     request: &ReserveRequest,
 ) -> Result<Reservation, Error> {
     let started = Instant::now();
-    let outcome = lifecycle::reserve(store, &Atomic, request).await;
+    let outcome = lifecycle::reserve(store, &Atomic, Intent::Reserve(request)).await;
     record_batch("reserve", started, 1);
     counters.committed(1);
     outcome
@@ -326,8 +333,8 @@ async fn grant_batch(
         available.insert(row.try_get(0)?, row.try_get(1)?);
     }
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
-    for (raw, row) in existing.iter().zip(parse_rows(&existing)?) {
-        by_order.entry(raw.try_get(5)?).or_default().push(row);
+    for row in parse_rows(&existing)? {
+        by_order.entry(row.order_id.clone()).or_default().push(row);
     }
 
     // Grant in arrival order against the in-memory counts; all-or-nothing per order.
@@ -338,15 +345,13 @@ async fn grant_batch(
         let rows = by_order
             .entry(request.order_id.as_str().to_owned())
             .or_default();
-        let decision = match plan(request, rows) {
-            Plan::Replay => Decision::Live {
+        let decision = match plan(Intent::Reserve(request), rows) {
+            Ok(Plan::Replay) => Decision::Live {
                 rows: rows.len(),
                 replayed: true,
             },
-            Plan::Conflict => {
-                Decision::Refused(Error::IdempotencyConflict(request.order_id.clone()))
-            }
-            Plan::Take(take) => match first_refusal(&available, &take) {
+            Err(refusal) => Decision::Refused(refusal),
+            Ok(Plan::Take(take)) => match first_refusal(&available, &take) {
                 Some(refusal) => Decision::Refused(refusal),
                 None => {
                     let ttl_s = request.ttl.as_duration().as_secs_f64();
@@ -360,11 +365,15 @@ async fn grant_batch(
                         new_rows.push((id, request.order_id.as_str(), p, q, ttl_s));
                         rows.push(Row {
                             id,
+                            order_id: request.order_id.as_str().to_owned(),
+                            request_key: None,
+                            // Both patched below from the database's clock (the insert's
+                            // RETURNING); a row left unpatched is an invariant failure.
+                            created_at: DateTime::<Utc>::MIN_UTC,
                             item: ReservedItem {
                                 product_id: product,
                                 quantity: q,
                                 status: Status::Active,
-                                // Patched below from the database's clock.
                                 expires_at: DateTime::<Utc>::MIN_UTC,
                             },
                         });
@@ -379,7 +388,8 @@ async fn grant_batch(
         decisions.push(decision);
     }
 
-    let mut expiry: HashMap<Uuid, DateTime<Utc>> = HashMap::with_capacity(new_rows.len());
+    let mut written: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
+        HashMap::with_capacity(new_rows.len());
     if !new_rows.is_empty() {
         let ids: Vec<Uuid> = new_rows.iter().map(|r| r.0).collect();
         let orders: Vec<&str> = new_rows.iter().map(|r| r.1).collect();
@@ -399,12 +409,23 @@ async fn grant_batch(
             client.execute(&update, &update_params)
         )?;
         for row in inserted {
-            expiry.insert(row.try_get(0)?, row.try_get(1)?);
+            written.insert(
+                row.try_get("id")?,
+                (row.try_get("expires_at")?, row.try_get("created_at")?),
+            );
+        }
+        if written.len() != new_rows.len() {
+            return Err(Error::Invariant(format!(
+                "batch inserted {} reservation rows, expected {}",
+                written.len(),
+                new_rows.len()
+            )));
         }
     }
     for row in by_order.values_mut().flatten() {
-        if let Some(at) = expiry.get(&row.id) {
-            row.item.expires_at = *at;
+        if let Some((expires_at, created_at)) = written.get(&row.id) {
+            row.item.expires_at = *expires_at;
+            row.created_at = *created_at;
         }
     }
 
@@ -416,8 +437,7 @@ async fn grant_batch(
                 let all = by_order
                     .get(request.order_id.as_str())
                     .map_or(&[][..], |v| &v[..rows.min(v.len())]);
-                let mut items = live_items(all);
-                items.sort_by_key(|i| i.product_id);
+                let items = current_items(all);
                 Ok(Reservation {
                     order_id: request.order_id.clone(),
                     items,
@@ -463,8 +483,8 @@ async fn confirm_tx(
     let params: [&(dyn ToSql + Sync); 1] = [&keys];
     let raw = client.query(&lock, &params).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
-    for (r, row) in raw.iter().zip(parse_rows(&raw)?) {
-        by_order.entry(r.try_get(5)?).or_default().push(row);
+    for row in parse_rows(&raw)? {
+        by_order.entry(row.order_id.clone()).or_default().push(row);
     }
     let active: Vec<&Row> = by_order
         .values()
