@@ -322,7 +322,7 @@ where
                         result
                     }
                     // The connection was closed with the transaction: nothing to give back.
-                    Attempt::Abandoned(e) => Err(e),
+                    Attempt::Abandoned(e) => Err(*e),
                 }
             }
         };
@@ -411,7 +411,7 @@ enum Attempt<T> {
     Ended(TxClient, Result<T, Error>),
     /// The attempt was given up mid-flight and its connection closed: before COMMIT that means
     /// rolled back (`DeadlineExceeded`); during COMMIT, unknown (`OutcomeUnknown`).
-    Abandoned(Error),
+    Abandoned(Box<Error>),
 }
 
 async fn run_once<'a, T, F>(
@@ -432,7 +432,7 @@ where
         // the transaction back, and COMMIT was never sent.
         Some(left) => match tokio::time::timeout(left, body).await {
             Ok(ended) => ended,
-            Err(_) => return Attempt::Abandoned(deadline_exceeded(operation)),
+            Err(_) => return Attempt::Abandoned(Box::new(deadline_exceeded(operation))),
         },
         None => body.await,
     };
@@ -446,7 +446,8 @@ where
             Ok(committed) => committed,
             Err(_) => {
                 drop(client);
-                return Attempt::Abandoned(outcome_unknown(operation, "the deadline passed"));
+                let unknown = outcome_unknown(operation, "the deadline passed");
+                return Attempt::Abandoned(Box::new(unknown));
             }
         },
         None => commit.await,
@@ -458,10 +459,10 @@ where
         // No answer: the connection broke after COMMIT left; it may have committed.
         Err(e) => {
             drop(client);
-            Attempt::Abandoned(outcome_unknown(
+            Attempt::Abandoned(Box::new(outcome_unknown(
                 operation,
                 &format!("the database connection was lost ({e})"),
-            ))
+            )))
         }
     }
 }
