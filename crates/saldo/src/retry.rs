@@ -404,7 +404,8 @@ fn begin_statement(options: &TxOptions) -> String {
     )
 }
 
-/// How one attempt ended.
+/// How one attempt ended. Lives on the stack for one match; its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Attempt<T> {
     /// BEGIN, the body and COMMIT ran (or one failed with an answer from the server): the
     /// connection is in a known state.
