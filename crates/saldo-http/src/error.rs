@@ -246,6 +246,15 @@ fn domain(e: &Error) -> Parts {
         )
         .with("order_id", json!(order_id))
         .with("product_id", json!(product_id)),
+        Error::ProductLocked(p) => Parts::new(
+            S::SERVICE_UNAVAILABLE,
+            "database-timeout",
+            "Database timeout, try again",
+            detail,
+        )
+        .with("product_id", json!(p))
+        .with("applied", json!(false))
+        .retry(),
         Error::DeadlineExceeded { .. } => Parts::new(
             S::SERVICE_UNAVAILABLE,
             "deadline-exceeded",

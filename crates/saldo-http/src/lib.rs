@@ -65,6 +65,10 @@ impl AppState {
     }
 }
 
+/// How much later than a request's deadline plus [`routes::ANSWER_GRACE`] the whole-request
+/// backstop timeout fires.
+const BACKSTOP_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The router with every route, layer and the OpenAPI document, ready to serve.
 pub fn app(state: AppState) -> Router {
     let timeout = state.settings.request_timeout;
@@ -75,15 +79,27 @@ pub fn app(state: AppState) -> Router {
     let api_json = OpenApiJson(Arc::new(api.to_json().unwrap_or_default()));
     // Router::layer wraps every route (so the matched path is known to `metrics::track`), and
     // each call converts its response back to axum's, so layers with their own body types stack.
-    // Innermost first: body limits, timeout, one shape for errors, timing, tracing.
+    // Innermost first: body limits, the backstop timeout, the request's deadline, one shape
+    // for errors, timing, tracing.
     router
         .fallback(|| async { ApiError::Bare(StatusCode::NOT_FOUND) })
         .layer(Extension(api_json))
         .layer(DefaultBodyLimit::max(config::MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(config::MAX_BODY_BYTES))
+        // A backstop only: library operations answer by the deadline (plus a COMMIT in flight),
+        // and `routes::detached` turns a later answer into "outcome unknown". Firing first,
+        // this would answer a bare 503 that says nothing of whether the write happened.
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
-            timeout,
+            timeout + routes::ANSWER_GRACE + BACKSTOP_SLACK,
+        ))
+        .layer(middleware::from_fn(
+            move |request, next: middleware::Next| {
+                // The deadline starts when the request arrives and travels with the operation into
+                // the batched queue and the database (`saldo::deadline`).
+                let deadline = tokio::time::Instant::now() + timeout;
+                saldo::deadline::within(deadline, next.run(request))
+            },
         ))
         .layer(middleware::from_fn(error::problem_for_bare_errors))
         .layer(middleware::from_fn(metrics::track))

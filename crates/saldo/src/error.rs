@@ -69,6 +69,11 @@ pub enum Error {
         product_id: ProductId,
         why: &'static str,
     },
+    /// Another transaction held the product's stock row past the lock timeout: nothing was
+    /// applied. (The batched engine names the product; a single transaction answers with the
+    /// database's lock-timeout error, which says the same.)
+    #[error("product {0} stayed locked by another transaction past the lock timeout; nothing was applied")]
+    ProductLocked(ProductId),
     /// The operation's deadline passed before it could be applied: nothing was applied, and the
     /// same request may be sent again.
     #[error("the deadline passed before {operation} was applied; nothing was applied")]
@@ -141,6 +146,8 @@ impl Error {
     pub fn sqlstate(&self) -> Option<&SqlState> {
         match self {
             Error::Database(e) | Error::RetriesExhausted { source: e, .. } => e.code(),
+            // The lock timeout the database reported, named with its product.
+            Error::ProductLocked(_) => Some(&SqlState::LOCK_NOT_AVAILABLE),
             _ => None,
         }
     }

@@ -31,20 +31,40 @@ pub struct ApiPath<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct ApiQuery<T>(pub T);
 
-/// Runs one library operation on its own task and waits for it.
+/// How long after the request's deadline a handler still waits for its operation: the library
+/// answers by the deadline, except a COMMIT already in flight ([`saldo::deadline::COMMIT_GRACE`]).
+pub const ANSWER_GRACE: std::time::Duration =
+    std::time::Duration::from_secs(saldo::deadline::COMMIT_GRACE.as_secs() + 1);
+
+/// Runs one library operation on its own task, under the request's deadline, and waits for it.
 ///
-/// Why: axum drops a handler's future when the client goes away or the request timeout fires.
-/// Dropped half-way, a transaction would leave its connection inside `BEGIN … ` and the pool
-/// would hand it to the next request, whose `COMMIT` would commit the abandoned work too. On its
-/// own task the operation always finishes (bounded by the lock and statement timeouts) and
-/// returns its connection clean; a client that gave up retries with the same idempotency key
-/// and gets a replay.
+/// Why its own task: axum drops a handler's future when the client goes away. Dropped half-way,
+/// a transaction would leave its connection inside `BEGIN …` and the pool would hand it to the
+/// next request, whose `COMMIT` would commit the abandoned work too. On its own task the
+/// operation always finishes, bounded by the deadline it carries (`saldo::deadline`): an
+/// answer of "not applied" is then true. Should the operation outlive the deadline plus
+/// [`ANSWER_GRACE`] (only a COMMIT in flight can), the answer is "outcome unknown": replay the
+/// same request (same order or transfer id) to learn it.
 pub(crate) async fn detached<T, F>(operation: F) -> Result<T, ApiError>
 where
     F: std::future::Future<Output = Result<T, saldo::Error>> + Send + 'static,
     T: Send + 'static,
 {
-    match tokio::spawn(operation).await {
+    let deadline = saldo::deadline::current();
+    let task = tokio::spawn(saldo::deadline::within_opt(deadline, operation));
+    let joined = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline + ANSWER_GRACE, task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                return Err(ApiError::Domain(saldo::Error::OutcomeUnknown {
+                    operation: "request",
+                    cause: "it was still running past the request's deadline".into(),
+                }))
+            }
+        },
+        None => task.await,
+    };
+    match joined {
         Ok(result) => result.map_err(ApiError::from),
         Err(e) => Err(ApiError::Internal(format!("operation task failed: {e}"))),
     }

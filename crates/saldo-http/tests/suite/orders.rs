@@ -221,3 +221,77 @@ async fn ttl_s_sets_the_expiry_and_defaults_to_the_server_setting() {
     let gap = (expiry(&default) - expiry(&short)).num_seconds();
     assert!((800..=900).contains(&gap), "gap {gap}s");
 }
+
+/// Issue 11, reproduced on the old main: reserve `rr-1` → 201, release, the same POST again →
+/// 201 with a brand-new active reservation (the cancelled units sold again). Now: 200, replayed,
+/// the real status, nothing taken; re-reserving is `POST /v1/orders/{id}/rereserve`.
+#[tokio::test]
+async fn a_late_retry_after_release_takes_nothing_and_rereserve_is_explicit() {
+    let app = spawn_app().await;
+    app.stock(7, 3).await;
+    let first = app.reserve("rr-1", &[(7, 2)]).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    let released = app.post("/v1/orders/rr-1/release", json!({})).await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.text);
+    let late = app.reserve("rr-1", &[(7, 2)]).await;
+    assert_eq!(late.status, StatusCode::OK, "{}", late.text);
+    assert_eq!(late.body["replayed"], true, "{}", late.text);
+    assert_eq!(late.body["status"], "released", "{}", late.text);
+    assert_eq!(late.body["items"][0]["status"], "released", "{}", late.text);
+    let stock = app.get("/v1/products/7/stock").await;
+    assert_eq!(
+        (
+            stock.body["available"].as_i64(),
+            stock.body["reserved"].as_i64()
+        ),
+        (Some(3), Some(0)),
+        "a late retry took stock: {}",
+        stock.text
+    );
+    // Other items under the same order id: still a conflict.
+    app.reserve("rr-1", &[(7, 1)])
+        .await
+        .assert_problem(409, "idempotency-conflict");
+
+    // The explicit re-reserve: 201, then its own replay 200, then a conflict for other items.
+    let body = json!({ "rereserve_id": "rr-1-again" });
+    let again = app.post("/v1/orders/rr-1/rereserve", body.clone()).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text);
+    assert_eq!(again.body["status"], "active", "{}", again.text);
+    assert_eq!(again.body["replayed"], false);
+    let replay = app.post("/v1/orders/rr-1/rereserve", body).await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text);
+    assert_eq!(replay.body["replayed"], true);
+    app.post(
+        "/v1/orders/rr-1/rereserve",
+        json!({ "rereserve_id": "rr-1-again", "items": [{ "product_id": 7, "quantity": 1 }] }),
+    )
+    .await
+    .assert_problem(409, "idempotency-conflict");
+    // Nothing lost any more: nothing to re-reserve under a new key.
+    app.post(
+        "/v1/orders/rr-1/rereserve",
+        json!({ "rereserve_id": "third" }),
+    )
+    .await
+    .assert_problem(409, "nothing-to-rereserve");
+    app.post("/v1/orders/nope/rereserve", json!({ "rereserve_id": "x" }))
+        .await
+        .assert_problem(404, "unknown-order");
+    app.post(
+        "/v1/orders/rr-1/rereserve",
+        json!({ "rereserve_id": "bad key" }),
+    )
+    .await
+    .assert_problem(422, "invalid-input");
+    let stock = app.get("/v1/products/7/stock").await;
+    assert_eq!(
+        (
+            stock.body["available"].as_i64(),
+            stock.body["reserved"].as_i64()
+        ),
+        (Some(1), Some(2)),
+        "{}",
+        stock.text
+    );
+}

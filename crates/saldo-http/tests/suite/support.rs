@@ -81,6 +81,16 @@ pub fn state_for(db: &TestDb, api_token: Option<&str>) -> AppState {
 
 /// An atomic-strategy state over `pool`, with the test admin token and `raw` otherwise.
 pub fn state_with(pool: deadpool_postgres::Pool, raw: RawSettings) -> AppState {
+    state_with_strategy(pool, raw, StrategyName::Atomic, TxOptions::default())
+}
+
+/// A state running `strategy` over `pool` with transaction settings `tx`.
+pub fn state_with_strategy(
+    pool: deadpool_postgres::Pool,
+    raw: RawSettings,
+    strategy: StrategyName,
+    tx: TxOptions,
+) -> AppState {
     let settings = RawSettings {
         admin_token: Some(ADMIN.into()),
         ..raw
@@ -88,8 +98,8 @@ pub fn state_with(pool: deadpool_postgres::Pool, raw: RawSettings) -> AppState {
     .validate()
     .expect("valid settings")
     .settings;
-    let store = Store::new(pool, TxOptions::default());
-    let engine = stock::build(StrategyName::Atomic, store, &StrategyConfig::default());
+    let store = Store::new(pool, tx);
+    let engine = stock::build(strategy, store, &StrategyConfig::default());
     let prometheus = saldo_http::metrics::install().expect("recorder");
     AppState::new(engine, settings, prometheus)
 }

@@ -326,6 +326,7 @@ pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
         Err(Error::NothingToRereserve(_) | Error::NotRereservable { .. }) => "not_rereservable",
         Err(Error::UnknownOrder(_)) => "unknown_order",
         Err(Error::DeadlineExceeded { .. }) => "deadline_exceeded",
+        Err(Error::ProductLocked(_)) => "product_locked",
         Err(Error::OutcomeUnknown { .. }) => "outcome_unknown",
         Err(Error::VersionConflict { .. }) => "version_conflict",
         Err(Error::UnknownProduct(_)) => "unknown_product",

@@ -654,3 +654,99 @@ async fn concurrent_confirms_settle_once_and_name_what_is_missing() {
     assert_eq!(stock_of(&db, 2).await, (42, 0));
     assert_audit_clean(&db).await;
 }
+
+/// Issue 11: a product held locked by another transaction must not hold up the orders on other
+/// products that share its batch for longer than one lock timeout. The old fallback replayed
+/// the batch's orders one by one, each waiting out the lock again: the unrelated order waited
+/// (1 + orders on the locked product) lock timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_locked_product_holds_up_its_batch_mates_one_lock_timeout_at_most() {
+    const LOCK_TIMEOUT_MS: u64 = 500;
+    const ON_LOCKED: usize = 5;
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 100), (2, 100), (9, 100)]).await;
+    let store = Store::new(
+        db.pool.clone(),
+        TxOptions::default().with_lock_timeout_ms(LOCK_TIMEOUT_MS),
+    );
+    let engine = single_partition(store);
+    let held = RowLock::take(&db, &[1]).await;
+    // One batch: the orders on the locked product 1, then one on product 2.
+    let blocker = RowLock::take(&db, &[9]).await;
+    let first = spawn_reserve(&engine, "blocked-order", &[(9, 1)]);
+    until_lock_waiter(&db).await;
+    let mut on_locked = Vec::new();
+    for i in 0..ON_LOCKED {
+        on_locked.push(spawn_reserve(&engine, &format!("locked-{i}"), &[(1, 1)]));
+        until_queued(&engine, i + 1).await;
+    }
+    let unrelated = spawn_reserve(&engine, "unrelated", &[(2, 1)]);
+    until_queued(&engine, ON_LOCKED + 1).await;
+    blocker.release().await;
+    first.await.expect("join").expect("blocker reserved");
+    let released_at = std::time::Instant::now();
+    unrelated
+        .await
+        .expect("join")
+        .expect("the unrelated order is reserved");
+    let waited = released_at.elapsed();
+    for answer in on_locked {
+        match answer.await.expect("join") {
+            Err(e) if e.is_timeout() => {}
+            other => panic!("an order on the locked product: {other:?}"),
+        }
+    }
+    held.release().await;
+    // Old code: (1 + 5) × 500 ms = 3 s; now one lock timeout and a replay of one order.
+    assert!(
+        waited < Duration::from_millis(LOCK_TIMEOUT_MS * 3),
+        "the unrelated order waited {waited:?} behind a locked product"
+    );
+    assert_eq!(
+        stock_of(&db, 1).await,
+        (100, 0),
+        "not applied means not applied"
+    );
+    assert_eq!(stock_of(&db, 2).await, (99, 1));
+    assert_audit_clean(&db).await;
+}
+
+/// Issue 11: a queued job whose caller's deadline comes first is withdrawn and never applied,
+/// even when the worker gets to it later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_whose_deadline_passes_in_the_queue_is_never_applied() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(2, 10), (9, 10)]).await;
+    let engine = single_partition(db.store());
+    let blocker = RowLock::take(&db, &[9]).await;
+    let first = spawn_reserve(&engine, "blocked-order", &[(9, 1)]);
+    until_lock_waiter(&db).await;
+    let late = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+            saldo::deadline::within(deadline, engine.reserve(&request("late", &[(2, 1)]))).await
+        })
+    };
+    match late.await.expect("join") {
+        Err(Error::DeadlineExceeded { .. }) => {}
+        other => panic!("expected the deadline to pass in the queue, got {other:?}"),
+    }
+    blocker.release().await;
+    first.await.expect("join").expect("blocker reserved");
+    // The worker is free again: give it the chance to (wrongly) run the withdrawn job.
+    engine
+        .reserve(&request("after", &[(9, 1)]))
+        .await
+        .expect("after");
+    assert_eq!(
+        stock_of(&db, 2).await,
+        (10, 0),
+        "a withdrawn job was applied"
+    );
+    match engine.order(&OrderId::new("late").expect("id")).await {
+        Err(Error::UnknownOrder(_)) => {}
+        other => panic!("the withdrawn order has rows: {other:?}"),
+    }
+    assert_audit_clean(&db).await;
+}

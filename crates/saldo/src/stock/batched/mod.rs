@@ -28,11 +28,14 @@ mod worker;
 
 pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::deadline;
 
 use crate::domain::OrderId;
 use crate::error::Error;
@@ -63,6 +66,9 @@ pub const MAX_LINGER: Duration = Duration::from_millis(50);
 pub const DEFAULT_IN_FLIGHT: usize = 2;
 /// Most batches in flight per partition a configuration may ask for.
 pub const MAX_IN_FLIGHT: usize = 64;
+/// How long a caller whose job started before its deadline keeps waiting for the answer: the
+/// batch runs under that deadline, so only a COMMIT in flight (or a bug) can take longer.
+const ANSWER_GRACE: Duration = Duration::from_secs(deadline::COMMIT_GRACE.as_secs() + 1);
 
 /// Knobs of the batched engine; every value is clamped to its limit when the engine is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +139,7 @@ impl Counters {
 }
 
 /// One queued operation and where its answer goes.
-pub(crate) enum Job {
+pub(crate) enum Work {
     Reserve {
         request: ReserveRequest,
         reply: oneshot::Sender<Result<Reservation, Error>>,
@@ -144,38 +150,92 @@ pub(crate) enum Job {
     },
 }
 
+/// Who may decide a queued job's fate: the worker starting it, or its caller withdrawing it at
+/// its deadline. Exactly one wins, so a caller told "not applied" can trust it.
+#[derive(Debug, Default)]
+pub(crate) struct Ticket(AtomicU8);
+
+const QUEUED: u8 = 0;
+const STARTED: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Ticket {
+    /// The worker is about to run the job: false when its caller withdrew it first.
+    pub(crate) fn start(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, STARTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The caller's deadline came: false when the worker started the job first.
+    fn withdraw(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn withdrawn(&self) -> bool {
+        self.0.load(Ordering::Acquire) == WITHDRAWN
+    }
+}
+
+/// A queued operation with the deadline it carries from its caller (see [`crate::deadline`]).
+pub(crate) struct Job {
+    pub work: Work,
+    pub deadline: Option<Instant>,
+    pub ticket: Arc<Ticket>,
+}
+
 impl Job {
+    pub(crate) fn new(work: Work, deadline: Option<Instant>) -> Self {
+        Job {
+            work,
+            deadline,
+            ticket: Arc::default(),
+        }
+    }
+
     /// The order this job is about: no two batches in flight share one.
     fn order(&self) -> &str {
-        match self {
-            Job::Reserve { request, .. } => request.order_id.as_str(),
-            Job::Confirm { order_id, .. } => order_id.as_str(),
+        match &self.work {
+            Work::Reserve { request, .. } => request.order_id.as_str(),
+            Work::Confirm { order_id, .. } => order_id.as_str(),
         }
     }
 
     /// The stock rows a reserve locks (a confirm's products are unknown until its rows are read;
     /// it is kept apart by its order id alone).
     fn products(&self) -> impl Iterator<Item = i64> + '_ {
-        let items = match self {
-            Job::Reserve { request, .. } => Some(request.items.iter()),
-            Job::Confirm { .. } => None,
+        let items = match &self.work {
+            Work::Reserve { request, .. } => Some(request.items.iter()),
+            Work::Confirm { .. } => None,
         };
         items.into_iter().flatten().map(|(p, _)| p.get())
     }
 
     fn kind(&self) -> schedule::Kind {
-        match self {
-            Job::Reserve { .. } => schedule::Kind::Reserve,
-            Job::Confirm { .. } => schedule::Kind::Confirm,
+        match self.work {
+            Work::Reserve { .. } => schedule::Kind::Reserve,
+            Work::Confirm { .. } => schedule::Kind::Confirm,
         }
     }
 
-    /// True when the caller stopped waiting.
-    fn abandoned(&self) -> bool {
-        match self {
-            Job::Reserve { reply, .. } => reply.is_closed(),
-            Job::Confirm { reply, .. } => reply.is_closed(),
+    /// Answers a job that will never run with `error` (for its operation).
+    fn refuse(self, error: impl Fn(&'static str) -> Error) {
+        // The caller may have gone; then the answer has nowhere to go.
+        match self.work {
+            Work::Reserve { reply, .. } => drop(reply.send(Err(error("reserve")))),
+            Work::Confirm { reply, .. } => drop(reply.send(Err(error("confirm")))),
         }
+    }
+
+    /// True when the caller stopped waiting (went away, or withdrew at its deadline).
+    fn abandoned(&self) -> bool {
+        self.ticket.withdrawn()
+            || match &self.work {
+                Work::Reserve { reply, .. } => reply.is_closed(),
+                Work::Confirm { reply, .. } => reply.is_closed(),
+            }
     }
 }
 
@@ -355,16 +415,40 @@ impl Batched {
         }
     }
 
-    /// Waits for a queued job's answer.
+    /// Waits for a queued job's answer. At the caller's deadline a job still queued is
+    /// withdrawn (the worker will never start it: "not applied" is true); one already started
+    /// runs under that deadline, so its answer follows within the commit grace.
     async fn answer<T>(
         partition: usize,
+        operation: &'static str,
+        ticket: &Ticket,
         answer: oneshot::Receiver<Result<T, Error>>,
     ) -> Result<T, Error> {
-        answer.await.unwrap_or_else(|_| {
+        let stopped = || {
             Err(Error::Overloaded(format!(
                 "batched worker {partition} stopped before answering"
             )))
-        })
+        };
+        let Some(deadline) = deadline::current() else {
+            return answer.await.unwrap_or_else(|_| stopped());
+        };
+        tokio::pin!(answer);
+        tokio::select! {
+            answered = &mut answer => return answered.unwrap_or_else(|_| stopped()),
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+        if ticket.withdraw() {
+            metrics::counter!(crate::telemetry::DEADLINE_EXCEEDED, "operation" => operation)
+                .increment(1);
+            return Err(Error::DeadlineExceeded { operation });
+        }
+        match tokio::time::timeout(ANSWER_GRACE, answer).await {
+            Ok(answered) => answered.unwrap_or_else(|_| stopped()),
+            Err(_) => Err(Error::OutcomeUnknown {
+                operation,
+                cause: "its batch outlived the deadline".into(),
+            }),
+        }
     }
 
     fn start_workers(&self) {
@@ -420,10 +504,12 @@ impl StockStrategy for Batched {
 
     async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
         let (reply, answer) = oneshot::channel();
-        let job = Job::Reserve {
+        let work = Work::Reserve {
             request: request.clone(),
             reply,
         };
+        let job = Job::new(work, deadline::current());
+        let ticket = job.ticket.clone();
         let partition = self.partition_of(request);
         let result = match self.admit(partition, job) {
             Ok(Admission::Direct(claim)) => {
@@ -431,7 +517,7 @@ impl StockStrategy for Batched {
                 drop(claim);
                 outcome
             }
-            Ok(Admission::Queued) => Self::answer(partition, answer).await,
+            Ok(Admission::Queued) => Self::answer(partition, "reserve", &ticket, answer).await,
             Err(e) => Err(e),
         };
         crate::stock::telemetry_outcome(&result);
@@ -443,10 +529,12 @@ impl StockStrategy for Batched {
     /// products are unknown before its rows are read, so confirms spread by order id.
     async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
         let (reply, answer) = oneshot::channel();
-        let job = Job::Confirm {
+        let work = Work::Confirm {
             order_id: order_id.clone(),
             reply,
         };
+        let job = Job::new(work, deadline::current());
+        let ticket = job.ticket.clone();
         let partition = partition_for_order(order_id, self.partitions.len());
         match self.admit(partition, job)? {
             Admission::Direct(claim) => {
@@ -454,7 +542,7 @@ impl StockStrategy for Batched {
                 drop(claim);
                 outcome
             }
-            Admission::Queued => Self::answer(partition, answer).await,
+            Admission::Queued => Self::answer(partition, "confirm", &ticket, answer).await,
         }
     }
 

@@ -188,6 +188,7 @@ impl Queue {
 mod tests {
     use super::*;
     use crate::domain::{OrderId, OrderItems, Ttl};
+    use crate::stock::batched::Work;
     use crate::stock::ReserveRequest;
     use tokio::sync::oneshot;
 
@@ -202,14 +203,14 @@ mod tests {
         };
         let (reply, rx) = oneshot::channel();
         keep.push(Box::new(rx));
-        Job::Reserve { request, reply }
+        Job::new(Work::Reserve { request, reply }, None)
     }
 
     fn confirm(keep: &mut Keep, order: &str) -> Job {
         let (reply, rx) = oneshot::channel();
         keep.push(Box::new(rx));
         let order_id = OrderId::new(order).expect("valid order id");
-        Job::Confirm { order_id, reply }
+        Job::new(Work::Confirm { order_id, reply }, None)
     }
 
     fn orders(jobs: &[Job]) -> Vec<&str> {
