@@ -31,6 +31,8 @@ pub const DEFAULT_RUNS: u32 = 5;
 /// the embedded cluster), so a naive run takes about a minute.
 pub const DEFAULT_TRANSFER_RUNS: u32 = 1;
 pub const DEFAULT_SEED: u64 = 42;
+/// late-retry runs per strategy by default: the naive rule fails every run.
+pub const DEFAULT_LATE_RUNS: u32 = 2;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -42,6 +44,8 @@ pub enum ScenarioArg {
     MultiItem,
     /// Seed 002: --transfers (200) both ways between accounts 1 and 2.
     CrossedTransfers,
+    /// --buyers (50) reserve, cancel or let expire, then retry late: a retry must take nothing.
+    LateRetry,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,7 +53,8 @@ pub struct Args {
     #[arg(value_enum)]
     scenario: ScenarioArg,
     /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
-    /// optimistic, naive-subtract, naive-overwrite; crossed-transfers: ordered, naive.
+    /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers:
+    /// ordered, naive.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -91,6 +96,11 @@ pub enum Race {
     Transfers {
         race: TransferRace,
         strategies: Vec<TransferStrategy>,
+    },
+    Late {
+        buyers: u32,
+        runs: u32,
+        strategies: Vec<StrategyName>,
     },
 }
 
@@ -135,8 +145,28 @@ impl Config {
             ScenarioArg::Oversubscribed => Scenario::Oversubscribed,
             ScenarioArg::MultiItem => Scenario::MultiItem,
             ScenarioArg::CrossedTransfers => Scenario::CrossedTransfers,
+            ScenarioArg::LateRetry => Scenario::LateRetry,
         };
-        let race = if scenario == Scenario::CrossedTransfers {
+        let race = if scenario == Scenario::LateRetry {
+            if args.stock.is_some()
+                || args.think_ms.is_some()
+                || args.transfers.is_some()
+                || args.no_retry
+                || args.explain
+            {
+                bail!("late-retry takes --buyers, --runs and --strategy only");
+            }
+            Race::Late {
+                buyers: args.buyers.unwrap_or(DEFAULT_LAST_UNIT_BUYERS),
+                runs: args.runs.unwrap_or(DEFAULT_LATE_RUNS),
+                strategies: strategies(
+                    &args.strategy,
+                    StrategyName::ALL,
+                    StrategyName::parse,
+                    StrategyName::as_str,
+                )?,
+            }
+        } else if scenario == Scenario::CrossedTransfers {
             if args.buyers.is_some() || args.stock.is_some() || args.think_ms.is_some() {
                 bail!("--buyers, --stock and --think-ms apply to the stock scenarios; crossed-transfers takes --transfers");
             }
@@ -203,6 +233,11 @@ pub async fn run(args: Args, server_url: &str) -> Result<()> {
             Race::Transfers { race, strategies } => {
                 lab::transfers::run(&scratch, race, strategies).await
             }
+            Race::Late {
+                buyers,
+                runs,
+                strategies,
+            } => lab::late::run(&scratch, *buyers, *runs, strategies).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.
@@ -273,7 +308,14 @@ pub fn table(reports: &[Report]) -> String {
         return String::new();
     };
     let transfers = first.scenario == Scenario::CrossedTransfers.as_str();
-    let mut out = if transfers {
+    let late = first.scenario == Scenario::LateRetry.as_str();
+    let mut out = if late {
+        format!(
+            "{} — {} buyers reserve {} unit(s), cancel or let expire, then retry late; {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run, first.stock_per_run, first.runs,
+            "strategy", "runs", "retaken", "refused", "conflicts", "errors", "final a/r", "oversold", "violations", "verdict", "time"
+        )
+    } else if transfers {
         format!(
             "{} — {} transfers per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.runs,
@@ -326,7 +368,12 @@ pub fn table(reports: &[Report]) -> String {
 /// One plain sentence per strategy: what held, or what broke and why that was expected.
 pub fn conclusion(r: &Report) -> String {
     let mut broke = Vec::new();
-    if r.oversold > 0 {
+    if r.oversold > 0 && r.scenario == Scenario::LateRetry.as_str() {
+        broke.push(format!(
+            "late retries of cancelled or expired orders took {} units again in {} of {} runs",
+            r.oversold, r.runs_oversold, r.runs
+        ));
+    } else if r.oversold > 0 {
         broke.push(format!(
             "oversold {} units in {} of {} runs",
             r.oversold, r.runs_oversold, r.runs

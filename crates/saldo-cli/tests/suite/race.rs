@@ -271,3 +271,33 @@ async fn the_users_database_is_left_untouched() {
         "saldo race created tables in the user's database"
     );
 }
+
+/// Issue 11: late retries of cancelled and expired orders take nothing with every safe strategy;
+/// `naive-replay` (the idempotency rule before the fix) takes every unit again, every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_retry_takes_nothing_with_every_safe_strategy_and_the_old_rule_fails() {
+    let out = race(&[
+        "late-retry",
+        "--strategy",
+        "atomic,pessimistic,optimistic,batched,naive-replay",
+        "--buyers",
+        "20",
+        "--runs",
+        "2",
+        "--json",
+    ])
+    .await;
+    let reports = reports(&out);
+    for name in ["atomic", "pessimistic", "optimistic", "batched"] {
+        let r = by_strategy(&reports, name);
+        assert_eq!(r["oversold"], 0, "{name}: {r}");
+        assert_eq!(r["violations"], 0, "{name}: {r}");
+        assert_eq!(r["final_available"], 20, "{name}: {r}");
+        assert_eq!(r["final_reserved"], 0, "{name}: {r}");
+        assert_eq!(r["verdict"], "held", "{name}: {r}");
+    }
+    let naive = by_strategy(&reports, "naive-replay");
+    assert_eq!(naive["oversold"], 40, "every retry took its unit again: {naive}");
+    assert_eq!(naive["violations"], 2, "{naive}");
+    assert_eq!(naive["verdict"], "failed_as_expected", "{naive}");
+}

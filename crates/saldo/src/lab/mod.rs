@@ -8,6 +8,7 @@
 //! the checks can fail.
 
 pub mod explain;
+pub mod late;
 pub mod scratch;
 pub mod stock;
 pub mod transfers;
@@ -49,6 +50,8 @@ pub enum Scenario {
     MultiItem,
     /// Seed 002: transfers both ways between two accounts.
     CrossedTransfers,
+    /// Issue 11: late retries of cancelled and expired orders take nothing.
+    LateRetry,
 }
 
 impl Scenario {
@@ -57,6 +60,7 @@ impl Scenario {
         Scenario::Oversubscribed,
         Scenario::MultiItem,
         Scenario::CrossedTransfers,
+        Scenario::LateRetry,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +69,7 @@ impl Scenario {
             Scenario::Oversubscribed => "oversubscribed",
             Scenario::MultiItem => "multi-item",
             Scenario::CrossedTransfers => "crossed-transfers",
+            Scenario::LateRetry => "late-retry",
         }
     }
 

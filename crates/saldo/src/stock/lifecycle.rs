@@ -105,24 +105,28 @@ pub(crate) enum Intent<'a> {
     Reserve(&'a ReserveRequest),
     /// A re-reserve of what expired or was released, keyed by its own request key.
     Rereserve(&'a RereserveRequest),
+    /// Lab only (`naive-replay`): the rule before issue 11, under which an order id stopped
+    /// being an idempotency key once the order was released or expired, so a late retry took
+    /// the units again. Kept to show `saldo race late-retry` failing without the rule.
+    ForgetfulReserve(&'a ReserveRequest),
 }
 
 impl Intent<'_> {
     pub fn order_id(&self) -> &OrderId {
         match self {
-            Intent::Reserve(r) => &r.order_id,
+            Intent::Reserve(r) | Intent::ForgetfulReserve(r) => &r.order_id,
             Intent::Rereserve(r) => &r.order_id,
         }
     }
     fn ttl(&self) -> Ttl {
         match self {
-            Intent::Reserve(r) => r.ttl,
+            Intent::Reserve(r) | Intent::ForgetfulReserve(r) => r.ttl,
             Intent::Rereserve(r) => r.ttl,
         }
     }
     fn request_key(&self) -> Option<&str> {
         match self {
-            Intent::Reserve(_) => None,
+            Intent::Reserve(_) | Intent::ForgetfulReserve(_) => None,
             Intent::Rereserve(r) => Some(r.rereserve_id.as_str()),
         }
     }
@@ -147,6 +151,14 @@ pub(crate) fn plan(intent: Intent<'_>, existing: &[Row]) -> Result<Plan, Error> 
     match intent {
         Intent::Reserve(request) => plan_reserve(request, existing),
         Intent::Rereserve(request) => plan_rereserve(request, existing),
+        Intent::ForgetfulReserve(request) => {
+            let live: Vec<Row> = existing
+                .iter()
+                .filter(|r| r.item.status.is_live())
+                .cloned()
+                .collect();
+            plan_reserve(request, &live)
+        }
     }
 }
 

@@ -145,6 +145,7 @@ pub enum StrategyName {
     Batched,
     NaiveSubtract,
     NaiveOverwrite,
+    NaiveReplay,
 }
 
 impl StrategyName {
@@ -156,6 +157,7 @@ impl StrategyName {
         StrategyName::Batched,
         StrategyName::NaiveSubtract,
         StrategyName::NaiveOverwrite,
+        StrategyName::NaiveReplay,
     ];
 
     pub fn parse(s: &str) -> Option<StrategyName> {
@@ -170,6 +172,7 @@ impl StrategyName {
             StrategyName::Batched => "batched",
             StrategyName::NaiveSubtract => "naive-subtract",
             StrategyName::NaiveOverwrite => "naive-overwrite",
+            StrategyName::NaiveReplay => "naive-replay",
         }
     }
 
@@ -182,6 +185,7 @@ impl StrategyName {
             StrategyName::Batched => true,
             StrategyName::NaiveSubtract => false,
             StrategyName::NaiveOverwrite => false,
+            StrategyName::NaiveReplay => false,
         }
     }
 }
@@ -263,6 +267,7 @@ pub fn build(
             },
         )),
         StrategyName::Batched => std::sync::Arc::new(batched::Batched::new(store, &config.batched)),
+        StrategyName::NaiveReplay => std::sync::Arc::new(naive::NaiveReplay { store }),
     }
 }
 

@@ -8,6 +8,9 @@
 //! - [`NaiveOverwrite`] writes the values computed in the application (`SET available = 0`):
 //!   the lost update. Every session that read the same balance writes the same result, nothing
 //!   goes negative, and several units are sold from one; only the audit notices.
+//! - [`NaiveReplay`] takes units like `atomic`, but recognises a replay only while the order
+//!   still holds live rows (the idempotency rule before issue 11): a checkout's late retry of a
+//!   released or expired order takes the units again.
 
 use std::time::Duration;
 
@@ -167,5 +170,59 @@ impl UnitTaker for NaiveOverwrite {
             .await?;
         }
         Ok(())
+    }
+}
+
+/// `atomic`, with the idempotency rule before issue 11 (see the module header): lab only.
+#[derive(Clone)]
+pub struct NaiveReplay {
+    pub store: crate::stock::Store,
+}
+
+#[async_trait]
+impl crate::stock::StockStrategy for NaiveReplay {
+    fn name(&self) -> &'static str {
+        "naive-replay"
+    }
+
+    fn store(&self) -> &crate::stock::Store {
+        &self.store
+    }
+
+    async fn reserve(
+        &self,
+        request: &crate::stock::ReserveRequest,
+    ) -> Result<crate::stock::Reservation, Error> {
+        let intent = crate::stock::lifecycle::Intent::ForgetfulReserve(request);
+        crate::stock::lifecycle::reserve(&self.store, &crate::stock::atomic::Atomic, intent).await
+    }
+
+    async fn rereserve(
+        &self,
+        request: &crate::stock::RereserveRequest,
+    ) -> Result<crate::stock::Reservation, Error> {
+        let intent = crate::stock::lifecycle::Intent::Rereserve(request);
+        crate::stock::lifecycle::reserve(&self.store, &crate::stock::atomic::Atomic, intent).await
+    }
+
+    async fn confirm(
+        &self,
+        order_id: &crate::domain::OrderId,
+    ) -> Result<crate::stock::ConfirmOutcome, Error> {
+        crate::stock::lifecycle::confirm(&self.store, order_id).await
+    }
+
+    async fn release(
+        &self,
+        order_id: &crate::domain::OrderId,
+    ) -> Result<crate::stock::ReleaseOutcome, Error> {
+        crate::stock::lifecycle::release(&self.store, order_id).await
+    }
+
+    async fn order(
+        &self,
+        order_id: &crate::domain::OrderId,
+    ) -> Result<Vec<crate::stock::ReservedItem>, Error> {
+        crate::stock::lifecycle::order(&self.store, order_id).await
     }
 }
