@@ -1,7 +1,8 @@
 //! Bad input is a 4xx problem, never a 500 and never a silent write: regression tests for the
 //! inputs that reached PostgreSQL (a NUL in a reason, a delta of `i64::MIN`, a balance pushed out
-//! of `bigint`), readiness telling "pool busy" from "database down", and a table-driven sweep of
-//! hostile values through every field of every write route.
+//! of `bigint`), readiness telling "pool busy" from "database down", a 500 whose log names the
+//! SQLSTATE and constraint behind it, and a table-driven sweep of hostile values through every
+//! field of every write route.
 
 use axum::http::{Method, StatusCode};
 use saldo::db::{self, PoolOptions};
@@ -411,4 +412,89 @@ async fn hostile_values_in_every_write_route_never_answer_500() {
     eprintln!("{sent} hostile requests, none answered 5xx");
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
+}
+
+/// Log lines written while a test runs, captured through a `tracing` subscriber.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut b) => b.extend_from_slice(bytes),
+            Err(poisoned) => poisoned.into_inner().extend_from_slice(bytes),
+        }
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        let bytes = match self.0.lock() {
+            Ok(b) => b.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// A 500 logs the SQLSTATE, constraint, table and column of the database error behind it
+/// (before: only the error's text, so an operator grepping for a SQLSTATE found nothing), and
+/// never PostgreSQL's DETAIL, which quotes the failing row's values.
+#[tokio::test]
+async fn a_500_logs_sqlstate_constraint_and_table_but_not_row_values() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    // A constraint the code knows nothing about: its violation has no mapping, so it is a 500.
+    let client = app.db.pool.get().await.expect("connection");
+    client
+        .batch_execute(
+            "ALTER TABLE stock_movements ADD CONSTRAINT test_only_refuses_this \
+             CHECK (reason <> 'secret-row-value')",
+        )
+        .await
+        .expect("constraint");
+    drop(client);
+
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let a = {
+        // The test runtime is single-threaded: the handler logs on this thread.
+        let _guard = tracing::subscriber::set_default(subscriber);
+        adjust(&app, json!(1), json!("secret-row-value")).await
+    };
+    a.assert_problem(500, "internal");
+    assert!(
+        !a.text.contains("test_only_refuses_this"),
+        "internals stay in the log"
+    );
+    let log = captured.text();
+    for expected in [
+        "sqlstate=\"23514\"",
+        "constraint=\"test_only_refuses_this\"",
+        "table=\"stock_movements\"",
+    ] {
+        assert!(
+            log.contains(expected),
+            "{expected} missing from the log:\n{log}"
+        );
+    }
+    assert!(
+        !log.contains("secret-row-value"),
+        "no row values in the log:\n{log}"
+    );
 }
