@@ -14,6 +14,7 @@ mod database;
 mod locks;
 mod race;
 mod serve;
+mod token;
 use database::open;
 
 #[derive(Parser)]
@@ -53,6 +54,8 @@ enum Command {
     Locks(locks::Args),
     /// Measure strategies side by side on a scratch database; exits 1 if an invariant breaks.
     Bench(bench::Args),
+    /// Rotate or list the service's stored bearer tokens (in the saldo data directory).
+    Token(token::Args),
 }
 
 #[tokio::main]
@@ -70,6 +73,10 @@ async fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Command::Token(args) = cli.command {
+        // Tokens live in saldo's data directory, not in the database: nothing to start.
+        return token::run(args, &database::state_dir());
+    }
     if let Command::Bench(args) = cli.command {
         // HTTP mode talks only to a running service: no database of its own to start. Otherwise
         // the bench works in a scratch database it creates and drops: the one named by the URL
@@ -97,7 +104,7 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Migrate => println!("migrations applied"),
         // Returned above, before the migration.
-        Command::Race(_) | Command::Bench(_) => {}
+        Command::Race(_) | Command::Bench(_) | Command::Token(_) => {}
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
         Command::Serve(args) => serve::run(args, &database).await?,
         Command::Locks(args) => locks::run(args, &pool).await?,

@@ -1,6 +1,10 @@
 //! `saldo serve`: the HTTP service. Flags (each also a `SALDO_*` environment variable) are
 //! validated into the service's settings before anything listens; the sweeper runs in-process
 //! and stops with the server on SIGINT/SIGTERM, after in-flight requests finish.
+//!
+//! Tokens: the admin and API tokens come from the environment or, by default, from the token
+//! store in saldo's data directory (generated and printed once on first start, stored hashed);
+//! API authentication is off only with `--insecure-no-api-token`, which is logged as a warning.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,7 +16,7 @@ use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
 use saldo::stock::{self, Store, StrategyConfig};
 use saldo_http::config::{
-    serving_strategy, RawSettings, DEFAULT_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS,
+    serving_strategy, ApiAuth, RawSettings, DEFAULT_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS,
     MIN_REQUEST_TIMEOUT_MS,
 };
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
@@ -38,12 +42,21 @@ pub struct Args {
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(MIN_SWEEP_INTERVAL_S..=MAX_SWEEP_INTERVAL_S))]
     sweep_interval_s: u64,
-    /// Admin bearer token; generated and printed once when absent.
+    /// Admin bearer token, overriding the stored one (not persisted). When absent the stored
+    /// token is used; on first start one is generated, stored hashed and printed once.
     #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// When set, every non-admin /v1 route needs this bearer token.
+    /// Bearer token of every non-admin /v1 route (reads included), overriding the stored one
+    /// (not persisted). When absent the stored token is used; on first start one is generated,
+    /// stored hashed and printed once. `saldo token rotate api` replaces it.
     #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// Serve the non-admin /v1 routes WITHOUT authentication: anyone who reaches the port may
+    /// reserve stock and move money. Logged as a warning at start.
+    #[arg(long, env = "SALDO_INSECURE_NO_API_TOKEN",
+          value_parser = clap::builder::BoolishValueParser::new(),
+          action = clap::ArgAction::SetTrue)]
+    insecure_no_api_token: bool,
     /// Whole-request timeout.
     #[arg(long, env = "SALDO_REQUEST_TIMEOUT_MS", default_value_t = DEFAULT_REQUEST_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS))]
@@ -85,9 +98,16 @@ fn strategy(s: &str) -> Result<StrategyName, String> {
 
 pub async fn run(args: Args, database: &Database) -> Result<()> {
     let strategy = args.strategy;
+    let token_dir = crate::database::state_dir();
     let validated = RawSettings {
         admin_token: args.admin_token,
         api_token: args.api_token,
+        api_auth: if args.insecure_no_api_token {
+            ApiAuth::Disabled
+        } else {
+            ApiAuth::Required
+        },
+        token_dir: Some(token_dir.clone()),
         reservation_ttl_s: args.reservation_ttl_s,
         request_timeout_ms: args.request_timeout_ms,
     }
@@ -112,10 +132,21 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         &StrategyConfig::default(),
     );
     let prometheus = saldo_http::metrics::install().map_err(anyhow::Error::msg)?;
-    if validated.generated_admin_token {
+    // The only place a generated token is ever shown: stdout, once, never the log.
+    for g in &validated.generated {
         println!(
-            "admin token (generated, shown once; set SALDO_ADMIN_TOKEN to choose one): {}",
-            validated.settings.admin_token.expose()
+            "{kind} token (generated, shown once; stored hashed in {dir}; `saldo token rotate \
+             {kind}` replaces it): {token}",
+            kind = g.kind,
+            dir = token_dir.display(),
+            token = g.token.expose(),
+        );
+    }
+    if !validated.settings.credentials.api_required() {
+        tracing::warn!(
+            listen = %args.listen,
+            "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
+             address can reserve stock, confirm orders and move money"
         );
     }
     let state = AppState::new(engine, validated.settings, prometheus);

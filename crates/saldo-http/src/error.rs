@@ -17,6 +17,8 @@ use serde_json::{json, Map, Value};
 use tokio_postgres::error::SqlState;
 use utoipa::ToSchema;
 
+use crate::routes::health::NotReady;
+
 /// Media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 /// Prefix of every problem `type`: a URN, stable and never dereferenced.
@@ -59,8 +61,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("request body larger than the limit")]
     PayloadTooLarge,
-    #[error("the database is not ready: {0}")]
-    NotReady(String),
+    #[error("not ready: {0:?}")]
+    NotReady(crate::routes::health::NotReady),
     /// A response a layer produced without a body (404 no route, 405, timeout…).
     #[error("{0}")]
     Bare(StatusCode),
@@ -210,6 +212,13 @@ fn domain(e: &Error) -> Parts {
             detail,
         )
         .with("transfer_id", json!(t)),
+        Error::BalanceOutOfRange { account } => Parts::new(
+            S::CONFLICT,
+            "balance-out-of-range",
+            "Balance out of range",
+            detail,
+        )
+        .with("account", json!(account)),
         Error::Pool(_) => Parts::new(
             S::SERVICE_UNAVAILABLE,
             "database-unavailable",
@@ -396,10 +405,17 @@ impl ApiError {
                 ),
             )
             .with("limit_bytes", json!(crate::config::MAX_BODY_BYTES)),
-            ApiError::NotReady(_) => Parts::new(
+            ApiError::NotReady(NotReady::PoolBusy) => Parts::new(
                 S::SERVICE_UNAVAILABLE,
-                "not-ready",
-                "Not ready",
+                "pool-busy",
+                "Pool busy",
+                "every database connection is in use; the database itself may be fine".into(),
+            )
+            .retry(),
+            ApiError::NotReady(NotReady::DatabaseUnavailable(_)) => Parts::new(
+                S::SERVICE_UNAVAILABLE,
+                "database-unavailable",
+                "Database unavailable",
                 "the database does not answer".into(),
             )
             .retry(),
@@ -418,7 +434,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let parts = self.parts();
         if parts.status.is_server_error() {
-            tracing::error!(error = %self, status = parts.status.as_u16(), "request failed");
+            log_server_error(&self, parts.status);
         } else {
             tracing::debug!(error = %self, status = parts.status.as_u16(), "request refused");
         }
@@ -443,6 +459,42 @@ impl IntoResponse for ApiError {
             headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
         }
         response
+    }
+}
+
+/// Logs a 5xx with what an operator needs to find its cause. For a database error: the
+/// SQLSTATE and, when PostgreSQL names them, the constraint, schema, table, column and data type,
+/// plus the server's primary message. Never the bind parameters, and never PostgreSQL's DETAIL
+/// (it can quote row values).
+fn log_server_error(e: &ApiError, status: StatusCode) {
+    let status = status.as_u16();
+    let source = match e {
+        ApiError::Domain(Error::Database(db)) => Some(db),
+        ApiError::Domain(Error::RetriesExhausted { source, .. }) => Some(source),
+        _ => None,
+    };
+    let Some(db) = source else {
+        tracing::error!(error = %e, status, "request failed");
+        return;
+    };
+    let sqlstate = db.code().map_or("none", SqlState::code);
+    match db.as_db_error() {
+        Some(d) => tracing::error!(
+            status,
+            sqlstate,
+            severity = d.severity(),
+            message = d.message(),
+            constraint = d.constraint(),
+            schema = d.schema(),
+            table = d.table(),
+            column = d.column(),
+            datatype = d.datatype(),
+            "request failed: database error"
+        ),
+        // No server-side error: the connection itself failed (closed, refused, I/O).
+        None => {
+            tracing::error!(status, sqlstate, error = %db, "request failed: database connection")
+        }
     }
 }
 
@@ -624,6 +676,12 @@ mod tests {
                 503,
                 "database-unavailable",
                 None,
+            ),
+            (
+                Error::BalanceOutOfRange { account: a },
+                409,
+                "balance-out-of-range",
+                Some("account"),
             ),
             (Error::Migration("V9 failed".into()), 500, "internal", None),
         ];

@@ -2,8 +2,9 @@
 //!
 //! [`app`] builds the whole router without a socket (tests drive it with `oneshot`); [`server`]
 //! binds it, runs the in-process sweeper and shuts both down gracefully. Errors are RFC 9457
-//! problem documents ([`error`]), admin and API tokens are checked in [`auth`], `/metrics` and
-//! request timing live in [`metrics`], and `/openapi.json` is generated from the handlers.
+//! problem documents ([`error`]), admin and API tokens are checked in [`auth`] and persisted
+//! hashed by [`tokens`], `/metrics` and request timing live in [`metrics`], and `/openapi.json`
+//! is generated from the handlers.
 
 pub mod auth;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod metrics;
 pub mod routes;
 pub mod server;
+pub mod tokens;
 
 use std::sync::Arc;
 

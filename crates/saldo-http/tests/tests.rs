@@ -20,6 +20,8 @@ mod admin;
 mod auth;
 #[path = "suite/errors.rs"]
 mod errors;
+#[path = "suite/inputs.rs"]
+mod inputs;
 #[path = "suite/live.rs"]
 mod live;
 #[path = "suite/ops.rs"]

@@ -301,7 +301,10 @@ impl Amount {
     }
 }
 
-/// A reason given with a stock adjustment: 1..=[`MAX_REASON_LEN`] characters.
+/// A reason given with a stock adjustment: 1..=[`MAX_REASON_LEN`] characters, none of them a
+/// control character. Why: PostgreSQL refuses a NUL byte in `text` (it would surface as a 500),
+/// and other control characters (newlines, escapes) forge lines in logs and reports that print
+/// the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason(String);
 
@@ -313,6 +316,8 @@ impl Reason {
             Err(InputError::ReasonLength {
                 max: MAX_REASON_LEN,
             })
+        } else if raw.chars().any(char::is_control) {
+            Err(InputError::ReasonControlCharacter)
         } else {
             Ok(Reason(raw))
         }
@@ -377,6 +382,55 @@ mod tests {
         assert!(OrderId::new("x".repeat(64)).is_ok());
         assert!(OrderId::new("has space").is_err());
         assert!(OrderId::new("ç").is_err());
+    }
+
+    #[test]
+    fn reasons_refuse_control_characters_and_bad_lengths() {
+        assert!(Reason::new("recount after inventory: café ✓").is_ok());
+        assert!(Reason::new("x".repeat(MAX_REASON_LEN)).is_ok());
+        assert!(
+            Reason::new("é".repeat(MAX_REASON_LEN)).is_ok(),
+            "characters, not bytes"
+        );
+        for bad in [
+            "a\0b",
+            "\0",
+            "line\nbreak",
+            "tab\there",
+            "esc\u{1b}[31m",
+            "del\u{7f}",
+            "c1\u{85}",
+        ] {
+            assert_eq!(
+                Reason::new(bad),
+                Err(InputError::ReasonControlCharacter),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            Reason::new(""),
+            Err(InputError::ReasonLength { .. })
+        ));
+        assert!(matches!(
+            Reason::new("x".repeat(MAX_REASON_LEN + 1)),
+            Err(InputError::ReasonLength { .. })
+        ));
+    }
+
+    #[test]
+    fn ids_refuse_nul_and_control_characters() {
+        for bad in ["a\0b", "\0", "a\nb", "a\u{1b}b", "a b"] {
+            assert_eq!(
+                OrderId::new(bad),
+                Err(InputError::OrderIdInvalid),
+                "{bad:?}"
+            );
+            assert_eq!(
+                TransferId::new(bad),
+                Err(InputError::TransferIdInvalid),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

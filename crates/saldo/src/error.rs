@@ -30,6 +30,8 @@ pub enum InputError {
     DeltaOutOfRange(i64),
     #[error("reason must be 1..={max} characters")]
     ReasonLength { max: usize },
+    #[error("reason must not contain control characters (NUL, newline, tab, escape…)")]
+    ReasonControlCharacter,
     #[error("account id must be a positive integer, got {0}")]
     AccountIdNotPositive(i64),
     #[error("transfer id must be 1-64 characters from [A-Za-z0-9._:-]")]
@@ -120,6 +122,11 @@ pub enum Error {
         requested: i64,
         balance: i64,
     },
+    /// The movement would take a balance outside what a 64-bit integer holds (the system account
+    /// below `i64::MIN` after ~9.2 million maximal deposits, or an account above `i64::MAX`).
+    /// Decided on the locked balances before anything is written.
+    #[error("the movement would take the balance of account {account} out of range")]
+    BalanceOutOfRange { account: AccountId },
     #[error("transfer {0} was already made with a different payload")]
     TransferConflict(TransferId),
     #[error("could not get a database connection: {0}")]

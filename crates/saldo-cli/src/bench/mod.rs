@@ -114,7 +114,8 @@ pub struct Args {
     /// HTTP mode: the server's admin token (to stock products and read the audit).
     #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// HTTP mode: the server's API token, if it requires one.
+    /// HTTP mode: the server's API token (required unless it runs with
+    /// --insecure-no-api-token); without it the admin token is sent, which every route accepts.
     #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
 }
@@ -209,7 +210,7 @@ impl Config {
                 Some(Arc::new(http::HttpTarget::new(
                     url,
                     args.admin_token.clone(),
-                    args.api_token.clone(),
+                    args.api_token.clone().or_else(|| args.admin_token.clone()),
                     args.concurrency as usize,
                 )?))
             }

@@ -14,8 +14,21 @@ use super::PROBLEM;
 use crate::error::{ApiError, Problem};
 use crate::{AppState, OpenApiJson};
 
-/// How long readiness waits for the database before saying no.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long readiness waits for a free pooled connection before answering "pool busy".
+pub const READY_POOL_WAIT: Duration = Duration::from_secs(1);
+/// How long opening (or checking) a connection and running `SELECT 1` may each take before
+/// readiness answers "database unavailable".
+pub const READY_DATABASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the service is not ready: the two need different operator action (a database to bring
+/// back, or load to shed / a pool to enlarge), so they answer different problem types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// Every pooled connection is in use and none came free in [`READY_POOL_WAIT`].
+    PoolBusy,
+    /// The database refused, failed or did not answer (the cause is for the log).
+    DatabaseUnavailable(String),
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HealthView {
@@ -29,26 +42,39 @@ pub async fn healthz() -> Json<HealthView> {
     Json(HealthView { status: "ok" })
 }
 
-/// Readiness: the database answers a query within a bounded time.
+/// Readiness: a pooled connection is free and the database answers a query, in bounded time.
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses(
         (status = 200, description = "Ready", body = HealthView),
-        (status = 503, description = "The database does not answer", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "`database-unavailable`: the database does not answer; \
+            `pool-busy`: every connection is in use", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthView>, ApiError> {
-    let pool = state.store().pool.clone();
-    let check = async move {
-        let client = pool.get().await.map_err(|e| e.to_string())?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(())
+    match check(&state.store().pool).await {
+        Ok(()) => Ok(Json(HealthView { status: "ready" })),
+        Err(e) => Err(ApiError::NotReady(e)),
+    }
+}
+
+async fn check(pool: &deadpool_postgres::Pool) -> Result<(), NotReady> {
+    use deadpool_postgres::{PoolError, TimeoutType, Timeouts};
+    let timeouts = Timeouts {
+        wait: Some(READY_POOL_WAIT),
+        create: Some(READY_DATABASE_TIMEOUT),
+        recycle: Some(READY_DATABASE_TIMEOUT),
     };
-    match tokio::time::timeout(READY_TIMEOUT, check).await {
-        Ok(Ok(())) => Ok(Json(HealthView { status: "ready" })),
-        Ok(Err(e)) => Err(ApiError::NotReady(e)),
-        Err(_) => Err(ApiError::NotReady("timed out".into())),
+    let client = match pool.timeout_get(&timeouts).await {
+        Ok(client) => client,
+        // Only the wait for a free slot timing out means "busy": a slot was never free.
+        Err(PoolError::Timeout(TimeoutType::Wait)) => return Err(NotReady::PoolBusy),
+        Err(e) => return Err(NotReady::DatabaseUnavailable(e.to_string())),
+    };
+    match tokio::time::timeout(READY_DATABASE_TIMEOUT, client.simple_query("SELECT 1")).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(NotReady::DatabaseUnavailable(e.to_string())),
+        Err(_) => Err(NotReady::DatabaseUnavailable(
+            "SELECT 1 did not answer in time".into(),
+        )),
     }
 }
 

@@ -168,7 +168,7 @@ async fn unreachable_database_answers_503_without_internals() {
 
     let (status, _, text) = send(raw(Method::GET, "/readyz", None, Body::empty())).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
-    assert!(text.contains("not-ready"), "{text}");
+    assert!(text.contains("database-unavailable"), "{text}");
     let (status, _, _) = send(raw(Method::GET, "/healthz", None, Body::empty())).await;
     assert_eq!(
         status,

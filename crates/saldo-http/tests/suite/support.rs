@@ -16,6 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use saldo::retry::TxOptions;
 use saldo::stock::{self, Store, StrategyConfig, StrategyName};
+use saldo_http::config::{ApiAuth, Generated};
 use saldo_http::{app, AppState, RawSettings};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -80,28 +81,54 @@ pub fn state_for(db: &TestDb, api_token: Option<&str>) -> AppState {
 }
 
 /// An atomic-strategy state over `pool`, with the test admin token and `raw` otherwise.
+///
+/// Settings that name no API token and no token directory run with API authentication
+/// DISABLED, as every suite did before the API token became mandatory, so the suites about
+/// stock, orders and money need not carry one; [`state_raw`] passes settings untouched.
 pub fn state_with(pool: deadpool_postgres::Pool, raw: RawSettings) -> AppState {
     state_with_strategy(pool, raw, StrategyName::Atomic, TxOptions::default())
 }
 
-/// A state running `strategy` over `pool` with transaction settings `tx`.
+/// A state running `strategy` over `pool` with transaction settings `tx`; API authentication as
+/// in [`state_with`].
 pub fn state_with_strategy(
     pool: deadpool_postgres::Pool,
     raw: RawSettings,
     strategy: StrategyName,
     tx: TxOptions,
 ) -> AppState {
-    let settings = RawSettings {
-        admin_token: Some(ADMIN.into()),
+    let api_auth = if raw.api_token.is_none() && raw.token_dir.is_none() {
+        ApiAuth::Disabled
+    } else {
+        raw.api_auth
+    };
+    let raw = RawSettings {
+        admin_token: Some(raw.admin_token.unwrap_or_else(|| ADMIN.into())),
+        api_auth,
         ..raw
-    }
-    .validate()
-    .expect("valid settings")
-    .settings;
+    };
+    state_built(pool, raw, strategy, tx).0
+}
+
+/// An atomic-strategy state over `pool` with exactly `raw`, and the tokens it generated.
+pub fn state_raw(pool: deadpool_postgres::Pool, raw: RawSettings) -> (AppState, Vec<Generated>) {
+    state_built(pool, raw, StrategyName::Atomic, TxOptions::default())
+}
+
+fn state_built(
+    pool: deadpool_postgres::Pool,
+    raw: RawSettings,
+    strategy: StrategyName,
+    tx: TxOptions,
+) -> (AppState, Vec<Generated>) {
+    let validated = raw.validate().expect("valid settings");
     let store = Store::new(pool, tx);
     let engine = stock::build(strategy, store, &StrategyConfig::default());
     let prometheus = saldo_http::metrics::install().expect("recorder");
-    AppState::new(engine, settings, prometheus)
+    (
+        AppState::new(engine, validated.settings, prometheus),
+        validated.generated,
+    )
 }
 
 pub async fn spawn_app() -> TestApp {

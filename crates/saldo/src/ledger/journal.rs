@@ -108,7 +108,13 @@ pub(super) async fn open(
     opening_id: &TransferId,
 ) -> Result<Account, Error> {
     let stmt = client.prepare_cached(LOCK_SYSTEM).await?;
-    client.query_one(&stmt, &[]).await?;
+    let system_balance: i64 = client.query_one(&stmt, &[]).await?.try_get(0)?;
+    // Decided on the locked system balance before the account row exists, so a refusal leaves
+    // nothing behind (the UPDATE would otherwise fail with 22003 after the INSERT).
+    super::checked_balance(
+        AccountId::SYSTEM,
+        system_balance.checked_sub(opening_balance),
+    )?;
     let stmt = client.prepare_cached(CREATE).await?;
     if client
         .query_opt(&stmt, &[&id.get(), &opening_balance])

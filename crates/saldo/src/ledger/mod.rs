@@ -348,11 +348,17 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
         Err(Error::UnknownAccount(_)) => "unknown_account",
         Err(Error::AccountExists(_)) => "account_exists",
         Err(Error::TransferConflict(_)) => "conflict",
+        Err(Error::BalanceOutOfRange { .. }) => "out_of_range",
         Err(Error::Input(_)) => "invalid",
         Err(_) => "error",
     };
     metrics::counter!(crate::telemetry::TRANSFERS, "kind" => kind, "outcome" => outcome)
         .increment(1);
+}
+
+/// A balance after a movement, or [`Error::BalanceOutOfRange`] when `i64` arithmetic overflowed.
+pub(crate) fn checked_balance(account: AccountId, next: Option<i64>) -> Result<i64, Error> {
+    next.ok_or(Error::BalanceOutOfRange { account })
 }
 
 /// An account id read from the database: 0 is the system account, anything else a customer.

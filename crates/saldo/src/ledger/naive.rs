@@ -5,7 +5,9 @@
 //! but never corrupts a balance: the only defect it shows is the deadlock.
 
 use deadpool_postgres::Client;
+use tokio_postgres::error::SqlState;
 
+use crate::domain::AccountId;
 use crate::error::Error;
 use crate::ledger::Movement;
 
@@ -17,7 +19,11 @@ const BALANCE: &str = "SELECT balance FROM accounts WHERE id = $1";
 pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {
     let amount = m.amount.get();
     let stmt = client.prepare_cached(DEBIT).await?;
-    if client.execute(&stmt, &[&m.from.get(), &amount]).await? == 0 {
+    let debited = client
+        .execute(&stmt, &[&m.from.get(), &amount])
+        .await
+        .map_err(|e| out_of_range_as(e, m.from))?;
+    if debited == 0 {
         let stmt = client.prepare_cached(BALANCE).await?;
         return Err(match client.query_opt(&stmt, &[&m.from.get()]).await? {
             None => Error::UnknownAccount(m.from),
@@ -29,8 +35,22 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
         });
     }
     let stmt = client.prepare_cached(CREDIT).await?;
-    if client.execute(&stmt, &[&m.to.get(), &amount]).await? == 0 {
+    let credited = client
+        .execute(&stmt, &[&m.to.get(), &amount])
+        .await
+        .map_err(|e| out_of_range_as(e, m.to))?;
+    if credited == 0 {
         return Err(Error::UnknownAccount(m.to));
     }
     Ok(())
+}
+
+/// Naive reads no balance before it writes, so an overflow shows up as PostgreSQL's 22003;
+/// it is the same refusal the ordered strategy decides up front.
+fn out_of_range_as(e: tokio_postgres::Error, account: AccountId) -> Error {
+    if e.code() == Some(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) {
+        Error::BalanceOutOfRange { account }
+    } else {
+        Error::Database(e)
+    }
 }

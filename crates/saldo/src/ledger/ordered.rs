@@ -19,21 +19,21 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
     let stmt = client.prepare_cached(LOCK).await?;
     let rows = client.query(&stmt, &[&&ids[..]]).await?;
     let mut from_balance = None;
-    let mut to_found = false;
+    let mut to_balance = None;
     for row in &rows {
         let id: i64 = row.try_get(0)?;
         if id == m.from.get() {
             from_balance = Some(row.try_get::<_, i64>(1)?);
         } else if id == m.to.get() {
-            to_found = true;
+            to_balance = Some(row.try_get::<_, i64>(1)?);
         }
     }
     let Some(balance) = from_balance else {
         return Err(Error::UnknownAccount(m.from));
     };
-    if !to_found {
+    let Some(to_balance) = to_balance else {
         return Err(Error::UnknownAccount(m.to));
-    }
+    };
     // Only the system account may go negative (it is minus everything ever put in).
     if m.from != AccountId::SYSTEM && balance < m.amount.get() {
         return Err(Error::InsufficientFunds {
@@ -42,6 +42,10 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
             balance,
         });
     }
+    // Checked on the locked balances, so the refusal is typed and nothing is half written
+    // (PostgreSQL would otherwise abort the UPDATE with 22003, a 500).
+    super::checked_balance(m.from, balance.checked_sub(m.amount.get()))?;
+    super::checked_balance(m.to, to_balance.checked_add(m.amount.get()))?;
     let deltas = [-m.amount.get(), m.amount.get()];
     let stmt = client.prepare_cached(MOVE).await?;
     client.execute(&stmt, &[&&ids[..], &&deltas[..]]).await?;

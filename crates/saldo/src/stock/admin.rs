@@ -29,7 +29,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
     if !(0..=i64::from(MAX_STOCK_COUNT)).contains(&count) {
         return Err(InputError::CountOutOfRange(count).into());
     }
-    let count = count as i32; // in range by the check above
+    let count = i32::try_from(count).map_err(|_| InputError::CountOutOfRange(count))?;
     in_transaction(&store.pool, &store.tx, "set_count", move |client| {
         crate::tx_body!(client => async {
             client
@@ -67,10 +67,12 @@ pub async fn adjust(
     delta: i64,
     reason: &Reason,
 ) -> Result<Stock, Error> {
-    if delta == 0 || delta.abs() > i64::from(MAX_STOCK_COUNT) {
+    // `unsigned_abs`, not `abs`: `i64::MIN.abs()` overflows (a panic in debug builds, and in
+    // release it stays negative, passed the bound and was truncated to a zero-unit movement).
+    if delta == 0 || delta.unsigned_abs() > u64::from(MAX_STOCK_COUNT.unsigned_abs()) {
         return Err(InputError::DeltaOutOfRange(delta).into());
     }
-    let delta = delta as i32; // in range by the check above
+    let delta = i32::try_from(delta).map_err(|_| InputError::DeltaOutOfRange(delta))?;
     in_transaction(&store.pool, &store.tx, "adjust", move |client| {
         crate::tx_body!(client => async {
             let row = client

@@ -536,3 +536,52 @@ async fn simultaneous_openings_of_one_account_open_it_once() {
     );
     assert_ledger_clean(&db).await;
 }
+
+/// Regression: a movement past `bigint` was PostgreSQL's 22003 (a 500 in the service); both
+/// strategies now refuse it as [`Error::BalanceOutOfRange`] and write nothing.
+#[tokio::test]
+async fn movements_past_bigint_are_refused_typed() {
+    let db = crate::harness::test_db().await;
+    let ledger = ledger_with(&db, db.tx.clone());
+    ledger.open_account(acc(1), 10).await.expect("open 1");
+    ledger.open_account(acc(2), 0).await.expect("open 2");
+    let client = db.pool.get().await.expect("connection");
+    client
+        .execute(
+            "UPDATE accounts SET balance = $1 WHERE id = 2",
+            &[&(i64::MAX - 1)],
+        )
+        .await
+        .expect("edge");
+    for strategy in TransferStrategy::ALL {
+        let result = ledger
+            .transfer(*strategy, &request("t-edge", 1, 2, 2))
+            .await;
+        assert!(
+            matches!(result, Err(Error::BalanceOutOfRange { account }) if account == acc(2)),
+            "{strategy}: {result:?}"
+        );
+    }
+    client
+        .execute(
+            "UPDATE accounts SET balance = $1 WHERE id = 0",
+            &[&(i64::MIN + 1)],
+        )
+        .await
+        .expect("edge");
+    let result = ledger.deposit(tid("d-edge"), acc(1), amount(2)).await;
+    assert!(
+        matches!(result, Err(Error::BalanceOutOfRange { account }) if account == AccountId::SYSTEM),
+        "{result:?}"
+    );
+    let result = ledger.open_account(acc(3), 2).await;
+    assert!(
+        matches!(result, Err(Error::BalanceOutOfRange { .. })),
+        "{result:?}"
+    );
+    assert!(matches!(
+        ledger.account(acc(3)).await,
+        Err(Error::UnknownAccount(_))
+    ));
+    assert_eq!(balance(&ledger, 1).await, 10, "nothing moved");
+}

@@ -1,0 +1,75 @@
+//! `saldo token`: rotate or list the service's stored bearer tokens. The store keeps only their
+//! SHA-256 digests (`<data dir>/tokens.json`, 0600), so a new token is printed exactly once, here;
+//! a running `saldo serve` notices the file changed within a second, accepts the new token and
+//! refuses the old one, without a restart. Needs no database.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use saldo_http::tokens::{TokenKind, TokenStore};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: TokenCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Replace the admin or API token with a new random one, printed once on stdout.
+    Rotate {
+        /// `admin` or `api`.
+        #[arg(value_parser = kind)]
+        kind: TokenKind,
+    },
+    /// Which tokens are stored and when they were made (never the secrets).
+    Status,
+}
+
+fn kind(s: &str) -> Result<TokenKind, String> {
+    TokenKind::parse(s).ok_or_else(|| format!("{s:?}: expected `admin` or `api`"))
+}
+
+pub fn run(args: Args, dir: &Path) -> Result<()> {
+    let store = TokenStore::new(dir);
+    match args.command {
+        TokenCommand::Rotate { kind } => {
+            let token = store
+                .rotate(kind)
+                .with_context(|| format!("rotating the {kind} token"))?;
+            eprintln!(
+                "new {kind} token below (shown once; only its SHA-256 is kept in {}). A running \
+                 `saldo serve` on this data directory accepts it and refuses the old one within \
+                 a second.",
+                store.path().display()
+            );
+            if std::env::var_os(kind.env_var()).is_some() {
+                eprintln!(
+                    "note: {} is set in this environment; a service started with it uses that \
+                     value instead of the stored token",
+                    kind.env_var()
+                );
+            }
+            // The one place a stored token is ever shown: stdout, alone on its line, for scripts.
+            println!("{}", token.expose());
+        }
+        TokenCommand::Status => {
+            let stored = store
+                .read()
+                .with_context(|| format!("reading {}", store.path().display()))?;
+            println!("token file: {}", store.path().display());
+            for kind in TokenKind::ALL {
+                let name = kind.as_str();
+                match stored.get(kind) {
+                    Some(t) => println!("{name:<6} stored, created {}", t.created_at.to_rfc3339()),
+                    None => println!("{name:<6} none (generated at the next `saldo serve`)"),
+                }
+                if std::env::var_os(kind.env_var()).is_some() {
+                    println!("{name:<6} overridden here by {}", kind.env_var());
+                }
+            }
+        }
+    }
+    Ok(())
+}

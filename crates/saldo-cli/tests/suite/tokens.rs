@@ -1,0 +1,310 @@
+//! Tokens through the real binary: `saldo serve` requires an API token by default, prints each
+//! generated token exactly once (stdout, never the log, even at debug level), finds the same
+//! tokens after a restart on the same data directory, and a `saldo token rotate` reaches the
+//! running service; `--insecure-no-api-token` opens the API routes and says so loudly.
+//!
+//! Every wait is bounded; the server listens on 127.0.0.1 only and is killed by its pid.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use saldo::testing::test_db;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// Start-up (migrations included) and each request get this long at most.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `saldo serve` and everything it printed so far.
+struct Serve {
+    child: Child,
+    addr: String,
+    lines: mpsc::UnboundedReceiver<String>,
+    output: Vec<String>,
+}
+
+fn saldo(data_dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_saldo"));
+    cmd.env("SALDO_DATA_DIR", data_dir)
+        .env_remove("SALDO_ADMIN_TOKEN")
+        .env_remove("SALDO_API_TOKEN")
+        .env_remove("SALDO_INSECURE_NO_API_TOKEN")
+        .env_remove("DATABASE_URL")
+        .kill_on_drop(true);
+    cmd
+}
+
+impl Serve {
+    async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
+        let mut child = saldo(data_dir)
+            // Debug logs too: a token must not leak at any level.
+            .env("RUST_LOG", "debug")
+            .args(["--database-url", url, "serve", "--listen", "127.0.0.1:0"])
+            .args(["--strategy", "atomic", "--pool-size", "4"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn saldo serve");
+        let (tx, lines) = mpsc::unbounded_channel();
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        for (stream, tx) in [
+            (
+                Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                tx.clone(),
+            ),
+            (Box::new(stderr), tx),
+        ] {
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut serve = Serve {
+            child,
+            addr: String::new(),
+            lines,
+            output: Vec::new(),
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while serve.addr.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = tokio::time::timeout(left, serve.lines.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no listening line in time: {:#?}", serve.output))
+                .unwrap_or_else(|| panic!("saldo serve exited: {:#?}", serve.output));
+            if let Some(rest) = line.strip_prefix("saldo listening on http://") {
+                serve.addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+            }
+            serve.output.push(line);
+        }
+        serve
+    }
+
+    /// The token a `<kind> token (generated…): <token>` line printed, if any.
+    fn generated(&self, kind: &str) -> Option<String> {
+        let prefix = format!("{kind} token (generated");
+        self.output
+            .iter()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit(": ").next())
+            .map(str::to_owned)
+    }
+
+    /// One HTTP/1.1 request on a fresh connection; the status code.
+    async fn status(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> u16 {
+        let request = async {
+            let mut stream = tokio::net::TcpStream::connect(&self.addr)
+                .await
+                .expect("connect");
+            let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+            let head = format!(
+                "{method} {path} HTTP/1.1\r\nHost: saldo\r\n{auth}Content-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await.expect("write");
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.expect("read");
+            answer
+        };
+        let answer = tokio::time::timeout(REQUEST_TIMEOUT, request)
+            .await
+            .expect("answer in time");
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {answer}"))
+    }
+
+    /// Kills the server and returns everything it printed.
+    async fn stop(mut self) -> String {
+        self.child.kill().await.expect("kill saldo serve");
+        // The readers end when the pipes close; drain what is left, bounded.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.lines.recv()).await {
+                Ok(Some(line)) => self.output.push(line),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.output.join("\n")
+    }
+}
+
+const RESERVE: &str = r#"{"order_id": "o-1", "items": [{"product_id": 1, "quantity": 1}]}"#;
+
+#[tokio::test]
+async fn serve_requires_and_persists_tokens_prints_them_once_and_follows_a_rotation() {
+    let db = test_db().await;
+    let data = tempfile_dir("tokens");
+
+    let first = Serve::start(&db.url, &data, &[]).await;
+    let admin = first.generated("admin").expect("admin token printed");
+    let api = first.generated("api").expect("api token printed");
+    assert_eq!(
+        first
+            .status(
+                "PUT",
+                "/v1/products/1/stock",
+                Some(&admin),
+                r#"{"count": 5}"#
+            )
+            .await,
+        200
+    );
+    assert_eq!(
+        first
+            .status("POST", "/v1/reservations", None, RESERVE)
+            .await,
+        401
+    );
+    assert_eq!(
+        first
+            .status(
+                "POST",
+                "/v1/reservations",
+                Some("not-the-token-0123456789"),
+                RESERVE
+            )
+            .await,
+        401
+    );
+    assert_eq!(
+        first.status("GET", "/v1/products/1/stock", None, "").await,
+        401
+    );
+    assert_eq!(
+        first
+            .status("POST", "/v1/reservations", Some(&api), RESERVE)
+            .await,
+        201
+    );
+    let output = first.stop().await;
+    for token in [&admin, &api] {
+        assert_eq!(
+            output.matches(token.as_str()).count(),
+            1,
+            "printed exactly once, never logged:\n{output}"
+        );
+    }
+
+    // A restart on the same data directory: the same tokens, none printed.
+    let second = Serve::start(&db.url, &data, &[]).await;
+    assert_eq!(second.generated("admin"), None);
+    assert_eq!(second.generated("api"), None);
+    assert_eq!(
+        second
+            .status("GET", "/v1/admin/audit", Some(&admin), "")
+            .await,
+        200
+    );
+    assert_eq!(
+        second.status("GET", "/v1/orders/o-1", Some(&api), "").await,
+        200
+    );
+
+    // Rotation while it runs: the old API token stops working, the new one works.
+    let rotate = saldo(&data)
+        .args(["token", "rotate", "api"])
+        .output()
+        .await
+        .expect("saldo token rotate");
+    assert!(rotate.status.success(), "{rotate:?}");
+    let new_api = String::from_utf8_lossy(&rotate.stdout).trim().to_owned();
+    assert_eq!(new_api.len(), 64, "{rotate:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while second.status("GET", "/v1/orders/o-1", Some(&api), "").await != 401 {
+        assert!(
+            Instant::now() < deadline,
+            "old API token still accepted after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        second
+            .status("GET", "/v1/orders/o-1", Some(&new_api), "")
+            .await,
+        200
+    );
+    let status = saldo(&data)
+        .args(["token", "status"])
+        .output()
+        .await
+        .expect("saldo token status");
+    let text = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(status.status.success(), "{status:?}");
+    assert!(
+        text.contains("admin  stored") && text.contains("api    stored"),
+        "{text}"
+    );
+    for token in [&admin, &api, &new_api] {
+        assert!(
+            !text.contains(token.as_str()),
+            "status shows no secret: {text}"
+        );
+    }
+    let output = second.stop().await;
+    for token in [&admin, &api, &new_api] {
+        assert!(!output.contains(token.as_str()), "never logged:\n{output}");
+    }
+    std::fs::remove_dir_all(&data).expect("clean up");
+}
+
+#[tokio::test]
+async fn insecure_no_api_token_opens_the_api_routes_and_warns() {
+    let db = test_db().await;
+    let data = tempfile_dir("insecure");
+    let serve = Serve::start(&db.url, &data, &["--insecure-no-api-token"]).await;
+    let admin = serve.generated("admin").expect("admin token printed");
+    assert_eq!(
+        serve.generated("api"),
+        None,
+        "no API token in insecure mode"
+    );
+    assert_eq!(
+        serve
+            .status(
+                "PUT",
+                "/v1/products/1/stock",
+                Some(&admin),
+                r#"{"count": 5}"#
+            )
+            .await,
+        200
+    );
+    assert_eq!(
+        serve
+            .status("POST", "/v1/reservations", None, RESERVE)
+            .await,
+        201
+    );
+    assert_eq!(serve.status("GET", "/v1/admin/audit", None, "").await, 401);
+    let output = serve.stop().await;
+    assert!(
+        output.contains("WARN") && output.contains("API AUTHENTICATION DISABLED"),
+        "{output}"
+    );
+    std::fs::remove_dir_all(&data).expect("clean up");
+}
+
+/// A fresh directory under the system temp dir (no tempfile crate in this package).
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "saldo-cli-test-{tag}-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::create_dir(&dir).expect("temp dir");
+    dir
+}
