@@ -297,7 +297,10 @@ async fn late_retry_takes_nothing_with_every_safe_strategy_and_the_old_rule_fail
         assert_eq!(r["verdict"], "held", "{name}: {r}");
     }
     let naive = by_strategy(&reports, "naive-replay");
-    assert_eq!(naive["oversold"], 40, "every retry took its unit again: {naive}");
+    assert_eq!(
+        naive["oversold"], 40,
+        "every retry took its unit again: {naive}"
+    );
     assert_eq!(naive["violations"], 2, "{naive}");
     assert_eq!(naive["verdict"], "failed_as_expected", "{naive}");
 }

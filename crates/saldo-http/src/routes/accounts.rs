@@ -148,7 +148,7 @@ pub async fn open_account(
 /// Read an account's balance.
 #[utoipa::path(get, path = "/v1/accounts/{id}", tag = "accounts",
     params(("id" = i64, Path, description = "Account id (> 0)")),
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The account", body = AccountView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
@@ -172,7 +172,7 @@ pub async fn get_account(
 /// An account's latest transfers, newest first.
 #[utoipa::path(get, path = "/v1/accounts/{id}/transfers", tag = "accounts",
     params(("id" = i64, Path, description = "Account id (> 0)"), ListQuery),
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Latest transfers", body = TransfersView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
@@ -203,7 +203,7 @@ pub async fn list_transfers(
 /// Move money between two accounts, locking both in id order. Idempotent by `id`.
 #[utoipa::path(post, path = "/v1/transfers", tag = "accounts",
     request_body = TransferBody,
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 201, description = "Transferred", body = TransferView),
         (status = 200, description = "Replay of an existing transfer (`replayed: true`)", body = TransferView),

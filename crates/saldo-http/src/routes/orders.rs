@@ -147,7 +147,7 @@ fn order_id(raw: String) -> Result<OrderId, ApiError> {
 /// Reserve every item of an order or none.
 #[utoipa::path(post, path = "/v1/reservations", tag = "orders",
     request_body = ReserveBody,
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 201, description = "Reserved", body = ReservationView),
         (status = 200, description = "Replay of an existing reservation (`replayed: true`)", body = ReservationView),
@@ -244,7 +244,7 @@ fn order_status(items: &[ItemView]) -> ItemStatus {
 #[utoipa::path(post, path = "/v1/orders/{order_id}/rereserve", tag = "orders",
     params(("order_id" = String, Path, description = "Order id")),
     request_body = RereserveBody,
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 201, description = "Re-reserved: the order's current state", body = ReservationView),
         (status = 200, description = "Replay of this re-reserve (`replayed: true`): nothing taken", body = ReservationView),
@@ -282,7 +282,7 @@ pub async fn rereserve(
 /// Confirm an order's active reservations (payment arrived). Idempotent.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/confirm", tag = "orders",
     params(("order_id" = String, Path, description = "Order id")),
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was confirmed and what was missing", body = ConfirmView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
@@ -306,7 +306,7 @@ pub async fn confirm(
 /// Release an order's active reservations (cancel). Idempotent.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/release", tag = "orders",
     params(("order_id" = String, Path, description = "Order id")),
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was released", body = ReleaseView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
@@ -329,7 +329,7 @@ pub async fn release(
 /// Read an order's reservations with their status and expiry.
 #[utoipa::path(get, path = "/v1/orders/{order_id}", tag = "orders",
     params(("order_id" = String, Path, description = "Order id")),
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The order's reservation rows", body = OrderView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),

@@ -110,7 +110,7 @@ pub async fn adjust(
 /// Read a product's stock.
 #[utoipa::path(get, path = "/v1/products/{product_id}/stock", tag = "stock",
     params(("product_id" = i64, Path, description = "Product id (> 0)")),
-    security((), ("api_token" = [])),
+    security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The product's stock", body = StockView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),

@@ -272,6 +272,11 @@ fn write_routes() -> Vec<(Method, &'static str, Value)> {
         ),
         (
             Method::POST,
+            "/v1/orders/o-1/rereserve",
+            json!({"rereserve_id": "r-1", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 60}),
+        ),
+        (
+            Method::POST,
             "/v1/accounts",
             json!({"id": 9, "opening_balance": 10}),
         ),
@@ -383,6 +388,11 @@ async fn hostile_values_in_every_write_route_never_answer_500() {
             (Method::GET, format!("/v1/products/{segment}/stock"), None),
             (Method::POST, format!("/v1/orders/{segment}/confirm"), None),
             (Method::POST, format!("/v1/orders/{segment}/release"), None),
+            (
+                Method::POST,
+                format!("/v1/orders/{segment}/rereserve"),
+                Some(json!({"rereserve_id": "r-9"})),
+            ),
             (Method::GET, format!("/v1/orders/{segment}"), None),
             (
                 Method::POST,
