@@ -156,13 +156,20 @@ impl Config {
             {
                 bail!("late-retry takes --buyers, --runs and --strategy only");
             }
+            // The scenario races the idempotency rule, not the take: the naive takers corrupt
+            // the counts on their own (a lost update of `reserved`) before any retry is sent.
+            let late: Vec<StrategyName> = StrategyName::ALL
+                .iter()
+                .copied()
+                .filter(|n| n.is_safe() || *n == StrategyName::NaiveReplay)
+                .collect();
             Race::Late {
                 buyers: args.buyers.unwrap_or(DEFAULT_LAST_UNIT_BUYERS),
                 runs: args.runs.unwrap_or(DEFAULT_LATE_RUNS),
                 strategies: strategies(
                     &args.strategy,
-                    StrategyName::ALL,
-                    StrategyName::parse,
+                    &late,
+                    |name| StrategyName::parse(name).filter(|n| late.contains(n)),
                     StrategyName::as_str,
                 )?,
             }
