@@ -338,7 +338,7 @@ fn with_database(url: &str, name: &str) -> Result<String> {
             .collect();
         Ok(format!("{} dbname={name}", kept.join(" ")))
     } else {
-        bail!("cannot read the database URL {url:?}")
+        bail!("cannot read the database URL {:?}", pg_local::redact(url))
     }
 }
 
