@@ -216,7 +216,8 @@ impl Cluster {
             }
         };
         let ephemeral = temp.is_some();
-        if data_dir.join("PG_VERSION").exists() {
+        let existed = data_dir.join("PG_VERSION").exists();
+        if existed {
             // Still say clearly when the server's user cannot get there.
             if let Some(parent) = data_dir.parent() {
                 dirs::check_traversable(&run_as, parent)?;
@@ -226,10 +227,14 @@ impl Cluster {
             init_data_dir(&binaries, &run_as, &data_dir, ephemeral)?;
         }
         let (password, generated) = auth::load_or_create(&password_file)?;
-        if generated || !auth::hba_is_ours(&data_dir) {
-            if !generated {
+        let hba_is_ours = auth::hba_is_ours(&data_dir);
+        if generated || !hba_is_ours {
+            if existed && !hba_is_ours {
                 tracing::warn!(data_dir = %data_dir.display(),
-                    "the embedded cluster did not require a password: switching it to scram-sha-256");
+                    "this cluster let clients in without a password: switching it to scram-sha-256");
+            } else if existed {
+                tracing::warn!(data_dir = %data_dir.display(),
+                    "no password file for this cluster: generated a new password");
             }
             auth::rekey(&binaries, &run_as, &data_dir, &password)?;
         }

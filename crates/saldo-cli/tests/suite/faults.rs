@@ -767,3 +767,40 @@ async fn pool_size_is_the_number_of_connections() {
         "the service's connections to PostgreSQL with --pool-size {POOL}"
     );
 }
+
+/// A PostgreSQL that cannot be brought back (here: its configuration was broken after it
+/// started) ends the service with a non-zero status after the bounded restarts, instead of a
+/// service that stays "alive" while every route fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_that_cannot_be_kept_up_ends_the_service() {
+    const GIVE_UP_TIMEOUT: Duration = Duration::from_secs(90);
+    let root = temp_root();
+    let mut service = Service::start(root.path(), &[]);
+    // Read at the next start only: the running server is unaffected.
+    let auto_conf = service.cluster_dir.join("postgresql.auto.conf");
+    let mut conf = std::fs::read_to_string(&auto_conf).expect("auto.conf");
+    conf.push_str("\nmax_connections = 'not a number'\n");
+    std::fs::write(&auto_conf, conf).expect("break the configuration");
+    sigkill(service.postmaster_pid().expect("postmaster pid"));
+
+    let deadline = Instant::now() + GIVE_UP_TIMEOUT;
+    let status = loop {
+        if let Some(status) = service.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after {GIVE_UP_TIMEOUT:?} without its database: {}",
+            service.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!status.success(), "exit status {status}");
+    let log = service.log();
+    assert_eq!(
+        log.matches("restarting it").count(),
+        5,
+        "each bounded attempt is logged: {log}"
+    );
+    assert!(log.contains("giving up"), "{log}");
+}
