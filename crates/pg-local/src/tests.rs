@@ -313,3 +313,31 @@ fn a_second_server_on_a_running_directory_is_refused() {
     assert!(matches!(err, Error::AlreadyRunning { .. }), "{err}");
     assert!(!first.has_exited());
 }
+
+/// A data directory whose socket path would not fit in `sun_path` gets a private socket
+/// directory under the temp dir instead: still 0700 and the server's, removed with the cluster.
+#[test]
+fn a_long_data_directory_gets_a_private_socket_directory() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("a".repeat(60)).join("b".repeat(60));
+    let cluster = Cluster::start(&Config::persistent(&dir)).expect("start");
+    let socket_dir = cluster.socket_dir().to_owned();
+    assert!(!socket_dir.starts_with(&dir), "{socket_dir:?}");
+    assert!(
+        socket_dir.starts_with(std::env::temp_dir()),
+        "{socket_dir:?}"
+    );
+    let meta = fs::metadata(&socket_dir).expect("socket dir");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert_eq!(meta.uid(), server_uid());
+    assert!(accepted(&psql(
+        &cluster,
+        Some(&password_of(&cluster)),
+        None
+    )));
+    drop(cluster);
+    assert!(
+        !socket_dir.exists(),
+        "the private socket directory stays behind"
+    );
+}

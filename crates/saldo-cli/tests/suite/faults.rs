@@ -694,6 +694,24 @@ async fn postgres_killed_mid_load_is_restarted_by_the_service() {
     replay(&service.addr, &mut ops, false).await;
     check_books(&service, &ops).await;
 
+    // saldo's own directory and the cluster's password: private; the password never shown.
+    let state = root.path().join("saldo");
+    let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    let private = if nix::unistd::geteuid().is_root() {
+        0o711
+    } else {
+        0o700
+    };
+    assert_eq!(mode(&state), private, "{state:?}");
+    let password_file = state.join("postgres.password");
+    assert_eq!(mode(&password_file), 0o600);
+    let password = std::fs::read_to_string(&password_file).expect("password");
+    let stdout = std::fs::read_to_string(service.stderr.with_extension("out")).expect("stdout");
+    assert!(
+        !service.log().contains(password.trim()) && !stdout.contains(password.trim()),
+        "the cluster's password was printed or logged"
+    );
+
     // The restarted postmaster is still on its parent's leash.
     let restarted = service.kill9().await;
     assert!(restarted.is_some_and(|pid| pid != killed));
