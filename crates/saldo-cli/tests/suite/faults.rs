@@ -822,3 +822,80 @@ async fn a_postgres_that_cannot_be_kept_up_ends_the_service() {
     );
     assert!(log.contains("giving up"), "{log}");
 }
+
+/// Runs `saldo migrate` with `SALDO_DATA_DIR=data_dir` (bounded); returns status and stderr.
+fn migrate_with_data_dir(data_dir: &Path) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(saldo_bin())
+        .arg("migrate")
+        .env("SALDO_DATA_DIR", data_dir)
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run saldo migrate");
+    let deadline = Instant::now() + START_TIMEOUT;
+    while matches!(child.try_wait(), Ok(None)) {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("saldo migrate did not finish within {START_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("saldo migrate output");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The reproduction: `SALDO_DATA_DIR=/tmp/x/pg` must leave `/tmp/x` as it was (the old
+/// code made it `postgres:postgres 0700` as root, 0700 otherwise).
+#[test]
+fn the_data_directory_parent_keeps_its_owner_and_mode() {
+    use std::os::unix::fs::MetadataExt;
+    let root = temp_root();
+    let parent = root.path().join("x");
+    std::fs::create_dir(&parent).expect("mkdir");
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let before = std::fs::metadata(&parent).expect("meta");
+    let (status, stderr) = migrate_with_data_dir(&parent.join("pg"));
+    assert!(status.success(), "{stderr}");
+    let after = std::fs::metadata(&parent).expect("meta");
+    assert_eq!(
+        after.permissions().mode() & 0o7777,
+        0o755,
+        "mode of {parent:?}"
+    );
+    assert_eq!(
+        (after.uid(), after.gid()),
+        (before.uid(), before.gid()),
+        "owner of {parent:?}"
+    );
+}
+
+/// `SALDO_DATA_DIR` naming a cluster directory (the old meaning) is refused, saying where the
+/// cluster lives now; nothing is started or changed.
+#[test]
+fn an_old_style_data_directory_is_refused_with_directions() {
+    let root = temp_root();
+    let old = root.path().join("pg");
+    std::fs::create_dir(&old).expect("mkdir");
+    std::fs::write(old.join("PG_VERSION"), "15\n").expect("PG_VERSION");
+    let (status, stderr) = migrate_with_data_dir(&old);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("now names saldo's own directory"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&root.path().join("postgres").display().to_string()),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&old).expect("read").count(),
+        1,
+        "nothing written"
+    );
+}
