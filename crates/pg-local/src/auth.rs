@@ -51,52 +51,54 @@ impl std::fmt::Debug for Password {
     }
 }
 
-/// Reads the password in `file`, or generates one and stores it there (mode 0600, created
-/// exclusively). Returns the password and whether it was generated now.
-pub(crate) fn load_or_create(file: &Path) -> Result<(Password, bool), Error> {
-    match fs::metadata(file) {
-        Ok(meta) => {
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(Error::Insecure(format!(
-                    "the password file {} has mode {mode:04o}: others may read it; \
-                     `chmod 600 {}` and start again",
-                    file.display(),
-                    file.display()
-                )));
-            }
-            let mut text = String::new();
-            fs::File::open(file)
-                .and_then(|f| f.take(MAX_PASSWORD_FILE_BYTES).read_to_string(&mut text))
-                .map_err(io(format!("reading {}", file.display())))?;
-            let password = text.trim().to_owned();
-            if password.is_empty() || !password.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(Error::Insecure(format!(
-                    "the password file {} does not hold a pg-local password; remove it to \
-                     generate a new one",
-                    file.display()
-                )));
-            }
-            Ok((Password(password), false))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let password = generate()?;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(file)
-                .map_err(io(format!("creating {}", file.display())))?;
-            writeln!(f, "{}", password.expose())
-                .and_then(|()| f.sync_all())
-                .map_err(io(format!("writing {}", file.display())))?;
-            Ok((password, true))
-        }
-        Err(e) => Err(io(format!("reading {}", file.display()))(e)),
+/// The password stored in `file`, if there is one; refused if others may read the file.
+pub(crate) fn load(file: &Path) -> Result<Option<Password>, Error> {
+    let meta = match fs::metadata(file) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(format!("reading {}", file.display()))(e)),
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(Error::Insecure(format!(
+            "the password file {} has mode {mode:04o}: others may read it; \
+             `chmod 600 {}` and start again",
+            file.display(),
+            file.display()
+        )));
     }
+    let mut text = String::new();
+    fs::File::open(file)
+        .and_then(|f| f.take(MAX_PASSWORD_FILE_BYTES).read_to_string(&mut text))
+        .map_err(io(format!("reading {}", file.display())))?;
+    let password = text.trim().to_owned();
+    if password.is_empty() || !password.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::Insecure(format!(
+            "the password file {} does not hold a pg-local password; remove it to \
+             generate a new one",
+            file.display()
+        )));
+    }
+    Ok(Some(Password(password)))
 }
 
-fn generate() -> Result<Password, Error> {
+/// Stores `password` in `file`, created exclusively with mode 0600. Called only once the
+/// cluster has the password, so a failure in between leaves no file and the next start
+/// re-keys again (self-healing) instead of a file the cluster does not match.
+pub(crate) fn store(file: &Path, password: &Password) -> Result<(), Error> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(io(format!("creating {}", file.display())))?;
+    writeln!(f, "{}", password.expose())
+        .and_then(|()| f.sync_all())
+        .map_err(io(format!("writing {}", file.display())))
+}
+
+/// A new random password.
+pub(crate) fn generate() -> Result<Password, Error> {
     let mut bytes = [0u8; PASSWORD_BYTES];
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
@@ -223,24 +225,25 @@ mod tests {
     fn a_generated_password_is_stored_0600_and_read_back() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("pw");
-        let (first, generated) = load_or_create(&file).expect("create");
-        assert!(generated);
+        assert!(load(&file).expect("absent").is_none());
+        let first = generate().expect("generate");
         assert_eq!(first.expose().len(), PASSWORD_BYTES * 2);
+        store(&file, &first).expect("store");
         let mode = fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        let (again, generated) = load_or_create(&file).expect("read");
-        assert!(!generated);
+        let again = load(&file).expect("read").expect("present");
         assert_eq!(again.expose(), first.expose());
         assert_eq!(format!("{again:?}"), REDACTED);
+        assert!(store(&file, &first).is_err(), "never overwritten");
     }
 
     #[test]
     fn a_password_file_others_can_read_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("pw");
-        load_or_create(&file).expect("create");
+        store(&file, &generate().expect("generate")).expect("store");
         fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).expect("chmod");
-        let err = load_or_create(&file).expect_err("0644 refused");
+        let err = load(&file).expect_err("0644 refused");
         assert!(err.to_string().contains("chmod 600"), "{err}");
     }
 }

@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a fast shutdown may take before the postmaster is killed.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a start waits for an orphaned postmaster of the same directory to finish its
+/// shutdown (longer than [`SHUTDOWN_TIMEOUT`]: nobody SIGKILLs an orphan).
+pub const ORPHAN_WAIT: Duration = Duration::from_secs(30);
 /// How many times a start is retried when the chosen port was taken in the meantime.
 const PORT_ATTEMPTS: usize = 5;
 /// Name of the superuser created by initdb.
@@ -39,6 +42,8 @@ pub const SUPERUSER: &str = "postgres";
 pub const SOCKET_PORT: u16 = 5432;
 /// File name of the server log, inside the data directory (each cluster has its own).
 pub const LOG_FILE: &str = "server.log";
+/// File in the data directory naming the process that started the running postmaster.
+const OWNER_FILE: &str = "pg-local.owner";
 /// File name of an ephemeral cluster's password, inside its temporary directory.
 const EPHEMERAL_PASSWORD_FILE: &str = "password";
 
@@ -218,6 +223,8 @@ impl Cluster {
         let ephemeral = temp.is_some();
         let existed = data_dir.join("PG_VERSION").exists();
         if existed {
+            // Before anything touches it (a re-key needs the cluster stopped).
+            refuse_if_running(&data_dir)?;
             // Still say clearly when the server's user cannot get there.
             if let Some(parent) = data_dir.parent() {
                 dirs::check_traversable(&run_as, parent)?;
@@ -226,18 +233,29 @@ impl Cluster {
             dirs::prepare_data_dir(&run_as, &data_dir)?;
             init_data_dir(&binaries, &run_as, &data_dir, ephemeral)?;
         }
-        let (password, generated) = auth::load_or_create(&password_file)?;
         let hba_is_ours = auth::hba_is_ours(&data_dir);
-        if generated || !hba_is_ours {
-            if existed && !hba_is_ours {
-                tracing::warn!(data_dir = %data_dir.display(),
-                    "this cluster let clients in without a password: switching it to scram-sha-256");
-            } else if existed {
-                tracing::warn!(data_dir = %data_dir.display(),
-                    "no password file for this cluster: generated a new password");
-            }
-            auth::rekey(&binaries, &run_as, &data_dir, &password)?;
+        if existed && !hba_is_ours {
+            tracing::warn!(data_dir = %data_dir.display(),
+                "this cluster let clients in without a password: switching it to scram-sha-256");
         }
+        let password = match auth::load(&password_file)? {
+            Some(password) => {
+                if !hba_is_ours {
+                    auth::rekey(&binaries, &run_as, &data_dir, &password)?;
+                }
+                password
+            }
+            None => {
+                if existed && hba_is_ours {
+                    tracing::warn!(data_dir = %data_dir.display(),
+                        "no password file for this cluster: setting a new password");
+                }
+                let password = auth::generate()?;
+                auth::rekey(&binaries, &run_as, &data_dir, &password)?;
+                auth::store(&password_file, &password)?;
+                password
+            }
+        };
         let log_file = data_dir.join(LOG_FILE);
         let (socket_temp, socket_dir) = match dirs::socket_dir_in(&data_dir, SOCKET_PORT) {
             Some(dir) => (None, dir),
@@ -360,12 +378,7 @@ impl Cluster {
 
     fn start_server(&self) -> Result<process::Guarded, Error> {
         let pid_file = self.data_dir.join("postmaster.pid");
-        if let Some(pid) = reap::read_pid(&pid_file).filter(|p| reap::alive(*p)) {
-            return Err(Error::AlreadyRunning {
-                data_dir: self.data_dir.clone(),
-                pid,
-            });
-        }
+        refuse_if_running(&self.data_dir)?;
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -395,6 +408,12 @@ impl Cluster {
         cmd.stdout(log).stderr(log_err);
 
         let server = process::spawn_guarded(cmd)?;
+        // Who owns this postmaster, for a later start that finds it still shutting down.
+        fs::write(
+            self.data_dir.join(OWNER_FILE),
+            format!("{}\n", std::process::id()),
+        )
+        .map_err(io("recording the postmaster's owner"))?;
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if server.has_exited() {
@@ -424,6 +443,43 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A live postmaster on `data_dir` (its `postmaster.pid` names a running process) is an error,
+/// except an orphaned one (its parent, e.g. a killed `saldo serve`, is gone): that one is
+/// shutting down on its parent-death signal, so a restart right after a crash waits for it.
+fn refuse_if_running(data_dir: &Path) -> Result<(), Error> {
+    let deadline = Instant::now() + ORPHAN_WAIT;
+    loop {
+        match reap::read_pid(&data_dir.join("postmaster.pid")).filter(|p| reap::alive(*p)) {
+            None => return Ok(()),
+            Some(pid) if orphaned(data_dir, pid) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(pid) => {
+                return Err(Error::AlreadyRunning {
+                    data_dir: data_dir.to_owned(),
+                    pid,
+                })
+            }
+        }
+    }
+}
+
+/// Whether the postmaster `pid` lost the process that started it: the owner recorded in the
+/// data directory is gone, or `pid` was re-parented to init.
+fn orphaned(data_dir: &Path, pid: i32) -> bool {
+    if reap::read_pid(&data_dir.join(OWNER_FILE)).is_some_and(|owner| !reap::alive(owner)) {
+        return true;
+    }
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The command name (field 2) may hold spaces; fields after its ')' are plain.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+        })
+        .is_some_and(|ppid| ppid == 1)
 }
 
 /// `<dir>.password`, next to a persistent data directory.

@@ -728,8 +728,19 @@ async fn service_killed_mid_load_loses_nothing_on_replay() {
     load.wait_acks(acks_per_phase(), "load before the fault")
         .await;
 
-    first.kill9().await.expect("a postmaster ran");
+    // Started again at once, as a process supervisor would: the new service waits for the
+    // orphaned postmaster, which shuts down on its parent-death signal.
+    let orphan = first.postmaster_pid().expect("a postmaster ran");
+    let _ = first.child.kill();
+    let _ = first.child.wait();
     let second = Service::start(root.path(), &[]);
+    // (It removed its postmaster.pid before exiting; init reaps it a moment later.)
+    wait_for(
+        "the killed service's postmaster to be gone",
+        ORPHAN_TIMEOUT,
+        || !alive(orphan),
+    )
+    .await;
     *load.addr.write().expect("addr") = second.addr.clone();
     load.wait_acks(acks_per_phase(), "load on the new service")
         .await;
