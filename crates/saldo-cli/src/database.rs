@@ -120,6 +120,20 @@ pub fn try_state_dir() -> Result<PathBuf> {
     if !dir.exists() {
         create_private_dir(&dir)?;
     }
+    // Secrets live here: a directory others may write to would let them plant or swap files.
+    let mode = std::fs::metadata(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o022 != 0 {
+        bail!(
+            "{} (mode {:04o}) is writable by other users, and saldo keeps its secrets there: \
+             `chmod go-w {}` or choose another SALDO_DATA_DIR",
+            dir.display(),
+            mode & 0o7777,
+            dir.display()
+        );
+    }
     Ok(dir)
 }
 

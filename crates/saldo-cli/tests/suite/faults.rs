@@ -910,3 +910,19 @@ fn an_old_style_data_directory_is_refused_with_directions() {
         "nothing written"
     );
 }
+
+/// saldo keeps secrets in its data directory: one that other users may write to is refused
+/// (and left as it is).
+#[test]
+fn a_data_directory_others_can_write_to_is_refused() {
+    let root = temp_root();
+    let open = root.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (status, stderr) = migrate_with_data_dir(&open);
+    assert!(!status.success());
+    assert!(stderr.contains("writable by other users"), "{stderr}");
+    let mode = std::fs::metadata(&open).expect("meta").permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o777);
+    assert_eq!(std::fs::read_dir(&open).expect("read").count(), 0);
+}
