@@ -341,3 +341,25 @@ fn a_long_data_directory_gets_a_private_socket_directory() {
         "the private socket directory stays behind"
     );
 }
+
+/// Ctrl-C in a terminal signals the whole foreground process group: the postmaster must not be
+/// in its parent's, or it stops before the parent's in-flight requests finish (and a
+/// supervisor would "restart" it during shutdown).
+#[test]
+fn the_postmaster_has_a_process_group_of_its_own() {
+    let cluster = Cluster::start(&Config::ephemeral()).expect("start");
+    let pid = cluster.pid().expect("pid");
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after_name = &stat[stat.rfind(')').expect("comm") + 1..];
+    let pgrp: u32 = after_name
+        .split_whitespace()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .expect("pgrp");
+    assert_eq!(pgrp, pid, "the postmaster leads its own process group");
+    assert_ne!(
+        i64::from(pgrp),
+        i64::from(nix::unistd::getpgrp().as_raw()),
+        "the postmaster shares its parent's process group"
+    );
+}
