@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -114,6 +115,8 @@ impl Service {
         let stdout = root.join(format!("serve-{n}.out"));
         let stderr = root.join(format!("serve-{n}.err"));
         let child = Command::new(saldo_bin())
+            // Its own process group, like a shell job: the Ctrl-C test signals the group.
+            .process_group(0)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .env("SALDO_DATA_DIR", root.join("saldo"))
@@ -925,4 +928,44 @@ fn a_data_directory_others_can_write_to_is_refused() {
     let mode = std::fs::metadata(&open).expect("meta").permissions().mode() & 0o7777;
     assert_eq!(mode, 0o777);
     assert_eq!(std::fs::read_dir(&open).expect("read").count(), 0);
+}
+
+/// Ctrl-C in a terminal (SIGINT to the whole process group): the service finishes, stops its
+/// PostgreSQL itself and exits 0; PostgreSQL, in a group of its own, is not signalled behind
+/// its back (so the supervisor has nothing to restart during the shutdown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_the_service_and_then_its_postgres() {
+    let root = temp_root();
+    let mut service = Service::start(root.path(), &[]);
+    let postmaster = service.postmaster_pid().expect("postmaster pid");
+    // Once a request was served, the server has polled its shutdown future, which installs
+    // the SIGINT handler (before that, SIGINT still has its default, fatal disposition).
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !ready(&service.addr).await {
+        assert!(Instant::now() < deadline, "never ready: {}", service.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let group = nix::unistd::Pid::from_raw(-(service.child.id() as i32));
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGINT).expect("SIGINT the group");
+    let deadline = Instant::now() + ORPHAN_TIMEOUT;
+    let status = loop {
+        if let Some(status) = service.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running: {}",
+            service.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "exit status {status}: {}", service.log());
+    wait_for("the postmaster to stop", ORPHAN_TIMEOUT, || {
+        !alive(postmaster)
+    })
+    .await;
+    let log = service.log();
+    assert!(!log.contains("restarting it"), "{log}");
+    let stdout = std::fs::read_to_string(service.stderr.with_extension("out")).expect("stdout");
+    assert!(stdout.contains("stopped"), "{stdout}");
 }
