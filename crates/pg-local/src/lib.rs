@@ -4,17 +4,22 @@
 //! fsync on) and the harness of every test (a throwaway directory with fast, unsafe-on-crash
 //! settings). Both share one life-cycle rule: **no postgres outlives the process that started it**.
 //! That holds on drop, on panic (drop runs while unwinding) and when the parent is killed outright,
-//! because the postmaster is started with a parent-death signal (see [`spawn_guarded`]).
+//! because the postmaster is started with a parent-death signal (see [`spawn_guarded`]), also
+//! when it is started again by [`Cluster::restart`].
 //!
-//! The cluster listens on 127.0.0.1 only, on a port chosen by asking the kernel for a free one, and
-//! trusts loopback connections (it is a private, per-user development cluster, not a shared server).
-//! When the current process is root, initdb and postgres run as the `postgres` system user, because
-//! PostgreSQL refuses to run as root.
+//! Nobody else on the machine gets in: by default there is no TCP listener at all, only a Unix
+//! socket in a directory of mode 0700 that belongs to the server's user (`dirs.rs`), and every
+//! connection must present the superuser's generated password over SCRAM-SHA-256 (`auth.rs`).
+//! When the current process is root, initdb and postgres run as the `postgres` system user,
+//! because PostgreSQL refuses to run as root; only directories pg-local creates are handed to it.
 
+mod auth;
 mod binaries;
+mod dirs;
 mod process;
 mod reap;
 
+pub use auth::{redact, REDACTED};
 pub use binaries::Binaries;
 
 use std::fs;
@@ -25,10 +30,22 @@ use std::time::{Duration, Instant};
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a fast shutdown may take before the postmaster is killed.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a start waits for an orphaned postmaster of the same directory to finish its
+/// shutdown (longer than [`SHUTDOWN_TIMEOUT`]: nobody SIGKILLs an orphan).
+pub const ORPHAN_WAIT: Duration = Duration::from_secs(30);
 /// How many times a start is retried when the chosen port was taken in the meantime.
 const PORT_ATTEMPTS: usize = 5;
 /// Name of the superuser created by initdb.
 pub const SUPERUSER: &str = "postgres";
+/// The port of a socket-only cluster: it only names the socket file (`.s.PGSQL.5432`) in a
+/// directory of its own, so it cannot clash with another server.
+pub const SOCKET_PORT: u16 = 5432;
+/// File name of the server log, inside the data directory (each cluster has its own).
+pub const LOG_FILE: &str = "server.log";
+/// File in the data directory naming the process that started the running postmaster.
+const OWNER_FILE: &str = "pg-local.owner";
+/// File name of an ephemeral cluster's password, inside its temporary directory.
+const EPHEMERAL_PASSWORD_FILE: &str = "password";
 
 /// Everything that can go wrong while finding, initialising or running a cluster.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +71,28 @@ pub enum Error {
     StartTimeout(Duration),
     #[error("system call failed: {0}")]
     Sys(#[from] nix::Error),
+    #[error(
+        "the `postgres` user cannot enter {dir} (mode {mode:04o}, owner uid {owner}), which is \
+         on the way to the data directory; pg-local does not change directories it did not \
+         create: give it search permission (e.g. `chmod o+x {dir}`) or choose another directory"
+    )]
+    NotTraversable { dir: PathBuf, mode: u32, owner: u32 },
+    #[error(
+        "{dir} exists but belongs to uid {owner}, not to the server's user (uid {expected}); \
+         pg-local does not take over directories it did not create: point it at a path that \
+         does not exist yet, or `chown` that directory yourself"
+    )]
+    NotOurs {
+        dir: PathBuf,
+        owner: u32,
+        expected: u32,
+    },
+    #[error("a PostgreSQL server (pid {pid}) already runs on {data_dir}: stop it first")]
+    AlreadyRunning { data_dir: PathBuf, pid: i32 },
+    #[error("{0}")]
+    Insecure(String),
+    #[error("setting the superuser's password in single-user mode failed:\n{0}")]
+    Rekey(String),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -79,6 +118,12 @@ pub struct Config {
     pub max_connections: u32,
     /// Extra `-c name=value` settings, e.g. `default_transaction_isolation=serializable`.
     pub settings: Vec<(String, String)>,
+    /// Also listen on 127.0.0.1 (a free port), password still required. Off by default: the
+    /// Unix socket is the only way in.
+    pub tcp: bool,
+    /// Where the superuser's password is kept (mode 0600). `None`: next to a persistent data
+    /// directory as `<dir>.password`; in the temporary directory of an ephemeral one.
+    pub password_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -88,6 +133,8 @@ impl Config {
             data_dir: DataDir::Ephemeral,
             max_connections: 400,
             settings: Vec::new(),
+            tcp: false,
+            password_file: None,
         }
     }
 
@@ -97,6 +144,8 @@ impl Config {
             data_dir: DataDir::Persistent(dir.into()),
             max_connections: 200,
             settings: Vec::new(),
+            tcp: false,
+            password_file: None,
         }
     }
 
@@ -105,23 +154,18 @@ impl Config {
         self.settings.push((name.to_owned(), value.to_owned()));
         self
     }
-}
 
-/// The default persistent data directory for the current user: `$SALDO_DATA_DIR`, else
-/// `$XDG_DATA_HOME/saldo/postgres`, else `~/.local/share/saldo/postgres`; as root
-/// `/var/lib/saldo/postgres` (root's home is not traversable by the `postgres` user).
-pub fn default_data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SALDO_DATA_DIR") {
-        return PathBuf::from(dir);
+    /// Keeps the password in `file` instead of the default place.
+    pub fn password_file(mut self, file: impl Into<PathBuf>) -> Self {
+        self.password_file = Some(file.into());
+        self
     }
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/var/lib/saldo/postgres");
+
+    /// Also listens on 127.0.0.1 (opt-in; the password is still required).
+    pub fn with_tcp(mut self) -> Self {
+        self.tcp = true;
+        self
     }
-    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME") {
-        return PathBuf::from(xdg).join("saldo/postgres");
-    }
-    let home = std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from);
-    home.join(".local/share/saldo/postgres")
 }
 
 /// A running cluster. Dropping it stops the server (fast shutdown) and removes an ephemeral
@@ -130,9 +174,18 @@ pub fn default_data_dir() -> PathBuf {
 pub struct Cluster {
     port: u16,
     data_dir: PathBuf,
+    socket_dir: PathBuf,
     log_file: PathBuf,
+    password: auth::Password,
+    password_file: PathBuf,
+    tcp: bool,
+    /// What a restart needs to start the same server again.
+    binaries: Binaries,
+    run_as: process::RunAs,
+    args: Vec<(String, String)>,
     server: Option<process::Guarded>,
-    // Declared last so the directory is removed after the server has stopped.
+    // Declared last so the directories are removed after the server has stopped.
+    _socket_temp: Option<tempfile::TempDir>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -141,7 +194,7 @@ impl Cluster {
     pub fn start(config: &Config) -> Result<Cluster, Error> {
         let binaries = Binaries::find()?;
         let run_as = process::RunAs::for_current_process()?;
-        let (temp, data_dir) = match &config.data_dir {
+        let (temp, data_dir, password_file) = match &config.data_dir {
             DataDir::Ephemeral => {
                 reap::reap_stale(&std::env::temp_dir());
                 let temp = tempfile::Builder::new()
@@ -149,34 +202,95 @@ impl Cluster {
                     .tempdir()
                     .map_err(io("creating a temporary directory"))?;
                 reap::claim(temp.path()).map_err(io("recording the directory's owner"))?;
-                let data = temp.path().join("data");
                 run_as.prepare_dir(temp.path())?;
-                (Some(temp), data)
+                let data = temp.path().join("data");
+                let password_file = config
+                    .password_file
+                    .clone()
+                    .unwrap_or_else(|| temp.path().join(EPHEMERAL_PASSWORD_FILE));
+                (Some(temp), data, password_file)
             }
-            DataDir::Persistent(dir) => (None, dir.clone()),
+            DataDir::Persistent(dir) => {
+                let dir =
+                    std::path::absolute(dir).map_err(io(format!("resolving {}", dir.display())))?;
+                let password_file = config
+                    .password_file
+                    .clone()
+                    .unwrap_or_else(|| default_password_file(&dir));
+                (None, dir, password_file)
+            }
         };
         let ephemeral = temp.is_some();
-        if !data_dir.join("PG_VERSION").exists() {
+        let existed = data_dir.join("PG_VERSION").exists();
+        if existed {
+            // Before anything touches it (a re-key needs the cluster stopped).
+            refuse_if_running(&data_dir)?;
+            // Still say clearly when the server's user cannot get there.
+            if let Some(parent) = data_dir.parent() {
+                dirs::check_traversable(&run_as, parent)?;
+            }
+        } else {
+            dirs::prepare_data_dir(&run_as, &data_dir)?;
             init_data_dir(&binaries, &run_as, &data_dir, ephemeral)?;
         }
-        let log_file = data_dir
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join("postgres.log");
-
+        let hba_is_ours = auth::hba_is_ours(&data_dir);
+        if existed && !hba_is_ours {
+            tracing::warn!(data_dir = %data_dir.display(),
+                "this cluster let clients in without a password: switching it to scram-sha-256");
+        }
+        let password = match auth::load(&password_file)? {
+            Some(password) => {
+                if !hba_is_ours {
+                    auth::rekey(&binaries, &run_as, &data_dir, &password)?;
+                }
+                password
+            }
+            None => {
+                if existed && hba_is_ours {
+                    tracing::warn!(data_dir = %data_dir.display(),
+                        "no password file for this cluster: setting a new password");
+                }
+                let password = auth::generate()?;
+                auth::rekey(&binaries, &run_as, &data_dir, &password)?;
+                auth::store(&password_file, &password)?;
+                password
+            }
+        };
+        let log_file = data_dir.join(LOG_FILE);
+        let (socket_temp, socket_dir) = match dirs::socket_dir_in(&data_dir, SOCKET_PORT) {
+            Some(dir) => (None, dir),
+            None => {
+                let temp = dirs::private_socket_dir(&run_as)?;
+                let dir = temp.path().to_owned();
+                (Some(temp), dir)
+            }
+        };
+        let mut cluster = Cluster {
+            port: SOCKET_PORT,
+            data_dir,
+            socket_dir,
+            log_file,
+            password,
+            password_file,
+            tcp: config.tcp,
+            binaries,
+            run_as,
+            args: server_settings(config),
+            server: None,
+            _socket_temp: socket_temp,
+            _temp: temp,
+        };
+        if !config.tcp {
+            cluster.server = Some(cluster.start_server()?);
+            return Ok(cluster);
+        }
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            match start_server(&binaries, &run_as, config, &data_dir, &log_file, port) {
+            cluster.port = free_port()?;
+            match cluster.start_server() {
                 Ok(server) => {
-                    tracing::info!(port, data_dir = %data_dir.display(), "postgres started");
-                    return Ok(Cluster {
-                        port,
-                        data_dir,
-                        log_file,
-                        server: Some(server),
-                        _temp: temp,
-                    });
+                    cluster.server = Some(server);
+                    return Ok(cluster);
                 }
                 // Another process may have taken the port between our probe and the bind.
                 Err(e @ Error::StartFailed { .. }) if port_conflict(&e) => last_error = Some(e),
@@ -186,7 +300,7 @@ impl Cluster {
         Err(last_error.unwrap_or(Error::StartTimeout(STARTUP_TIMEOUT)))
     }
 
-    /// TCP port on 127.0.0.1.
+    /// The port: of the TCP listener when there is one; otherwise it only names the socket.
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -196,9 +310,24 @@ impl Cluster {
         &self.data_dir
     }
 
-    /// The server log.
+    /// The directory holding the Unix socket (mode 0700, the server's user's).
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// The server log, inside the data directory.
     pub fn log_file(&self) -> &Path {
         &self.log_file
+    }
+
+    /// The file holding the superuser's password (mode 0600).
+    pub fn password_file(&self) -> &Path {
+        &self.password_file
+    }
+
+    /// Whether the server also listens on 127.0.0.1.
+    pub fn has_tcp(&self) -> bool {
+        self.tcp
     }
 
     /// Process id of the postmaster.
@@ -206,15 +335,106 @@ impl Cluster {
         self.server.as_ref().map(process::Guarded::pid)
     }
 
-    /// Connection URL for `database` as the superuser.
+    /// Whether the postmaster is gone (it died, or [`Cluster::stop`] stopped it).
+    pub fn has_exited(&self) -> bool {
+        self.server
+            .as_ref()
+            .is_none_or(process::Guarded::has_exited)
+    }
+
+    /// Connection URL for `database` as the superuser, over the Unix socket, password included:
+    /// give it to a client, never to a log (see [`Cluster::redacted_url`]).
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://{SUPERUSER}@127.0.0.1:{}/{database}", self.port)
+        self.url_with(database, self.password.expose())
+    }
+
+    /// [`Cluster::url`] with the password replaced by [`REDACTED`], for people and logs.
+    pub fn redacted_url(&self, database: &str) -> String {
+        self.url_with(database, REDACTED)
+    }
+
+    fn url_with(&self, database: &str, password: &str) -> String {
+        format!(
+            "postgresql://{SUPERUSER}:{password}@{}:{}/{database}",
+            percent_encode(&self.socket_dir.to_string_lossy()),
+            self.port
+        )
+    }
+
+    /// Starts the server again on the same directories and port, e.g. after it died (stops it
+    /// first if it still runs). The new postmaster has the same parent-death guard.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.stop();
+        self.server = Some(self.start_server()?);
+        Ok(())
     }
 
     /// Stops the server now (fast shutdown, then SIGKILL after [`SHUTDOWN_TIMEOUT`]).
     pub fn stop(&mut self) {
         if let Some(server) = self.server.take() {
             server.stop(SHUTDOWN_TIMEOUT);
+        }
+    }
+
+    fn start_server(&self) -> Result<process::Guarded, Error> {
+        let pid_file = self.data_dir.join("postmaster.pid");
+        refuse_if_running(&self.data_dir)?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_file)
+            .map_err(io(format!("opening {}", self.log_file.display())))?;
+        self.run_as.prepare_file(&self.log_file)?;
+        let log_err = log.try_clone().map_err(io("duplicating the log handle"))?;
+
+        let mut cmd = self.run_as.command(&self.binaries.postgres());
+        cmd.arg("-D")
+            .arg(&self.data_dir)
+            .arg("-p")
+            .arg(self.port.to_string());
+        let listen = if self.tcp { "127.0.0.1" } else { "" };
+        let socket_dir = format!("{}", self.socket_dir.display());
+        let fixed = [
+            ("listen_addresses", listen),
+            ("unix_socket_directories", socket_dir.as_str()),
+            ("unix_socket_permissions", "0700"),
+        ];
+        for (name, value) in fixed {
+            cmd.arg("-c").arg(format!("{name}={value}"));
+        }
+        for (name, value) in &self.args {
+            cmd.arg("-c").arg(format!("{name}={value}"));
+        }
+        cmd.stdout(log).stderr(log_err);
+
+        let server = process::spawn_guarded(cmd)?;
+        // Who owns this postmaster, for a later start that finds it still shutting down.
+        fs::write(
+            self.data_dir.join(OWNER_FILE),
+            format!("{}\n", std::process::id()),
+        )
+        .map_err(io("recording the postmaster's owner"))?;
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if server.has_exited() {
+                return Err(Error::StartFailed {
+                    log: self.log_file.clone(),
+                    tail: log_tail(&self.log_file, 15),
+                });
+            }
+            // Ready means *our* postmaster answers: the socket path is fixed, so another
+            // server on the same directory would answer too.
+            let ours = reap::read_pid(&pid_file) == i32::try_from(server.pid()).ok();
+            if ours && is_ready(&self.binaries, &self.socket_dir, self.port) {
+                tracing::info!(pid = server.pid(), data_dir = %self.data_dir.display(),
+                    socket_dir = %self.socket_dir.display(), tcp = self.tcp, "postgres started");
+                return Ok(server);
+            }
+            if Instant::now() > deadline {
+                server.stop(SHUTDOWN_TIMEOUT);
+                return Err(Error::StartTimeout(STARTUP_TIMEOUT));
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
@@ -225,17 +445,93 @@ impl Drop for Cluster {
     }
 }
 
+/// A live postmaster on `data_dir` (its `postmaster.pid` names a running process) is an error,
+/// except an orphaned one (its parent, e.g. a killed `saldo serve`, is gone): that one is
+/// shutting down on its parent-death signal, so a restart right after a crash waits for it.
+fn refuse_if_running(data_dir: &Path) -> Result<(), Error> {
+    let deadline = Instant::now() + ORPHAN_WAIT;
+    loop {
+        match reap::read_pid(&data_dir.join("postmaster.pid")).filter(|p| reap::alive(*p)) {
+            None => return Ok(()),
+            Some(pid) if orphaned(data_dir, pid) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(pid) => {
+                return Err(Error::AlreadyRunning {
+                    data_dir: data_dir.to_owned(),
+                    pid,
+                })
+            }
+        }
+    }
+}
+
+/// Whether the postmaster `pid` lost the process that started it: the owner recorded in the
+/// data directory is gone, or `pid` was re-parented to init.
+fn orphaned(data_dir: &Path, pid: i32) -> bool {
+    if reap::read_pid(&data_dir.join(OWNER_FILE)).is_some_and(|owner| !reap::alive(owner)) {
+        return true;
+    }
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The command name (field 2) may hold spaces; fields after its ')' are plain.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+        })
+        .is_some_and(|ppid| ppid == 1)
+}
+
+/// `<dir>.password`, next to a persistent data directory.
+fn default_password_file(data_dir: &Path) -> PathBuf {
+    let mut name = data_dir.file_name().unwrap_or_default().to_owned();
+    name.push(".password");
+    data_dir.with_file_name(name)
+}
+
+/// The `-c` settings of the server besides where it listens.
+fn server_settings(config: &Config) -> Vec<(String, String)> {
+    let mut settings: Vec<(String, String)> = vec![
+        ("max_connections".into(), config.max_connections.to_string()),
+        // Seed 002: write who waited for a lock past deadlock_timeout, and keep the default 1 s.
+        ("log_lock_waits".into(), "on".into()),
+        ("deadlock_timeout".into(), "1s".into()),
+        ("password_encryption".into(), "scram-sha-256".into()),
+    ];
+    if matches!(config.data_dir, DataDir::Ephemeral) {
+        for (k, v) in [
+            ("fsync", "off"),
+            ("synchronous_commit", "off"),
+            ("full_page_writes", "off"),
+        ] {
+            settings.push((k.into(), v.into()));
+        }
+    }
+    settings.extend(config.settings.iter().cloned());
+    settings
+}
+
+/// Every byte outside RFC 3986's unreserved set as `%XX` (a socket path as a URL host).
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 fn init_data_dir(
     binaries: &Binaries,
     run_as: &process::RunAs,
     data_dir: &Path,
     ephemeral: bool,
 ) -> Result<(), Error> {
-    fs::create_dir_all(data_dir).map_err(io(format!("creating {}", data_dir.display())))?;
-    run_as.prepare_dir(data_dir)?;
-    if let Some(parent) = data_dir.parent() {
-        run_as.prepare_dir(parent)?;
-    }
+    // `trust` only for the bootstrap: the cluster is re-keyed (password set, pg_hba.conf
+    // replaced) in single-user mode before it ever accepts a connection.
     let mut cmd = run_as.command(&binaries.initdb());
     cmd.arg("-D")
         .arg(data_dir)
@@ -253,78 +549,13 @@ fn init_data_dir(
     Ok(())
 }
 
-fn start_server(
-    binaries: &Binaries,
-    run_as: &process::RunAs,
-    config: &Config,
-    data_dir: &Path,
-    log_file: &Path,
-    port: u16,
-) -> Result<process::Guarded, Error> {
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_file)
-        .map_err(io(format!("opening {}", log_file.display())))?;
-    run_as.prepare_file(log_file)?;
-    let log_err = log.try_clone().map_err(io("duplicating the log handle"))?;
-
-    let mut cmd = run_as.command(&binaries.postgres());
-    cmd.arg("-D").arg(data_dir).arg("-p").arg(port.to_string());
-    let mut settings: Vec<(String, String)> = vec![
-        ("listen_addresses".into(), "127.0.0.1".into()),
-        ("unix_socket_directories".into(), String::new()),
-        ("max_connections".into(), config.max_connections.to_string()),
-        // Seed 002: write who waited for a lock past deadlock_timeout, and keep the default 1 s.
-        ("log_lock_waits".into(), "on".into()),
-        ("deadlock_timeout".into(), "1s".into()),
-    ];
-    if matches!(config.data_dir, DataDir::Ephemeral) {
-        for (k, v) in [
-            ("fsync", "off"),
-            ("synchronous_commit", "off"),
-            ("full_page_writes", "off"),
-        ] {
-            settings.push((k.into(), v.into()));
-        }
-    }
-    settings.extend(config.settings.iter().cloned());
-    for (name, value) in &settings {
-        cmd.arg("-c").arg(format!("{name}={value}"));
-    }
-    cmd.stdout(log).stderr(log_err);
-
-    let server = process::spawn_guarded(cmd)?;
-    let deadline = Instant::now() + STARTUP_TIMEOUT;
-    loop {
-        if server.has_exited() {
-            return Err(Error::StartFailed {
-                log: log_file.to_owned(),
-                tail: log_tail(log_file, 15),
-            });
-        }
-        if is_ready(binaries, port) {
-            return Ok(server);
-        }
-        if Instant::now() > deadline {
-            server.stop(SHUTDOWN_TIMEOUT);
-            return Err(Error::StartTimeout(STARTUP_TIMEOUT));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn is_ready(binaries: &Binaries, port: u16) -> bool {
+/// Whether the server accepts connections (no authentication needed to tell).
+fn is_ready(binaries: &Binaries, socket_dir: &Path, port: u16) -> bool {
     std::process::Command::new(binaries.pg_isready())
-        .args([
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            SUPERUSER,
-        ])
+        .arg("-q")
+        .arg("-h")
+        .arg(socket_dir)
+        .args(["-p", &port.to_string(), "-U", SUPERUSER])
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
@@ -351,38 +582,4 @@ fn log_tail(path: &Path, lines: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ephemeral_cluster_starts_accepts_and_stops() {
-        let mut cluster = Cluster::start(&Config::ephemeral()).expect("start");
-        let pid = cluster.pid().expect("pid");
-        let binaries = Binaries::find().expect("binaries");
-        assert!(is_ready(&binaries, cluster.port()));
-        let data_dir = cluster.data_dir().to_owned();
-        cluster.stop();
-        assert!(!is_ready(&binaries, cluster.port()));
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "postmaster {pid} still running after stop"
-        );
-        drop(cluster);
-        assert!(!data_dir.exists(), "ephemeral data dir not removed");
-    }
-
-    #[test]
-    fn persistent_cluster_keeps_its_data_directory() {
-        let parent = tempfile::tempdir().expect("tempdir");
-        let dir = parent.path().join("pg");
-        {
-            let _c = Cluster::start(&Config::persistent(&dir)).expect("first start");
-        }
-        assert!(dir.join("PG_VERSION").exists());
-        // A second start reuses the initialised directory.
-        let c = Cluster::start(&Config::persistent(&dir)).expect("second start");
-        assert!(c
-            .url("postgres")
-            .starts_with("postgres://postgres@127.0.0.1:"));
-    }
-}
+mod tests;

@@ -6,7 +6,8 @@
 //! - **how long it lives**: the postmaster gets `PR_SET_PDEATHSIG = SIGINT` (fast shutdown) so the
 //!   kernel stops it when its parent dies, even by SIGKILL. The parent-death signal fires when the
 //!   *thread* that forked the child exits, so the child is spawned from a dedicated thread that
-//!   stays alive, blocked in `wait()`, for exactly as long as the server runs.
+//!   stays alive, blocked in `wait()`, for exactly as long as the server runs. It runs in a
+//!   process group of its own, so a terminal's Ctrl-C reaches only its parent.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -122,6 +123,10 @@ impl Drop for Guarded {
 /// Spawns `cmd` with a parent-death signal, from a thread that lives as long as the child.
 pub(crate) fn spawn_guarded(mut cmd: Command) -> Result<Guarded, Error> {
     set_parent_death_signal(&mut cmd);
+    // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and
+    // the server must outlive its parent's graceful shutdown (in-flight requests still need
+    // it); the parent stops it afterwards, or the parent-death signal does.
+    cmd.process_group(0);
     let (pid_tx, pid_rx) = mpsc::channel();
     let waiter = std::thread::Builder::new()
         .name("pg-local-postmaster".into())

@@ -64,12 +64,12 @@ fn postmaster_running(data_dir: &Path) -> bool {
 }
 
 /// The first line of `file` as a pid.
-fn read_pid(file: &Path) -> Option<i32> {
+pub(crate) fn read_pid(file: &Path) -> Option<i32> {
     let text = fs::read_to_string(file).ok()?;
     text.lines().next()?.trim().parse().ok().filter(|p| *p > 0)
 }
 
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     // Signal 0 checks existence without sending anything; EPERM still means it exists.
     !matches!(
         kill(Pid::from_raw(pid), None),

@@ -14,6 +14,7 @@ mod database;
 mod locks;
 mod race;
 mod serve;
+mod supervise;
 mod token;
 use database::open;
 
@@ -27,6 +28,10 @@ struct Cli {
     /// PostgreSQL URL; absent → an embedded cluster in a per-user data directory.
     #[arg(long, env = "DATABASE_URL", global = true)]
     database_url: Option<String>,
+    /// Let the embedded PostgreSQL also listen on 127.0.0.1 (a free port; the password is still
+    /// required). Off by default: only its private Unix socket.
+    #[arg(long, env = "SALDO_EMBEDDED_TCP", global = true)]
+    embedded_tcp: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -75,7 +80,7 @@ async fn main() -> Result<()> {
         .init();
     if let Command::Token(args) = cli.command {
         // Tokens live in saldo's data directory, not in the database: nothing to start.
-        return token::run(args, &database::state_dir());
+        return token::run(args, &database::try_state_dir()?);
     }
     if let Command::Bench(args) = cli.command {
         // HTTP mode talks only to a running service: no database of its own to start. Otherwise
@@ -93,10 +98,17 @@ async fn main() -> Result<()> {
         );
         return Ok(());
     }
-    let database = open(cli.database_url).await?;
+    let embedded = database::EmbeddedOptions {
+        tcp: cli.embedded_tcp,
+    };
+    let database = database::open_with(cli.database_url, embedded).await?;
     if let Command::Race(args) = cli.command {
         // Same for the lab: only its scratch database is touched.
         return race::run(args, &database.url).await;
+    }
+    if let Command::Serve(args) = cli.command {
+        // The service migrates through its own pool: `--pool-size N` is N connections in all.
+        return serve::run(args, &database).await;
     }
     let pool = db::connect(&database.url, &PoolOptions::default())?;
     db::migrate(&pool).await.context("migrating the database")?;
@@ -104,9 +116,8 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Migrate => println!("migrations applied"),
         // Returned above, before the migration.
-        Command::Race(_) | Command::Bench(_) | Command::Token(_) => {}
+        Command::Race(_) | Command::Bench(_) | Command::Serve(_) | Command::Token(_) => {}
         Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
-        Command::Serve(args) => serve::run(args, &database).await?,
         Command::Locks(args) => locks::run(args, &pool).await?,
         Command::Audit => {
             let stock = saldo::audit::audit_stock(&pool).await?;
@@ -131,12 +142,16 @@ async fn main() -> Result<()> {
             println!("audit clean: balances sum to zero and every account matches its journal");
         }
         Command::Db { sweep_interval_s } => {
-            println!("saldo database ready at {}", database.url);
+            println!("saldo database ready at {}", database.shown_url);
             println!("sweeping every {sweep_interval_s}s; Ctrl-C to stop");
             let mut tick = tokio::time::interval(Duration::from_secs(sweep_interval_s));
+            // One watcher for the whole loop: it counts restarts across ticks.
+            let watch = supervise::watch(&database);
+            tokio::pin!(watch);
             loop {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => break,
+                    gave_up = &mut watch => return Err(gave_up),
                     _ = tick.tick() => match sweeper::sweep(&store).await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(expired = n, "sweep"),

@@ -98,7 +98,7 @@ fn strategy(s: &str) -> Result<StrategyName, String> {
 
 pub async fn run(args: Args, database: &Database) -> Result<()> {
     let strategy = args.strategy;
-    let token_dir = crate::database::state_dir();
+    let token_dir = crate::database::try_state_dir()?;
     let validated = RawSettings {
         admin_token: args.admin_token,
         api_token: args.api_token,
@@ -158,13 +158,18 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         listener.local_addr()?,
         args.sweep_interval_s
     );
-    saldo_http::server::run(
+    let server = saldo_http::server::run(
         listener,
         state,
         Duration::from_secs(args.sweep_interval_s),
         saldo_http::server::shutdown_signal(),
-    )
-    .await?;
+    );
+    // An embedded PostgreSQL that dies is restarted; one that cannot be kept up ends the
+    // service with an error (exit status 1) rather than leaving it up and useless.
+    tokio::select! {
+        served = server => served?,
+        gave_up = crate::supervise::watch(database) => return Err(gave_up),
+    }
     pool.close();
     println!("stopped");
     Ok(())

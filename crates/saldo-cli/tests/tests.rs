@@ -9,3 +9,6 @@ mod bench;
 
 #[path = "suite/tokens.rs"]
 mod tokens;
+
+#[path = "suite/faults.rs"]
+mod faults;

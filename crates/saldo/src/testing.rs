@@ -74,7 +74,7 @@ fn pool_for(url: &str, max_size: usize) -> Pool {
     };
     match db::connect(url, &options) {
         Ok(pool) => pool,
-        Err(e) => panic!("test pool for {url}: {e}"),
+        Err(e) => panic!("test pool for {}: {e}", pg_local::redact(url)),
     }
 }
 

@@ -339,7 +339,7 @@ fn with_database(url: &str, name: &str) -> Result<String> {
             .collect();
         Ok(format!("{} dbname={name}", kept.join(" ")))
     } else {
-        bail!("cannot read the database URL {url:?}")
+        bail!("cannot read the database URL {:?}", pg_local::redact(url))
     }
 }
 
@@ -758,6 +758,15 @@ mod tests {
         assert_eq!(
             with_database("postgresql://u:p@h/db?sslmode=disable", "x").expect("url"),
             "postgresql://u:p@h/x?sslmode=disable"
+        );
+        // The embedded cluster's form: a percent-encoded socket directory as the host.
+        assert_eq!(
+            with_database(
+                "postgresql://postgres:pw@%2Fvar%2Flib%2Fsaldo%2Fpostgres:5432/postgres",
+                "x"
+            )
+            .expect("socket url"),
+            "postgresql://postgres:pw@%2Fvar%2Flib%2Fsaldo%2Fpostgres:5432/x"
         );
         assert_eq!(
             with_database("postgres://h:1", "x").expect("url"),

@@ -31,7 +31,9 @@ pub struct Scratch {
 async fn admin(server_url: &str, sql: &str) -> Result<(), LabError> {
     let (client, conn) = tokio_postgres::connect(server_url, NoTls)
         .await
-        .map_err(|e| LabError::Scratch(format!("connect to {server_url}: {e}")))?;
+        .map_err(|e| {
+            LabError::Scratch(format!("connect to {}: {e}", pg_local::redact(server_url)))
+        })?;
     let conn = tokio::spawn(conn);
     let result = client
         .batch_execute(sql)
