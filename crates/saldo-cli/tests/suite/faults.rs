@@ -969,3 +969,148 @@ async fn ctrl_c_stops_the_service_and_then_its_postgres() {
     let stdout = std::fs::read_to_string(service.stderr.with_extension("out")).expect("stdout");
     assert!(stdout.contains("stopped"), "{stdout}");
 }
+
+/// Stock of `product` as the database has it: (available, reserved).
+async fn stock_in_db(service: &Service, product: i64) -> (i32, i32) {
+    let row = service
+        .db()
+        .await
+        .query_one(
+            "SELECT available, reserved FROM stock WHERE product_id = $1",
+            &[&product],
+        )
+        .await
+        .expect("stock row");
+    (row.get(0), row.get(1))
+}
+
+async fn audit_clean(addr: &str) {
+    let (status, body) = http(addr, "GET", "/v1/admin/audit", ADMIN_TOKEN, None)
+        .await
+        .expect("audit");
+    assert_eq!((status, &body["ok"]), (200, &json!(true)), "{body}");
+}
+
+/// Issue 11, point 2, through the binary (its default strategy, `batched`): a checkout's late
+/// retry of a cancelled or an expired order takes nothing and answers the order's real state;
+/// taking it again is the explicit re-reserve, itself idempotent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_retries_of_settled_orders_take_nothing() {
+    let root = temp_root();
+    let service = Service::start(root.path(), &[]);
+    set_up(&service.addr).await;
+    let addr = service.addr.as_str();
+    let reserve = |order: &str, ttl_s: u64| json!({"order_id": order, "items": [{"product_id": 1, "quantity": 2}], "ttl_s": ttl_s});
+    let post = |path: String, body: Value| async move {
+        http(addr, "POST", &path, API_TOKEN, Some(&body))
+            .await
+            .expect("answer")
+    };
+    let before = stock_in_db(&service, 1).await;
+
+    let (status, body) = post("/v1/reservations".into(), reserve("late-cancel", 900)).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post("/v1/orders/late-cancel/release".into(), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post("/v1/reservations".into(), reserve("late-expire", 1)).await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, body) = http(addr, "POST", "/v1/admin/sweep", ADMIN_TOKEN, None)
+        .await
+        .expect("sweep");
+    assert_eq!(status, 200, "{body}");
+
+    for (order, ttl_s, settled) in [
+        ("late-cancel", 900, "released"),
+        ("late-expire", 1, "expired"),
+    ] {
+        for _ in 0..3 {
+            let (status, body) = post("/v1/reservations".into(), reserve(order, ttl_s)).await;
+            assert_eq!(status, 200, "late retry of {order}: {body}");
+            assert_eq!(body["replayed"], true, "{body}");
+            assert_eq!(body["items"][0]["status"], settled, "{body}");
+        }
+    }
+    assert_eq!(
+        stock_in_db(&service, 1).await,
+        before,
+        "late retries took stock"
+    );
+
+    let again = json!({"rereserve_id": "late-expire-again"});
+    let (status, body) = post("/v1/orders/late-expire/rereserve".into(), again.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post("/v1/orders/late-expire/rereserve".into(), again).await;
+    assert_eq!((status, &body["replayed"]), (200, &json!(true)), "{body}");
+    assert_eq!(
+        stock_in_db(&service, 1).await,
+        (before.0 - 2, before.1 + 2),
+        "the re-reserve takes once"
+    );
+    audit_clean(addr).await;
+}
+
+/// Issue 11, point 3, through the binary: reservations queued behind a locked product answer
+/// "not applied" by their deadline, and that is true — nothing of them commits later. On the
+/// old binary they answered a bare 503 `timeout` and most committed once the lock went away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_answer_is_the_truth() {
+    const BUYERS: usize = 16;
+    let root = temp_root();
+    let service = Service::start(
+        root.path(),
+        &["--request-timeout-ms", "500", "--lock-timeout-ms", "5000"],
+    );
+    set_up(&service.addr).await;
+    let before = stock_in_db(&service, 2).await;
+    let holder = service.db().await;
+    holder.batch_execute("BEGIN").await.expect("begin");
+    holder
+        .execute("SELECT 1 FROM stock WHERE product_id = 2 FOR UPDATE", &[])
+        .await
+        .expect("lock");
+    let started = Instant::now();
+    let buyers: Vec<_> = (0..BUYERS)
+        .map(|i| {
+            let addr = service.addr.clone();
+            tokio::spawn(async move {
+                let body = json!({"order_id": format!("held-{i}"),
+                                  "items": [{"product_id": 2, "quantity": 1}]});
+                http(&addr, "POST", "/v1/reservations", API_TOKEN, Some(&body)).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(BUYERS);
+    for buyer in buyers {
+        answers.push(buyer.await.expect("join"));
+    }
+    let answered_in = started.elapsed();
+    for answer in &answers {
+        let (status, body) = answer.as_ref().expect("an answer");
+        assert_eq!(*status, 503, "{body}");
+        assert_eq!(body["applied"], false, "not applied: {body}");
+    }
+    holder.batch_execute("ROLLBACK").await.expect("rollback");
+    // Everything in flight has had time to commit, were it going to.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rows: i64 = service
+        .db()
+        .await
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE order_id LIKE 'held-%'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(
+        rows, 0,
+        "a reservation answered 'not applied' was committed"
+    );
+    assert_eq!(stock_in_db(&service, 2).await, before);
+    assert!(
+        answered_in < Duration::from_secs(10),
+        "answers took {answered_in:?}"
+    );
+    audit_clean(&service.addr).await;
+}
