@@ -6,8 +6,11 @@
 //! request timing live in [`metrics`], and `/openapi.json` is generated from the handlers.
 
 pub mod auth;
+pub mod body;
 pub mod config;
+pub mod connections;
 pub mod error;
+pub mod listener;
 pub mod metrics;
 pub mod routes;
 pub mod server;
@@ -68,6 +71,7 @@ impl AppState {
 /// The router with every route, layer and the OpenAPI document, ready to serve.
 pub fn app(state: AppState) -> Router {
     let timeout = state.settings.request_timeout;
+    let body_deadline = body::BodyDeadline(state.settings.body_read_timeout);
     let (router, api) = OpenApiRouter::with_openapi(routes::ApiDoc::openapi())
         .merge(routes::router())
         .split_for_parts();
@@ -75,7 +79,9 @@ pub fn app(state: AppState) -> Router {
     let api_json = OpenApiJson(Arc::new(api.to_json().unwrap_or_default()));
     // Router::layer wraps every route (so the matched path is known to `metrics::track`), and
     // each call converts its response back to axum's, so layers with their own body types stack.
-    // Innermost first: body limits, timeout, one shape for errors, timing, tracing.
+    // Innermost first: body limits, timeout, the body read within its own deadline (408; outside
+    // the request timeout, which then times the handler only), one shape for errors, timing,
+    // tracing.
     router
         .fallback(|| async { ApiError::Bare(StatusCode::NOT_FOUND) })
         .layer(Extension(api_json))
@@ -84,6 +90,10 @@ pub fn app(state: AppState) -> Router {
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             timeout,
+        ))
+        .layer(middleware::from_fn_with_state(
+            body_deadline,
+            body::read_within,
         ))
         .layer(middleware::from_fn(error::problem_for_bare_errors))
         .layer(middleware::from_fn(metrics::track))
