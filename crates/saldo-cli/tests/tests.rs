@@ -6,3 +6,6 @@ mod race;
 
 #[path = "suite/bench.rs"]
 mod bench;
+
+#[path = "suite/flood.rs"]
+mod flood;

@@ -38,6 +38,7 @@ use tower::ServiceExt;
 pub const CONNECTIONS_OPEN: &str = "saldo_http_connections_open";
 pub const CONNECTIONS_CAP: &str = "saldo_http_connections_max";
 pub const CONNECTIONS_CLOSED: &str = "saldo_http_connections_closed_total";
+pub const CONNECTIONS_ACCEPTED: &str = "saldo_http_connections_accepted_total";
 pub const ACCEPT_ERRORS: &str = "saldo_http_accept_errors_total";
 
 /// How long an idle connection told to close may take to flush what it still writes before it

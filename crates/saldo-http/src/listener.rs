@@ -24,7 +24,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::connections::{
-    CloseReason, Serving, Stage, ACCEPT_ERRORS, CONNECTIONS_CAP, CONNECTIONS_CLOSED,
+    CloseReason, Serving, Stage, ACCEPT_ERRORS, CONNECTIONS_ACCEPTED, CONNECTIONS_CAP,
+    CONNECTIONS_CLOSED,
 };
 
 /// Descriptors kept for everything that is not a client connection: the listener, stdio, the
@@ -106,6 +107,7 @@ pub async fn serve(
         };
         let stream = match accepted {
             Ok((stream, _peer)) => {
+                metrics::counter!(CONNECTIONS_ACCEPTED).increment(1);
                 backoff = ACCEPT_BACKOFF_MIN;
                 stream
             }
