@@ -146,8 +146,7 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         );
     }
     let state = AppState::new(engine, validated.settings, prometheus);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = saldo_http::listener::bind(args.listen)
         .with_context(|| format!("binding {}", args.listen))?;
     println!(
         "saldo listening on http://{} (strategy {strategy}, sweeping every {}s); Ctrl-C to stop",

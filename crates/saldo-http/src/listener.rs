@@ -48,6 +48,24 @@ pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// After the drain, how long closing the remaining connections may take.
 pub const ABORT_WAIT: Duration = Duration::from_secs(5);
 
+/// Connections the kernel may hold completed but not yet accepted (the kernel caps it at
+/// `net.core.somaxconn`). std's 128 overflows in a burst, and a full queue drops new SYNs and
+/// completed handshakes silently.
+pub const LISTEN_BACKLOG: u32 = 1_024;
+
+/// Binds `addr` for [`serve`] with [`LISTEN_BACKLOG`].
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std does: a restarted server can bind while old connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The cap on open connections: RLIMIT_NOFILE's soft limit minus [`FD_RESERVE`] and the pool,
 /// lowered to `asked` when given. Also returns the soft limit, for the log.
 pub fn connection_cap(asked: Option<usize>, pool_max: usize) -> (usize, u64) {
