@@ -269,6 +269,16 @@ mod tests {
     }
 
     #[test]
+    fn accept_errors_are_logged_once_per_interval() {
+        let mut log = ErrorLog::default();
+        let emfile = io::Error::from_raw_os_error(nix::libc::EMFILE);
+        for _ in 0..100 {
+            log.record(&emfile, 1);
+        }
+        assert_eq!(log.suppressed, 99, "one logged, the rest counted");
+    }
+
+    #[test]
     fn per_connection_errors_are_told_apart_from_exhaustion() {
         assert!(is_per_connection(&io::Error::from(
             io::ErrorKind::ConnectionAborted
