@@ -65,6 +65,9 @@ pub enum CloseReason {
     Error,
     /// Accepted at the cap and closed unserved: no connection could be reclaimed in time.
     Refused,
+    /// A request stayed in flight past every timeout that should have ended it: its response
+    /// is not being read (a slow-read client).
+    Stalled,
 }
 
 impl CloseReason {
@@ -77,6 +80,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Error => "error",
             CloseReason::Refused => "refused",
+            CloseReason::Stalled => "stalled",
         }
     }
 }
@@ -86,6 +90,10 @@ impl CloseReason {
 pub struct Timeouts {
     pub header_read: Duration,
     pub idle: Duration,
+    /// Longest a request may stay in flight, response written included; past it the
+    /// connection is dropped. Longer than the body and request timeouts together, so it only
+    /// ends what they could not: a response its client does not read.
+    pub request_max: Duration,
 }
 
 /// What the server tells its connections.
@@ -125,6 +133,8 @@ impl Default for Clock {
 pub struct ConnState {
     clock: Clock,
     in_flight: AtomicU32,
+    /// When the current run of requests in flight began, on `clock`.
+    busy_since_ms: AtomicU64,
     /// A request head is being read (set at accept and by the first byte of each request).
     reading_head: AtomicBool,
     /// When the current phase (idle or head reading) began, on `clock`.
@@ -139,6 +149,7 @@ impl ConnState {
         ConnState {
             clock,
             in_flight: AtomicU32::new(0),
+            busy_since_ms: AtomicU64::new(0),
             reading_head: AtomicBool::new(true),
             since_ms: AtomicU64::new(clock.now_ms()),
             reclaim: AtomicBool::new(false),
@@ -161,18 +172,19 @@ impl ConnState {
     }
 
     /// When the connection may be closed if nothing changes, and for what reason.
-    fn deadline(&self, t: Timeouts) -> Option<(u64, CloseReason)> {
+    fn deadline(&self, t: Timeouts) -> (u64, CloseReason) {
         if !self.idle() {
-            return None;
+            let busy = self.busy_since_ms.load(Ordering::Acquire);
+            return (saturating_add_ms(busy, t.request_max), CloseReason::Stalled);
         }
         let since = self.since_ms.load(Ordering::Acquire);
         if self.reading_head.load(Ordering::Acquire) {
-            Some((
+            (
                 saturating_add_ms(since, t.header_read),
                 CloseReason::HeaderTimeout,
-            ))
+            )
         } else {
-            Some((saturating_add_ms(since, t.idle), CloseReason::Idle))
+            (saturating_add_ms(since, t.idle), CloseReason::Idle)
         }
     }
 }
@@ -187,6 +199,10 @@ struct InFlight(Arc<ConnState>);
 
 impl InFlight {
     fn enter(conn: Arc<ConnState>) -> Self {
+        if conn.in_flight.load(Ordering::Acquire) == 0 {
+            conn.busy_since_ms
+                .store(conn.clock.now_ms(), Ordering::Release);
+        }
         conn.in_flight.fetch_add(1, Ordering::AcqRel);
         conn.reading_head.store(false, Ordering::Release);
         InFlight(conn)
@@ -413,18 +429,13 @@ impl Serving {
             return CloseReason::Shutdown;
         }
         loop {
-            let deadline = conn.deadline(self.timeouts);
-            // With a request in flight there is no deadline here (the request and body
-            // timeouts bound it); look again after an idle period.
-            let wake_at = match (closing, deadline) {
-                (Some((_, Some(at))), _) => at,
-                (Some((_, None)), _) => {
+            let wake_at = match closing {
+                Some((_, Some(at))) => at,
+                // Draining: the stage decides; look again after an idle period.
+                Some((_, None)) => {
                     clock.instant(saturating_add_ms(clock.now_ms(), self.timeouts.idle))
                 }
-                (None, Some((ms, _))) => clock.instant(ms),
-                (None, None) => {
-                    clock.instant(saturating_add_ms(clock.now_ms(), self.timeouts.idle))
-                }
+                None => clock.instant(conn.deadline(self.timeouts).0),
             };
             tokio::select! {
                 ended = http.as_mut() => {
@@ -468,16 +479,13 @@ impl Serving {
                     if let Some((reason, Some(_))) = closing {
                         return reason;
                     }
-                    if closing.is_none() {
-                        if let Some((ms, reason)) = conn.deadline(self.timeouts) {
-                            if clock.now_ms() >= ms {
-                                match plan_close(&conn, reason) {
-                                    Closing::Now(reason) => return reason,
-                                    Closing::After(reason, at) => {
-                                        http.as_mut().graceful_shutdown();
-                                        closing = Some((reason, Some(at)));
-                                    }
-                                }
+                    let (ms, reason) = conn.deadline(self.timeouts);
+                    if closing.is_none() && clock.now_ms() >= ms {
+                        match plan_close(&conn, reason) {
+                            Closing::Now(reason) => return reason,
+                            Closing::After(reason, at) => {
+                                http.as_mut().graceful_shutdown();
+                                closing = Some((reason, Some(at)));
                             }
                         }
                     }
@@ -512,27 +520,30 @@ mod tests {
     const T: Timeouts = Timeouts {
         header_read: Duration::from_millis(100),
         idle: Duration::from_millis(1_000),
+        request_max: Duration::from_millis(10_000),
     };
 
     #[test]
     fn a_new_connection_is_reading_its_head_then_idle_after_its_request() {
         let c = Arc::new(ConnState::new(Clock::new()));
-        let (_, reason) = c.deadline(T).expect("deadline");
-        assert_eq!(reason, CloseReason::HeaderTimeout);
+        assert_eq!(c.deadline(T).1, CloseReason::HeaderTimeout);
         let req = InFlight::enter(c.clone());
-        assert!(
-            c.deadline(T).is_none(),
-            "no deadline with a request in flight"
+        let (until, reason) = c.deadline(T);
+        assert_eq!(
+            reason,
+            CloseReason::Stalled,
+            "in flight: only a stall ends it"
         );
+        assert!(until >= T.request_max.as_millis() as u64);
         c.on_bytes();
         assert!(
             !c.reading_head.load(Ordering::Relaxed),
             "body bytes are not a new head"
         );
         drop(req);
-        assert_eq!(c.deadline(T).map(|d| d.1), Some(CloseReason::Idle));
+        assert_eq!(c.deadline(T).1, CloseReason::Idle);
         c.on_bytes();
-        assert_eq!(c.deadline(T).map(|d| d.1), Some(CloseReason::HeaderTimeout));
+        assert_eq!(c.deadline(T).1, CloseReason::HeaderTimeout);
     }
 
     #[test]

@@ -53,15 +53,17 @@ pub async fn run(
         body_read_timeout_ms = settings.body_read_timeout.as_millis() as u64,
         "serving connections"
     );
+    // Also the longest a request may stay in flight before its connection is dropped.
+    let drain = settings.request_timeout + settings.body_read_timeout + DRAIN_MARGIN;
     let serving = Serving::new(
         crate::app(state),
         Timeouts {
             header_read: settings.header_read_timeout,
             idle: settings.idle_timeout,
+            request_max: drain,
         },
         Arc::new(Registry::new(Clock::new())),
     );
-    let drain = settings.request_timeout + settings.body_read_timeout + DRAIN_MARGIN;
     let served = crate::listener::serve(listener, serving, cap, drain, stop_rx).await;
     signal.abort();
     if let Err(e) = sweeper.await {

@@ -413,3 +413,43 @@ async fn at_the_cap_an_idle_connection_makes_room_and_a_busy_one_is_left_alone()
     assert!(text.starts_with("HTTP/1.1 404"), "{text}");
     live.stop().await;
 }
+
+/// Pipelined requests whose answers are never read fill both socket buffers and leave hyper
+/// blocked writing a response: a request in flight forever, unless the server bounds it.
+const PIPELINED: usize = 400;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_its_answers_is_dropped_after_the_longest_request_time() {
+    let (_db, live) = live(RawSettings {
+        request_timeout_ms: 1_000,
+        body_read_timeout_ms: 1_000,
+        ..raw(None)
+    })
+    .await;
+    // request timeout + body timeout + the server's margin
+    let request_max = Duration::from_millis(2_000) + saldo_http::server::DRAIN_MARGIN;
+    let (mut s, _) = connect(live.addr).await;
+    let one = b"GET /openapi.json HTTP/1.1\r\nHost: t\r\n\r\n";
+    let all: Vec<u8> = one
+        .iter()
+        .copied()
+        .cycle()
+        .take(one.len() * PIPELINED)
+        .collect();
+    s.write_all(&all).await.expect("write the pipeline");
+    let sent = Instant::now();
+    // Not reading: the server is stuck writing an answer.
+    tokio::time::sleep(request_max).await;
+    let (bytes, took) = closed_within(&mut s, sent, request_max + SLACK)
+        .await
+        .expect("the stalled connection was dropped by the server");
+    let answered = String::from_utf8_lossy(&bytes)
+        .matches("HTTP/1.1 200")
+        .count();
+    eprintln!(
+        "stalled connection closed {} ms after the pipeline; {answered} of {PIPELINED} answers read",
+        took.as_millis()
+    );
+    assert!(answered < PIPELINED, "the pipeline was cut short");
+    live.stop().await;
+}
