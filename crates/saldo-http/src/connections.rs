@@ -11,6 +11,8 @@
 //! - **reclaim**: the accept loop may ask a connection with no request in flight to close so a
 //!   new one can be served (see [`Registry::reclaim`]).
 //! - **shutdown**: the server asks every connection to finish its request in flight and close.
+//! - **stall**: a request in flight longer than the request and body timeouts together (plus a
+//!   margin) can only be a response its client does not read; the connection is dropped.
 //!
 //! The state the accept loop reads is three atomics per connection ([`ConnState`]): requests in
 //! flight, whether a request head is being read, and since when (ms on the server's clock). A
