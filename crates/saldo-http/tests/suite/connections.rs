@@ -265,7 +265,7 @@ async fn a_flood_of_idle_and_slow_header_connections_keeps_no_client_out_and_is_
         "the cap was reached and idle connections were reclaimed"
     );
     assert!(
-        closed("reclaimed") + closed("header_timeout") + closed("idle")
+        closed("reclaimed") + closed("header_timeout") + closed("idle") + closed("refused")
             >= (IDLE_FLOOD + SLOW_HEADER_CLIENTS) as f64,
         "{}",
         metrics.text
