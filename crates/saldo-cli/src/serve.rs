@@ -19,6 +19,10 @@ use saldo_http::config::{
     serving_strategy, ApiAuth, RawSettings, DEFAULT_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS,
     MIN_REQUEST_TIMEOUT_MS,
 };
+use saldo_http::config::{
+    DEFAULT_BODY_READ_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS,
+    MAX_CONNECTIONS_LIMIT, MAX_CONN_TIMEOUT_MS, MIN_CONN_TIMEOUT_MS,
+};
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::AppState;
 
@@ -89,6 +93,25 @@ pub struct Args {
     #[arg(long, env = "SALDO_RETRY_ATTEMPTS", default_value_t = retry::DEFAULT_MAX_ATTEMPTS,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_ATTEMPTS_LIMIT)))]
     retry_attempts: u32,
+    /// Time a request's headers may take, from its first byte (from the accept for a new
+    /// connection); past it the connection is closed.
+    #[arg(long, env = "SALDO_HEADER_READ_TIMEOUT_MS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_CONN_TIMEOUT_MS..=MAX_CONN_TIMEOUT_MS))]
+    header_read_timeout_ms: u64,
+    /// Time a connection with no request in flight stays open.
+    #[arg(long, env = "SALDO_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_CONN_TIMEOUT_MS..=MAX_CONN_TIMEOUT_MS))]
+    idle_timeout_ms: u64,
+    /// Time a request's body may take after its headers; then 408.
+    #[arg(long, env = "SALDO_BODY_READ_TIMEOUT_MS", default_value_t = DEFAULT_BODY_READ_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_CONN_TIMEOUT_MS..=MAX_CONN_TIMEOUT_MS))]
+    body_read_timeout_ms: u64,
+    /// Open connections at most; by default (and at most) the RLIMIT_NOFILE soft limit minus a
+    /// reserve for the pool and the process's files. At the cap the longest-idle connections
+    /// are closed to make room.
+    #[arg(long, env = "SALDO_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS_LIMIT))]
+    max_connections: Option<u64>,
 }
 
 /// Flag parser: unknown and lab-only strategies are refused before anything starts.
@@ -110,6 +133,10 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         token_dir: Some(token_dir.clone()),
         reservation_ttl_s: args.reservation_ttl_s,
         request_timeout_ms: args.request_timeout_ms,
+        header_read_timeout_ms: args.header_read_timeout_ms,
+        idle_timeout_ms: args.idle_timeout_ms,
+        body_read_timeout_ms: args.body_read_timeout_ms,
+        max_connections: args.max_connections,
     }
     .validate()?;
     let pool = db::connect(
@@ -150,8 +177,7 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         );
     }
     let state = AppState::new(engine, validated.settings, prometheus);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = saldo_http::listener::bind(args.listen)
         .with_context(|| format!("binding {}", args.listen))?;
     println!(
         "saldo listening on http://{} (strategy {strategy}, sweeping every {}s); Ctrl-C to stop",

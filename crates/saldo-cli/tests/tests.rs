@@ -12,3 +12,6 @@ mod tokens;
 
 #[path = "suite/faults.rs"]
 mod faults;
+
+#[path = "suite/flood.rs"]
+mod flood;

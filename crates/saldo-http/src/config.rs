@@ -35,6 +35,17 @@ pub enum ApiAuth {
     /// `--insecure-no-api-token`: anyone who reaches the port may reserve stock and move money.
     Disabled,
 }
+/// Connection timeouts (ms): headers of a request must arrive within the header-read timeout of
+/// its first byte (of the accept, for a new connection); a connection with no request in flight
+/// is closed after the idle timeout; a body must arrive within the body-read timeout of its
+/// headers (408 otherwise). Defaults stay at most 60 s; bounds shared by the three.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
+pub const MIN_CONN_TIMEOUT_MS: u64 = 100;
+pub const MAX_CONN_TIMEOUT_MS: u64 = 300_000;
+/// Largest `--max-connections`; the descriptor limit usually lowers the cap well below it.
+pub const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
 
 /// Why the settings were refused.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +62,13 @@ pub enum ConfigError {
         "request timeout {0} ms is outside {MIN_REQUEST_TIMEOUT_MS}..={MAX_REQUEST_TIMEOUT_MS}"
     )]
     RequestTimeout(u64),
+    #[error("{name} {value} is outside {min}..={max}")]
+    OutOfRange {
+        name: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("unknown strategy {0:?}")]
     UnknownStrategy(String),
     #[error("strategy {0} does not keep the invariants under concurrency; serve refuses it")]
@@ -65,6 +83,14 @@ pub struct Settings {
     /// TTL of a reservation whose request gives none.
     pub default_ttl: Ttl,
     pub request_timeout: Duration,
+    /// Time a request's headers may take to arrive (see [`DEFAULT_HEADER_READ_TIMEOUT_MS`]).
+    pub header_read_timeout: Duration,
+    /// Time a connection with no request in flight stays open.
+    pub idle_timeout: Duration,
+    /// Time a request's body may take to arrive after its headers (then 408).
+    pub body_read_timeout: Duration,
+    /// Cap on open connections asked for; the server lowers it to what RLIMIT_NOFILE allows.
+    pub max_connections: Option<usize>,
 }
 
 /// The raw settings, as flags or environment variables give them.
@@ -80,6 +106,10 @@ pub struct RawSettings {
     pub token_dir: Option<PathBuf>,
     pub reservation_ttl_s: u64,
     pub request_timeout_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub body_read_timeout_ms: u64,
+    pub max_connections: Option<u64>,
 }
 
 impl Default for RawSettings {
@@ -91,6 +121,10 @@ impl Default for RawSettings {
             token_dir: None,
             reservation_ttl_s: DEFAULT_TTL_S,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
+            max_connections: None,
         }
     }
 }
@@ -182,11 +216,28 @@ impl RawSettings {
                 Credentials::fixed(admin, api)
             }
         };
+        let conn_timeout = |name, value| {
+            in_range(name, value, MIN_CONN_TIMEOUT_MS, MAX_CONN_TIMEOUT_MS)
+                .map(Duration::from_millis)
+        };
+        let header_read_timeout =
+            conn_timeout("header read timeout (ms)", self.header_read_timeout_ms)?;
+        let idle_timeout = conn_timeout("idle timeout (ms)", self.idle_timeout_ms)?;
+        let body_read_timeout = conn_timeout("body read timeout (ms)", self.body_read_timeout_ms)?;
+        let max_connections = self
+            .max_connections
+            .map(|n| in_range("max connections", n, 1, MAX_CONNECTIONS_LIMIT))
+            .transpose()?
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         Ok(Validated {
             settings: Settings {
                 credentials: Arc::new(credentials),
                 default_ttl,
                 request_timeout: Duration::from_millis(self.request_timeout_ms),
+                header_read_timeout,
+                idle_timeout,
+                body_read_timeout,
+                max_connections,
             },
             generated,
         })
@@ -201,6 +252,19 @@ pub fn serving_strategy(name: &str) -> Result<StrategyName, ConfigError> {
         Ok(parsed)
     } else {
         Err(ConfigError::UnsafeStrategy(parsed))
+    }
+}
+
+fn in_range(name: &'static str, value: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::OutOfRange {
+            name,
+            value,
+            min,
+            max,
+        })
     }
 }
 
@@ -264,6 +328,29 @@ mod tests {
             timeout.validate(),
             Err(ConfigError::RequestTimeout(1))
         ));
+        for raw in [
+            RawSettings {
+                header_read_timeout_ms: MAX_CONN_TIMEOUT_MS + 1,
+                ..RawSettings::default()
+            },
+            RawSettings {
+                idle_timeout_ms: 0,
+                ..RawSettings::default()
+            },
+            RawSettings {
+                body_read_timeout_ms: MIN_CONN_TIMEOUT_MS - 1,
+                ..RawSettings::default()
+            },
+            RawSettings {
+                max_connections: Some(0),
+                ..RawSettings::default()
+            },
+        ] {
+            assert!(matches!(
+                raw.validate(),
+                Err(ConfigError::OutOfRange { .. })
+            ));
+        }
         assert!(matches!(
             serving_strategy("nope"),
             Err(ConfigError::UnknownStrategy(_))

@@ -7,7 +7,7 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::Request;
-use axum::http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::header::{ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -61,6 +61,12 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("request body larger than the limit")]
     PayloadTooLarge,
+    /// The body did not arrive within the body-read timeout (408).
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    BodyTimeout(std::time::Duration),
+    /// The body could not be read: the client went away or broke the framing (400).
+    #[error("the request body could not be read: {0}")]
+    UnreadableBody(String),
     #[error("not ready: {0:?}")]
     NotReady(crate::routes::health::NotReady),
     /// A response a layer produced without a body (404 no route, 405, timeout…).
@@ -405,6 +411,22 @@ impl ApiError {
                 ),
             )
             .with("limit_bytes", json!(crate::config::MAX_BODY_BYTES)),
+            ApiError::BodyTimeout(t) => Parts::new(
+                S::REQUEST_TIMEOUT,
+                "request-timeout",
+                "Request body timed out",
+                self.to_string(),
+            )
+            .with(
+                "timeout_ms",
+                json!(u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            ApiError::UnreadableBody(_) => Parts::new(
+                S::BAD_REQUEST,
+                "unreadable-body",
+                "Unreadable request body",
+                "the request body could not be read".into(),
+            ),
             ApiError::NotReady(NotReady::PoolBusy) => Parts::new(
                 S::SERVICE_UNAVAILABLE,
                 "pool-busy",
@@ -457,6 +479,10 @@ impl IntoResponse for ApiError {
         }
         if parts.retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        }
+        if parts.status == StatusCode::REQUEST_TIMEOUT {
+            // RFC 9110 §15.5.9: the rest of the body may still come; do not read it as a request.
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

@@ -7,8 +7,11 @@
 //! is generated from the handlers.
 
 pub mod auth;
+pub mod body;
 pub mod config;
+pub mod connections;
 pub mod error;
+pub mod listener;
 pub mod metrics;
 pub mod routes;
 pub mod server;
@@ -74,6 +77,7 @@ const BACKSTOP_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 /// The router with every route, layer and the OpenAPI document, ready to serve.
 pub fn app(state: AppState) -> Router {
     let timeout = state.settings.request_timeout;
+    let body_deadline = body::BodyDeadline(state.settings.body_read_timeout);
     let (router, api) = OpenApiRouter::with_openapi(routes::ApiDoc::openapi())
         .merge(routes::router())
         .split_for_parts();
@@ -81,8 +85,9 @@ pub fn app(state: AppState) -> Router {
     let api_json = OpenApiJson(Arc::new(api.to_json().unwrap_or_default()));
     // Router::layer wraps every route (so the matched path is known to `metrics::track`), and
     // each call converts its response back to axum's, so layers with their own body types stack.
-    // Innermost first: body limits, the backstop timeout, the request's deadline, one shape
-    // for errors, timing, tracing.
+    // Innermost first: body limits, the backstop timeout, the request's deadline, the body read
+    // within its own timeout (408; outside the request deadline, which then times the handler
+    // only), one shape for errors, timing, tracing.
     router
         .fallback(|| async { ApiError::Bare(StatusCode::NOT_FOUND) })
         .layer(Extension(api_json))
@@ -97,11 +102,15 @@ pub fn app(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(
             move |request, next: middleware::Next| {
-                // The deadline starts when the request arrives and travels with the operation into
-                // the batched queue and the database (`saldo::deadline`).
+                // The deadline starts once the body is in and travels with the operation into the
+                // batched queue and the database (`saldo::deadline`).
                 let deadline = tokio::time::Instant::now() + timeout;
                 saldo::deadline::within(deadline, next.run(request))
             },
+        ))
+        .layer(middleware::from_fn_with_state(
+            body_deadline,
+            body::read_within,
         ))
         .layer(middleware::from_fn(error::problem_for_bare_errors))
         .layer(middleware::from_fn(metrics::track))

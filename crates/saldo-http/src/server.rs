@@ -1,7 +1,10 @@
 //! Running the service: bind, serve until a shutdown signal, finish in-flight requests, and run
-//! the expiry sweeper in-process on a fixed interval until shutdown.
+//! the expiry sweeper in-process on a fixed interval until shutdown. Connections are accepted
+//! and served by [`crate::listener`] and [`crate::connections`] (cap, timeouts, reclaim), not
+//! `axum::serve`, which has neither a cap nor a header or idle timeout.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::stock::{sweeper, Store};
@@ -9,14 +12,18 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::connections::{Clock, Registry, Serving, Timeouts};
 use crate::AppState;
 
 /// Shortest and longest sweeper interval.
 pub const MIN_SWEEP_INTERVAL_S: u64 = 1;
 pub const MAX_SWEEP_INTERVAL_S: u64 = 3_600;
+/// Added to the request and body timeouts to bound the drain at shutdown: a request in flight
+/// has had every chance to finish by then.
+pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, lets in-flight
-/// requests finish and stops the sweeper (waiting for a round in progress to end).
+/// requests finish (bounded) and stops the sweeper (waiting for a round in progress to end).
 pub async fn run(
     listener: TcpListener,
     state: AppState,
@@ -25,14 +32,40 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let upkeep = spawn_metrics_upkeep(state.prometheus.clone(), stop_rx.clone());
-    let sweeper = spawn_sweeper(state.store().clone(), sweep_every, stop_rx);
-    let served = axum::serve(listener, crate::app(state))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            let _ = stop_tx.send(true);
-        })
-        .await;
+    let sweeper = spawn_sweeper(state.store().clone(), sweep_every, stop_rx.clone());
+    // The signal task owns the sender: if serving ends without a signal, aborting the task drops
+    // it, which stops the sweeper and the upkeep too.
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = stop_tx.send(true);
+    });
+    let settings = state.settings.clone();
+    let (cap, soft_limit) = crate::listener::connection_cap(
+        settings.max_connections,
+        state.store().pool.status().max_size,
+    );
+    tracing::info!(
+        max_connections = cap,
+        rlimit_nofile = soft_limit,
+        header_read_timeout_ms = settings.header_read_timeout.as_millis() as u64,
+        idle_timeout_ms = settings.idle_timeout.as_millis() as u64,
+        body_read_timeout_ms = settings.body_read_timeout.as_millis() as u64,
+        "serving connections"
+    );
+    // Also the longest a request may stay in flight before its connection is dropped.
+    let drain = settings.request_timeout + settings.body_read_timeout + DRAIN_MARGIN;
+    let serving = Serving::new(
+        crate::app(state),
+        Timeouts {
+            header_read: settings.header_read_timeout,
+            idle: settings.idle_timeout,
+            request_max: drain,
+        },
+        Arc::new(Registry::new(Clock::new())),
+    );
+    let served = crate::listener::serve(listener, serving, cap, drain, stop_rx).await;
+    signal.abort();
     if let Err(e) = sweeper.await {
         tracing::warn!(error = %e, "sweeper task ended abnormally");
     }

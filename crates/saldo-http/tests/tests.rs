@@ -18,6 +18,8 @@ mod accounts;
 mod admin;
 #[path = "suite/auth.rs"]
 mod auth;
+#[path = "suite/connections.rs"]
+mod connections;
 #[path = "suite/errors.rs"]
 mod errors;
 #[path = "suite/inputs.rs"]

@@ -268,6 +268,11 @@ impl Live {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
+        Live::start_on(listener, state)
+    }
+
+    /// Serves `state` on a listener the test bound itself (e.g. with a longer backlog).
+    pub fn start_on(listener: tokio::net::TcpListener, state: AppState) -> Live {
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(saldo_http::server::run(
