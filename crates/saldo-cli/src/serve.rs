@@ -179,6 +179,9 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
     let state = AppState::new(engine, validated.settings, prometheus);
     let listener = saldo_http::listener::bind(args.listen)
         .with_context(|| format!("binding {}", args.listen))?;
+    // Installed before the line below announces the service: a Ctrl-C right after it is a
+    // graceful stop, not the default kill.
+    let shutdown = saldo_http::server::shutdown_signal();
     println!(
         "saldo listening on http://{} (strategy {strategy}, sweeping every {}s); Ctrl-C to stop",
         listener.local_addr()?,
@@ -188,7 +191,7 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         listener,
         state,
         Duration::from_secs(args.sweep_interval_s),
-        saldo_http::server::shutdown_signal(),
+        shutdown,
     );
     // An embedded PostgreSQL that dies is restarted; one that cannot be kept up ends the
     // service with an error (exit status 1) rather than leaving it up and useless.

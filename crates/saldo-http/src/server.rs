@@ -124,30 +124,32 @@ pub fn spawn_sweeper(
     })
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is CALLED, not
+/// when the future is first polled: a caller that installs them before it announces that it
+/// listens cannot be killed by a Ctrl-C that arrives in between (the default action).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    let install = |kind, name: &'static str| match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, signal = name, "cannot listen for the signal");
+            None
         }
     };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+    let interrupt = install(SignalKind::interrupt(), "SIGINT");
+    let terminate = install(SignalKind::terminate(), "SIGTERM");
+    async fn received(signal: Option<Signal>) {
+        match signal {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+            None => std::future::pending().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    }
+    async move {
+        tokio::select! {
+            () = received(interrupt) => {},
+            () = received(terminate) => {},
+        }
     }
 }
