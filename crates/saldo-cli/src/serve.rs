@@ -14,7 +14,6 @@ use saldo::db::{self, PoolOptions};
 use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
-use saldo::stock::{self, Store, StrategyConfig};
 use saldo_http::config::{
     serving_strategy, ApiAuth, RawSettings, DEFAULT_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS,
     MIN_REQUEST_TIMEOUT_MS,
@@ -24,7 +23,7 @@ use saldo_http::config::{
     MAX_CONNECTIONS_LIMIT, MAX_CONN_TIMEOUT_MS, MIN_CONN_TIMEOUT_MS,
 };
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
-use saldo_http::AppState;
+use saldo_http::startup::{Application, ServiceConfig};
 
 use crate::database::Database;
 
@@ -120,47 +119,44 @@ fn strategy(s: &str) -> Result<StrategyName, String> {
 }
 
 pub async fn run(args: Args, database: &Database) -> Result<()> {
-    let strategy = args.strategy;
     let token_dir = crate::database::try_state_dir()?;
-    let validated = RawSettings {
-        admin_token: args.admin_token,
-        api_token: args.api_token,
-        api_auth: if args.insecure_no_api_token {
-            ApiAuth::Disabled
-        } else {
-            ApiAuth::Required
-        },
-        token_dir: Some(token_dir.clone()),
-        reservation_ttl_s: args.reservation_ttl_s,
-        request_timeout_ms: args.request_timeout_ms,
-        header_read_timeout_ms: args.header_read_timeout_ms,
-        idle_timeout_ms: args.idle_timeout_ms,
-        body_read_timeout_ms: args.body_read_timeout_ms,
-        max_connections: args.max_connections,
-    }
-    .validate()?;
-    let pool = db::connect(
-        &database.url,
-        &PoolOptions {
+    let config = ServiceConfig {
+        database_url: database.url.clone(),
+        listen: args.listen,
+        strategy: args.strategy,
+        pool: PoolOptions {
             max_size: usize::try_from(args.pool_size)?,
             wait_timeout_ms: args.pool_wait_timeout_ms,
             create_timeout_ms: args.pool_create_timeout_ms,
             recycle_timeout_ms: args.pool_recycle_timeout_ms,
         },
-    )?;
-    db::migrate(&pool).await.context("migrating the database")?;
-    let tx = TxOptions::default()
-        .with_lock_timeout_ms(args.lock_timeout_ms)
-        .with_statement_timeout_ms(args.statement_timeout_ms)
-        .with_retry(RetryPolicy::default().with_max_attempts(args.retry_attempts));
-    let engine = stock::build(
-        strategy,
-        Store::new(pool.clone(), tx),
-        &StrategyConfig::default(),
-    );
-    let prometheus = saldo_http::metrics::install().map_err(anyhow::Error::msg)?;
+        tx: TxOptions::default()
+            .with_lock_timeout_ms(args.lock_timeout_ms)
+            .with_statement_timeout_ms(args.statement_timeout_ms)
+            .with_retry(RetryPolicy::default().with_max_attempts(args.retry_attempts)),
+        settings: RawSettings {
+            admin_token: args.admin_token,
+            api_token: args.api_token,
+            api_auth: if args.insecure_no_api_token {
+                ApiAuth::Disabled
+            } else {
+                ApiAuth::Required
+            },
+            token_dir: Some(token_dir.clone()),
+            reservation_ttl_s: args.reservation_ttl_s,
+            request_timeout_ms: args.request_timeout_ms,
+            header_read_timeout_ms: args.header_read_timeout_ms,
+            idle_timeout_ms: args.idle_timeout_ms,
+            body_read_timeout_ms: args.body_read_timeout_ms,
+            max_connections: args.max_connections,
+        },
+        sweep_every: Duration::from_secs(args.sweep_interval_s),
+    };
+    let app = Application::build(config)
+        .await
+        .context("starting the service")?;
     // The only place a generated token is ever shown: stdout, once, never the log.
-    for g in &validated.generated {
+    for g in app.generated_tokens() {
         println!(
             "{kind} token (generated, shown once; stored hashed in {dir}; `saldo token rotate \
              {kind}` replaces it): {token}",
@@ -169,37 +165,28 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
             token = g.token.expose(),
         );
     }
-    if !validated.settings.credentials.api_required() {
+    if !app.api_auth_required() {
         tracing::warn!(
             listen = %args.listen,
             "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
              address can reserve stock, confirm orders and move money"
         );
     }
-    let state = AppState::new(engine, validated.settings, prometheus);
-    let listener = saldo_http::listener::bind(args.listen)
-        .with_context(|| format!("binding {}", args.listen))?;
     // Installed before the line below announces the service: a Ctrl-C right after it is a
     // graceful stop, not the default kill.
     let shutdown = saldo_http::server::shutdown_signal();
     println!(
-        "saldo listening on http://{} (strategy {strategy}, sweeping every {}s); Ctrl-C to stop",
-        listener.local_addr()?,
+        "saldo listening on http://{} (strategy {}, sweeping every {}s); Ctrl-C to stop",
+        app.local_addr(),
+        app.strategy(),
         args.sweep_interval_s
-    );
-    let server = saldo_http::server::run(
-        listener,
-        state,
-        Duration::from_secs(args.sweep_interval_s),
-        shutdown,
     );
     // An embedded PostgreSQL that dies is restarted; one that cannot be kept up ends the
     // service with an error (exit status 1) rather than leaving it up and useless.
     tokio::select! {
-        served = server => served?,
+        served = app.run_until(shutdown) => served?,
         gave_up = crate::supervise::watch(database) => return Err(gave_up),
     }
-    pool.close();
     println!("stopped");
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod listener;
 pub mod metrics;
 pub mod routes;
 pub mod server;
+pub mod startup;
 pub mod tokens;
 
 use std::sync::Arc;

@@ -7,7 +7,12 @@
 mod harness {
     #![allow(unused_imports)]
     pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+    /// The strategy the suites' apps run (`tests/batched.rs` reruns them on `batched`).
+    pub const STRATEGY: saldo::stock::StrategyName = saldo::stock::StrategyName::Atomic;
 }
+
+#[path = "suite/startup.rs"]
+mod startup;
 
 #[path = "suite/support.rs"]
 mod support;

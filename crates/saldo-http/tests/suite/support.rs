@@ -80,13 +80,14 @@ pub fn state_for(db: &TestDb, api_token: Option<&str>) -> AppState {
     )
 }
 
-/// An atomic-strategy state over `pool`, with the test admin token and `raw` otherwise.
+/// A state over `pool` running this binary's strategy (`crate::harness::STRATEGY`), with the
+/// test admin token and `raw` otherwise.
 ///
 /// Settings that name no API token and no token directory run with API authentication
 /// DISABLED, as every suite did before the API token became mandatory, so the suites about
 /// stock, orders and money need not carry one; [`state_raw`] passes settings untouched.
 pub fn state_with(pool: deadpool_postgres::Pool, raw: RawSettings) -> AppState {
-    state_with_strategy(pool, raw, StrategyName::Atomic, TxOptions::default())
+    state_with_strategy(pool, raw, crate::harness::STRATEGY, TxOptions::default())
 }
 
 /// A state running `strategy` over `pool` with transaction settings `tx`; API authentication as
@@ -110,9 +111,9 @@ pub fn state_with_strategy(
     state_built(pool, raw, strategy, tx).0
 }
 
-/// An atomic-strategy state over `pool` with exactly `raw`, and the tokens it generated.
+/// A state over `pool` (this binary's strategy) with exactly `raw`, and the tokens it generated.
 pub fn state_raw(pool: deadpool_postgres::Pool, raw: RawSettings) -> (AppState, Vec<Generated>) {
-    state_built(pool, raw, StrategyName::Atomic, TxOptions::default())
+    state_built(pool, raw, crate::harness::STRATEGY, TxOptions::default())
 }
 
 fn state_built(

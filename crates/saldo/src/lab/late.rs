@@ -126,16 +126,13 @@ pub async fn run(
             report.add_sold(run, outcome.retaken_units);
             report.oversold += outcome.retaken_units;
             report.runs_oversold += u32::from(outcome.retaken_units > 0);
-            report.refused += outcome.tally.refused;
-            report.conflicts += outcome.tally.conflicts;
-            report.add_errors(&outcome.tally.errors);
+            report.add_tally(&outcome.tally);
             report.final_available = outcome.final_available;
             report.final_reserved = outcome.final_reserved;
             report.audit_divergences += outcome.audit_divergences;
             report.violations += u32::from(outcome.violated());
         }
-        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        report.judge();
+        report.finish(started);
         reports.push(report);
     }
     Ok(reports)

@@ -224,6 +224,19 @@ impl Report {
         };
     }
 
+    /// Adds what one run's buyers were told: refusals, conflicts, errors.
+    pub(crate) fn add_tally(&mut self, tally: &stock::Tally) {
+        self.refused += tally.refused;
+        self.conflicts += tally.conflicts;
+        self.add_errors(&tally.errors);
+    }
+
+    /// Records the elapsed time since `started` and judges the runs.
+    pub(crate) fn finish(&mut self, started: std::time::Instant) {
+        self.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.judge();
+    }
+
     pub(crate) fn add_errors(&mut self, errors: &BTreeMap<String, u64>) {
         for (k, v) in errors {
             *self.errors.entry(k.clone()).or_default() += v;

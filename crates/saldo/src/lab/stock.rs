@@ -303,9 +303,7 @@ pub async fn run(
                 report.trace_dropped = Some(dropped);
             }
             report.add_sold(run, outcome.tally.units());
-            report.refused += outcome.tally.refused;
-            report.conflicts += outcome.tally.conflicts;
-            report.add_errors(&outcome.tally.errors);
+            report.add_tally(&outcome.tally);
             report.final_available = outcome.final_available;
             report.final_reserved = outcome.final_reserved;
             report.oversold += outcome.oversold;
@@ -315,8 +313,7 @@ pub async fn run(
             report.partial_orders += outcome.partial_orders;
             report.violations += u32::from(outcome.violated());
         }
-        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        report.judge();
+        report.finish(started);
         reports.push(report);
     }
     Ok(reports)

@@ -131,8 +131,7 @@ pub async fn run(
             report.violations += u32::from(failed || drift != 0 || divergences > 0);
         }
         report.deadlock_retries = Some(stats.deadlock_retries());
-        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        report.judge();
+        report.finish(started);
         reports.push(report);
     }
     Ok(reports)

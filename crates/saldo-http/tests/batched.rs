@@ -1,0 +1,29 @@
+//! The HTTP suites about stock, orders, money and errors again, on `batched` (the strategy
+//! `saldo serve` runs by default) instead of `atomic`: same routes, same answers.
+
+mod harness {
+    #![allow(unused_imports)]
+    pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+    /// The strategy the suites' apps run.
+    pub const STRATEGY: saldo::stock::StrategyName = saldo::stock::StrategyName::Batched;
+}
+
+#[path = "suite/support.rs"]
+mod support;
+
+#[path = "suite/accounts.rs"]
+mod accounts;
+#[path = "suite/admin.rs"]
+mod admin;
+#[path = "suite/errors.rs"]
+mod errors;
+#[path = "suite/inputs.rs"]
+mod inputs;
+#[path = "suite/live.rs"]
+mod live;
+#[path = "suite/ops.rs"]
+mod ops;
+#[path = "suite/orders.rs"]
+mod orders;
+#[path = "suite/stock.rs"]
+mod stock;
