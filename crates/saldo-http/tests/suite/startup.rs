@@ -7,8 +7,8 @@ use std::time::Duration;
 use saldo::db::PoolOptions;
 use saldo::retry::TxOptions;
 use saldo::stock::StrategyName;
-use saldo_http::tokens::TokenKind;
 use saldo_http::startup::{Application, ServiceConfig, StartupError};
+use saldo_http::tokens::TokenKind;
 use saldo_http::RawSettings;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
