@@ -1,5 +1,7 @@
 //! Domain newtypes: parse, don't validate. Every constructor rejects bad input with an
 //! [`InputError`], so the engine never sees an invalid id, quantity or order.
+//!
+//! A leaf module: it imports nothing else from the crate (`error` re-exports [`InputError`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,7 +9,42 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::InputError;
+/// Input rejected before any database work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("product id must be a positive integer, got {0}")]
+    ProductIdNotPositive(i64),
+    #[error("order id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    OrderIdInvalid,
+    #[error("rereserve id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    RequestKeyInvalid,
+    #[error("quantity must be positive, got {0}")]
+    QuantityNotPositive(i64),
+    #[error("quantity {quantity} is above the limit of {max} per product")]
+    QuantityTooLarge { quantity: i64, max: i32 },
+    #[error("an order may hold at most {max} items")]
+    TooManyItems { max: usize },
+    #[error("an order needs at least one item")]
+    EmptyOrder,
+    #[error("ttl {ttl_s}s is outside {min}..={max}s")]
+    TtlOutOfRange { ttl_s: u64, min: u64, max: u64 },
+    #[error("count {0} is outside 0..=1000000000")]
+    CountOutOfRange(i64),
+    #[error("delta {0} must be non-zero and at most 1000000000 in magnitude")]
+    DeltaOutOfRange(i64),
+    #[error("reason must be 1..={max} characters")]
+    ReasonLength { max: usize },
+    #[error("reason must not contain control characters (NUL, newline, tab, escape…)")]
+    ReasonControlCharacter,
+    #[error("account id must be a positive integer, got {0}")]
+    AccountIdNotPositive(i64),
+    #[error("transfer id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    TransferIdInvalid,
+    #[error("amount {amount} is outside 1..={max}")]
+    AmountOutOfRange { amount: i64, max: i64 },
+    #[error("a transfer needs two different accounts")]
+    SameAccount,
+}
 
 /// Most distinct items one order may hold.
 pub const MAX_ITEMS_PER_ORDER: usize = 100;

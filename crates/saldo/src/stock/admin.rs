@@ -5,7 +5,7 @@
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
 use crate::retry::in_transaction;
-use crate::stock::{Stock, Store};
+use crate::stock::types::{Stock, Store};
 
 const LOCK_ROW: &str =
     "SELECT available, reserved, version FROM stock WHERE product_id = $1 FOR UPDATE";

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
 use crate::retry::in_transaction;
-use crate::stock::{
+use crate::stock::types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
     Status, Store,
 };

@@ -176,31 +176,31 @@ impl UnitTaker for NaiveOverwrite {
 /// `atomic`, with the idempotency rule before issue 11 (see the module header): lab only.
 #[derive(Clone)]
 pub struct NaiveReplay {
-    pub store: crate::stock::Store,
+    pub store: crate::stock::types::Store,
 }
 
 #[async_trait]
-impl crate::stock::StockStrategy for NaiveReplay {
+impl crate::stock::types::StockStrategy for NaiveReplay {
     fn name(&self) -> &'static str {
         "naive-replay"
     }
 
-    fn store(&self) -> &crate::stock::Store {
+    fn store(&self) -> &crate::stock::types::Store {
         &self.store
     }
 
     async fn reserve(
         &self,
-        request: &crate::stock::ReserveRequest,
-    ) -> Result<crate::stock::Reservation, Error> {
+        request: &crate::stock::types::ReserveRequest,
+    ) -> Result<crate::stock::types::Reservation, Error> {
         let intent = crate::stock::lifecycle::Intent::ForgetfulReserve(request);
         crate::stock::lifecycle::reserve(&self.store, &crate::stock::atomic::Atomic, intent).await
     }
 
     async fn rereserve(
         &self,
-        request: &crate::stock::RereserveRequest,
-    ) -> Result<crate::stock::Reservation, Error> {
+        request: &crate::stock::types::RereserveRequest,
+    ) -> Result<crate::stock::types::Reservation, Error> {
         let intent = crate::stock::lifecycle::Intent::Rereserve(request);
         crate::stock::lifecycle::reserve(&self.store, &crate::stock::atomic::Atomic, intent).await
     }
@@ -208,21 +208,21 @@ impl crate::stock::StockStrategy for NaiveReplay {
     async fn confirm(
         &self,
         order_id: &crate::domain::OrderId,
-    ) -> Result<crate::stock::ConfirmOutcome, Error> {
+    ) -> Result<crate::stock::types::ConfirmOutcome, Error> {
         crate::stock::lifecycle::confirm(&self.store, order_id).await
     }
 
     async fn release(
         &self,
         order_id: &crate::domain::OrderId,
-    ) -> Result<crate::stock::ReleaseOutcome, Error> {
+    ) -> Result<crate::stock::types::ReleaseOutcome, Error> {
         crate::stock::lifecycle::release(&self.store, order_id).await
     }
 
     async fn order(
         &self,
         order_id: &crate::domain::OrderId,
-    ) -> Result<Vec<crate::stock::ReservedItem>, Error> {
+    ) -> Result<Vec<crate::stock::types::ReservedItem>, Error> {
         crate::stock::lifecycle::order(&self.store, order_id).await
     }
 }

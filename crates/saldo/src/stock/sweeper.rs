@@ -6,7 +6,7 @@
 use crate::error::Error;
 use crate::retry::{in_transaction, RetryPolicy, TxOptions};
 use crate::stock::lifecycle::{self, Row};
-use crate::stock::{Status, Store};
+use crate::stock::types::{Status, Store};
 
 /// Rows expired per transaction (seed 000 uses 500).
 pub const SWEEP_BATCH: i64 = 500;

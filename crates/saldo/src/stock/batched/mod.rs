@@ -40,9 +40,10 @@ use crate::deadline;
 use crate::domain::OrderId;
 use crate::error::Error;
 use crate::stock::atomic::Atomic;
-use crate::stock::{
-    lifecycle, ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
-    ReservedItem, StockStrategy, Store,
+use crate::stock::lifecycle;
+use crate::stock::types::{
+    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
+    StockStrategy, Store,
 };
 
 /// Default number of partitions (workers). Each holds one connection while its batch runs.
@@ -520,7 +521,7 @@ impl StockStrategy for Batched {
             Ok(Admission::Queued) => Self::answer(partition, "reserve", &ticket, answer).await,
             Err(e) => Err(e),
         };
-        crate::stock::telemetry_outcome(&result);
+        crate::stock::types::telemetry_outcome(&result);
         result
     }
 
@@ -551,7 +552,7 @@ impl StockStrategy for Batched {
     async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
         let intent = lifecycle::Intent::Rereserve(request);
         let result = lifecycle::reserve(&self.store, &Atomic, intent).await;
-        crate::stock::telemetry_outcome(&result);
+        crate::stock::types::telemetry_outcome(&result);
         result
     }
 

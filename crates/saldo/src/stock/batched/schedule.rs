@@ -189,7 +189,7 @@ mod tests {
     use super::*;
     use crate::domain::{OrderId, OrderItems, Ttl};
     use crate::stock::batched::Work;
-    use crate::stock::ReserveRequest;
+    use crate::stock::types::ReserveRequest;
     use tokio::sync::oneshot;
 
     /// Reply receivers the tests keep alive, so that no job counts as abandoned.

@@ -31,7 +31,9 @@ use crate::stock::atomic::Atomic;
 use crate::stock::lifecycle::{
     self, current_items, missing_items, parse_rows, plan, settle, Intent, Plan, Row, APPLY_DELTAS,
 };
-use crate::stock::{ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store};
+use crate::stock::types::{
+    ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store,
+};
 use crate::telemetry;
 
 /// Locks every stock row of the batch, in the global lock order (ascending product id).
