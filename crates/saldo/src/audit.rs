@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
+use crate::retry::checkout;
 
 /// Most divergences returned by one audit.
 pub const MAX_DIVERGENCES: i64 = 1_000;
@@ -86,7 +87,7 @@ async fn snapshot(
 
 /// Runs the stock audit; an empty answer means every product is consistent with its history.
 pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
-    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let mut client = checkout(pool, "audit_stock").await?;
     let tx = snapshot(&mut client).await?;
     let rows = tx.query(STOCK_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
@@ -154,7 +155,7 @@ SELECT a.id, a.balance, coalesce(j.net, 0) AS expected
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
 /// zero and every balance equals its journal.
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
-    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let mut client = checkout(pool, "audit_ledger").await?;
     let tx = snapshot(&mut client).await?;
     let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get(0)?;
     let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;

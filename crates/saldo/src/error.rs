@@ -95,8 +95,10 @@ pub enum Error {
     BalanceOutOfRange { account: AccountId },
     #[error("transfer {0} was already made with a different payload")]
     TransferConflict(TransferId),
+    /// No connection could be had (the pool's wait timed out, the database refused or the pool
+    /// could not be built). The pool's own error is kept as the source, for the log.
     #[error("could not get a database connection: {0}")]
-    Pool(String),
+    Pool(#[source] PoolFailure),
     #[error("gave up after {attempts} attempts, last SQLSTATE {sqlstate}: {source}")]
     RetriesExhausted {
         attempts: u32,
@@ -112,6 +114,27 @@ pub enum Error {
     /// missing from a batch it was locked in). A bug, reported loudly instead of guessed around.
     #[error("internal invariant broken: {0}")]
     Invariant(String),
+}
+
+/// Why the pool gave no connection: taking one, or building the pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolFailure {
+    #[error(transparent)]
+    Checkout(#[from] deadpool_postgres::PoolError),
+    #[error(transparent)]
+    Create(#[from] deadpool_postgres::CreatePoolError),
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Error::Pool(PoolFailure::Checkout(e))
+    }
+}
+
+impl From<deadpool_postgres::CreatePoolError> for Error {
+    fn from(e: deadpool_postgres::CreatePoolError) -> Self {
+        Error::Pool(PoolFailure::Create(e))
+    }
 }
 
 impl Error {

@@ -13,6 +13,10 @@
 //! the builders, e.g. `TxOptions::default().with_lock_timeout_ms(2_000)
 //! .with_retry(RetryPolicy::default().with_max_attempts(8))`; [`RetryPolicy::none`] disables
 //! retries (the race lab uses it to show the bare deadlock).
+//!
+//! [`in_idempotent_transaction`] also reruns, bounded, when a concurrent copy of the same
+//! idempotent request won the insert race (a unique violation of its key), and [`checkout`] is
+//! the one way a connection is taken outside a transaction.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -372,13 +376,51 @@ where
     }
 }
 
+/// Most runs of an idempotent transaction lost to a concurrent copy of itself (see
+/// [`in_idempotent_transaction`]). Twice is enough; the bound is a guard.
+pub const REPLAY_RACE_ATTEMPTS: u32 = 3;
+
+/// [`in_transaction`] for a write keyed by an idempotency key that a unique `constraint` (or
+/// index) enforces: a unique violation of it means a concurrent copy of the same request
+/// committed first, so the transaction reruns (at most [`REPLAY_RACE_ATTEMPTS`] runs in all)
+/// and, seeing that copy's rows, answers as a replay. Any other unique violation surfaces at
+/// once, as in [`in_transaction`]; after the last run the violation itself is returned.
+pub async fn in_idempotent_transaction<'a, T, F>(
+    pool: &Pool,
+    options: &TxOptions,
+    operation: &'static str,
+    constraint: &str,
+    mut work: F,
+) -> Result<T, Error>
+where
+    F: FnMut(TxClient) -> TxFuture<'a, T>,
+{
+    let mut run = 1;
+    loop {
+        match in_transaction(pool, options, operation, &mut work).await {
+            Err(e) if e.is_unique_violation_of(constraint) && run < REPLAY_RACE_ATTEMPTS => {
+                tracing::debug!(
+                    operation,
+                    constraint,
+                    run,
+                    "lost to a concurrent copy; rerunning"
+                );
+                run += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn deadline_exceeded(operation: &'static str) -> Error {
     metrics::counter!(telemetry::DEADLINE_EXCEEDED, "operation" => operation).increment(1);
     Error::DeadlineExceeded { operation }
 }
 
-/// A pooled connection, waiting no longer than the deadline allows.
-async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error> {
+/// A pooled connection, waiting no longer than the deadline allows: the one way the library
+/// takes a connection (transactions here, single reads elsewhere), so every caller honours the
+/// deadline and keeps the pool's error as the source of [`Error::Pool`].
+pub async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error> {
     let got = match deadline::remaining() {
         Some(left) => match tokio::time::timeout(left, pool.get()).await {
             Ok(got) => got,
@@ -386,7 +428,7 @@ async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error>
         },
         None => pool.get().await,
     };
-    got.map_err(|e| Error::Pool(e.to_string()))
+    Ok(got?)
 }
 
 /// BEGIN with this transaction's settings; the timeouts capped by the deadline's time left.

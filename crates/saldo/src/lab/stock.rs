@@ -233,11 +233,7 @@ pub async fn run_once(
     let results = buy_all(&engine, &orders).await?;
     let tally = Tally::of(&orders, &results);
 
-    let client = scratch
-        .pool()
-        .get()
-        .await
-        .map_err(|e| Error::Pool(e.to_string()))?;
+    let client = crate::retry::checkout(scratch.pool(), "race_totals").await?;
     let row = client.query_one(TOTALS, &[]).await.map_err(Error::from)?;
     let (final_available, final_reserved, min_available): (i64, i64, i64) =
         (row.get(0), row.get(1), row.get(2));

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
 use crate::error::{Error, InputError};
-use crate::retry::in_transaction;
+use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::Store;
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
@@ -28,8 +28,7 @@ pub const MAX_LIST: i64 = 1_000;
 /// may not start with this prefix, so they can never collide with it.
 pub const OPENING_PREFIX: &str = "opening:";
 /// A unique violation on the journal's key means a concurrent copy of the same transfer
-/// committed first; rerunning finds it and answers as a replay. Twice is enough; this bounds it.
-const REPLAY_RACE_ATTEMPTS: usize = 3;
+/// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
 const TRANSFERS_KEY: &str = "transfers_pkey";
 
 /// How a transfer takes its two account locks.
@@ -259,11 +258,7 @@ impl Ledger {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
-        self.store
-            .pool
-            .get()
-            .await
-            .map_err(|e| Error::Pool(e.to_string()))
+        checkout(&self.store.pool, "ledger_read").await
     }
 
     async fn apply(
@@ -284,21 +279,14 @@ impl Ledger {
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
         validate(&movement)?;
-        let mut last = None;
-        for _ in 0..REPLAY_RACE_ATTEMPTS {
-            let result = in_transaction(
-                &self.store.pool,
-                &self.store.tx,
-                operation,
-                |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
-            )
-            .await;
-            match result {
-                Err(e) if e.is_unique_violation_of(TRANSFERS_KEY) => last = Some(e),
-                other => return other,
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::TransferConflict(movement.id.clone())))
+        in_idempotent_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            operation,
+            TRANSFERS_KEY,
+            |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
+        )
+        .await
     }
 }
 

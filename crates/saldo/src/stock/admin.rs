@@ -4,7 +4,7 @@
 
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
-use crate::retry::in_transaction;
+use crate::retry::{checkout, in_transaction};
 use crate::stock::types::{Stock, Store};
 
 const LOCK_ROW: &str =
@@ -108,11 +108,7 @@ pub async fn adjust(
 
 /// Reads a product's stock.
 pub async fn get(store: &Store, product_id: ProductId) -> Result<Stock, Error> {
-    let client = store
-        .pool
-        .get()
-        .await
-        .map_err(|e| Error::Pool(e.to_string()))?;
+    let client = checkout(&store.pool, "stock").await?;
     let row = client
         .query_opt(
             "SELECT available, reserved, version FROM stock WHERE product_id = $1",

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
-use crate::retry::in_transaction;
+use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
     Status, Store,
@@ -27,10 +27,9 @@ pub trait UnitTaker: Send + Sync + 'static {
     async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error>;
 }
 
-const LIVE_INDEX: &str = "reservations_live_order_product";
 /// A unique violation on the live index means a concurrent copy of this order committed first;
-/// rerunning sees its rows and answers as a replay. Twice is enough; the bound is a guard.
-const REPLAY_RACE_ATTEMPTS: usize = 3;
+/// rerunning sees its rows and answers as a replay ([`in_idempotent_transaction`]).
+const LIVE_INDEX: &str = "reservations_live_order_product";
 
 /// The columns of a reservation row as [`parse_rows`] reads them (by name). Every query that
 /// hands rows to it selects these; one place, so a new column cannot be forgotten in one copy.
@@ -265,21 +264,14 @@ pub(crate) async fn reserve(
     taker: &dyn UnitTaker,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
-    let mut last = None;
-    for _ in 0..REPLAY_RACE_ATTEMPTS {
-        let result = in_transaction(
-            &store.pool,
-            &store.tx,
-            "reserve",
-            move |client| crate::tx_body!(client => reserve_tx(client, taker, intent)),
-        )
-        .await;
-        match result {
-            Err(e) if e.is_unique_violation_of(LIVE_INDEX) => last = Some(e),
-            other => return other,
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::IdempotencyConflict(intent.order_id().clone())))
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        "reserve",
+        LIVE_INDEX,
+        move |client| crate::tx_body!(client => reserve_tx(client, taker, intent)),
+    )
+    .await
 }
 
 async fn reserve_tx(
@@ -534,11 +526,7 @@ pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<Release
 }
 
 pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
-    let client = store
-        .pool
-        .get()
-        .await
-        .map_err(|e| Error::Pool(e.to_string()))?;
+    let client = checkout(&store.pool, "order").await?;
     let stmt = client.prepare_cached(ORDER_ROWS).await?;
     let rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
     if rows.is_empty() {
