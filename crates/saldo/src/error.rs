@@ -138,6 +138,14 @@ impl From<deadpool_postgres::CreatePoolError> for Error {
 }
 
 impl Error {
+    /// An internal invariant broke: logged loudly here (at error level, once, where it is
+    /// detected) and returned, so the caller fails instead of guessing around it.
+    pub(crate) fn invariant(what: impl Into<String>) -> Error {
+        let what = what.into();
+        tracing::error!(invariant = %what, "internal invariant broken");
+        Error::Invariant(what)
+    }
+
     /// The SQLSTATE of a database error, if this is one.
     pub fn sqlstate(&self) -> Option<&SqlState> {
         match self {

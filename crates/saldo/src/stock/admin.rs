@@ -9,17 +9,19 @@ use crate::stock::types::{Stock, Store};
 
 const LOCK_ROW: &str =
     "SELECT available, reserved, version FROM stock WHERE product_id = $1 FOR UPDATE";
-const SET_AVAILABLE: &str = "UPDATE stock SET available = $2, version = version + 1, \
-     updated_at = now() WHERE product_id = $1 RETURNING available, reserved, version";
+const SET_AVAILABLE: &str = crate::stock_update!(
+    "available = $2",
+    "WHERE product_id = $1 RETURNING available, reserved, version"
+);
 const RECORD: &str =
     "INSERT INTO stock_movements (product_id, kind, quantity, reason) VALUES ($1, $2, $3, $4)";
 
 fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Result<Stock, Error> {
     Ok(Stock {
         product_id,
-        available: row.try_get(0)?,
-        reserved: row.try_get(1)?,
-        version: row.try_get(2)?,
+        available: row.try_get("available")?,
+        reserved: row.try_get("reserved")?,
+        version: row.try_get("version")?,
     })
 }
 

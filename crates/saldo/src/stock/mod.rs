@@ -20,6 +20,7 @@ mod lifecycle;
 pub mod naive;
 pub mod optimistic;
 pub mod pessimistic;
+mod sql;
 pub mod sweeper;
 pub mod trace;
 pub mod types;

@@ -23,12 +23,14 @@ use crate::stock::lifecycle::UnitTaker;
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
 const READ: &str = "SELECT available, reserved, version FROM stock WHERE product_id = $1";
-const SUBTRACT: &str = "UPDATE stock SET available = available - $2, reserved = reserved + $2, \
-     version = version + 1, updated_at = now() WHERE product_id = $1 \
-     RETURNING available, reserved";
-const OVERWRITE: &str = "UPDATE stock SET available = $2, reserved = $3, \
-     version = version + 1, updated_at = now() WHERE product_id = $1 \
-     RETURNING available, reserved";
+const SUBTRACT: &str = crate::stock_update!(
+    "available = available - $2, reserved = reserved + $2",
+    "WHERE product_id = $1 RETURNING available, reserved"
+);
+const OVERWRITE: &str = crate::stock_update!(
+    "available = $2, reserved = $3",
+    "WHERE product_id = $1 RETURNING available, reserved"
+);
 
 /// Longest think a naive strategy accepts, whatever the configuration says.
 pub const MAX_THINK: Duration = Duration::from_secs(1);
@@ -68,9 +70,9 @@ pub(crate) async fn read_and_check(
         .await?
         .ok_or(Error::UnknownProduct(product))?;
     let seen = Seen {
-        available: row.try_get(0)?,
-        reserved: row.try_get(1)?,
-        version: row.try_get(2)?,
+        available: row.try_get("available")?,
+        reserved: row.try_get("reserved")?,
+        version: row.try_get("version")?,
     };
     session.record(product, || TraceStep::Read {
         available: seen.available,

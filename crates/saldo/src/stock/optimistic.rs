@@ -27,9 +27,10 @@ pub const MAX_OPTIMISTIC_ATTEMPTS: u32 = 50;
 /// Longest single backoff, whatever the configuration says.
 pub const MAX_OPTIMISTIC_BACKOFF_MS: u64 = 100;
 
-const TAKE_IF_VERSION: &str = "UPDATE stock SET available = available - $3, \
-     reserved = reserved + $3, version = version + 1, updated_at = now() \
-     WHERE product_id = $1 AND version = $2 RETURNING available, reserved";
+const TAKE_IF_VERSION: &str = crate::stock_update!(
+    "available = available - $3, reserved = reserved + $3",
+    "WHERE product_id = $1 AND version = $2 RETURNING available, reserved"
+);
 
 /// How hard the optimistic strategy tries before answering `VersionConflict`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
