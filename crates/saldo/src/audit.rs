@@ -93,9 +93,11 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
     tx.commit().await?;
     let mut out = Vec::new();
     for r in rows {
-        let product_id = ProductId::new(r.try_get(0)?)?;
-        let (reserved, active): (i64, i64) = (r.try_get(1)?, r.try_get(2)?);
-        let (on_hand, expected): (i64, i64) = (r.try_get(3)?, r.try_get(4)?);
+        let product_id = ProductId::new(r.try_get("product_id")?)?;
+        let reserved: i64 = r.try_get("reserved")?;
+        let active: i64 = r.try_get("active_reserved")?;
+        let on_hand: i64 = r.try_get("on_hand")?;
+        let expected: i64 = r.try_get("expected_on_hand")?;
         if reserved != active {
             out.push(Divergence {
                 product_id,
@@ -137,7 +139,7 @@ pub struct LedgerDivergence {
     pub actual: i64,
 }
 
-const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::bigint FROM accounts";
+const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::bigint AS total FROM accounts";
 
 const LEDGER_AUDIT: &str = "
 WITH moves AS (
@@ -157,7 +159,7 @@ SELECT a.id, a.balance, coalesce(j.net, 0) AS expected
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let mut client = checkout(pool, "audit_ledger").await?;
     let tx = snapshot(&mut client).await?;
-    let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get(0)?;
+    let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get("total")?;
     let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
@@ -171,10 +173,10 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     }
     for r in rows {
         out.push(LedgerDivergence {
-            account: Some(crate::ledger::account_from_db(r.try_get(0)?)?),
+            account: Some(crate::ledger::account_from_db(r.try_get("id")?)?),
             invariant: LedgerInvariant::BalanceMatchesJournal,
-            expected: r.try_get(2)?,
-            actual: r.try_get(1)?,
+            expected: r.try_get("expected")?,
+            actual: r.try_get("balance")?,
         });
     }
     Ok(out)

@@ -49,11 +49,11 @@ pub async fn locks(pool: &Pool) -> Result<Vec<BlockedSession>, Error> {
     rows.iter()
         .map(|r| {
             Ok(BlockedSession {
-                pid: r.try_get(0)?,
-                blocked_by: r.try_get(1)?,
-                wait_event_type: r.try_get(2)?,
-                transaction_age_ms: r.try_get(3)?,
-                query: r.try_get(4)?,
+                pid: r.try_get("pid")?,
+                blocked_by: r.try_get("blocked_by")?,
+                wait_event_type: r.try_get("wait_event_type")?,
+                transaction_age_ms: r.try_get("transaction_age_ms")?,
+                query: r.try_get("query")?,
             })
         })
         .collect()
@@ -64,7 +64,7 @@ pub async fn deadlocks(pool: &Pool) -> Result<i64, Error> {
     let client = checkout(pool, "deadlocks").await?;
     let row = client.query_opt(DEADLOCKS, &[]).await?;
     Ok(match row {
-        Some(r) => r.try_get::<_, Option<i64>>(0)?.unwrap_or(0),
+        Some(r) => r.try_get::<_, Option<i64>>("deadlocks")?.unwrap_or(0),
         None => 0,
     })
 }

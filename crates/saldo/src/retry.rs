@@ -308,44 +308,12 @@ where
         if let Some(stats) = &options.stats {
             stats.attempts.fetch_add(1, Ordering::Relaxed);
         }
-        let result = match checkout(pool, operation).await {
-            Err(e) => Err(e),
-            Ok(client) => {
-                let begin = begin_statement(options);
-                match run_once(TxClient::new(client), &begin, &mut work, operation).await {
-                    Attempt::Ended(client, result) => {
-                        if result.is_err() {
-                            // The transaction may be open or aborted; a failed ROLLBACK means the
-                            // connection is gone, and the pool drops closed connections on their
-                            // next checkout.
-                            let _ = client.batch_execute("ROLLBACK").await;
-                        }
-                        // The transaction has ended: the client goes back to the pool here,
-                        // before any sleep.
-                        drop(client.finish());
-                        result
-                    }
-                    // The connection was closed with the transaction: nothing to give back.
-                    Attempt::Abandoned(e) => Err(*e),
-                }
-            }
-        };
+        let result = attempt_once(pool, options, operation, &mut work).await;
         match result {
             Err(e) if e.is_retryable() => {
                 let sqlstate = e.sqlstate().map_or("", |s| s.code()).to_owned();
                 if attempt >= max_attempts {
-                    telemetry::tx_giveup(operation, &sqlstate);
-                    if let Some(stats) = &options.stats {
-                        stats.giveups.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Err(match e {
-                        Error::Database(source) => Error::RetriesExhausted {
-                            attempts: attempt,
-                            sqlstate,
-                            source,
-                        },
-                        other => other,
-                    });
+                    return Err(give_up(options, operation, attempt, sqlstate, e));
                 }
                 telemetry::tx_retry(operation, &sqlstate);
                 if let Some(stats) = &options.stats {
@@ -409,6 +377,59 @@ where
             }
             other => return other,
         }
+    }
+}
+
+/// One attempt: a connection, BEGIN, the body, COMMIT; ROLLBACK on failure. The connection is
+/// back in the pool (or closed) when this returns, so the caller may sleep before the next.
+async fn attempt_once<'a, T, F>(
+    pool: &Pool,
+    options: &TxOptions,
+    operation: &'static str,
+    work: &mut F,
+) -> Result<T, Error>
+where
+    F: FnMut(TxClient) -> TxFuture<'a, T>,
+{
+    let client = checkout(pool, operation).await?;
+    let begin = begin_statement(options);
+    match run_once(TxClient::new(client), &begin, work, operation).await {
+        Attempt::Ended(client, result) => {
+            if result.is_err() {
+                // The transaction may be open or aborted; a failed ROLLBACK means the
+                // connection is gone, and the pool drops closed connections on their next
+                // checkout.
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+            // The transaction has ended: the client goes back to the pool here, before any
+            // sleep.
+            drop(client.finish());
+            result
+        }
+        // The connection was closed with the transaction: nothing to give back.
+        Attempt::Abandoned(e) => Err(*e),
+    }
+}
+
+/// The last allowed attempt failed with 40P01/40001: counted, and named with its SQLSTATE.
+fn give_up(
+    options: &TxOptions,
+    operation: &'static str,
+    attempts: u32,
+    sqlstate: String,
+    e: Error,
+) -> Error {
+    telemetry::tx_giveup(operation, &sqlstate);
+    if let Some(stats) = &options.stats {
+        stats.giveups.fetch_add(1, Ordering::Relaxed);
+    }
+    match e {
+        Error::Database(source) => Error::RetriesExhausted {
+            attempts,
+            sqlstate,
+            source,
+        },
+        other => other,
     }
 }
 

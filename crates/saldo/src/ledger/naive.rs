@@ -30,7 +30,7 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
             Some(row) => Error::InsufficientFunds {
                 account: m.from,
                 requested: amount,
-                balance: row.try_get(0)?,
+                balance: row.try_get("balance")?,
             },
         });
     }

@@ -21,11 +21,11 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
     let mut from_balance = None;
     let mut to_balance = None;
     for row in &rows {
-        let id: i64 = row.try_get(0)?;
+        let id: i64 = row.try_get("id")?;
         if id == m.from.get() {
-            from_balance = Some(row.try_get::<_, i64>(1)?);
+            from_balance = Some(row.try_get::<_, i64>("balance")?);
         } else if id == m.to.get() {
-            to_balance = Some(row.try_get::<_, i64>(1)?);
+            to_balance = Some(row.try_get::<_, i64>("balance")?);
         }
     }
     let Some(balance) = from_balance else {

@@ -53,13 +53,13 @@ impl UnitTaker for Pessimistic {
             let available: i32 = row.try_get("available")?;
             session.record(product, || TraceStep::Locked { available });
             // The seed's step 3: check again under the lock. The WHERE already did, so this
-            // can only fail if the condition above is ever edited away.
+            // can only fail if the condition above is ever edited away: a bug, reported as one
+            // (never answered as a sold-out product).
             if available < quantity.get() {
-                return Err(Error::InsufficientStock {
-                    product_id: product,
-                    requested: quantity.get(),
-                    available,
-                });
+                return Err(Error::invariant(format!(
+                    "product {product} locked FOR UPDATE with available >= {} but holds {available}",
+                    quantity.get()
+                )));
             }
             let row = client
                 .query_one(&update, &[&product.get(), &quantity.get()])

@@ -67,7 +67,7 @@ impl Status {
             "confirmed" => Ok(Status::Confirmed),
             "released" => Ok(Status::Released),
             "expired" => Ok(Status::Expired),
-            other => Err(Error::Invariant(format!(
+            other => Err(Error::invariant(format!(
                 "reservation status {other:?} is not one the schema allows"
             ))),
         }
