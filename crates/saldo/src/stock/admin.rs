@@ -5,6 +5,7 @@
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_transaction};
+use crate::stock::sql::STOCK_ROW;
 use crate::stock::types::{Stock, Store};
 
 const LOCK_ROW: &str =
@@ -112,10 +113,7 @@ pub async fn adjust(
 pub async fn get(store: &Store, product_id: ProductId) -> Result<Stock, Error> {
     let client = checkout(&store.pool, "stock").await?;
     let row = client
-        .query_opt(
-            "SELECT available, reserved, version FROM stock WHERE product_id = $1",
-            &[&product_id.get()],
-        )
+        .query_opt(STOCK_ROW, &[&product_id.get()])
         .await?
         .ok_or(Error::UnknownProduct(product_id))?;
     stock_of(product_id, &row)

@@ -12,7 +12,9 @@ use uuid::Uuid;
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
-use crate::stock::sql::{APPLY_DELTAS, INSERT_RESERVATIONS};
+use crate::stock::sql::{
+    APPLY_DELTAS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS, ORDER_ROWS_FOR_UPDATE, SETTLE,
+};
 use crate::stock::types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
     Status, Store,
@@ -31,21 +33,6 @@ pub trait UnitTaker: Send + Sync + 'static {
 /// A unique violation on the live index means a concurrent copy of this order committed first;
 /// rerunning sees its rows and answers as a replay ([`in_idempotent_transaction`]).
 const LIVE_INDEX: &str = "reservations_live_order_product";
-
-const ORDER_ROWS: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at"
-);
-const ORDER_ROWS_FOR_UPDATE: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE"
-);
-const LOCK_STOCK: &str =
-    "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
-const SETTLE: &str =
-    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)";
 
 #[derive(Debug, Clone)]
 pub(crate) struct Row {

@@ -20,9 +20,9 @@ use deadpool_postgres::Client;
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
 use crate::stock::lifecycle::UnitTaker;
+use crate::stock::optimistic::{read_and_check, Seen};
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
-const READ: &str = "SELECT available, reserved, version FROM stock WHERE product_id = $1";
 const SUBTRACT: &str = crate::stock_update!(
     "available = available - $2, reserved = reserved + $2",
     "WHERE product_id = $1 RETURNING available, reserved"
@@ -47,48 +47,6 @@ pub struct NaiveSubtract {
 pub struct NaiveOverwrite {
     pub think: Duration,
     pub trace: Option<TraceSink>,
-}
-
-/// What the unlocked read saw.
-pub(crate) struct Seen {
-    pub available: i32,
-    pub reserved: i32,
-    pub version: i64,
-}
-
-/// Reads the row without a lock and checks it in the application: the first half of the naive
-/// strategies, and of the optimistic one, which differs only in how it writes.
-pub(crate) async fn read_and_check(
-    client: &Client,
-    session: &Session<'_>,
-    product: ProductId,
-    quantity: Quantity,
-) -> Result<Seen, Error> {
-    let stmt = client.prepare_cached(READ).await?;
-    let row = client
-        .query_opt(&stmt, &[&product.get()])
-        .await?
-        .ok_or(Error::UnknownProduct(product))?;
-    let seen = Seen {
-        available: row.try_get("available")?,
-        reserved: row.try_get("reserved")?,
-        version: row.try_get("version")?,
-    };
-    session.record(product, || TraceStep::Read {
-        available: seen.available,
-        reserved: seen.reserved,
-        version: seen.version,
-    });
-    if seen.available < quantity.get() {
-        let available = seen.available;
-        session.record(product, || TraceStep::Refused { available });
-        return Err(Error::InsufficientStock {
-            product_id: product,
-            requested: quantity.get(),
-            available,
-        });
-    }
-    Ok(seen)
 }
 
 /// The shared naive first half: read without a lock, check in the application, think.

@@ -30,6 +30,54 @@ macro_rules! stock_update {
     };
 }
 
+/// `SELECT <reservation columns> FROM reservations <rest>`.
+macro_rules! select_reservations {
+    ($rest:literal) => {
+        concat!(
+            "SELECT ",
+            crate::reservation_columns!(),
+            " FROM reservations ",
+            $rest
+        )
+    };
+}
+
+/// One order's rows, per product oldest first (the order `lifecycle::current_items` relies on).
+pub(crate) const ORDER_ROWS: &str =
+    select_reservations!("WHERE order_id = $1 ORDER BY product_id, created_at");
+/// The same, locked: the first step of confirm and release (reservation rows before stock).
+pub(crate) const ORDER_ROWS_FOR_UPDATE: &str =
+    select_reservations!("WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE");
+/// Many orders' rows (a batch's), read after its stock rows are locked: the idempotency
+/// decision is made on what committed before the batch held them.
+pub(crate) const ORDERS_ROWS: &str =
+    select_reservations!("WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at");
+/// Many orders' rows locked in one consistent order (order id, then as [`ORDER_ROWS_FOR_UPDATE`]
+/// locks one order's), before any stock row: the global lock order.
+pub(crate) const ORDERS_ROWS_FOR_UPDATE: &str = select_reservations!(
+    "WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at FOR UPDATE"
+);
+/// Active rows past their expiry, oldest first, skipping rows a confirm holds (the sweeper).
+pub(crate) const DUE_ROWS: &str = select_reservations!(
+    "WHERE status = 'active' AND expires_at < now() \
+     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+);
+/// Moves rows to a final status; `settled_at` from the clock, read while the stock rows are
+/// locked (see `lifecycle::settle`).
+pub(crate) const SETTLE: &str =
+    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)";
+
+/// A product's stock row, unlocked (the admin read; the optimistic and naive first read).
+pub(crate) const STOCK_ROW: &str =
+    "SELECT available, reserved, version FROM stock WHERE product_id = $1";
+
+/// Locks stock rows in the global lock order (ascending product id) and reads what they hold.
+pub(crate) const LOCK_STOCK: &str = "SELECT product_id, available FROM stock \
+     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
+/// Of these products, those no other transaction holds locked (never waits).
+pub(crate) const PROBE_LOCKS: &str = "SELECT product_id FROM stock \
+     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE SKIP LOCKED";
+
 /// Writes reservation rows, one per element of the parallel arrays (id, order id, product,
 /// quantity, TTL in seconds, request key), and returns them whole: the reserve of one order and
 /// the batch of many orders insert through this one statement.

@@ -31,35 +31,14 @@ use crate::stock::atomic::Atomic;
 use crate::stock::lifecycle::{
     self, current_items, insert_rows, parse_rows, plan, settle, Intent, NewRows, Plan, Row,
 };
-use crate::stock::sql::APPLY_DELTAS;
+use crate::stock::sql::{
+    APPLY_DELTAS, LOCK_STOCK, ORDERS_ROWS, ORDERS_ROWS_FOR_UPDATE, PROBE_LOCKS,
+};
 use crate::stock::types::{
     ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store,
 };
 use crate::telemetry;
 
-/// Locks every stock row of the batch, in the global lock order (ascending product id).
-const LOCK_BATCH: &str = "SELECT product_id, available FROM stock \
-     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
-/// Existing rows of the batch's orders, read after the lock: the idempotency decision is made
-/// on what committed before we held the rows.
-const BATCH_ORDER_ROWS: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at"
-);
-
-/// Every row of the batch's orders to confirm, locked in one consistent order (order id, then
-/// as `lifecycle::confirm` locks one order's rows), before any stock row: the global lock order.
-const LOCK_ORDERS: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE order_id = ANY($1) \
-     ORDER BY order_id, product_id, created_at FOR UPDATE"
-);
-/// The batch's products no other transaction holds locked (the rest are still locked).
-const PROBE_LOCKS: &str =
-    "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id \
-     FOR UPDATE SKIP LOCKED";
 /// Confirms of a failed batch replayed side by side at most.
 const FALLBACK_CONCURRENCY: usize = 16;
 
@@ -482,8 +461,8 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
     order_ids.dedup();
 
     let started = Instant::now();
-    let lock = client.prepare_cached(LOCK_BATCH).await?;
-    let read = client.prepare_cached(BATCH_ORDER_ROWS).await?;
+    let lock = client.prepare_cached(LOCK_STOCK).await?;
+    let read = client.prepare_cached(ORDERS_ROWS).await?;
     let lock_params: [&(dyn ToSql + Sync); 1] = [&products];
     let read_params: [&(dyn ToSql + Sync); 1] = [&order_ids];
     let (stock_rows, existing) = futures::try_join!(
@@ -666,7 +645,7 @@ async fn confirm_tx(
     let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let lock = client.prepare_cached(LOCK_ORDERS).await?;
+    let lock = client.prepare_cached(ORDERS_ROWS_FOR_UPDATE).await?;
     let params: [&(dyn ToSql + Sync); 1] = [&keys];
     let raw = client.query(&lock, &params).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
