@@ -173,7 +173,7 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     }
     for r in rows {
         out.push(LedgerDivergence {
-            account: Some(crate::ledger::account_from_db(r.try_get("id")?)?),
+            account: Some(crate::ledger::types::account_from_db(r.try_get("id")?)?),
             invariant: LedgerInvariant::BalanceMatchesJournal,
             expected: r.try_get("expected")?,
             actual: r.try_get("balance")?,

@@ -6,7 +6,9 @@ use deadpool_postgres::Client;
 
 use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
-use crate::ledger::{account_from_db, Account, Movement, Transfer, TransferKind};
+use crate::ledger::types::{
+    account_from_db, checked_balance, Account, Movement, Transfer, TransferKind,
+};
 
 const FIND: &str =
     "SELECT id, from_account, to_account, amount, kind, created_at FROM transfers WHERE id = $1";
@@ -117,7 +119,7 @@ pub(super) async fn open(
     let system_balance: i64 = client.query_one(&stmt, &[]).await?.try_get("balance")?;
     // Decided on the locked system balance before the account row exists, so a refusal leaves
     // nothing behind (the UPDATE would otherwise fail with 22003 after the INSERT).
-    super::checked_balance(
+    checked_balance(
         AccountId::SYSTEM,
         system_balance.checked_sub(opening_balance),
     )?;

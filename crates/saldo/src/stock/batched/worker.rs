@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::schedule::Queue;
-use super::{Counters, Job, Shared, Work};
+use super::job::{Counters, Job, Work};
+use super::schedule::{Queue, Shared};
 use crate::deadline;
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
