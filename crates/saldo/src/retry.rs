@@ -221,7 +221,7 @@ pub type TxFuture<'a, T> = BoxFuture<'a, (TxClient, Result<T, Error>)>;
 /// Why it exists: when the future running a transaction is dropped part-way (an HTTP client hung
 /// up, a timeout or `select!` fired), a plain pooled client would go back to the pool with the
 /// transaction still open, and the next user of that connection would COMMIT the abandoned half
-/// (units taken with no reservation row). Dropped before [`TxClient::finish`], this guard
+/// (units taken with no reservation row). Dropped before `TxClient::finish`, this guard
 /// detaches the connection from the pool instead, which closes it; the server then rolls the
 /// transaction back and releases its row locks.
 pub struct TxClient {
