@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
+use crate::retry::checkout;
 
 /// Most divergences returned by one audit.
 pub const MAX_DIVERGENCES: i64 = 1_000;
@@ -86,15 +87,17 @@ async fn snapshot(
 
 /// Runs the stock audit; an empty answer means every product is consistent with its history.
 pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
-    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let mut client = checkout(pool, "audit_stock").await?;
     let tx = snapshot(&mut client).await?;
     let rows = tx.query(STOCK_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
     for r in rows {
-        let product_id = ProductId::new(r.try_get(0)?)?;
-        let (reserved, active): (i64, i64) = (r.try_get(1)?, r.try_get(2)?);
-        let (on_hand, expected): (i64, i64) = (r.try_get(3)?, r.try_get(4)?);
+        let product_id = ProductId::new(r.try_get("product_id")?)?;
+        let reserved: i64 = r.try_get("reserved")?;
+        let active: i64 = r.try_get("active_reserved")?;
+        let on_hand: i64 = r.try_get("on_hand")?;
+        let expected: i64 = r.try_get("expected_on_hand")?;
         if reserved != active {
             out.push(Divergence {
                 product_id,
@@ -136,7 +139,7 @@ pub struct LedgerDivergence {
     pub actual: i64,
 }
 
-const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::bigint FROM accounts";
+const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::bigint AS total FROM accounts";
 
 const LEDGER_AUDIT: &str = "
 WITH moves AS (
@@ -154,9 +157,9 @@ SELECT a.id, a.balance, coalesce(j.net, 0) AS expected
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
 /// zero and every balance equals its journal.
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
-    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let mut client = checkout(pool, "audit_ledger").await?;
     let tx = snapshot(&mut client).await?;
-    let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get(0)?;
+    let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get("total")?;
     let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
@@ -170,10 +173,10 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     }
     for r in rows {
         out.push(LedgerDivergence {
-            account: Some(crate::ledger::account_from_db(r.try_get(0)?)?),
+            account: Some(crate::ledger::types::account_from_db(r.try_get("id")?)?),
             invariant: LedgerInvariant::BalanceMatchesJournal,
-            expected: r.try_get(2)?,
-            actual: r.try_get(1)?,
+            expected: r.try_get("expected")?,
+            actual: r.try_get("balance")?,
         });
     }
     Ok(out)

@@ -67,13 +67,13 @@ fn connect_with(url: &str, dbname: Option<&str>, options: &PoolOptions) -> Resul
         ..Default::default()
     };
     cfg.create_pool(Some(Runtime::Tokio1), NoTls)
-        .map_err(|e| Error::Pool(e.to_string()))
+        .map_err(Error::from)
 }
 
 /// Applies the migrations in `migrations/`, idempotently. An advisory lock serialises several
 /// processes migrating one database at once.
 pub async fn migrate(pool: &Pool) -> Result<(), Error> {
-    let mut client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let mut client = pool.get().await.map_err(Error::from)?;
     client
         .batch_execute("SELECT pg_advisory_lock(724101)")
         .await?;

@@ -1,13 +1,50 @@
 //! Domain newtypes: parse, don't validate. Every constructor rejects bad input with an
 //! [`InputError`], so the engine never sees an invalid id, quantity or order.
+//!
+//! A leaf module: it imports nothing else from the crate (`error` re-exports [`InputError`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::error::InputError;
+/// Input rejected before any database work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("product id must be a positive integer, got {0}")]
+    ProductIdNotPositive(i64),
+    #[error("order id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    OrderIdInvalid,
+    #[error("rereserve id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    RequestKeyInvalid,
+    #[error("quantity must be positive, got {0}")]
+    QuantityNotPositive(i64),
+    #[error("quantity {quantity} is above the limit of {max} per product")]
+    QuantityTooLarge { quantity: i64, max: i32 },
+    #[error("an order may hold at most {max} items")]
+    TooManyItems { max: usize },
+    #[error("an order needs at least one item")]
+    EmptyOrder,
+    #[error("ttl {ttl_s}s is outside {min}..={max}s")]
+    TtlOutOfRange { ttl_s: u64, min: u64, max: u64 },
+    #[error("count {0} is outside 0..=1000000000")]
+    CountOutOfRange(i64),
+    #[error("delta {0} must be non-zero and at most 1000000000 in magnitude")]
+    DeltaOutOfRange(i64),
+    #[error("reason must be 1..={max} characters")]
+    ReasonLength { max: usize },
+    #[error("reason must not contain control characters (NUL, newline, tab, escape…)")]
+    ReasonControlCharacter,
+    #[error("account id must be a positive integer, got {0}")]
+    AccountIdNotPositive(i64),
+    #[error("transfer id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    TransferIdInvalid,
+    #[error("amount {amount} is outside 1..={max}")]
+    AmountOutOfRange { amount: i64, max: i64 },
+    #[error("a transfer needs two different accounts")]
+    SameAccount,
+}
 
 /// Most distinct items one order may hold.
 pub const MAX_ITEMS_PER_ORDER: usize = 100;
@@ -25,8 +62,29 @@ pub const MAX_REASON_LEN: usize = 200;
 /// Longest order id.
 pub const MAX_ORDER_ID_LEN: usize = 64;
 
+/// `Deserialize` through the validating constructor: a derived one would build the newtype from
+/// any raw value, and a value deserialized from outside would skip the checks every other path
+/// goes through.
+macro_rules! deserialize_via {
+    ($ty:ident, $raw:ty, $new:path) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                $new(<$raw>::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+deserialize_via!(ProductId, i64, ProductId::new);
+deserialize_via!(OrderId, String, OrderId::new);
+deserialize_via!(RequestKey, String, RequestKey::new);
+deserialize_via!(Quantity, i64, Quantity::new);
+deserialize_via!(AccountId, i64, AccountId::new);
+deserialize_via!(TransferId, String, TransferId::new);
+deserialize_via!(Amount, i64, Amount::new);
+
 /// A product: a positive 64-bit integer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct ProductId(i64);
 
@@ -50,7 +108,7 @@ impl fmt::Display for ProductId {
 }
 
 /// An order id: an opaque string of 1–64 characters from `[A-Za-z0-9._:-]` (a UUID fits).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct OrderId(String);
 
@@ -111,7 +169,7 @@ pub(crate) fn valid_token(s: &str) -> bool {
 }
 
 /// A quantity of one product in one order: 1..=[`MAX_QUANTITY`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct Quantity(i32);
 
@@ -228,7 +286,7 @@ pub const MAX_AMOUNT: i64 = 1_000_000_000_000;
 
 /// A customer account: a positive 64-bit integer. Account 0 is the system account, which only
 /// the ledger itself names (opening balances, deposits and withdrawals move money against it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct AccountId(i64);
 
@@ -256,7 +314,7 @@ impl fmt::Display for AccountId {
 }
 
 /// A client-chosen transfer id, the idempotency key of a transfer: same alphabet as order ids.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct TransferId(String);
 
@@ -281,7 +339,7 @@ impl fmt::Display for TransferId {
 }
 
 /// An amount of money moved by one transfer: 1..=[`MAX_AMOUNT`] (minor units, e.g. cents).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Amount(i64);
 
@@ -431,6 +489,25 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn deserializing_goes_through_the_constructors() {
+        let ok: ProductId = serde_json::from_str("7").expect("valid id");
+        assert_eq!(ok.get(), 7);
+        assert!(serde_json::from_str::<ProductId>("0").is_err());
+        assert!(serde_json::from_str::<Quantity>("0").is_err());
+        assert!(serde_json::from_str::<Quantity>("10001").is_err());
+        assert!(serde_json::from_str::<OrderId>("\"has space\"").is_err());
+        assert!(serde_json::from_str::<RequestKey>("\"\"").is_err());
+        assert!(serde_json::from_str::<TransferId>("\"a\\u0000b\"").is_err());
+        assert!(serde_json::from_str::<AccountId>("0").is_err());
+        assert!(serde_json::from_str::<Amount>("0").is_err());
+        let id: OrderId = serde_json::from_str("\"order-1\"").expect("valid id");
+        assert_eq!(
+            serde_json::to_string(&id).expect("serialize"),
+            "\"order-1\""
+        );
     }
 
     #[test]

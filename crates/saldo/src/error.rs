@@ -3,44 +3,10 @@
 
 use tokio_postgres::error::SqlState;
 
+// `InputError` lives with the newtypes that raise it, so `domain` imports nothing from here
+// and the dependency points one way: error → domain.
+pub use crate::domain::InputError;
 use crate::domain::{AccountId, OrderId, ProductId, TransferId};
-
-/// Input rejected before any database work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InputError {
-    #[error("product id must be a positive integer, got {0}")]
-    ProductIdNotPositive(i64),
-    #[error("order id must be 1-64 characters from [A-Za-z0-9._:-]")]
-    OrderIdInvalid,
-    #[error("rereserve id must be 1-64 characters from [A-Za-z0-9._:-]")]
-    RequestKeyInvalid,
-    #[error("quantity must be positive, got {0}")]
-    QuantityNotPositive(i64),
-    #[error("quantity {quantity} is above the limit of {max} per product")]
-    QuantityTooLarge { quantity: i64, max: i32 },
-    #[error("an order may hold at most {max} items")]
-    TooManyItems { max: usize },
-    #[error("an order needs at least one item")]
-    EmptyOrder,
-    #[error("ttl {ttl_s}s is outside {min}..={max}s")]
-    TtlOutOfRange { ttl_s: u64, min: u64, max: u64 },
-    #[error("count {0} is outside 0..=1000000000")]
-    CountOutOfRange(i64),
-    #[error("delta {0} must be non-zero and at most 1000000000 in magnitude")]
-    DeltaOutOfRange(i64),
-    #[error("reason must be 1..={max} characters")]
-    ReasonLength { max: usize },
-    #[error("reason must not contain control characters (NUL, newline, tab, escape…)")]
-    ReasonControlCharacter,
-    #[error("account id must be a positive integer, got {0}")]
-    AccountIdNotPositive(i64),
-    #[error("transfer id must be 1-64 characters from [A-Za-z0-9._:-]")]
-    TransferIdInvalid,
-    #[error("amount {amount} is outside 1..={max}")]
-    AmountOutOfRange { amount: i64, max: i64 },
-    #[error("a transfer needs two different accounts")]
-    SameAccount,
-}
 
 /// Everything a library operation can return.
 #[derive(Debug, thiserror::Error)]
@@ -129,8 +95,10 @@ pub enum Error {
     BalanceOutOfRange { account: AccountId },
     #[error("transfer {0} was already made with a different payload")]
     TransferConflict(TransferId),
+    /// No connection could be had (the pool's wait timed out, the database refused or the pool
+    /// could not be built). The pool's own error is kept as the source, for the log.
     #[error("could not get a database connection: {0}")]
-    Pool(String),
+    Pool(#[source] PoolFailure),
     #[error("gave up after {attempts} attempts, last SQLSTATE {sqlstate}: {source}")]
     RetriesExhausted {
         attempts: u32,
@@ -148,7 +116,36 @@ pub enum Error {
     Invariant(String),
 }
 
+/// Why the pool gave no connection: taking one, or building the pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolFailure {
+    #[error(transparent)]
+    Checkout(#[from] deadpool_postgres::PoolError),
+    #[error(transparent)]
+    Create(#[from] deadpool_postgres::CreatePoolError),
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Error::Pool(PoolFailure::Checkout(e))
+    }
+}
+
+impl From<deadpool_postgres::CreatePoolError> for Error {
+    fn from(e: deadpool_postgres::CreatePoolError) -> Self {
+        Error::Pool(PoolFailure::Create(e))
+    }
+}
+
 impl Error {
+    /// An internal invariant broke: logged loudly here (at error level, once, where it is
+    /// detected) and returned, so the caller fails instead of guessing around it.
+    pub(crate) fn invariant(what: impl Into<String>) -> Error {
+        let what = what.into();
+        tracing::error!(invariant = %what, "internal invariant broken");
+        Error::Invariant(what)
+    }
+
     /// The SQLSTATE of a database error, if this is one.
     pub fn sqlstate(&self) -> Option<&SqlState> {
         match self {

@@ -6,6 +6,7 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::retry::checkout;
 
 /// Most blocked sessions returned by one look.
 pub const MAX_BLOCKED_SESSIONS: i64 = 1_000;
@@ -41,18 +42,18 @@ pub struct BlockedSession {
 
 /// Sessions waiting on locks now, oldest transaction first, at most [`MAX_BLOCKED_SESSIONS`].
 pub async fn locks(pool: &Pool) -> Result<Vec<BlockedSession>, Error> {
-    let client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let client = checkout(pool, "locks").await?;
     let rows = client
         .query(BLOCKED, &[&MAX_BLOCKED_SESSIONS, &QUERY_PREFIX_CHARS])
         .await?;
     rows.iter()
         .map(|r| {
             Ok(BlockedSession {
-                pid: r.try_get(0)?,
-                blocked_by: r.try_get(1)?,
-                wait_event_type: r.try_get(2)?,
-                transaction_age_ms: r.try_get(3)?,
-                query: r.try_get(4)?,
+                pid: r.try_get("pid")?,
+                blocked_by: r.try_get("blocked_by")?,
+                wait_event_type: r.try_get("wait_event_type")?,
+                transaction_age_ms: r.try_get("transaction_age_ms")?,
+                query: r.try_get("query")?,
             })
         })
         .collect()
@@ -60,10 +61,10 @@ pub async fn locks(pool: &Pool) -> Result<Vec<BlockedSession>, Error> {
 
 /// Deadlocks PostgreSQL has detected in this database since its statistics were reset.
 pub async fn deadlocks(pool: &Pool) -> Result<i64, Error> {
-    let client = pool.get().await.map_err(|e| Error::Pool(e.to_string()))?;
+    let client = checkout(pool, "deadlocks").await?;
     let row = client.query_opt(DEADLOCKS, &[]).await?;
     Ok(match row {
-        Some(r) => r.try_get::<_, Option<i64>>(0)?.unwrap_or(0),
+        Some(r) => r.try_get::<_, Option<i64>>("deadlocks")?.unwrap_or(0),
         None => 0,
     })
 }

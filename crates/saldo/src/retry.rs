@@ -13,6 +13,10 @@
 //! the builders, e.g. `TxOptions::default().with_lock_timeout_ms(2_000)
 //! .with_retry(RetryPolicy::default().with_max_attempts(8))`; [`RetryPolicy::none`] disables
 //! retries (the race lab uses it to show the bare deadlock).
+//!
+//! [`in_idempotent_transaction`] also reruns, bounded, when a concurrent copy of the same
+//! idempotent request won the insert race (a unique violation of its key), and [`checkout`] is
+//! the one way a connection is taken outside a transaction.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -217,7 +221,7 @@ pub type TxFuture<'a, T> = BoxFuture<'a, (TxClient, Result<T, Error>)>;
 /// Why it exists: when the future running a transaction is dropped part-way (an HTTP client hung
 /// up, a timeout or `select!` fired), a plain pooled client would go back to the pool with the
 /// transaction still open, and the next user of that connection would COMMIT the abandoned half
-/// (units taken with no reservation row). Dropped before [`TxClient::finish`], this guard
+/// (units taken with no reservation row). Dropped before `TxClient::finish`, this guard
 /// detaches the connection from the pool instead, which closes it; the server then rolls the
 /// transaction back and releases its row locks.
 pub struct TxClient {
@@ -304,44 +308,12 @@ where
         if let Some(stats) = &options.stats {
             stats.attempts.fetch_add(1, Ordering::Relaxed);
         }
-        let result = match checkout(pool, operation).await {
-            Err(e) => Err(e),
-            Ok(client) => {
-                let begin = begin_statement(options);
-                match run_once(TxClient::new(client), &begin, &mut work, operation).await {
-                    Attempt::Ended(client, result) => {
-                        if result.is_err() {
-                            // The transaction may be open or aborted; a failed ROLLBACK means the
-                            // connection is gone, and the pool drops closed connections on their
-                            // next checkout.
-                            let _ = client.batch_execute("ROLLBACK").await;
-                        }
-                        // The transaction has ended: the client goes back to the pool here,
-                        // before any sleep.
-                        drop(client.finish());
-                        result
-                    }
-                    // The connection was closed with the transaction: nothing to give back.
-                    Attempt::Abandoned(e) => Err(*e),
-                }
-            }
-        };
+        let result = attempt_once(pool, options, operation, &mut work).await;
         match result {
             Err(e) if e.is_retryable() => {
                 let sqlstate = e.sqlstate().map_or("", |s| s.code()).to_owned();
                 if attempt >= max_attempts {
-                    telemetry::tx_giveup(operation, &sqlstate);
-                    if let Some(stats) = &options.stats {
-                        stats.giveups.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Err(match e {
-                        Error::Database(source) => Error::RetriesExhausted {
-                            attempts: attempt,
-                            sqlstate,
-                            source,
-                        },
-                        other => other,
-                    });
+                    return Err(give_up(options, operation, attempt, sqlstate, e));
                 }
                 telemetry::tx_retry(operation, &sqlstate);
                 if let Some(stats) = &options.stats {
@@ -372,13 +344,104 @@ where
     }
 }
 
+/// Most runs of an idempotent transaction lost to a concurrent copy of itself (see
+/// [`in_idempotent_transaction`]). Twice is enough; the bound is a guard.
+pub const REPLAY_RACE_ATTEMPTS: u32 = 3;
+
+/// [`in_transaction`] for a write keyed by an idempotency key that a unique `constraint` (or
+/// index) enforces: a unique violation of it means a concurrent copy of the same request
+/// committed first, so the transaction reruns (at most [`REPLAY_RACE_ATTEMPTS`] runs in all)
+/// and, seeing that copy's rows, answers as a replay. Any other unique violation surfaces at
+/// once, as in [`in_transaction`]; after the last run the violation itself is returned.
+pub async fn in_idempotent_transaction<'a, T, F>(
+    pool: &Pool,
+    options: &TxOptions,
+    operation: &'static str,
+    constraint: &str,
+    mut work: F,
+) -> Result<T, Error>
+where
+    F: FnMut(TxClient) -> TxFuture<'a, T>,
+{
+    let mut run = 1;
+    loop {
+        match in_transaction(pool, options, operation, &mut work).await {
+            Err(e) if e.is_unique_violation_of(constraint) && run < REPLAY_RACE_ATTEMPTS => {
+                tracing::debug!(
+                    operation,
+                    constraint,
+                    run,
+                    "lost to a concurrent copy; rerunning"
+                );
+                run += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One attempt: a connection, BEGIN, the body, COMMIT; ROLLBACK on failure. The connection is
+/// back in the pool (or closed) when this returns, so the caller may sleep before the next.
+async fn attempt_once<'a, T, F>(
+    pool: &Pool,
+    options: &TxOptions,
+    operation: &'static str,
+    work: &mut F,
+) -> Result<T, Error>
+where
+    F: FnMut(TxClient) -> TxFuture<'a, T>,
+{
+    let client = checkout(pool, operation).await?;
+    let begin = begin_statement(options);
+    match run_once(TxClient::new(client), &begin, work, operation).await {
+        Attempt::Ended(client, result) => {
+            if result.is_err() {
+                // The transaction may be open or aborted; a failed ROLLBACK means the
+                // connection is gone, and the pool drops closed connections on their next
+                // checkout.
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+            // The transaction has ended: the client goes back to the pool here, before any
+            // sleep.
+            drop(client.finish());
+            result
+        }
+        // The connection was closed with the transaction: nothing to give back.
+        Attempt::Abandoned(e) => Err(*e),
+    }
+}
+
+/// The last allowed attempt failed with 40P01/40001: counted, and named with its SQLSTATE.
+fn give_up(
+    options: &TxOptions,
+    operation: &'static str,
+    attempts: u32,
+    sqlstate: String,
+    e: Error,
+) -> Error {
+    telemetry::tx_giveup(operation, &sqlstate);
+    if let Some(stats) = &options.stats {
+        stats.giveups.fetch_add(1, Ordering::Relaxed);
+    }
+    match e {
+        Error::Database(source) => Error::RetriesExhausted {
+            attempts,
+            sqlstate,
+            source,
+        },
+        other => other,
+    }
+}
+
 fn deadline_exceeded(operation: &'static str) -> Error {
     metrics::counter!(telemetry::DEADLINE_EXCEEDED, "operation" => operation).increment(1);
     Error::DeadlineExceeded { operation }
 }
 
-/// A pooled connection, waiting no longer than the deadline allows.
-async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error> {
+/// A pooled connection, waiting no longer than the deadline allows: the one way the library
+/// takes a connection (transactions here, single reads elsewhere), so every caller honours the
+/// deadline and keeps the pool's error as the source of [`Error::Pool`].
+pub async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error> {
     let got = match deadline::remaining() {
         Some(left) => match tokio::time::timeout(left, pool.get()).await {
             Ok(got) => got,
@@ -386,7 +449,7 @@ async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error>
         },
         None => pool.get().await,
     };
-    got.map_err(|e| Error::Pool(e.to_string()))
+    Ok(got?)
 }
 
 /// BEGIN with this transaction's settings; the timeouts capped by the deadline's time left.

@@ -163,7 +163,7 @@ impl Tally {
 }
 
 /// Fires every order at once and returns each buyer's answer, in order. Bounded by the number
-/// of orders and by [`RUN_TIMEOUT`].
+/// of orders and by [`RUN_TIMEOUT`](crate::lab::RUN_TIMEOUT).
 pub async fn buy_all(
     engine: &Arc<dyn StockStrategy>,
     orders: &[ReserveRequest],
@@ -233,11 +233,7 @@ pub async fn run_once(
     let results = buy_all(&engine, &orders).await?;
     let tally = Tally::of(&orders, &results);
 
-    let client = scratch
-        .pool()
-        .get()
-        .await
-        .map_err(|e| Error::Pool(e.to_string()))?;
+    let client = crate::retry::checkout(scratch.pool(), "race_totals").await?;
     let row = client.query_one(TOTALS, &[]).await.map_err(Error::from)?;
     let (final_available, final_reserved, min_available): (i64, i64, i64) =
         (row.get(0), row.get(1), row.get(2));

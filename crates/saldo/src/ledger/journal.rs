@@ -6,7 +6,9 @@ use deadpool_postgres::Client;
 
 use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
-use crate::ledger::{account_from_db, Account, Movement, Transfer, TransferKind};
+use crate::ledger::types::{
+    account_from_db, checked_balance, Account, Movement, Transfer, TransferKind,
+};
 
 const FIND: &str =
     "SELECT id, from_account, to_account, amount, kind, created_at FROM transfers WHERE id = $1";
@@ -21,15 +23,21 @@ const CREATE: &str = "INSERT INTO accounts (id, balance) VALUES ($1, $2) \
 const DEBIT_SYSTEM: &str = "UPDATE accounts SET balance = balance - $1 WHERE id = 0";
 
 fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfer, Error> {
-    let kind: String = row.try_get(4)?;
+    let kind: String = row.try_get("kind")?;
+    // The table's CHECK admits only the four kinds: another one means the schema and the code
+    // disagree, an error, never a guess.
+    let Some(kind) = TransferKind::parse(&kind) else {
+        return Err(Error::invariant(format!(
+            "transfer kind {kind:?} is not one the schema allows"
+        )));
+    };
     Ok(Transfer {
-        id: TransferId::new(row.try_get::<_, String>(0)?)?,
-        from: account_from_db(row.try_get(1)?)?,
-        to: account_from_db(row.try_get(2)?)?,
-        amount: row.try_get(3)?,
-        // The table's CHECK admits only the four kinds.
-        kind: TransferKind::parse(&kind).unwrap_or(TransferKind::Transfer),
-        created_at: row.try_get(5)?,
+        id: TransferId::new(row.try_get::<_, String>("id")?)?,
+        from: account_from_db(row.try_get("from_account")?)?,
+        to: account_from_db(row.try_get("to_account")?)?,
+        amount: row.try_get("amount")?,
+        kind,
+        created_at: row.try_get("created_at")?,
         replayed,
     })
 }
@@ -79,7 +87,7 @@ pub(super) async fn account(client: &Client, id: AccountId) -> Result<Account, E
     match client.query_opt(&stmt, &[&id.get()]).await? {
         Some(row) => Ok(Account {
             id,
-            balance: row.try_get(1)?,
+            balance: row.try_get("balance")?,
         }),
         None => Err(Error::UnknownAccount(id)),
     }
@@ -108,10 +116,10 @@ pub(super) async fn open(
     opening_id: &TransferId,
 ) -> Result<Account, Error> {
     let stmt = client.prepare_cached(LOCK_SYSTEM).await?;
-    let system_balance: i64 = client.query_one(&stmt, &[]).await?.try_get(0)?;
+    let system_balance: i64 = client.query_one(&stmt, &[]).await?.try_get("balance")?;
     // Decided on the locked system balance before the account row exists, so a refusal leaves
     // nothing behind (the UPDATE would otherwise fail with 22003 after the INSERT).
-    super::checked_balance(
+    checked_balance(
         AccountId::SYSTEM,
         system_balance.checked_sub(opening_balance),
     )?;

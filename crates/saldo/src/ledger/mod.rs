@@ -13,13 +13,14 @@
 mod journal;
 mod naive;
 mod ordered;
+pub mod types;
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+pub(crate) use types::Movement;
+pub use types::{Account, Transfer, TransferKind, TransferRequest, TransferStrategy};
 
 use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
 use crate::error::{Error, InputError};
-use crate::retry::in_transaction;
+use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::Store;
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
@@ -28,127 +29,8 @@ pub const MAX_LIST: i64 = 1_000;
 /// may not start with this prefix, so they can never collide with it.
 pub const OPENING_PREFIX: &str = "opening:";
 /// A unique violation on the journal's key means a concurrent copy of the same transfer
-/// committed first; rerunning finds it and answers as a replay. Twice is enough; this bounds it.
-const REPLAY_RACE_ATTEMPTS: usize = 3;
+/// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
 const TRANSFERS_KEY: &str = "transfers_pkey";
-
-/// How a transfer takes its two account locks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransferStrategy {
-    /// Seed 002: both rows locked in ascending id by one statement, then the decision.
-    Ordered,
-    /// Lab only: debit then credit in arrival order; crossed transfers deadlock (40P01).
-    Naive,
-}
-
-impl TransferStrategy {
-    /// Every strategy, the safe one first.
-    pub const ALL: &'static [TransferStrategy] =
-        &[TransferStrategy::Ordered, TransferStrategy::Naive];
-
-    pub fn parse(s: &str) -> Option<TransferStrategy> {
-        TransferStrategy::ALL
-            .iter()
-            .copied()
-            .find(|t| t.as_str() == s)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransferStrategy::Ordered => "ordered",
-            TransferStrategy::Naive => "naive",
-        }
-    }
-
-    /// True for the strategy that cannot deadlock against itself.
-    pub fn is_safe(self) -> bool {
-        self == TransferStrategy::Ordered
-    }
-}
-
-impl std::fmt::Display for TransferStrategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a journal row records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransferKind {
-    /// Between two customer accounts.
-    Transfer,
-    /// From the system account, when the account was opened.
-    Opening,
-    /// From the system account.
-    Deposit,
-    /// To the system account.
-    Withdrawal,
-}
-
-impl TransferKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransferKind::Transfer => "transfer",
-            TransferKind::Opening => "opening",
-            TransferKind::Deposit => "deposit",
-            TransferKind::Withdrawal => "withdrawal",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<TransferKind> {
-        [
-            TransferKind::Transfer,
-            TransferKind::Opening,
-            TransferKind::Deposit,
-            TransferKind::Withdrawal,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-}
-
-/// A transfer between two customer accounts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TransferRequest {
-    pub id: TransferId,
-    pub from: AccountId,
-    pub to: AccountId,
-    pub amount: Amount,
-}
-
-/// One journal row, as applied or as found by a replay.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Transfer {
-    pub id: TransferId,
-    /// [`AccountId::SYSTEM`] for openings and deposits.
-    pub from: AccountId,
-    /// [`AccountId::SYSTEM`] for withdrawals.
-    pub to: AccountId,
-    pub amount: i64,
-    pub kind: TransferKind,
-    pub created_at: DateTime<Utc>,
-    /// True when the id was already journalled with this payload and nothing changed now.
-    pub replayed: bool,
-}
-
-/// An account and its balance (minor units).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Account {
-    pub id: AccountId,
-    pub balance: i64,
-}
-
-/// One movement to apply: the common shape of transfer, deposit and withdrawal.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Movement<'r> {
-    pub id: &'r TransferId,
-    pub from: AccountId,
-    pub to: AccountId,
-    pub amount: Amount,
-    pub kind: TransferKind,
-}
 
 /// The ledger over one database.
 #[derive(Clone)]
@@ -259,11 +141,7 @@ impl Ledger {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
-        self.store
-            .pool
-            .get()
-            .await
-            .map_err(|e| Error::Pool(e.to_string()))
+        checkout(&self.store.pool, "ledger_read").await
     }
 
     async fn apply(
@@ -284,21 +162,14 @@ impl Ledger {
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
         validate(&movement)?;
-        let mut last = None;
-        for _ in 0..REPLAY_RACE_ATTEMPTS {
-            let result = in_transaction(
-                &self.store.pool,
-                &self.store.tx,
-                operation,
-                |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
-            )
-            .await;
-            match result {
-                Err(e) if e.is_unique_violation_of(TRANSFERS_KEY) => last = Some(e),
-                other => return other,
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::TransferConflict(movement.id.clone())))
+        in_idempotent_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            operation,
+            TRANSFERS_KEY,
+            |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
+        )
+        .await
     }
 }
 
@@ -354,20 +225,6 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
     };
     metrics::counter!(crate::telemetry::TRANSFERS, "kind" => kind, "outcome" => outcome)
         .increment(1);
-}
-
-/// A balance after a movement, or [`Error::BalanceOutOfRange`] when `i64` arithmetic overflowed.
-pub(crate) fn checked_balance(account: AccountId, next: Option<i64>) -> Result<i64, Error> {
-    next.ok_or(Error::BalanceOutOfRange { account })
-}
-
-/// An account id read from the database: 0 is the system account, anything else a customer.
-pub(crate) fn account_from_db(raw: i64) -> Result<AccountId, Error> {
-    if raw == AccountId::SYSTEM.get() {
-        Ok(AccountId::SYSTEM)
-    } else {
-        Ok(AccountId::new(raw)?)
-    }
 }
 
 #[cfg(test)]

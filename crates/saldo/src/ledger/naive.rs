@@ -9,7 +9,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::domain::AccountId;
 use crate::error::Error;
-use crate::ledger::Movement;
+use crate::ledger::types::Movement;
 
 const DEBIT: &str = "UPDATE accounts SET balance = balance - $2 \
      WHERE id = $1 AND (id = 0 OR balance >= $2)";
@@ -30,7 +30,7 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
             Some(row) => Error::InsufficientFunds {
                 account: m.from,
                 requested: amount,
-                balance: row.try_get(0)?,
+                balance: row.try_get("balance")?,
             },
         });
     }

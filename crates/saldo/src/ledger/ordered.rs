@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 
 use crate::domain::AccountId;
 use crate::error::Error;
-use crate::ledger::Movement;
+use crate::ledger::types::{checked_balance, Movement};
 
 const LOCK: &str = "SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// Both rows are already locked by this transaction: the statement order no longer matters.
@@ -21,11 +21,11 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
     let mut from_balance = None;
     let mut to_balance = None;
     for row in &rows {
-        let id: i64 = row.try_get(0)?;
+        let id: i64 = row.try_get("id")?;
         if id == m.from.get() {
-            from_balance = Some(row.try_get::<_, i64>(1)?);
+            from_balance = Some(row.try_get::<_, i64>("balance")?);
         } else if id == m.to.get() {
-            to_balance = Some(row.try_get::<_, i64>(1)?);
+            to_balance = Some(row.try_get::<_, i64>("balance")?);
         }
     }
     let Some(balance) = from_balance else {
@@ -44,8 +44,8 @@ pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), 
     }
     // Checked on the locked balances, so the refusal is typed and nothing is half written
     // (PostgreSQL would otherwise abort the UPDATE with 22003, a 500).
-    super::checked_balance(m.from, balance.checked_sub(m.amount.get()))?;
-    super::checked_balance(m.to, to_balance.checked_add(m.amount.get()))?;
+    checked_balance(m.from, balance.checked_sub(m.amount.get()))?;
+    checked_balance(m.to, to_balance.checked_add(m.amount.get()))?;
     let deltas = [-m.amount.get(), m.amount.get()];
     let stmt = client.prepare_cached(MOVE).await?;
     client.execute(&stmt, &[&&ids[..], &&deltas[..]]).await?;

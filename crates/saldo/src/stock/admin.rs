@@ -4,22 +4,25 @@
 
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
-use crate::retry::in_transaction;
-use crate::stock::{Stock, Store};
+use crate::retry::{checkout, in_transaction};
+use crate::stock::sql::STOCK_ROW;
+use crate::stock::types::{Stock, Store};
 
 const LOCK_ROW: &str =
     "SELECT available, reserved, version FROM stock WHERE product_id = $1 FOR UPDATE";
-const SET_AVAILABLE: &str = "UPDATE stock SET available = $2, version = version + 1, \
-     updated_at = now() WHERE product_id = $1 RETURNING available, reserved, version";
+const SET_AVAILABLE: &str = crate::stock_update!(
+    "available = $2",
+    "WHERE product_id = $1 RETURNING available, reserved, version"
+);
 const RECORD: &str =
     "INSERT INTO stock_movements (product_id, kind, quantity, reason) VALUES ($1, $2, $3, $4)";
 
 fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Result<Stock, Error> {
     Ok(Stock {
         product_id,
-        available: row.try_get(0)?,
-        reserved: row.try_get(1)?,
-        version: row.try_get(2)?,
+        available: row.try_get("available")?,
+        reserved: row.try_get("reserved")?,
+        version: row.try_get("version")?,
     })
 }
 
@@ -108,16 +111,9 @@ pub async fn adjust(
 
 /// Reads a product's stock.
 pub async fn get(store: &Store, product_id: ProductId) -> Result<Stock, Error> {
-    let client = store
-        .pool
-        .get()
-        .await
-        .map_err(|e| Error::Pool(e.to_string()))?;
+    let client = checkout(&store.pool, "stock").await?;
     let row = client
-        .query_opt(
-            "SELECT available, reserved, version FROM stock WHERE product_id = $1",
-            &[&product_id.get()],
-        )
+        .query_opt(STOCK_ROW, &[&product_id.get()])
         .await?
         .ok_or(Error::UnknownProduct(product_id))?;
     stock_of(product_id, &row)

@@ -9,9 +9,10 @@ use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
 use crate::stock::lifecycle::{refusal, UnitTaker};
 
-const TAKE_UNITS: &str = "UPDATE stock SET available = available - $2, reserved = reserved + $2, \
-     version = version + 1, updated_at = now() \
-     WHERE product_id = $1 AND available >= $2";
+const TAKE_UNITS: &str = crate::stock_update!(
+    "available = available - $2, reserved = reserved + $2",
+    "WHERE product_id = $1 AND available >= $2"
+);
 
 /// Conditional UPDATE per item, in ascending product id.
 #[derive(Debug, Clone, Copy, Default)]

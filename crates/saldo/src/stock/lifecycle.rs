@@ -11,8 +11,11 @@ use uuid::Uuid;
 
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
-use crate::retry::in_transaction;
-use crate::stock::{
+use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::stock::sql::{
+    APPLY_DELTAS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS, ORDER_ROWS_FOR_UPDATE, SETTLE,
+};
+use crate::stock::types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
     Status, Store,
 };
@@ -27,44 +30,9 @@ pub trait UnitTaker: Send + Sync + 'static {
     async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error>;
 }
 
-const LIVE_INDEX: &str = "reservations_live_order_product";
 /// A unique violation on the live index means a concurrent copy of this order committed first;
-/// rerunning sees its rows and answers as a replay. Twice is enough; the bound is a guard.
-const REPLAY_RACE_ATTEMPTS: usize = 3;
-
-/// The columns of a reservation row as [`parse_rows`] reads them (by name). Every query that
-/// hands rows to it selects these; one place, so a new column cannot be forgotten in one copy.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! reservation_columns {
-    () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key"
-    };
-}
-
-const ORDER_ROWS: &str = concat!(
-    "SELECT ",
-    reservation_columns!(),
-    " FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at"
-);
-const ORDER_ROWS_FOR_UPDATE: &str = concat!(
-    "SELECT ",
-    reservation_columns!(),
-    " FROM reservations WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE"
-);
-const INSERT_RESERVATIONS: &str = "INSERT INTO reservations \
-     (id, order_id, product_id, quantity, expires_at, request_key) \
-     SELECT unnest($1::uuid[]), $2, unnest($3::bigint[]), unnest($4::int[]), \
-            now() + make_interval(secs => $5), $6 \
-     RETURNING id, product_id, quantity, expires_at, created_at";
-const LOCK_STOCK: &str =
-    "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
-pub(crate) const APPLY_DELTAS: &str = "UPDATE stock s SET available = s.available + d.a, \
-     reserved = s.reserved + d.r, version = s.version + 1, updated_at = now() \
-     FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(product_id, a, r) \
-     WHERE s.product_id = d.product_id";
-const SETTLE: &str =
-    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)";
+/// rerunning sees its rows and answers as a replay ([`in_idempotent_transaction`]).
+const LIVE_INDEX: &str = "reservations_live_order_product";
 
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
@@ -249,10 +217,13 @@ pub async fn refusal(client: &Client, product: ProductId, quantity: Quantity) ->
         .await;
     match row {
         Ok(None) => Error::UnknownProduct(product),
-        Ok(Some(r)) => Error::InsufficientStock {
-            product_id: product,
-            requested: quantity.get(),
-            available: r.get(0),
+        Ok(Some(r)) => match r.try_get("available") {
+            Ok(available) => Error::InsufficientStock {
+                product_id: product,
+                requested: quantity.get(),
+                available,
+            },
+            Err(e) => e.into(),
         },
         Err(e) => e.into(),
     }
@@ -265,21 +236,14 @@ pub(crate) async fn reserve(
     taker: &dyn UnitTaker,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
-    let mut last = None;
-    for _ in 0..REPLAY_RACE_ATTEMPTS {
-        let result = in_transaction(
-            &store.pool,
-            &store.tx,
-            "reserve",
-            move |client| crate::tx_body!(client => reserve_tx(client, taker, intent)),
-        )
-        .await;
-        match result {
-            Err(e) if e.is_unique_violation_of(LIVE_INDEX) => last = Some(e),
-            other => return other,
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::IdempotencyConflict(intent.order_id().clone())))
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        "reserve",
+        LIVE_INDEX,
+        move |client| crate::tx_body!(client => reserve_tx(client, taker, intent)),
+    )
+    .await
 }
 
 async fn reserve_tx(
@@ -308,39 +272,13 @@ async fn reserve_tx(
     metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => taker.name())
         .record(started.elapsed().as_secs_f64());
 
-    let ids: Vec<Uuid> = take.iter().map(|_| Uuid::new_v4()).collect();
-    let products: Vec<i64> = take.iter().map(|(p, _)| p.get()).collect();
-    let quantities: Vec<i32> = take.iter().map(|(_, q)| q.get()).collect();
-    let ttl_s = intent.ttl().as_duration().as_secs_f64();
-    let key = intent.request_key();
-    let stmt = client.prepare_cached(INSERT_RESERVATIONS).await?;
-    let inserted = client
-        .query(
-            &stmt,
-            &[
-                &ids,
-                &order_id.as_str(),
-                &products,
-                &quantities,
-                &ttl_s,
-                &key,
-            ],
-        )
-        .await?;
-    for r in inserted {
-        rows.push(Row {
-            id: r.try_get("id")?,
-            order_id: order_id.as_str().to_owned(),
-            request_key: key.map(str::to_owned),
-            created_at: r.try_get("created_at")?,
-            item: ReservedItem {
-                product_id: ProductId::new(r.try_get("product_id")?)?,
-                quantity: r.try_get("quantity")?,
-                status: Status::Active,
-                expires_at: r.try_get("expires_at")?,
-            },
-        });
+    let mut new_rows = NewRows::default();
+    let ttl = intent.ttl();
+    for &(product, quantity) in &take {
+        let id = Uuid::new_v4();
+        new_rows.push(id, order_id, product, quantity, ttl, intent.request_key());
     }
+    rows.extend(insert_rows(client, &new_rows).await?);
     Ok(Reservation {
         order_id: order_id.clone(),
         items: current_items(&rows),
@@ -378,6 +316,74 @@ async fn replay_of_concurrent_copy(
         }),
         _ => Err(refusal),
     }
+}
+
+/// Reservation rows to write, as the parallel arrays [`INSERT_RESERVATIONS`] takes: one order's
+/// items (reserve, re-reserve) or a whole batch's.
+#[derive(Debug, Default)]
+pub(crate) struct NewRows<'a> {
+    ids: Vec<Uuid>,
+    orders: Vec<&'a str>,
+    products: Vec<i64>,
+    quantities: Vec<i32>,
+    ttls_s: Vec<f64>,
+    request_keys: Vec<Option<&'a str>>,
+}
+
+impl<'a> NewRows<'a> {
+    pub fn push(
+        &mut self,
+        id: Uuid,
+        order_id: &'a OrderId,
+        product: ProductId,
+        quantity: Quantity,
+        ttl: Ttl,
+        request_key: Option<&'a str>,
+    ) {
+        self.ids.push(id);
+        self.orders.push(order_id.as_str());
+        self.products.push(product.get());
+        self.quantities.push(quantity.get());
+        self.ttls_s.push(ttl.as_duration().as_secs_f64());
+        self.request_keys.push(request_key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+/// Writes `rows` in one statement and reads them back whole (by name, with the database's
+/// `expires_at` and `created_at`). Every row must come back: anything else is an invariant
+/// failure, never a shorter answer.
+pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<Vec<Row>, Error> {
+    let stmt = client.prepare_cached(INSERT_RESERVATIONS).await?;
+    let inserted = client
+        .query(
+            &stmt,
+            &[
+                &rows.ids,
+                &rows.orders,
+                &rows.products,
+                &rows.quantities,
+                &rows.ttls_s,
+                &rows.request_keys,
+            ],
+        )
+        .await?;
+    let inserted = parse_rows(&inserted)?;
+    if inserted.len() != rows.len() {
+        return Err(Error::invariant(format!(
+            "inserted {} reservation rows, expected {}",
+            inserted.len(),
+            rows.len()
+        )));
+    }
+    Ok(inserted)
 }
 
 /// The order's current state: per product, its latest row (a re-reserved product shows the new
@@ -462,34 +468,46 @@ pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<Confirm
                 .filter(|r| r.item.status == Status::Active)
                 .collect();
             settle(client, &active, Status::Confirmed).await?;
-            let newly = active.len() as u64;
-            for r in rows.iter_mut() {
-                if r.item.status == Status::Active {
-                    r.item.status = Status::Confirmed;
-                }
-            }
-            let confirmed: Vec<ReservedItem> = rows
-                .iter()
-                .filter(|r| r.item.status == Status::Confirmed)
-                .map(|r| r.item.clone())
-                .collect();
-            let missing = missing_items(&rows);
-            Ok((
-                ConfirmOutcome {
-                    order_id: order_id.clone(),
-                    confirmed,
-                    missing,
-                },
-                newly,
-            ))
+            Ok(confirmed_outcome(order_id, &mut rows))
         })
     })
     .await?;
     telemetry::settled("confirmed", outcome.1);
-    if !outcome.0.missing.is_empty() && outcome.1 > 0 {
+    note_confirmed_with_missing(&outcome.0, outcome.1);
+    Ok(outcome.0)
+}
+
+/// What a confirm answers for one order whose active rows it has just settled: those rows
+/// become confirmed in `rows`; every confirmed row is what it holds as sold, every product
+/// whose latest row is dead is missing. Also how many rows this confirm moved. Shared by
+/// [`confirm`] and the batched confirm, so both answer alike.
+pub(crate) fn confirmed_outcome(order_id: &OrderId, rows: &mut [Row]) -> (ConfirmOutcome, u64) {
+    let mut newly = 0u64;
+    for r in rows.iter_mut() {
+        if r.item.status == Status::Active {
+            r.item.status = Status::Confirmed;
+            newly += 1;
+        }
+    }
+    let confirmed = rows
+        .iter()
+        .filter(|r| r.item.status == Status::Confirmed)
+        .map(|r| r.item.clone())
+        .collect();
+    let outcome = ConfirmOutcome {
+        order_id: order_id.clone(),
+        confirmed,
+        missing: missing_items(rows),
+    };
+    (outcome, newly)
+}
+
+/// Counts a confirm that moved rows while part of the order was already lost (the customer paid
+/// for items it no longer holds: re-reserve or refund). Called once the confirm committed.
+pub(crate) fn note_confirmed_with_missing(outcome: &ConfirmOutcome, newly: u64) {
+    if !outcome.missing.is_empty() && newly > 0 {
         metrics::counter!(telemetry::CONFIRMED_WITH_MISSING).increment(1);
     }
-    Ok(outcome.0)
 }
 
 /// Products whose latest row is dead (expired or released): what a confirm reports missing and
@@ -534,11 +552,7 @@ pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<Release
 }
 
 pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
-    let client = store
-        .pool
-        .get()
-        .await
-        .map_err(|e| Error::Pool(e.to_string()))?;
+    let client = checkout(&store.pool, "order").await?;
     let stmt = client.prepare_cached(ORDER_ROWS).await?;
     let rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
     if rows.is_empty() {

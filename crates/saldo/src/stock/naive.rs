@@ -20,15 +20,17 @@ use deadpool_postgres::Client;
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
 use crate::stock::lifecycle::UnitTaker;
+use crate::stock::optimistic::{read_and_check, Seen};
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
-const READ: &str = "SELECT available, reserved, version FROM stock WHERE product_id = $1";
-const SUBTRACT: &str = "UPDATE stock SET available = available - $2, reserved = reserved + $2, \
-     version = version + 1, updated_at = now() WHERE product_id = $1 \
-     RETURNING available, reserved";
-const OVERWRITE: &str = "UPDATE stock SET available = $2, reserved = $3, \
-     version = version + 1, updated_at = now() WHERE product_id = $1 \
-     RETURNING available, reserved";
+const SUBTRACT: &str = crate::stock_update!(
+    "available = available - $2, reserved = reserved + $2",
+    "WHERE product_id = $1 RETURNING available, reserved"
+);
+const OVERWRITE: &str = crate::stock_update!(
+    "available = $2, reserved = $3",
+    "WHERE product_id = $1 RETURNING available, reserved"
+);
 
 /// Longest think a naive strategy accepts, whatever the configuration says.
 pub const MAX_THINK: Duration = Duration::from_secs(1);
@@ -45,48 +47,6 @@ pub struct NaiveSubtract {
 pub struct NaiveOverwrite {
     pub think: Duration,
     pub trace: Option<TraceSink>,
-}
-
-/// What the unlocked read saw.
-pub(crate) struct Seen {
-    pub available: i32,
-    pub reserved: i32,
-    pub version: i64,
-}
-
-/// Reads the row without a lock and checks it in the application: the first half of the naive
-/// strategies, and of the optimistic one, which differs only in how it writes.
-pub(crate) async fn read_and_check(
-    client: &Client,
-    session: &Session<'_>,
-    product: ProductId,
-    quantity: Quantity,
-) -> Result<Seen, Error> {
-    let stmt = client.prepare_cached(READ).await?;
-    let row = client
-        .query_opt(&stmt, &[&product.get()])
-        .await?
-        .ok_or(Error::UnknownProduct(product))?;
-    let seen = Seen {
-        available: row.try_get(0)?,
-        reserved: row.try_get(1)?,
-        version: row.try_get(2)?,
-    };
-    session.record(product, || TraceStep::Read {
-        available: seen.available,
-        reserved: seen.reserved,
-        version: seen.version,
-    });
-    if seen.available < quantity.get() {
-        let available = seen.available;
-        session.record(product, || TraceStep::Refused { available });
-        return Err(Error::InsufficientStock {
-            product_id: product,
-            requested: quantity.get(),
-            available,
-        });
-    }
-    Ok(seen)
 }
 
 /// The shared naive first half: read without a lock, check in the application, think.
@@ -176,31 +136,31 @@ impl UnitTaker for NaiveOverwrite {
 /// `atomic`, with the idempotency rule before issue 11 (see the module header): lab only.
 #[derive(Clone)]
 pub struct NaiveReplay {
-    pub store: crate::stock::Store,
+    pub store: crate::stock::types::Store,
 }
 
 #[async_trait]
-impl crate::stock::StockStrategy for NaiveReplay {
+impl crate::stock::types::StockStrategy for NaiveReplay {
     fn name(&self) -> &'static str {
         "naive-replay"
     }
 
-    fn store(&self) -> &crate::stock::Store {
+    fn store(&self) -> &crate::stock::types::Store {
         &self.store
     }
 
     async fn reserve(
         &self,
-        request: &crate::stock::ReserveRequest,
-    ) -> Result<crate::stock::Reservation, Error> {
+        request: &crate::stock::types::ReserveRequest,
+    ) -> Result<crate::stock::types::Reservation, Error> {
         let intent = crate::stock::lifecycle::Intent::ForgetfulReserve(request);
         crate::stock::lifecycle::reserve(&self.store, &crate::stock::atomic::Atomic, intent).await
     }
 
     async fn rereserve(
         &self,
-        request: &crate::stock::RereserveRequest,
-    ) -> Result<crate::stock::Reservation, Error> {
+        request: &crate::stock::types::RereserveRequest,
+    ) -> Result<crate::stock::types::Reservation, Error> {
         let intent = crate::stock::lifecycle::Intent::Rereserve(request);
         crate::stock::lifecycle::reserve(&self.store, &crate::stock::atomic::Atomic, intent).await
     }
@@ -208,21 +168,21 @@ impl crate::stock::StockStrategy for NaiveReplay {
     async fn confirm(
         &self,
         order_id: &crate::domain::OrderId,
-    ) -> Result<crate::stock::ConfirmOutcome, Error> {
+    ) -> Result<crate::stock::types::ConfirmOutcome, Error> {
         crate::stock::lifecycle::confirm(&self.store, order_id).await
     }
 
     async fn release(
         &self,
         order_id: &crate::domain::OrderId,
-    ) -> Result<crate::stock::ReleaseOutcome, Error> {
+    ) -> Result<crate::stock::types::ReleaseOutcome, Error> {
         crate::stock::lifecycle::release(&self.store, order_id).await
     }
 
     async fn order(
         &self,
         order_id: &crate::domain::OrderId,
-    ) -> Result<Vec<crate::stock::ReservedItem>, Error> {
+    ) -> Result<Vec<crate::stock::types::ReservedItem>, Error> {
         crate::stock::lifecycle::order(&self.store, order_id).await
     }
 }

@@ -19,7 +19,7 @@ use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
 use crate::retry::RetryPolicy;
 use crate::stock::lifecycle::UnitTaker;
-use crate::stock::naive::read_and_check;
+use crate::stock::sql::STOCK_ROW;
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
 /// Most attempts per item, whatever the configuration says.
@@ -27,9 +27,53 @@ pub const MAX_OPTIMISTIC_ATTEMPTS: u32 = 50;
 /// Longest single backoff, whatever the configuration says.
 pub const MAX_OPTIMISTIC_BACKOFF_MS: u64 = 100;
 
-const TAKE_IF_VERSION: &str = "UPDATE stock SET available = available - $3, \
-     reserved = reserved + $3, version = version + 1, updated_at = now() \
-     WHERE product_id = $1 AND version = $2 RETURNING available, reserved";
+const TAKE_IF_VERSION: &str = crate::stock_update!(
+    "available = available - $3, reserved = reserved + $3",
+    "WHERE product_id = $1 AND version = $2 RETURNING available, reserved"
+);
+
+/// What the unlocked read saw.
+pub(crate) struct Seen {
+    pub available: i32,
+    pub reserved: i32,
+    pub version: i64,
+}
+
+/// Reads the row without a lock and checks it in the application: the first half of the
+/// optimistic strategy, and of the lab's naive ones, which differ in how they write. It lives
+/// here, with the safe strategy, so that nothing served depends on lab-only code.
+pub(crate) async fn read_and_check(
+    client: &Client,
+    session: &Session<'_>,
+    product: ProductId,
+    quantity: Quantity,
+) -> Result<Seen, Error> {
+    let stmt = client.prepare_cached(STOCK_ROW).await?;
+    let row = client
+        .query_opt(&stmt, &[&product.get()])
+        .await?
+        .ok_or(Error::UnknownProduct(product))?;
+    let seen = Seen {
+        available: row.try_get("available")?,
+        reserved: row.try_get("reserved")?,
+        version: row.try_get("version")?,
+    };
+    session.record(product, || TraceStep::Read {
+        available: seen.available,
+        reserved: seen.reserved,
+        version: seen.version,
+    });
+    if seen.available < quantity.get() {
+        let available = seen.available;
+        session.record(product, || TraceStep::Refused { available });
+        return Err(Error::InsufficientStock {
+            product_id: product,
+            requested: quantity.get(),
+            available,
+        });
+    }
+    Ok(seen)
+}
 
 /// How hard the optimistic strategy tries before answering `VersionConflict`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

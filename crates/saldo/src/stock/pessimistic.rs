@@ -18,9 +18,10 @@ use crate::stock::trace::{Session, TraceSink, TraceStep};
 
 const LOCK_IF_ENOUGH: &str =
     "SELECT available FROM stock WHERE product_id = $1 AND available >= $2 FOR UPDATE";
-const TAKE_LOCKED: &str = "UPDATE stock SET available = available - $2, \
-     reserved = reserved + $2, version = version + 1, updated_at = now() \
-     WHERE product_id = $1 RETURNING available, reserved";
+const TAKE_LOCKED: &str = crate::stock_update!(
+    "available = available - $2, reserved = reserved + $2",
+    "WHERE product_id = $1 RETURNING available, reserved"
+);
 
 /// Lock with the condition, check again, update; per item in ascending product id.
 #[derive(Debug, Clone, Default)]
@@ -49,16 +50,16 @@ impl UnitTaker for Pessimistic {
                 }
                 return Err(refused);
             };
-            let available: i32 = row.try_get(0)?;
+            let available: i32 = row.try_get("available")?;
             session.record(product, || TraceStep::Locked { available });
             // The seed's step 3: check again under the lock. The WHERE already did, so this
-            // can only fail if the condition above is ever edited away.
+            // can only fail if the condition above is ever edited away: a bug, reported as one
+            // (never answered as a sold-out product).
             if available < quantity.get() {
-                return Err(Error::InsufficientStock {
-                    product_id: product,
-                    requested: quantity.get(),
-                    available,
-                });
+                return Err(Error::invariant(format!(
+                    "product {product} locked FOR UPDATE with available >= {} but holds {available}",
+                    quantity.get()
+                )));
             }
             let row = client
                 .query_one(&update, &[&product.get(), &quantity.get()])

@@ -6,19 +6,13 @@
 use crate::error::Error;
 use crate::retry::{in_transaction, RetryPolicy, TxOptions};
 use crate::stock::lifecycle::{self, Row};
-use crate::stock::{Status, Store};
+use crate::stock::sql::DUE_ROWS;
+use crate::stock::types::{Status, Store};
 
 /// Rows expired per transaction (seed 000 uses 500).
 pub const SWEEP_BATCH: i64 = 500;
 /// Batches per round at most, so one round is bounded even under a flood of expiries.
 pub const MAX_BATCHES_PER_ROUND: usize = 1_000;
-
-const DUE: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE status = 'active' AND expires_at < now() \
-     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
-);
 
 /// Expires due reservations in bounded batches until none are due; returns how many expired.
 pub async fn sweep(store: &Store) -> Result<u64, Error> {
@@ -38,7 +32,7 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
     for _ in 0..MAX_BATCHES_PER_ROUND {
         let result = in_transaction(&store.pool, &options, "sweep", move |client| {
             crate::tx_body!(client => async {
-                let stmt = client.prepare_cached(DUE).await?;
+                let stmt = client.prepare_cached(DUE_ROWS).await?;
                 let rows = client.query(&stmt, &[&batch]).await?;
                 let rows = lifecycle::parse_rows(&rows)?;
                 let refs: Vec<&Row> = rows.iter().collect();

@@ -137,7 +137,8 @@ impl<'a> Session<'a> {
         product_id: ProductId,
         row: &tokio_postgres::Row,
     ) -> Result<(), tokio_postgres::Error> {
-        let (available, reserved): (i32, i32) = (row.try_get(0)?, row.try_get(1)?);
+        let (available, reserved): (i32, i32) =
+            (row.try_get("available")?, row.try_get("reserved")?);
         self.record(product_id, || TraceStep::Wrote {
             available,
             reserved,

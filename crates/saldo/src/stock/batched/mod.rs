@@ -23,26 +23,29 @@
 //! Workers start on the first `reserve` or `confirm` (on the caller's tokio runtime) and end
 //! when the last clone of the [`Batched`] value is dropped: their queues close and drain.
 
+mod job;
 mod schedule;
 mod worker;
 
 pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::time::Instant;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::deadline;
+use job::{Counters, Job, Ticket, Work};
+use schedule::Shared;
 
 use crate::domain::OrderId;
 use crate::error::Error;
 use crate::stock::atomic::Atomic;
-use crate::stock::{
-    lifecycle, ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
-    ReservedItem, StockStrategy, Store,
+use crate::stock::lifecycle;
+use crate::stock::types::{
+    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
+    StockStrategy, Store,
 };
 
 /// Default number of partitions (workers). Each holds one connection while its batch runs.
@@ -118,145 +121,6 @@ pub struct BatchedStats {
     pub fallbacks: u64,
     /// Largest batch seen.
     pub largest_batch: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    batches: AtomicU64,
-    orders: AtomicU64,
-    fallbacks: AtomicU64,
-    largest_batch: AtomicU64,
-}
-
-impl Counters {
-    /// One transaction of the engine answered `orders` orders.
-    fn committed(&self, orders: usize) {
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.orders.fetch_add(orders as u64, Ordering::Relaxed);
-        self.largest_batch
-            .fetch_max(orders as u64, Ordering::Relaxed);
-    }
-}
-
-/// One queued operation and where its answer goes.
-pub(crate) enum Work {
-    Reserve {
-        request: ReserveRequest,
-        reply: oneshot::Sender<Result<Reservation, Error>>,
-    },
-    Confirm {
-        order_id: OrderId,
-        reply: oneshot::Sender<Result<ConfirmOutcome, Error>>,
-    },
-}
-
-/// Who may decide a queued job's fate: the worker starting it, or its caller withdrawing it at
-/// its deadline. Exactly one wins, so a caller told "not applied" can trust it.
-#[derive(Debug, Default)]
-pub(crate) struct Ticket(AtomicU8);
-
-const QUEUED: u8 = 0;
-const STARTED: u8 = 1;
-const WITHDRAWN: u8 = 2;
-
-impl Ticket {
-    /// The worker is about to run the job: false when its caller withdrew it first.
-    pub(crate) fn start(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, STARTED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// The caller's deadline came: false when the worker started the job first.
-    fn withdraw(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    fn withdrawn(&self) -> bool {
-        self.0.load(Ordering::Acquire) == WITHDRAWN
-    }
-}
-
-/// A queued operation with the deadline it carries from its caller (see [`crate::deadline`]).
-pub(crate) struct Job {
-    pub work: Work,
-    pub deadline: Option<Instant>,
-    pub ticket: Arc<Ticket>,
-}
-
-impl Job {
-    pub(crate) fn new(work: Work, deadline: Option<Instant>) -> Self {
-        Job {
-            work,
-            deadline,
-            ticket: Arc::default(),
-        }
-    }
-
-    /// The order this job is about: no two batches in flight share one.
-    fn order(&self) -> &str {
-        match &self.work {
-            Work::Reserve { request, .. } => request.order_id.as_str(),
-            Work::Confirm { order_id, .. } => order_id.as_str(),
-        }
-    }
-
-    /// The stock rows a reserve locks (a confirm's products are unknown until its rows are read;
-    /// it is kept apart by its order id alone).
-    fn products(&self) -> impl Iterator<Item = i64> + '_ {
-        let items = match &self.work {
-            Work::Reserve { request, .. } => Some(request.items.iter()),
-            Work::Confirm { .. } => None,
-        };
-        items.into_iter().flatten().map(|(p, _)| p.get())
-    }
-
-    fn kind(&self) -> schedule::Kind {
-        match self.work {
-            Work::Reserve { .. } => schedule::Kind::Reserve,
-            Work::Confirm { .. } => schedule::Kind::Confirm,
-        }
-    }
-
-    /// Answers a job that will never run with `error` (for its operation).
-    fn refuse(self, error: impl Fn(&'static str) -> Error) {
-        // The caller may have gone; then the answer has nowhere to go.
-        match self.work {
-            Work::Reserve { reply, .. } => drop(reply.send(Err(error("reserve")))),
-            Work::Confirm { reply, .. } => drop(reply.send(Err(error("confirm")))),
-        }
-    }
-
-    /// True when the caller stopped waiting (went away, or withdrew at its deadline).
-    fn abandoned(&self) -> bool {
-        self.ticket.withdrawn()
-            || match &self.work {
-                Work::Reserve { reply, .. } => reply.is_closed(),
-                Work::Confirm { reply, .. } => reply.is_closed(),
-            }
-    }
-}
-
-/// What a partition's callers and its worker share.
-#[derive(Default)]
-pub(crate) struct Shared {
-    /// Requests accepted and not yet taken into a batch (in the channel or in the worker's
-    /// queue). Bounded by `queue_capacity`; beyond it callers get `Overloaded`.
-    waiting: AtomicUsize,
-    /// Every transaction in flight on this partition, the worker's and the callers' own.
-    claims: Mutex<schedule::Claims>,
-    /// Wakes the worker when a caller's own transaction ends while jobs wait.
-    wake: Notify,
-}
-
-impl Shared {
-    fn claims(&self) -> MutexGuard<'_, schedule::Claims> {
-        // Nothing panics while holding this lock (set operations only); should that ever change,
-        // the claims are still consistent enough to go on with.
-        self.claims.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// A caller's own one-order transaction on an idle partition: its claim lasts until this is
@@ -520,7 +384,7 @@ impl StockStrategy for Batched {
             Ok(Admission::Queued) => Self::answer(partition, "reserve", &ticket, answer).await,
             Err(e) => Err(e),
         };
-        crate::stock::telemetry_outcome(&result);
+        crate::stock::types::telemetry_outcome(&result);
         result
     }
 
@@ -551,7 +415,7 @@ impl StockStrategy for Batched {
     async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
         let intent = lifecycle::Intent::Rereserve(request);
         let result = lifecycle::reserve(&self.store, &Atomic, intent).await;
-        crate::stock::telemetry_outcome(&result);
+        crate::stock::types::telemetry_outcome(&result);
         result
     }
 

@@ -19,14 +19,14 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::Job;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Mutex, MutexGuard};
 
-/// The two kinds of batch transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Reserve,
-    Confirm,
-}
+use tokio::sync::Notify;
+
+use super::job::Job;
+#[cfg(test)]
+use super::job::Kind;
 
 /// The keys of a batch in flight: what no other batch may take until it ends.
 #[derive(Debug, Default)]
@@ -184,12 +184,32 @@ impl Queue {
     }
 }
 
+/// What a partition's callers and its worker share.
+#[derive(Default)]
+pub(super) struct Shared {
+    /// Requests accepted and not yet taken into a batch (in the channel or in the worker's
+    /// queue). Bounded by `queue_capacity`; beyond it callers get `Overloaded`.
+    pub waiting: AtomicUsize,
+    /// Every transaction in flight on this partition, the worker's and the callers' own.
+    claims: Mutex<Claims>,
+    /// Wakes the worker when a caller's own transaction ends while jobs wait.
+    pub wake: Notify,
+}
+
+impl Shared {
+    pub fn claims(&self) -> MutexGuard<'_, Claims> {
+        // Nothing panics while holding this lock (set operations only); should that ever change,
+        // the claims are still consistent enough to go on with.
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::{OrderId, OrderItems, Ttl};
-    use crate::stock::batched::Work;
-    use crate::stock::ReserveRequest;
+    use crate::stock::batched::job::Work;
+    use crate::stock::types::ReserveRequest;
     use tokio::sync::oneshot;
 
     /// Reply receivers the tests keep alive, so that no job counts as abandoned.

@@ -21,52 +21,26 @@ use uuid::Uuid;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::schedule::Queue;
-use super::{Counters, Job, Shared, Work};
+use super::job::{Counters, Job, Work};
+use super::schedule::{Queue, Shared};
 use crate::deadline;
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
 use crate::retry::{in_transaction, TxOptions};
 use crate::stock::atomic::Atomic;
 use crate::stock::lifecycle::{
-    self, current_items, missing_items, parse_rows, plan, settle, Intent, Plan, Row, APPLY_DELTAS,
+    self, current_items, insert_rows, parse_rows, plan, settle, Intent, NewRows, Plan, Row,
 };
-use crate::stock::{ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store};
+use crate::stock::sql::{
+    APPLY_DELTAS, LOCK_STOCK, ORDERS_ROWS, ORDERS_ROWS_FOR_UPDATE, PROBE_LOCKS,
+};
+use crate::stock::types::{
+    ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store,
+};
 use crate::telemetry;
 
-/// Locks every stock row of the batch, in the global lock order (ascending product id).
-const LOCK_BATCH: &str = "SELECT product_id, available FROM stock \
-     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
-/// Existing rows of the batch's orders, read after the lock: the idempotency decision is made
-/// on what committed before we held the rows.
-const BATCH_ORDER_ROWS: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at"
-);
-
-/// Every row of the batch's orders to confirm, locked in one consistent order (order id, then
-/// as `lifecycle::confirm` locks one order's rows), before any stock row: the global lock order.
-const LOCK_ORDERS: &str = concat!(
-    "SELECT ",
-    crate::reservation_columns!(),
-    " FROM reservations WHERE order_id = ANY($1) \
-     ORDER BY order_id, product_id, created_at FOR UPDATE"
-);
-/// The batch's products no other transaction holds locked (the rest are still locked).
-const PROBE_LOCKS: &str =
-    "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id \
-     FOR UPDATE SKIP LOCKED";
 /// Confirms of a failed batch replayed side by side at most.
 const FALLBACK_CONCURRENCY: usize = 16;
-
-/// Every granted reservation row of the batch in one statement.
-const INSERT_BATCH: &str = "INSERT INTO reservations \
-     (id, order_id, product_id, quantity, expires_at) \
-     SELECT g.id, g.order_id, g.product_id, g.quantity, now() + make_interval(secs => g.ttl_s) \
-       FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[]) \
-            AS g(id, order_id, product_id, quantity, ttl_s) \
-     RETURNING id, expires_at, created_at";
 
 /// Duration of one batch transaction (retries included) and orders per batch.
 pub const BATCH_SECONDS: &str = "saldo_batch_seconds";
@@ -219,10 +193,7 @@ impl Worker {
         match result {
             Ok(outcomes) => {
                 self.counters.committed(jobs.len());
-                for ((_, reply, _), outcome) in jobs.into_iter().zip(outcomes) {
-                    // The caller may have gone; its answer has nowhere to go.
-                    let _ = reply.send(outcome);
-                }
+                answer_each("reserve", jobs, outcomes);
             }
             Err(Error::OutcomeUnknown { cause, .. }) => {
                 for (_, reply, _) in jobs {
@@ -275,7 +246,7 @@ impl Worker {
             crate::tx_body!(client => async {
                 let rows = client.query(PROBE_LOCKS, &[probe]).await?;
                 rows.iter()
-                    .map(|r| r.try_get::<_, i64>(0).map_err(Error::from))
+                    .map(|r| r.try_get::<_, i64>("product_id").map_err(Error::from))
                     .collect::<Result<HashSet<i64>, Error>>()
             })
         })
@@ -302,12 +273,15 @@ impl Worker {
         .await;
         record_batch("confirm", started, jobs.len());
         match result {
-            Ok((outcomes, newly)) => {
+            Ok(outcomes) => {
+                let newly: u64 = outcomes.iter().flatten().map(|(_, n)| n).sum();
                 telemetry::settled("confirmed", newly);
-                self.counters.committed(jobs.len());
-                for ((_, reply, _), outcome) in jobs.into_iter().zip(outcomes) {
-                    let _ = reply.send(outcome);
+                for (outcome, n) in outcomes.iter().flatten() {
+                    lifecycle::note_confirmed_with_missing(outcome, *n);
                 }
+                self.counters.committed(jobs.len());
+                let outcomes = outcomes.into_iter().map(|o| o.map(|(outcome, _)| outcome));
+                answer_each("confirm", jobs, outcomes.collect());
             }
             Err(Error::OutcomeUnknown { cause, .. }) => {
                 for (_, reply, _) in jobs {
@@ -347,6 +321,31 @@ impl Worker {
 }
 
 type Reply<T> = oneshot::Sender<Result<T, Error>>;
+
+/// Sends each job its outcome, in order. A committed batch answers every job it ran: a count
+/// that differs is an invariant failure, reported to every caller (the batch committed, so what
+/// each one got is unknown to us) instead of leaving the unmatched ones unanswered.
+fn answer_each<W, T>(
+    operation: &'static str,
+    jobs: Vec<(W, Reply<T>, Deadline)>,
+    outcomes: Vec<Result<T, Error>>,
+) {
+    if outcomes.len() != jobs.len() {
+        let broken = Error::invariant(format!(
+            "a {operation} batch of {} jobs answered {} outcomes",
+            jobs.len(),
+            outcomes.len()
+        ));
+        for (_, reply, _) in jobs {
+            let _ = reply.send(Err(Error::Invariant(broken.to_string())));
+        }
+        return;
+    }
+    for ((_, reply, _), outcome) in jobs.into_iter().zip(outcomes) {
+        // The caller may have gone; its answer has nowhere to go.
+        let _ = reply.send(outcome);
+    }
+}
 /// A job's deadline, carried from its caller.
 type Deadline = Option<Instant>;
 
@@ -399,11 +398,58 @@ enum Decision {
     },
 }
 
+/// What the batch transaction read under its locks.
+struct Locked {
+    /// `available` of every locked stock row (the batch's products that exist).
+    available: HashMap<i64, i32>,
+    /// The existing rows of the batch's orders; granted rows are appended as they are decided.
+    by_order: HashMap<String, Vec<Row>>,
+}
+
+/// What the batch grants, decided in memory: one decision per request in arrival order, the
+/// rows to write and the units taken per product.
+struct Grants<'a> {
+    decisions: Vec<Decision>,
+    new_rows: NewRows<'a>,
+    taken: BTreeMap<i64, i32>,
+}
+
 /// The batch transaction: lock, read, decide in arrival order, write once, per-order answers.
 async fn grant_batch(
     client: &Client,
     requests: &[&ReserveRequest],
 ) -> Result<Vec<Result<Reservation, Error>>, Error> {
+    let mut locked = lock_and_read(client, requests).await?;
+    let grants = grant_in_memory(requests, &mut locked)?;
+    if !grants.new_rows.is_empty() {
+        let written = write_grants(client, &grants).await?;
+        patch_written(&mut locked.by_order, written)?;
+    }
+    let outcomes = requests
+        .iter()
+        .zip(grants.decisions)
+        .map(|(request, decision)| match decision {
+            Decision::Refused(e) => Err(e),
+            Decision::Live { rows, replayed } => {
+                let all = locked
+                    .by_order
+                    .get(request.order_id.as_str())
+                    .map_or(&[][..], |v| &v[..rows.min(v.len())]);
+                Ok(Reservation {
+                    order_id: request.order_id.clone(),
+                    items: current_items(all),
+                    replayed,
+                })
+            }
+        })
+        .collect();
+    Ok(outcomes)
+}
+
+/// Locks the batch's stock rows (ascending product id) and reads its orders' rows, pipelined:
+/// both go out at once and the server runs them in order, so the read sees the state under the
+/// lock.
+async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<Locked, Error> {
     let mut products: Vec<i64> = requests
         .iter()
         .flat_map(|r| r.items.iter().map(|(p, _)| p.get()))
@@ -415,34 +461,45 @@ async fn grant_batch(
     order_ids.dedup();
 
     let started = Instant::now();
-    let lock = client.prepare_cached(LOCK_BATCH).await?;
-    let read = client.prepare_cached(BATCH_ORDER_ROWS).await?;
-    // Pipelined: both go out at once, the server runs them in order, so the read still sees
-    // the state under the lock.
+    let lock = client.prepare_cached(LOCK_STOCK).await?;
+    let read = client.prepare_cached(ORDERS_ROWS).await?;
     let lock_params: [&(dyn ToSql + Sync); 1] = [&products];
     let read_params: [&(dyn ToSql + Sync); 1] = [&order_ids];
-    let (locked, existing) = futures::try_join!(
+    let (stock_rows, existing) = futures::try_join!(
         client.query(&lock, &lock_params),
         client.query(&read, &read_params)
     )?;
     metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => "batched")
         .record(started.elapsed().as_secs_f64());
 
-    let mut available: HashMap<i64, i32> = HashMap::with_capacity(locked.len());
-    for row in &locked {
-        available.insert(row.try_get(0)?, row.try_get(1)?);
+    let mut available: HashMap<i64, i32> = HashMap::with_capacity(stock_rows.len());
+    for row in &stock_rows {
+        available.insert(row.try_get("product_id")?, row.try_get("available")?);
     }
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
     for row in parse_rows(&existing)? {
         by_order.entry(row.order_id.clone()).or_default().push(row);
     }
+    Ok(Locked {
+        available,
+        by_order,
+    })
+}
 
-    // Grant in arrival order against the in-memory counts; all-or-nothing per order.
-    let mut decisions = Vec::with_capacity(requests.len());
-    let mut new_rows: Vec<(Uuid, &str, i64, i32, f64)> = Vec::new();
-    let mut deltas: BTreeMap<i64, i32> = BTreeMap::new();
-    for request in requests {
-        let rows = by_order
+/// Grants in arrival order against the in-memory counts, all-or-nothing per order, deciding
+/// each order through the shared idempotency [`plan`].
+fn grant_in_memory<'a>(
+    requests: &[&'a ReserveRequest],
+    locked: &mut Locked,
+) -> Result<Grants<'a>, Error> {
+    let mut grants = Grants {
+        decisions: Vec::with_capacity(requests.len()),
+        new_rows: NewRows::default(),
+        taken: BTreeMap::new(),
+    };
+    for &request in requests {
+        let rows = locked
+            .by_order
             .entry(request.order_id.as_str().to_owned())
             .or_default();
         let decision = match plan(Intent::Reserve(request), rows) {
@@ -451,32 +508,28 @@ async fn grant_batch(
                 replayed: true,
             },
             Err(refusal) => Decision::Refused(refusal),
-            Ok(Plan::Take(take)) => match first_refusal(&available, &take) {
+            Ok(Plan::Take(take)) => match first_refusal(&locked.available, &take) {
                 Some(refusal) => Decision::Refused(refusal),
                 None => {
-                    let ttl_s = request.ttl.as_duration().as_secs_f64();
                     for (product, quantity) in take {
-                        let (p, q) = (product.get(), quantity.get());
-                        if let Some(a) = available.get_mut(&p) {
-                            *a -= q;
-                        }
-                        *deltas.entry(p).or_default() += q;
+                        let Some(left) = locked.available.get_mut(&product.get()) else {
+                            // `first_refusal` just found the product among the locked rows.
+                            return Err(Error::invariant(format!(
+                                "product {product} granted in a batch but not among its locked rows"
+                            )));
+                        };
+                        *left -= quantity.get();
+                        *grants.taken.entry(product.get()).or_default() += quantity.get();
                         let id = Uuid::now_v7();
-                        new_rows.push((id, request.order_id.as_str(), p, q, ttl_s));
-                        rows.push(Row {
+                        grants.new_rows.push(
                             id,
-                            order_id: request.order_id.as_str().to_owned(),
-                            request_key: None,
-                            // Both patched below from the database's clock (the insert's
-                            // RETURNING); a row left unpatched is an invariant failure.
-                            created_at: DateTime::<Utc>::MIN_UTC,
-                            item: ReservedItem {
-                                product_id: product,
-                                quantity: q,
-                                status: Status::Active,
-                                expires_at: DateTime::<Utc>::MIN_UTC,
-                            },
-                        });
+                            &request.order_id,
+                            product,
+                            quantity,
+                            request.ttl,
+                            None,
+                        );
+                        rows.push(placeholder_row(id, &request.order_id, product, quantity));
                     }
                     Decision::Live {
                         rows: rows.len(),
@@ -485,75 +538,84 @@ async fn grant_batch(
                 }
             },
         };
-        decisions.push(decision);
+        grants.decisions.push(decision);
     }
+    Ok(grants)
+}
 
-    let mut written: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
-        HashMap::with_capacity(new_rows.len());
-    if !new_rows.is_empty() {
-        let ids: Vec<Uuid> = new_rows.iter().map(|r| r.0).collect();
-        let orders: Vec<&str> = new_rows.iter().map(|r| r.1).collect();
-        let row_products: Vec<i64> = new_rows.iter().map(|r| r.2).collect();
-        let quantities: Vec<i32> = new_rows.iter().map(|r| r.3).collect();
-        let ttls: Vec<f64> = new_rows.iter().map(|r| r.4).collect();
-        let delta_products: Vec<i64> = deltas.keys().copied().collect();
-        let taken: Vec<i32> = deltas.values().map(|q| -q).collect();
-        let reserved: Vec<i32> = deltas.values().copied().collect();
-        let insert = client.prepare_cached(INSERT_BATCH).await?;
-        let update = client.prepare_cached(APPLY_DELTAS).await?;
-        let insert_params: [&(dyn ToSql + Sync); 5] =
-            [&ids, &orders, &row_products, &quantities, &ttls];
-        let update_params: [&(dyn ToSql + Sync); 3] = [&delta_products, &taken, &reserved];
-        let (inserted, _) = futures::try_join!(
-            client.query(&insert, &insert_params),
-            client.execute(&update, &update_params)
-        )?;
-        for row in inserted {
-            written.insert(
-                row.try_get("id")?,
-                (row.try_get("expires_at")?, row.try_get("created_at")?),
-            );
-        }
-        if written.len() != new_rows.len() {
-            return Err(Error::Invariant(format!(
-                "batch inserted {} reservation rows, expected {}",
-                written.len(),
-                new_rows.len()
-            )));
-        }
+/// A granted row before the insert returns it: the database's clock gives `created_at` and
+/// `expires_at`, so both stay at a placeholder until [`patch_written`] replaces the whole row
+/// (a row left unpatched is an invariant failure, never answered).
+fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Quantity) -> Row {
+    Row {
+        id,
+        order_id: order_id.as_str().to_owned(),
+        request_key: None,
+        created_at: DateTime::<Utc>::MIN_UTC,
+        item: ReservedItem {
+            product_id: product,
+            quantity: quantity.get(),
+            status: Status::Active,
+            expires_at: DateTime::<Utc>::MIN_UTC,
+        },
     }
+}
+
+/// One INSERT of every granted row and one UPDATE of every touched stock row, pipelined. The
+/// stock rows are held since [`lock_and_read`], so the UPDATE must find each of them.
+async fn write_grants(client: &Client, grants: &Grants<'_>) -> Result<HashMap<Uuid, Row>, Error> {
+    let products: Vec<i64> = grants.taken.keys().copied().collect();
+    let to_available: Vec<i32> = grants.taken.values().map(|q| -q).collect();
+    let to_reserved: Vec<i32> = grants.taken.values().copied().collect();
+    let update = client.prepare_cached(APPLY_DELTAS).await?;
+    let update_params: [&(dyn ToSql + Sync); 3] = [&products, &to_available, &to_reserved];
+    let (inserted, updated) = futures::try_join!(insert_rows(client, &grants.new_rows), async {
+        client
+            .execute(&update, &update_params)
+            .await
+            .map_err(Error::from)
+    })?;
+    if updated != products.len() as u64 {
+        return Err(Error::invariant(format!(
+            "batch updated {updated} stock rows, expected {} (all locked by the batch)",
+            products.len()
+        )));
+    }
+    Ok(inserted.into_iter().map(|row| (row.id, row)).collect())
+}
+
+/// Replaces every placeholder with the row the insert returned.
+fn patch_written(
+    by_order: &mut HashMap<String, Vec<Row>>,
+    mut written: HashMap<Uuid, Row>,
+) -> Result<(), Error> {
+    let expected = written.len();
     for row in by_order.values_mut().flatten() {
-        if let Some((expires_at, created_at)) = written.get(&row.id) {
-            row.item.expires_at = *expires_at;
-            row.created_at = *created_at;
+        if let Some(stored) = written.remove(&row.id) {
+            *row = stored;
         }
     }
-
-    let mut outcomes = Vec::with_capacity(requests.len());
-    for (request, decision) in requests.iter().zip(decisions) {
-        outcomes.push(match decision {
-            Decision::Refused(e) => Err(e),
-            Decision::Live { rows, replayed } => {
-                let all = by_order
-                    .get(request.order_id.as_str())
-                    .map_or(&[][..], |v| &v[..rows.min(v.len())]);
-                let items = current_items(all);
-                Ok(Reservation {
-                    order_id: request.order_id.clone(),
-                    items,
-                    replayed,
-                })
-            }
-        });
+    if !written.is_empty() {
+        return Err(Error::invariant(format!(
+            "{} of {expected} inserted reservation rows match no granted row",
+            written.len()
+        )));
     }
-    Ok(outcomes)
+    let unpatched = by_order
+        .values()
+        .flatten()
+        .filter(|r| r.created_at == DateTime::<Utc>::MIN_UTC)
+        .count();
+    if unpatched > 0 {
+        return Err(Error::invariant(format!(
+            "{unpatched} granted reservation rows kept their placeholder timestamps"
+        )));
+    }
+    Ok(())
 }
 
 /// The first item (in product order) the in-memory counts cannot serve, as `atomic` names it.
-fn first_refusal(
-    available: &HashMap<i64, i32>,
-    take: &[(ProductId, crate::domain::Quantity)],
-) -> Option<Error> {
+fn first_refusal(available: &HashMap<i64, i32>, take: &[(ProductId, Quantity)]) -> Option<Error> {
     for &(product, quantity) in take {
         match available.get(&product.get()) {
             None => return Some(Error::UnknownProduct(product)),
@@ -570,16 +632,20 @@ fn first_refusal(
     None
 }
 
+/// One order's confirm answer and how many of its rows this confirm moved.
+type Confirmed = (ConfirmOutcome, u64);
+
 /// The confirm batch: lock every row of the orders, settle all active ones in one pass (each
-/// stock row updated once), answer each order as `lifecycle::confirm` would.
+/// stock row updated once), answer each order through the shared
+/// [`lifecycle::confirmed_outcome`], so it answers as `lifecycle::confirm` would.
 async fn confirm_tx(
     client: &Client,
     order_ids: &[&OrderId],
-) -> Result<(Vec<Result<ConfirmOutcome, Error>>, u64), Error> {
+) -> Result<Vec<Result<Confirmed, Error>>, Error> {
     let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let lock = client.prepare_cached(LOCK_ORDERS).await?;
+    let lock = client.prepare_cached(ORDERS_ROWS_FOR_UPDATE).await?;
     let params: [&(dyn ToSql + Sync); 1] = [&keys];
     let raw = client.query(&lock, &params).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
@@ -591,37 +657,18 @@ async fn confirm_tx(
         .flatten()
         .filter(|r| r.item.status == Status::Active)
         .collect();
-    let newly = active.len() as u64;
-    let had_active: Vec<String> = by_order
-        .iter()
-        .filter(|(_, rows)| rows.iter().any(|r| r.item.status == Status::Active))
-        .map(|(o, _)| o.clone())
-        .collect();
     settle(client, &active, Status::Confirmed).await?;
-    for row in by_order.values_mut().flatten() {
-        if row.item.status == Status::Active {
-            row.item.status = Status::Confirmed;
-        }
-    }
-    let mut outcomes = Vec::with_capacity(order_ids.len());
-    for order_id in order_ids {
-        let Some(rows) = by_order.get(order_id.as_str()).filter(|r| !r.is_empty()) else {
-            outcomes.push(Err(Error::UnknownOrder((*order_id).clone())));
-            continue;
-        };
-        let missing = missing_items(rows);
-        if !missing.is_empty() && had_active.iter().any(|o| o == order_id.as_str()) {
-            metrics::counter!(telemetry::CONFIRMED_WITH_MISSING).increment(1);
-        }
-        outcomes.push(Ok(ConfirmOutcome {
-            order_id: (*order_id).clone(),
-            confirmed: rows
-                .iter()
-                .filter(|r| r.item.status == Status::Confirmed)
-                .map(|r| r.item.clone())
-                .collect(),
-            missing,
-        }));
-    }
-    Ok((outcomes, newly))
+    let outcomes = order_ids
+        .iter()
+        .map(|&order_id| {
+            match by_order
+                .get_mut(order_id.as_str())
+                .filter(|r| !r.is_empty())
+            {
+                Some(rows) => Ok(lifecycle::confirmed_outcome(order_id, rows)),
+                None => Err(Error::UnknownOrder(order_id.clone())),
+            }
+        })
+        .collect();
+    Ok(outcomes)
 }

@@ -1,0 +1,143 @@
+//! The ledger's vocabulary: strategies, journal kinds, requests, journal rows, accounts, the
+//! movement every path applies, and the two conversions every path shares.
+//!
+//! A leaf of `ledger`: the strategies (`ordered`, `naive`) and the journal import from here,
+//! and the ledger's entry points in `ledger/mod.rs` import them; nothing points back.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{AccountId, Amount, TransferId};
+use crate::error::Error;
+
+/// How a transfer takes its two account locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferStrategy {
+    /// Seed 002: both rows locked in ascending id by one statement, then the decision.
+    Ordered,
+    /// Lab only: debit then credit in arrival order; crossed transfers deadlock (40P01).
+    Naive,
+}
+
+impl TransferStrategy {
+    /// Every strategy, the safe one first.
+    pub const ALL: &'static [TransferStrategy] =
+        &[TransferStrategy::Ordered, TransferStrategy::Naive];
+
+    pub fn parse(s: &str) -> Option<TransferStrategy> {
+        TransferStrategy::ALL
+            .iter()
+            .copied()
+            .find(|t| t.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferStrategy::Ordered => "ordered",
+            TransferStrategy::Naive => "naive",
+        }
+    }
+
+    /// True for the strategy that cannot deadlock against itself.
+    pub fn is_safe(self) -> bool {
+        self == TransferStrategy::Ordered
+    }
+}
+
+impl std::fmt::Display for TransferStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a journal row records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferKind {
+    /// Between two customer accounts.
+    Transfer,
+    /// From the system account, when the account was opened.
+    Opening,
+    /// From the system account.
+    Deposit,
+    /// To the system account.
+    Withdrawal,
+}
+
+impl TransferKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferKind::Transfer => "transfer",
+            TransferKind::Opening => "opening",
+            TransferKind::Deposit => "deposit",
+            TransferKind::Withdrawal => "withdrawal",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<TransferKind> {
+        [
+            TransferKind::Transfer,
+            TransferKind::Opening,
+            TransferKind::Deposit,
+            TransferKind::Withdrawal,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// A transfer between two customer accounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransferRequest {
+    pub id: TransferId,
+    pub from: AccountId,
+    pub to: AccountId,
+    pub amount: Amount,
+}
+
+/// One journal row, as applied or as found by a replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Transfer {
+    pub id: TransferId,
+    /// [`AccountId::SYSTEM`] for openings and deposits.
+    pub from: AccountId,
+    /// [`AccountId::SYSTEM`] for withdrawals.
+    pub to: AccountId,
+    pub amount: i64,
+    pub kind: TransferKind,
+    pub created_at: DateTime<Utc>,
+    /// True when the id was already journalled with this payload and nothing changed now.
+    pub replayed: bool,
+}
+
+/// An account and its balance (minor units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Account {
+    pub id: AccountId,
+    pub balance: i64,
+}
+
+/// One movement to apply: the common shape of transfer, deposit and withdrawal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Movement<'r> {
+    pub id: &'r TransferId,
+    pub from: AccountId,
+    pub to: AccountId,
+    pub amount: Amount,
+    pub kind: TransferKind,
+}
+
+/// A balance after a movement, or [`Error::BalanceOutOfRange`] when `i64` arithmetic overflowed.
+pub(crate) fn checked_balance(account: AccountId, next: Option<i64>) -> Result<i64, Error> {
+    next.ok_or(Error::BalanceOutOfRange { account })
+}
+
+/// An account id read from the database: 0 is the system account, anything else a customer.
+pub(crate) fn account_from_db(raw: i64) -> Result<AccountId, Error> {
+    if raw == AccountId::SYSTEM.get() {
+        Ok(AccountId::SYSTEM)
+    } else {
+        Ok(AccountId::new(raw)?)
+    }
+}

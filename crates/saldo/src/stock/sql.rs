@@ -1,0 +1,115 @@
+//! The SQL text every stock path shares, in one place so that a column or a bookkeeping rule
+//! cannot be forgotten in one copy: the columns of a reservation row, the INSERT of reservation
+//! rows, and the tail of every write to a stock row (`version` moves, `updated_at` is stamped).
+//!
+//! A leaf: statement text only, no code from the crate.
+
+/// The columns of a reservation row as `lifecycle::parse_rows` reads them (by name). Every
+/// query that hands rows to it selects (or returns) these.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! reservation_columns {
+    () => {
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key"
+    };
+}
+
+/// `UPDATE stock SET <set>, version = version + 1, updated_at = now() <rest>`: every write to a
+/// stock row moves its version (the optimistic strategy's check and the lab's traces rely on it)
+/// and stamps `updated_at`, so the tail is written once, here.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! stock_update {
+    ($set:literal, $rest:literal) => {
+        concat!(
+            "UPDATE stock SET ",
+            $set,
+            ", version = version + 1, updated_at = now() ",
+            $rest
+        )
+    };
+}
+
+/// `SELECT <reservation columns> FROM reservations <rest>`.
+macro_rules! select_reservations {
+    ($rest:literal) => {
+        concat!(
+            "SELECT ",
+            crate::reservation_columns!(),
+            " FROM reservations ",
+            $rest
+        )
+    };
+}
+
+/// One order's rows, per product oldest first (the order `lifecycle::current_items` relies on).
+pub(crate) const ORDER_ROWS: &str =
+    select_reservations!("WHERE order_id = $1 ORDER BY product_id, created_at");
+/// The same, locked: the first step of confirm and release (reservation rows before stock).
+pub(crate) const ORDER_ROWS_FOR_UPDATE: &str =
+    select_reservations!("WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE");
+/// Many orders' rows (a batch's), read after its stock rows are locked: the idempotency
+/// decision is made on what committed before the batch held them.
+pub(crate) const ORDERS_ROWS: &str =
+    select_reservations!("WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at");
+/// Many orders' rows locked in one consistent order (order id, then as [`ORDER_ROWS_FOR_UPDATE`]
+/// locks one order's), before any stock row: the global lock order.
+pub(crate) const ORDERS_ROWS_FOR_UPDATE: &str = select_reservations!(
+    "WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at FOR UPDATE"
+);
+/// Active rows past their expiry, oldest first, skipping rows a confirm holds (the sweeper).
+pub(crate) const DUE_ROWS: &str = select_reservations!(
+    "WHERE status = 'active' AND expires_at < now() \
+     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+);
+/// Moves rows to a final status; `settled_at` from the clock, read while the stock rows are
+/// locked (see `lifecycle::settle`).
+pub(crate) const SETTLE: &str =
+    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)";
+
+/// A product's stock row, unlocked (the admin read; the optimistic and naive first read).
+pub(crate) const STOCK_ROW: &str =
+    "SELECT available, reserved, version FROM stock WHERE product_id = $1";
+
+/// Locks stock rows in the global lock order (ascending product id) and reads what they hold.
+pub(crate) const LOCK_STOCK: &str = "SELECT product_id, available FROM stock \
+     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
+/// Of these products, those no other transaction holds locked (never waits).
+pub(crate) const PROBE_LOCKS: &str = "SELECT product_id FROM stock \
+     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE SKIP LOCKED";
+
+/// Writes reservation rows, one per element of the parallel arrays (id, order id, product,
+/// quantity, TTL in seconds, request key), and returns them whole: the reserve of one order and
+/// the batch of many orders insert through this one statement.
+pub(crate) const INSERT_RESERVATIONS: &str = concat!(
+    "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key) \
+     SELECT g.id, g.order_id, g.product_id, g.quantity, \
+            now() + make_interval(secs => g.ttl_s), g.request_key \
+       FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[]) \
+            AS g(id, order_id, product_id, quantity, ttl_s, request_key) \
+     RETURNING ",
+    crate::reservation_columns!()
+);
+
+/// Adds (available, reserved) deltas to many stock rows in one statement.
+pub(crate) const APPLY_DELTAS: &str = crate::stock_update!(
+    "available = stock.available + d.a, reserved = stock.reserved + d.r",
+    "FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(product_id, a, r) \
+     WHERE stock.product_id = d.product_id"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stock_write_moves_the_version() {
+        assert_eq!(
+            crate::stock_update!("available = $2", "WHERE product_id = $1"),
+            "UPDATE stock SET available = $2, version = version + 1, updated_at = now() \
+             WHERE product_id = $1"
+        );
+        assert!(APPLY_DELTAS.contains("version = version + 1, updated_at = now()"));
+        assert!(INSERT_RESERVATIONS.ends_with(crate::reservation_columns!()));
+    }
+}

@@ -1,0 +1,224 @@
+//! The stock engine's shared vocabulary: the store, requests, rows, outcomes, strategy names and
+//! the [`StockStrategy`] contract.
+//!
+//! A leaf of `stock`: every strategy and the lifecycle import from here, and nothing here
+//! imports a strategy, so the strategies never depend (through `stock/mod.rs`) on the factory
+//! that depends on all of them ([`super::engine`]).
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use serde::Serialize;
+
+use crate::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
+use crate::error::Error;
+use crate::retry::TxOptions;
+
+/// The database and the per-transaction settings every operation runs with.
+#[derive(Clone)]
+pub struct Store {
+    pub pool: Pool,
+    pub tx: TxOptions,
+}
+
+impl Store {
+    pub fn new(pool: Pool, tx: TxOptions) -> Self {
+        Store { pool, tx }
+    }
+}
+
+/// A request to reserve every item of an order, or none.
+#[derive(Debug, Clone)]
+pub struct ReserveRequest {
+    pub order_id: OrderId,
+    pub items: OrderItems,
+    pub ttl: Ttl,
+}
+
+/// A request to take again what an order lost (expired or released before payment): seed 000's
+/// "confirm reports the missing items, the caller may reserve them again", made explicit so that
+/// a late retry of the order's reserve request never takes stock a second time.
+#[derive(Debug, Clone)]
+pub struct RereserveRequest {
+    pub order_id: OrderId,
+    /// This re-reserve's own idempotency key: a replay with the same key takes nothing again.
+    pub rereserve_id: RequestKey,
+    /// Which products, how many; `None` takes again every product the order lost, with the
+    /// quantities it had. Each named product must be one the order lost.
+    pub items: Option<OrderItems>,
+    pub ttl: Ttl,
+}
+
+/// Status of one reservation row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    Confirmed,
+    Released,
+    Expired,
+}
+
+impl Status {
+    /// The status column's text. The schema's CHECK allows only these four, so anything else
+    /// means the schema and the code disagree: an error, never a guess.
+    pub(crate) fn parse(s: &str) -> Result<Status, Error> {
+        match s {
+            "active" => Ok(Status::Active),
+            "confirmed" => Ok(Status::Confirmed),
+            "released" => Ok(Status::Released),
+            "expired" => Ok(Status::Expired),
+            other => Err(Error::invariant(format!(
+                "reservation status {other:?} is not one the schema allows"
+            ))),
+        }
+    }
+    pub fn is_live(self) -> bool {
+        matches!(self, Status::Active | Status::Confirmed)
+    }
+}
+
+/// One product's part of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReservedItem {
+    pub product_id: ProductId,
+    pub quantity: i32,
+    pub status: Status,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// An order's state after `reserve` or `rereserve`: per product, its latest reservation row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reservation {
+    pub order_id: OrderId,
+    pub items: Vec<ReservedItem>,
+    /// True when the request had been made before and changed nothing now (its items show what
+    /// became of it since: active, confirmed, released or expired).
+    pub replayed: bool,
+}
+
+/// What `confirm` did: what the order now holds as sold, and what it lost before payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfirmOutcome {
+    pub order_id: OrderId,
+    pub confirmed: Vec<ReservedItem>,
+    /// Products whose reservation expired or was released before the confirm: re-reserve or refund.
+    pub missing: Vec<ReservedItem>,
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleaseOutcome {
+    pub order_id: OrderId,
+    pub released: Vec<ReservedItem>,
+}
+
+/// A product's stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stock {
+    pub product_id: ProductId,
+    pub available: i32,
+    pub reserved: i32,
+    pub version: i64,
+}
+
+/// Names of the stock strategies. Naive ones exist for the race lab only: they are never safe
+/// and `saldo serve` refuses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StrategyName {
+    Atomic,
+    Pessimistic,
+    Optimistic,
+    Batched,
+    NaiveSubtract,
+    NaiveOverwrite,
+    NaiveReplay,
+}
+
+impl StrategyName {
+    /// Every strategy, safe ones first, in the order the lab prints them.
+    pub const ALL: &'static [StrategyName] = &[
+        StrategyName::Atomic,
+        StrategyName::Pessimistic,
+        StrategyName::Optimistic,
+        StrategyName::Batched,
+        StrategyName::NaiveSubtract,
+        StrategyName::NaiveOverwrite,
+        StrategyName::NaiveReplay,
+    ];
+
+    pub fn parse(s: &str) -> Option<StrategyName> {
+        StrategyName::ALL.iter().copied().find(|n| n.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyName::Atomic => "atomic",
+            StrategyName::Pessimistic => "pessimistic",
+            StrategyName::Optimistic => "optimistic",
+            StrategyName::Batched => "batched",
+            StrategyName::NaiveSubtract => "naive-subtract",
+            StrategyName::NaiveOverwrite => "naive-overwrite",
+            StrategyName::NaiveReplay => "naive-replay",
+        }
+    }
+
+    /// True for strategies that keep every invariant under concurrency.
+    pub fn is_safe(self) -> bool {
+        match self {
+            StrategyName::Atomic => true,
+            StrategyName::Pessimistic => true,
+            StrategyName::Optimistic => true,
+            StrategyName::Batched => true,
+            StrategyName::NaiveSubtract => false,
+            StrategyName::NaiveOverwrite => false,
+            StrategyName::NaiveReplay => false,
+        }
+    }
+}
+
+impl std::fmt::Display for StrategyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The one contract every stock strategy keeps (and the contract suite checks): reserve all
+/// items or none without overselling, confirm, release, read an order.
+#[async_trait::async_trait]
+pub trait StockStrategy: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// The database and transaction settings the strategy runs on.
+    fn store(&self) -> &Store;
+    /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
+    /// the order's current state, whatever happened to it since; other items are a conflict.
+    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error>;
+    /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
+    /// `rereserve_id`. Same refusals as `reserve`.
+    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error>;
+    /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
+    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error>;
+    /// active → released, units back to available. Idempotent.
+    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error>;
+    /// Every reservation row of an order.
+    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error>;
+}
+
+/// Counts a reservation outcome; shared by every strategy so the metric means the same thing.
+pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
+    let outcome = match result {
+        Ok(r) if r.replayed => "replayed",
+        Ok(_) => "reserved",
+        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
+        Err(Error::IdempotencyConflict(_)) => "idempotency_conflict",
+        Err(Error::NothingToRereserve(_) | Error::NotRereservable { .. }) => "not_rereservable",
+        Err(Error::UnknownOrder(_)) => "unknown_order",
+        Err(Error::DeadlineExceeded { .. }) => "deadline_exceeded",
+        Err(Error::ProductLocked(_)) => "product_locked",
+        Err(Error::OutcomeUnknown { .. }) => "outcome_unknown",
+        Err(Error::VersionConflict { .. }) => "version_conflict",
+        Err(Error::UnknownProduct(_)) => "unknown_product",
+        Err(Error::Input(_)) => "invalid",
+        Err(_) => "error",
+    };
+    crate::telemetry::reservation_outcome(outcome);
+}
