@@ -1,7 +1,7 @@
 //! The part of the stock lifecycle every strategy shares: the idempotency decision, writing
 //! reservation rows, confirm, release, and applying stock deltas in product order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -357,12 +357,12 @@ impl<'a> NewRows<'a> {
     }
 }
 
-/// Writes `rows` in one statement and reads them back whole (by name, with the database's
-/// `expires_at` and `created_at`). Every row must come back: anything else is an invariant
-/// failure, never a shorter answer.
+/// Writes `rows` in one statement and answers them as rows, in the order given, with the
+/// database's `created_at` and `expires_at`. Every row must come back: anything else is an
+/// invariant failure, never a shorter answer.
 pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<Vec<Row>, Error> {
     let stmt = client.prepare_cached(INSERT_RESERVATIONS).await?;
-    let inserted = client
+    let returned = client
         .query(
             &stmt,
             &[
@@ -375,15 +375,38 @@ pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<V
             ],
         )
         .await?;
-    let inserted = parse_rows(&inserted)?;
-    if inserted.len() != rows.len() {
-        return Err(Error::invariant(format!(
-            "inserted {} reservation rows, expected {}",
-            inserted.len(),
-            rows.len()
-        )));
+    let mut times: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
+        HashMap::with_capacity(returned.len());
+    for r in &returned {
+        times.insert(
+            r.try_get("id")?,
+            (r.try_get("created_at")?, r.try_get("expires_at")?),
+        );
     }
-    Ok(inserted)
+    let mut written = Vec::with_capacity(rows.len());
+    for i in 0..rows.len() {
+        let Some(&(created_at, expires_at)) = times.get(&rows.ids[i]) else {
+            return Err(Error::invariant(format!(
+                "inserted {} reservation rows, expected {}: row {} did not come back",
+                returned.len(),
+                rows.len(),
+                rows.ids[i]
+            )));
+        };
+        written.push(Row {
+            id: rows.ids[i],
+            order_id: rows.orders[i].to_owned(),
+            request_key: rows.request_keys[i].map(str::to_owned),
+            created_at,
+            item: ReservedItem {
+                product_id: ProductId::new(rows.products[i])?,
+                quantity: rows.quantities[i],
+                status: Status::Active,
+                expires_at,
+            },
+        });
+    }
+    Ok(written)
 }
 
 /// The order's current state: per product, its latest row (a re-reserved product shows the new
