@@ -24,41 +24,11 @@ const MAX_PRODUCTS: u32 = 1_000_000;
 /// Largest `--skew`.
 const MAX_SKEW: f64 = 5.0;
 
-/// The scenarios `--scenario` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ScenarioArg {
-    /// One product: every order contends for the same stock row.
-    Hot,
-    /// `--products` products, picked uniformly.
-    Uniform,
-    /// `--products` products, picked with a Zipf law of exponent `--skew`.
-    Zipf,
-    /// Orders of `--items` distinct products, picked uniformly.
-    MultiItem,
-    /// Transfers of 1 between two accounts, in random directions (crossed transfers).
-    TransfersHot,
-    /// Transfers of 1 between two distinct accounts of `--products` accounts.
-    TransfersUniform,
-}
-
-impl ScenarioArg {
-    fn scenario(self) -> Scenario {
-        match self {
-            ScenarioArg::Hot => Scenario::Hot,
-            ScenarioArg::Uniform => Scenario::Uniform,
-            ScenarioArg::Zipf => Scenario::Zipf,
-            ScenarioArg::MultiItem => Scenario::MultiItem,
-            ScenarioArg::TransfersHot => Scenario::TransfersHot,
-            ScenarioArg::TransfersUniform => Scenario::TransfersUniform,
-        }
-    }
-}
-
 /// Flags of `saldo bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    #[arg(long, value_enum, default_value_t = ScenarioArg::Hot)]
-    scenario: ScenarioArg,
+    #[arg(long, value_enum, default_value_t = Scenario::Hot)]
+    scenario: Scenario,
     /// Comma-separated strategies to compare (the first is the baseline of the ratios).
     /// Default: atomic,batched; for the transfer scenarios: ordered (or ordered,naive).
     #[arg(long, value_delimiter = ',')]
@@ -146,7 +116,7 @@ struct Config {
 
 impl Config {
     fn from_args(args: Args) -> Result<Config> {
-        let scenario = args.scenario.scenario();
+        let scenario = args.scenario;
         let mut strategies = Vec::new();
         let defaults = if scenario.is_transfers() {
             vec!["ordered".to_owned()]

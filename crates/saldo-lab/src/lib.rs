@@ -3,7 +3,7 @@
 //! - [`race`]: the race lab behind `saldo race`: the seeds' experiments (last unit,
 //!   oversubscribed, multi-item, crossed transfers, late retries) as rerunnable races with
 //!   per-strategy verdicts and the `--explain` timeline;
-//! - [`bench`]: the bench's engine behind `saldo bench`: scenarios, closed/open-loop load with
+//! - [`bench`](mod@bench): the bench's engine behind `saldo bench`: scenarios, closed/open-loop load with
 //!   corrected latencies, per-run rows and medians, SVG plots, the HTTP mode;
 //! - [`scratch`]: the one scratch-database layer both work in (created, reset, dropped);
 //! - [`checks`]: the one set of invariant checks both run after every run;

@@ -7,6 +7,7 @@
 //! scratch database nobody else writes).
 
 use deadpool_postgres::Pool;
+use tokio_postgres::types::ToSql;
 
 use crate::error::Error;
 use crate::retry::checkout;
@@ -43,29 +44,49 @@ pub async fn empty_all(pool: &Pool) -> Result<(), Error> {
 /// counted history (one `count` movement), so the audit holds from the start. Bulk: one
 /// statement per table, then `ANALYZE stock`.
 pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<(), Error> {
-    let mut client = checkout(pool, "fixtures_stock_products").await?;
-    let tx = client.transaction().await?;
-    tx.batch_execute(EMPTY_STOCK).await?;
     let n = i64::from(products);
-    tx.execute(STOCK_PRODUCTS, &[&units, &n]).await?;
-    tx.execute(COUNT_PRODUCTS, &[&units, &n]).await?;
-    tx.commit().await?;
-    client.batch_execute("ANALYZE stock").await?;
-    Ok(())
+    let bulk = Bulk {
+        operation: "fixtures_stock_products",
+        empty: EMPTY_STOCK,
+        fill: &[STOCK_PRODUCTS, COUNT_PRODUCTS],
+        analyze: "ANALYZE stock",
+    };
+    bulk.run(pool, &[&units, &n]).await
 }
 
 /// Empties the ledger and opens accounts `1..=accounts` with `opening_balance` each, with their
 /// opening rows in the journal and the system account's matching debit, so the ledger audit
 /// holds from the start. Bulk, then `ANALYZE accounts`.
 pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> Result<(), Error> {
-    let mut client = checkout(pool, "fixtures_open_accounts").await?;
-    let tx = client.transaction().await?;
-    tx.batch_execute(EMPTY_LEDGER).await?;
     let n = i64::from(accounts);
-    tx.execute(OPEN_ACCOUNTS, &[&opening_balance, &n]).await?;
-    tx.execute(OPENING_ROWS, &[&opening_balance, &n]).await?;
-    tx.execute(SYSTEM_DEBIT, &[&opening_balance, &n]).await?;
-    tx.commit().await?;
-    client.batch_execute("ANALYZE accounts").await?;
-    Ok(())
+    let bulk = Bulk {
+        operation: "fixtures_open_accounts",
+        empty: EMPTY_LEDGER,
+        fill: &[OPEN_ACCOUNTS, OPENING_ROWS, SYSTEM_DEBIT],
+        analyze: "ANALYZE accounts",
+    };
+    bulk.run(pool, &[&opening_balance, &n]).await
+}
+
+/// A bulk fixture: empty the tables and fill them again in one transaction (every fill statement
+/// takes the same `$1` value and `$2` count), then refresh the planner's statistics.
+struct Bulk {
+    operation: &'static str,
+    empty: &'static str,
+    fill: &'static [&'static str],
+    analyze: &'static str,
+}
+
+impl Bulk {
+    async fn run(&self, pool: &Pool, params: &[&(dyn ToSql + Sync)]) -> Result<(), Error> {
+        let mut client = checkout(pool, self.operation).await?;
+        let tx = client.transaction().await?;
+        tx.batch_execute(self.empty).await?;
+        for statement in self.fill {
+            tx.execute(*statement, params).await?;
+        }
+        tx.commit().await?;
+        client.batch_execute(self.analyze).await?;
+        Ok(())
+    }
 }

@@ -8,8 +8,9 @@ use anyhow::Result;
 use rand::Rng;
 use saldo::domain::{OrderItems, MAX_STOCK_COUNT};
 
-/// The bench's scenarios (`saldo bench --scenario`).
+/// The bench's scenarios (`saldo bench --scenario`; the variants' docs are its help).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// One product: every order contends for the same stock row.
