@@ -7,12 +7,11 @@
 //! ones do — their failure is the expected demonstration and is printed as such.
 
 use anyhow::{bail, Result};
-use saldo::lab::scratch::Scratch;
-use saldo::lab::stock::StockRace;
-use saldo::lab::transfers::TransferRace;
-use saldo::lab::{self, explain, Report, Scenario, Verdict};
-use saldo::ledger::TransferStrategy;
-use saldo::stock::StrategyName;
+use saldo_lab::race::stock::StockRace;
+use saldo_lab::race::transfers::TransferRace;
+use saldo_lab::race::{self as lab, explain, Report, Scenario, Verdict};
+use saldo_lab::scratch::Scratch;
+use saldo_lab::{LabStrategy, LabTransfer};
 
 /// Buyers per run when `--buyers` is absent: seed 000's 50 for the last unit, seed 004's 100.
 pub const DEFAULT_LAST_UNIT_BUYERS: u32 = 50;
@@ -91,16 +90,16 @@ pub struct Args {
 pub enum Race {
     Stock {
         race: StockRace,
-        strategies: Vec<StrategyName>,
+        strategies: Vec<LabStrategy>,
     },
     Transfers {
         race: TransferRace,
-        strategies: Vec<TransferStrategy>,
+        strategies: Vec<LabTransfer>,
     },
     Late {
         buyers: u32,
         runs: u32,
-        strategies: Vec<StrategyName>,
+        strategies: Vec<LabStrategy>,
     },
 }
 
@@ -158,10 +157,10 @@ impl Config {
             }
             // The scenario races the idempotency rule, not the take: the naive takers corrupt
             // the counts on their own (a lost update of `reserved`) before any retry is sent.
-            let late: Vec<StrategyName> = StrategyName::ALL
+            let late: Vec<LabStrategy> = LabStrategy::ALL
                 .iter()
                 .copied()
-                .filter(|n| n.is_safe() || *n == StrategyName::NaiveReplay)
+                .filter(|n| n.is_safe() || *n == LabStrategy::NaiveReplay)
                 .collect();
             Race::Late {
                 buyers: args.buyers.unwrap_or(DEFAULT_LAST_UNIT_BUYERS),
@@ -169,8 +168,8 @@ impl Config {
                 strategies: strategies(
                     &args.strategy,
                     &late,
-                    |name| StrategyName::parse(name).filter(|n| late.contains(n)),
-                    StrategyName::as_str,
+                    |name| LabStrategy::parse(name).filter(|n| late.contains(n)),
+                    LabStrategy::as_str,
                 )?,
             }
         } else if scenario == Scenario::CrossedTransfers {
@@ -189,9 +188,9 @@ impl Config {
                 race,
                 strategies: strategies(
                     &args.strategy,
-                    TransferStrategy::ALL,
-                    TransferStrategy::parse,
-                    TransferStrategy::as_str,
+                    LabTransfer::ALL,
+                    LabTransfer::parse,
+                    LabTransfer::as_str,
                 )?,
             }
         } else {
@@ -216,9 +215,9 @@ impl Config {
                 race,
                 strategies: strategies(
                     &args.strategy,
-                    StrategyName::ALL,
-                    StrategyName::parse,
-                    StrategyName::as_str,
+                    LabStrategy::ALL,
+                    LabStrategy::parse,
+                    LabStrategy::as_str,
                 )?,
             }
         };
@@ -233,7 +232,7 @@ impl Config {
 /// Runs the race on a scratch database of the server at `server_url`.
 pub async fn run(args: Args, server_url: &str) -> Result<()> {
     let config = Config::from_args(&args)?;
-    let scratch = Scratch::create(server_url).await?;
+    let scratch = Scratch::for_race(server_url).await?;
     let work = async {
         match &config.race {
             Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,

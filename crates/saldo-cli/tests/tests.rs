@@ -1,5 +1,5 @@
 //! Tests of the `saldo` binary, run for real against a fresh database on the test cluster
-//! (`saldo::testing`), with `--database-url`.
+//! (`saldo_lab::testing`), with `--database-url`.
 
 #[path = "suite/race.rs"]
 mod race;

@@ -69,10 +69,11 @@ pub enum ConfigError {
         min: u64,
         max: u64,
     },
-    #[error("unknown strategy {0:?}")]
+    /// Not a served strategy; the race lab's naive ones (`saldo-lab`) are not served.
+    #[error(
+        "unknown strategy {0:?} (the naive strategies exist only in saldo race and saldo bench)"
+    )]
     UnknownStrategy(String),
-    #[error("strategy {0} does not keep the invariants under concurrency; serve refuses it")]
-    UnsafeStrategy(StrategyName),
 }
 
 /// Settings every request reads.
@@ -244,15 +245,10 @@ impl RawSettings {
     }
 }
 
-/// Parses a strategy name for the service: unknown and unsafe (lab-only) strategies are refused.
+/// Parses a strategy name for the service. Every [`StrategyName`] keeps the invariants under
+/// concurrency; anything else, the lab-only naive names included, is refused.
 pub fn serving_strategy(name: &str) -> Result<StrategyName, ConfigError> {
-    let parsed =
-        StrategyName::parse(name).ok_or_else(|| ConfigError::UnknownStrategy(name.to_owned()))?;
-    if parsed.is_safe() {
-        Ok(parsed)
-    } else {
-        Err(ConfigError::UnsafeStrategy(parsed))
-    }
+    StrategyName::parse(name).ok_or_else(|| ConfigError::UnknownStrategy(name.to_owned()))
 }
 
 fn in_range(name: &'static str, value: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
@@ -356,5 +352,9 @@ mod tests {
             Err(ConfigError::UnknownStrategy(_))
         ));
         assert!(serving_strategy("atomic").is_ok());
+        assert!(matches!(
+            serving_strategy("naive-overwrite"),
+            Err(ConfigError::UnknownStrategy(_))
+        ));
     }
 }

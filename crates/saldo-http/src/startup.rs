@@ -24,7 +24,8 @@ use crate::AppState;
 pub struct ServiceConfig {
     pub database_url: String,
     pub listen: SocketAddr,
-    /// Must be a strategy safe under concurrency (`StrategyName::is_safe`).
+    /// A served strategy: every [`StrategyName`] is safe under concurrency (the lab-only naive
+    /// ones are not even nameable here).
     pub strategy: StrategyName,
     pub pool: PoolOptions,
     /// Lock and statement timeouts, retry policy of every transaction.
@@ -38,8 +39,6 @@ pub struct ServiceConfig {
 pub enum StartupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{0} is a lab-only strategy: saldo serve runs only strategies safe under concurrency")]
-    UnsafeStrategy(StrategyName),
     #[error("the database: {0}")]
     Database(#[from] saldo::Error),
     #[error("the metrics recorder: {0}")]
@@ -67,9 +66,6 @@ impl Application {
     /// Validates the settings (generating and storing tokens where needed), connects, migrates,
     /// builds the strategy and binds the listener. Nothing is served yet.
     pub async fn build(config: ServiceConfig) -> Result<Application, StartupError> {
-        if !config.strategy.is_safe() {
-            return Err(StartupError::UnsafeStrategy(config.strategy));
-        }
         let validated = config.settings.validate()?;
         let pool = db::connect(&config.database_url, &config.pool)?;
         db::migrate(&pool).await?;

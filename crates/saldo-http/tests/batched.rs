@@ -3,7 +3,7 @@
 
 mod harness {
     #![allow(unused_imports)]
-    pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+    pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
     /// The strategy the suites' apps run.
     pub const STRATEGY: saldo::stock::StrategyName = saldo::stock::StrategyName::Batched;
 }

@@ -1,4 +1,4 @@
-//! Integration tests of the HTTP service against a real PostgreSQL (see `saldo::testing`): most
+//! Integration tests of the HTTP service against a real PostgreSQL (see `saldo_lab::testing`): most
 //! drive `app(state)` with `oneshot`, the `live` module goes through a real listener and client.
 //!
 //! Suites take their database from `crate::harness` (the workspace convention), so another
@@ -6,7 +6,7 @@
 
 mod harness {
     #![allow(unused_imports)]
-    pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
+    pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
     /// The strategy the suites' apps run (`tests/batched.rs` reruns them on `batched`).
     pub const STRATEGY: saldo::stock::StrategyName = saldo::stock::StrategyName::Atomic;
 }

@@ -49,7 +49,20 @@ pub fn connect_database(url: &str, dbname: &str, options: &PoolOptions) -> Resul
 }
 
 fn connect_with(url: &str, dbname: Option<&str>, options: &PoolOptions) -> Result<Pool, Error> {
-    let cfg = deadpool_postgres::Config {
+    pool_config(url, dbname, options)
+        .create_pool(Some(Runtime::Tokio1), NoTls)
+        .map_err(Error::from)
+}
+
+/// The pool's settings: the server's connection settings parsed from `url` (a URL, the
+/// Unix-socket form `postgresql://u:pw@%2Fsocket%2Fdir:5432/db` included, or key=value), with
+/// only the database name replaced when `dbname` is given: no editing of the URL text.
+fn pool_config(
+    url: &str,
+    dbname: Option<&str>,
+    options: &PoolOptions,
+) -> deadpool_postgres::Config {
+    deadpool_postgres::Config {
         url: Some(url.to_owned()),
         dbname: dbname.map(str::to_owned),
         manager: Some(ManagerConfig {
@@ -65,9 +78,7 @@ fn connect_with(url: &str, dbname: Option<&str>, options: &PoolOptions) -> Resul
             ..PoolConfig::default()
         }),
         ..Default::default()
-    };
-    cfg.create_pool(Some(Runtime::Tokio1), NoTls)
-        .map_err(Error::from)
+    }
 }
 
 /// Applies the migrations in `migrations/`, idempotently. An advisory lock serialises several
@@ -86,4 +97,125 @@ pub async fn migrate(pool: &Pool) -> Result<(), Error> {
         .batch_execute("SELECT pg_advisory_unlock(724101)")
         .await?;
     result
+}
+
+/// Creates database `name` on the server of `server_url` (a URL or key=value string naming any
+/// database the user may connect to), cloned from `template` when given. For scratch and test
+/// databases: the user needs CREATEDB. Names are identifiers, which cannot be bound parameters:
+/// only `[a-z0-9_]` is accepted.
+pub async fn create_database(
+    server_url: &str,
+    name: &str,
+    template: Option<&str>,
+) -> Result<(), Error> {
+    let name = identifier(name)?;
+    let sql = match template {
+        Some(template) => format!("CREATE DATABASE {name} TEMPLATE {}", identifier(template)?),
+        None => format!("CREATE DATABASE {name}"),
+    };
+    on_server(server_url, &sql).await
+}
+
+/// Sets `deadlock_timeout` for every later session on database `name` (needs superuser; the
+/// race lab shortens it on its scratch database, where deadlocks are provoked on purpose).
+pub async fn set_deadlock_timeout(
+    server_url: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let name = identifier(name)?;
+    let ms = timeout.as_millis();
+    on_server(
+        server_url,
+        &format!("ALTER DATABASE {name} SET deadlock_timeout = '{ms}ms'"),
+    )
+    .await
+}
+
+/// Drops database `name` if it exists, terminating any session still on it.
+pub async fn drop_database(server_url: &str, name: &str) -> Result<(), Error> {
+    let name = identifier(name)?;
+    on_server(
+        server_url,
+        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    )
+    .await
+}
+
+/// `name` if it is a plain lower-case identifier (safe to splice into SQL).
+fn identifier(name: &str) -> Result<&str, Error> {
+    let plain = !name.is_empty()
+        && name.len() < 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if plain {
+        Ok(name)
+    } else {
+        Err(Error::invariant(format!(
+            "database name {name:?} is not a plain identifier"
+        )))
+    }
+}
+
+/// Runs one statement outside any transaction on its own connection to `server_url`
+/// (CREATE/DROP DATABASE cannot run inside one, nor on a pooled connection to that database).
+async fn on_server(server_url: &str, sql: &str) -> Result<(), Error> {
+    let (client, conn) = tokio_postgres::connect(server_url, NoTls).await?;
+    let conn = tokio::spawn(conn);
+    let result = client.batch_execute(sql).await;
+    drop(client);
+    let _ = conn.await;
+    Ok(result?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The database of the pool is replaced, and nothing else (was the bench's URL rewriting).
+    #[test]
+    fn a_scratch_database_replaces_only_the_name() {
+        use tokio_postgres::config::Host;
+        let options = PoolOptions::default();
+        let config = |url: &str| pool_config(url, Some("x"), &options).get_pg_config();
+        let tcp = config("postgres://u@127.0.0.1:5432/postgres").expect("url");
+        assert_eq!(tcp.get_dbname(), Some("x"));
+        assert_eq!(tcp.get_hosts(), [Host::Tcp("127.0.0.1".into())]);
+        assert_eq!(tcp.get_ports(), [5432]);
+        assert_eq!(tcp.get_user(), Some("u"));
+        let query = config("postgresql://u:p@h/db?sslmode=disable").expect("url");
+        assert_eq!(query.get_dbname(), Some("x"));
+        assert_eq!(query.get_password(), Some(&b"p"[..]));
+        assert_eq!(
+            query.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Disable
+        );
+        // The embedded cluster's form: a percent-encoded socket directory as the host.
+        let socket =
+            config("postgresql://postgres:pw@%2Fvar%2Flib%2Fsaldo%2Fpostgres:5432/postgres")
+                .expect("socket url");
+        assert_eq!(socket.get_dbname(), Some("x"));
+        assert_eq!(
+            socket.get_hosts(),
+            [Host::Unix("/var/lib/saldo/postgres".into())]
+        );
+        assert_eq!(socket.get_password(), Some(&b"pw"[..]));
+        let no_db = config("postgres://h:1").expect("url");
+        assert_eq!(no_db.get_dbname(), Some("x"));
+        assert_eq!(no_db.get_ports(), [1]);
+        let kv = config("host=/tmp dbname=a user=u").expect("kv");
+        assert_eq!(kv.get_dbname(), Some("x"));
+        assert_eq!(kv.get_hosts(), [Host::Unix("/tmp".into())]);
+        assert_eq!(kv.get_user(), Some("u"));
+        assert!(config("nonsense").is_err());
+    }
+
+    #[test]
+    fn only_plain_identifiers_name_a_database() {
+        assert!(identifier("saldo_race_12_0").is_ok());
+        assert!(identifier("").is_err());
+        assert!(identifier("x; DROP DATABASE y").is_err());
+        assert!(identifier("Upper").is_err());
+    }
 }

@@ -5,8 +5,12 @@
 //! - [`ledger`]: accounts and idempotent double-entry transfers locked in id order;
 //! - [`retry`]: the one transaction-retry mechanism every write path uses;
 //! - [`audit`]: the divergence audit that must come back empty;
-//! - [`lab`]: the race lab behind `saldo race`: the seeds' experiments, rerunnable;
-//! - [`db`]: pool and migrations; [`testing`]: the real-PostgreSQL test harness.
+//! - [`db`]: pool, migrations, scratch databases; [`fixtures`]: bulk resets and fixtures for
+//!   the lab and the bench (the only writes outside the strategies, still written here, where
+//!   the schema lives).
+//!
+//! The race lab, the bench's engine, the naive (lab-only) strategies and the test harness live
+//! in the `saldo-lab` crate, which builds on this one.
 //!
 //! Embedding it: connect, migrate, pick a strategy, reserve, confirm.
 //!
@@ -43,12 +47,11 @@ pub mod db;
 pub mod deadline;
 pub mod domain;
 pub mod error;
-pub mod lab;
+pub mod fixtures;
 pub mod ledger;
 pub mod ops;
 pub mod retry;
 pub mod stock;
 pub mod telemetry;
-pub mod testing;
 
 pub use error::{Error, InputError};

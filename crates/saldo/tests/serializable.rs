@@ -6,12 +6,10 @@
 /// Where this binary's suites get a fresh database: the serializable cluster.
 mod harness {
     #![allow(unused_imports)]
-    pub use saldo::testing::{
+    pub use saldo_lab::testing::{
         test_db_serializable as test_db, test_db_serializable_with_pool as test_db_with_pool,
         TestDb,
     };
-    /// The cluster runs every transaction SERIALIZABLE.
-    pub const SERIALIZABLE: bool = true;
 }
 
 #[path = "suite/contract.rs"]

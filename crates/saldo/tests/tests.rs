@@ -1,15 +1,13 @@
-//! Integration tests against a real PostgreSQL started by `pg-local` (see `saldo::testing`).
+//! Integration tests against a real PostgreSQL started by `pg-local` (see `saldo_lab::testing`).
 //!
-//! Suite modules take their database from `crate::harness`, never from `saldo::testing`
+//! Suite modules take their database from `crate::harness`, never from `saldo_lab::testing`
 //! directly, so that another test binary can run the same modules on a differently configured
 //! cluster (e.g. serializable isolation) by declaring its own `harness`.
 
 /// Where this binary's suites get a fresh database.
 mod harness {
     #![allow(unused_imports)]
-    pub use saldo::testing::{test_db, test_db_with_pool, TestDb};
-    /// The cluster runs at the default READ COMMITTED isolation.
-    pub const SERIALIZABLE: bool = false;
+    pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
 }
 
 #[path = "suite/contract.rs"]

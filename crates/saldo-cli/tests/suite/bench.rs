@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use saldo::testing::test_db;
+use saldo_lab::testing::test_db;
 use serde_json::Value;
 
 /// Runs `saldo --database-url <fresh test db> bench ARGS…`; returns the output, the URL and

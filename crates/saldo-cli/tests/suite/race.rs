@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use saldo::testing::test_db;
+use saldo_lab::testing::test_db;
 use serde_json::Value;
 
 /// Runs `saldo --database-url <fresh test db> race ARGS…`.
@@ -55,7 +55,7 @@ async fn last_unit_all_safe_strategies_sell_exactly_one_every_run_and_naive_over
     ])
     .await;
     let reports = reports(&out);
-    for name in saldo::stock::StrategyName::ALL {
+    for name in saldo_lab::LabStrategy::ALL {
         let r = by_strategy(&reports, name.as_str());
         // The --json contract: at least these keys, one object per strategy.
         for key in [

@@ -7,16 +7,17 @@
 //!
 //! Lock order: account rows in ascending id, taken by ONE `SELECT … ORDER BY id FOR UPDATE`
 //! before any decision ([`TransferStrategy::Ordered`]); no two transfers can wait on each other
-//! in a cycle. [`TransferStrategy::Naive`] updates in arrival order and deadlocks: it exists for
-//! the race lab, to show what the ordered strategy prevents, and the service never offers it.
+//! in a cycle. The race lab (`saldo-lab`) brings a naive strategy that updates in arrival order
+//! and deadlocks, through [`MoveFunds`] and [`Ledger::transfer_with`], to show what the ordered
+//! strategy prevents; the service never offers it.
 
 mod journal;
-mod naive;
 mod ordered;
 pub mod types;
 
-pub(crate) use types::Movement;
-pub use types::{Account, Transfer, TransferKind, TransferRequest, TransferStrategy};
+pub use types::{
+    Account, MoveFunds, Movement, Transfer, TransferKind, TransferRequest, TransferStrategy,
+};
 
 use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
 use crate::error::{Error, InputError};
@@ -88,7 +89,7 @@ impl Ledger {
             amount,
             kind: TransferKind::Deposit,
         };
-        self.apply(TransferStrategy::Ordered, "deposit", movement)
+        self.apply(&TransferStrategy::Ordered, "deposit", movement)
             .await
     }
 
@@ -106,7 +107,7 @@ impl Ledger {
             amount,
             kind: TransferKind::Withdrawal,
         };
-        self.apply(TransferStrategy::Ordered, "withdraw", movement)
+        self.apply(&TransferStrategy::Ordered, "withdraw", movement)
             .await
     }
 
@@ -114,6 +115,16 @@ impl Ledger {
     pub async fn transfer(
         &self,
         strategy: TransferStrategy,
+        request: &TransferRequest,
+    ) -> Result<Transfer, Error> {
+        self.transfer_with(&strategy, request).await
+    }
+
+    /// [`Ledger::transfer`] with any [`MoveFunds`]: for the race lab's naive strategy. The
+    /// validation, idempotency, journal row and retry are the ledger's, as for every transfer.
+    pub async fn transfer_with(
+        &self,
+        strategy: &dyn MoveFunds,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
         let movement = Movement {
@@ -146,7 +157,7 @@ impl Ledger {
 
     async fn apply(
         &self,
-        strategy: TransferStrategy,
+        strategy: &dyn MoveFunds,
         operation: &'static str,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
@@ -157,7 +168,7 @@ impl Ledger {
 
     async fn apply_checked(
         &self,
-        strategy: TransferStrategy,
+        strategy: &dyn MoveFunds,
         operation: &'static str,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
@@ -197,17 +208,27 @@ fn validate(m: &Movement<'_>) -> Result<(), InputError> {
 
 async fn apply_tx(
     client: &deadpool_postgres::Client,
-    strategy: TransferStrategy,
+    strategy: &dyn MoveFunds,
     m: Movement<'_>,
 ) -> Result<Transfer, Error> {
     if let Some(existing) = journal::find(client, m.id).await? {
         return journal::replay(existing, &m);
     }
-    match strategy {
-        TransferStrategy::Ordered => ordered::move_funds(client, &m).await?,
-        TransferStrategy::Naive => naive::move_funds(client, &m).await?,
-    }
+    strategy.move_funds(client, &m).await?;
     journal::insert(client, &m).await
+}
+
+#[async_trait::async_trait]
+impl MoveFunds for TransferStrategy {
+    async fn move_funds(
+        &self,
+        client: &deadpool_postgres::Client,
+        m: &Movement<'_>,
+    ) -> Result<(), Error> {
+        match self {
+            TransferStrategy::Ordered => ordered::move_funds(client, m).await,
+        }
+    }
 }
 
 /// Counts a ledger outcome by kind (bounded labels: kinds and outcome names only).
@@ -288,8 +309,6 @@ mod tests {
         for s in TransferStrategy::ALL {
             assert_eq!(TransferStrategy::parse(s.as_str()), Some(*s));
         }
-        assert!(TransferStrategy::Ordered.is_safe());
-        assert!(!TransferStrategy::Naive.is_safe());
         for k in ["transfer", "opening", "deposit", "withdrawal"] {
             assert_eq!(TransferKind::parse(k).map(TransferKind::as_str), Some(k));
         }

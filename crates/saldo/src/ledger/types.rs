@@ -1,7 +1,7 @@
 //! The ledger's vocabulary: strategies, journal kinds, requests, journal rows, accounts, the
 //! movement every path applies, and the two conversions every path shares.
 //!
-//! A leaf of `ledger`: the strategies (`ordered`, `naive`) and the journal import from here,
+//! A leaf of `ledger`: the strategy (`ordered`) and the journal import from here,
 //! and the ledger's entry points in `ledger/mod.rs` import them; nothing points back.
 
 use chrono::{DateTime, Utc};
@@ -10,20 +10,18 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{AccountId, Amount, TransferId};
 use crate::error::Error;
 
-/// How a transfer takes its two account locks.
+/// How a transfer takes its two account locks: the strategies the service runs. The race lab
+/// (`saldo-lab`) adds its naive one through [`MoveFunds`] and `Ledger::transfer_with`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransferStrategy {
     /// Seed 002: both rows locked in ascending id by one statement, then the decision.
     Ordered,
-    /// Lab only: debit then credit in arrival order; crossed transfers deadlock (40P01).
-    Naive,
 }
 
 impl TransferStrategy {
-    /// Every strategy, the safe one first.
-    pub const ALL: &'static [TransferStrategy] =
-        &[TransferStrategy::Ordered, TransferStrategy::Naive];
+    /// Every strategy.
+    pub const ALL: &'static [TransferStrategy] = &[TransferStrategy::Ordered];
 
     pub fn parse(s: &str) -> Option<TransferStrategy> {
         TransferStrategy::ALL
@@ -35,14 +33,21 @@ impl TransferStrategy {
     pub fn as_str(self) -> &'static str {
         match self {
             TransferStrategy::Ordered => "ordered",
-            TransferStrategy::Naive => "naive",
         }
     }
+}
 
-    /// True for the strategy that cannot deadlock against itself.
-    pub fn is_safe(self) -> bool {
-        self == TransferStrategy::Ordered
-    }
+/// The contested step of a movement: lock the two accounts and move the money, inside the
+/// transaction the ledger opened (the journal lookup before it and the journal row after it are
+/// the ledger's, whatever the implementation). [`TransferStrategy`] implements it for the
+/// service; the race lab implements it for its naive strategy.
+#[async_trait::async_trait]
+pub trait MoveFunds: Send + Sync {
+    async fn move_funds(
+        &self,
+        client: &deadpool_postgres::Client,
+        m: &Movement<'_>,
+    ) -> Result<(), Error>;
 }
 
 impl std::fmt::Display for TransferStrategy {
@@ -120,7 +125,7 @@ pub struct Account {
 
 /// One movement to apply: the common shape of transfer, deposit and withdrawal.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Movement<'r> {
+pub struct Movement<'r> {
     pub id: &'r TransferId,
     pub from: AccountId,
     pub to: AccountId,

@@ -11,20 +11,17 @@ use super::types::{
     telemetry_outcome, ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation,
     ReserveRequest, ReservedItem, StockStrategy, Store, StrategyName,
 };
-use super::{atomic, batched, naive, optimistic, pessimistic, trace};
+use super::{atomic, batched, optimistic, pessimistic, trace};
 use crate::domain::OrderId;
 use crate::error::Error;
 
 /// Knobs a strategy may read when it is built. Each has a bounded default.
 #[derive(Debug, Clone, Default)]
 pub struct StrategyConfig {
-    /// Lab only: how long a naive strategy "thinks" between its read and its write (seed 000's
-    /// payment call), to widen the race window.
-    pub think: std::time::Duration,
     /// Attempts and backoff of the `optimistic` strategy before `VersionConflict`.
     pub optimistic: optimistic::OptimisticConfig,
-    /// Lab only: where the naive, pessimistic and optimistic takers record their reads and
-    /// writes, for `saldo race --explain`. `None` in production.
+    /// Lab only: where the pessimistic and optimistic takers (and the lab's naive ones) record
+    /// their reads and writes, for `saldo race --explain`. `None` in production.
     pub trace: Option<trace::TraceSink>,
     /// Queues, batch size and partitions of the `batched` strategy.
     pub batched: batched::BatchedConfig,
@@ -46,22 +43,7 @@ pub fn build(name: StrategyName, store: Store, config: &StrategyConfig) -> Arc<d
                 trace,
             },
         )),
-        StrategyName::NaiveSubtract => Arc::new(StockEngine::new(
-            store,
-            naive::NaiveSubtract {
-                think: config.think,
-                trace,
-            },
-        )),
-        StrategyName::NaiveOverwrite => Arc::new(StockEngine::new(
-            store,
-            naive::NaiveOverwrite {
-                think: config.think,
-                trace,
-            },
-        )),
         StrategyName::Batched => Arc::new(batched::Batched::new(store, &config.batched)),
-        StrategyName::NaiveReplay => Arc::new(naive::NaiveReplay { store }),
     }
 }
 
@@ -75,6 +57,19 @@ pub struct StockEngine<T: UnitTaker> {
 impl<T: UnitTaker> StockEngine<T> {
     pub fn new(store: Store, taker: T) -> Self {
         StockEngine { store, taker }
+    }
+
+    /// For the race lab only (`saldo-lab`'s `naive-replay`): reserve under the idempotency rule
+    /// before issue 11, under which an order id stopped being a key once the order was released
+    /// or expired, so a late retry takes the units again. The rule itself stays in `lifecycle`
+    /// (one `plan` for every intent); this is its one public door, so the lab can show
+    /// `saldo race late-retry` failing without it. Never used by the service.
+    pub async fn reserve_forgetting_released(
+        &self,
+        request: &ReserveRequest,
+    ) -> Result<Reservation, Error> {
+        let intent = lifecycle::Intent::ForgetfulReserve(request);
+        lifecycle::reserve(&self.store, &self.taker, intent).await
     }
 }
 

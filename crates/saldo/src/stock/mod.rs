@@ -17,7 +17,6 @@ pub mod atomic;
 pub mod batched;
 pub mod engine;
 mod lifecycle;
-pub mod naive;
 pub mod optimistic;
 pub mod pessimistic;
 mod sql;

@@ -32,8 +32,8 @@ const TAKE_IF_VERSION: &str = crate::stock_update!(
     "WHERE product_id = $1 AND version = $2 RETURNING available, reserved"
 );
 
-/// What the unlocked read saw.
-pub(crate) struct Seen {
+/// What the unlocked read saw. Public for the race lab's naive takers (`saldo-lab`).
+pub struct Seen {
     pub available: i32,
     pub reserved: i32,
     pub version: i64,
@@ -41,8 +41,9 @@ pub(crate) struct Seen {
 
 /// Reads the row without a lock and checks it in the application: the first half of the
 /// optimistic strategy, and of the lab's naive ones, which differ in how they write. It lives
-/// here, with the safe strategy, so that nothing served depends on lab-only code.
-pub(crate) async fn read_and_check(
+/// here, with the safe strategy, so that nothing served depends on lab-only code; it is public
+/// for the lab.
+pub async fn read_and_check(
     client: &Client,
     session: &Session<'_>,
     product: ProductId,

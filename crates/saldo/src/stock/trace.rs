@@ -113,26 +113,27 @@ impl TraceSink {
     }
 }
 
-/// A session of an optional sink: what the takers carry through one `take`.
-pub(crate) struct Session<'a> {
+/// A session of an optional sink: what the takers carry through one `take`. Public for the race
+/// lab's naive takers (`saldo-lab`).
+pub struct Session<'a> {
     sink: Option<&'a TraceSink>,
     id: u32,
 }
 
 impl<'a> Session<'a> {
-    pub(crate) fn start(sink: Option<&'a TraceSink>) -> Self {
+    pub fn start(sink: Option<&'a TraceSink>) -> Self {
         let id = sink.map_or(0, TraceSink::session);
         Session { sink, id }
     }
 
-    pub(crate) fn record(&self, product_id: ProductId, step: impl FnOnce() -> TraceStep) {
+    pub fn record(&self, product_id: ProductId, step: impl FnOnce() -> TraceStep) {
         if let Some(sink) = self.sink {
             sink.record(self.id, product_id, step());
         }
     }
 
     /// Records what a write's `RETURNING available, reserved` says the row now holds.
-    pub(crate) fn record_written(
+    pub fn record_written(
         &self,
         product_id: ProductId,
         row: &tokio_postgres::Row,

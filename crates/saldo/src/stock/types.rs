@@ -121,29 +121,24 @@ pub struct Stock {
     pub version: i64,
 }
 
-/// Names of the stock strategies. Naive ones exist for the race lab only: they are never safe
-/// and `saldo serve` refuses them.
+/// Names of the strategies the service may run: every one keeps every invariant under
+/// concurrency. The race lab's naive strategies are not here: they live in `saldo-lab`
+/// (`LabStrategy`), so nothing in this crate can build or serve them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StrategyName {
     Atomic,
     Pessimistic,
     Optimistic,
     Batched,
-    NaiveSubtract,
-    NaiveOverwrite,
-    NaiveReplay,
 }
 
 impl StrategyName {
-    /// Every strategy, safe ones first, in the order the lab prints them.
+    /// Every strategy, in the order the lab prints them.
     pub const ALL: &'static [StrategyName] = &[
         StrategyName::Atomic,
         StrategyName::Pessimistic,
         StrategyName::Optimistic,
         StrategyName::Batched,
-        StrategyName::NaiveSubtract,
-        StrategyName::NaiveOverwrite,
-        StrategyName::NaiveReplay,
     ];
 
     pub fn parse(s: &str) -> Option<StrategyName> {
@@ -156,22 +151,6 @@ impl StrategyName {
             StrategyName::Pessimistic => "pessimistic",
             StrategyName::Optimistic => "optimistic",
             StrategyName::Batched => "batched",
-            StrategyName::NaiveSubtract => "naive-subtract",
-            StrategyName::NaiveOverwrite => "naive-overwrite",
-            StrategyName::NaiveReplay => "naive-replay",
-        }
-    }
-
-    /// True for strategies that keep every invariant under concurrency.
-    pub fn is_safe(self) -> bool {
-        match self {
-            StrategyName::Atomic => true,
-            StrategyName::Pessimistic => true,
-            StrategyName::Optimistic => true,
-            StrategyName::Batched => true,
-            StrategyName::NaiveSubtract => false,
-            StrategyName::NaiveOverwrite => false,
-            StrategyName::NaiveReplay => false,
         }
     }
 }

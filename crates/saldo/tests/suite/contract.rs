@@ -1,19 +1,19 @@
-//! The contract every safe stock strategy keeps, run against EVERY safe strategy
-//! (`StrategyName::ALL` filtered by `is_safe`, so a new strategy joins by being listed there):
+//! The contract every served stock strategy keeps, run against EVERY one of them
+//! (`StrategyName::ALL`: all safe, so a new strategy joins by being listed there):
 //! seed 000's last unit and seed 004's oversubscribed purchases, crossing multi-item orders
 //! (all or nothing, no deadlock), simultaneous replays, lifecycle errors and idempotency,
 //! expiry and re-reserve, confirm racing the sweeper. Each scenario gets a fresh database per
 //! strategy and ends with the divergence audit.
 //!
-//! The same oversell checks run against the naive strategies with the read–write window
-//! widened, and must fail there: proof that the checks can fail.
+//! The same oversell checks run against the lab's naive strategies with the read–write window
+//! widened, and must fail there (proof that the checks can fail): `saldo-lab`'s
+//! `tests/suite/naive_stock.rs`, since saldo no longer knows those strategies.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::{audit_stock, Invariant};
+use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
-use saldo::lab::stock::{buy_all, Tally};
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::optimistic::OptimisticConfig;
 use saldo::stock::{
@@ -21,6 +21,7 @@ use saldo::stock::{
     StrategyConfig, StrategyName,
 };
 use saldo::Error;
+use saldo_lab::race::buyers::{buy_all, Tally};
 
 use crate::harness::{test_db, TestDb};
 
@@ -30,18 +31,9 @@ use crate::harness::{test_db, TestDb};
 const CONTRACT_ATTEMPTS: u32 = 12;
 /// Runs of the last-unit race per strategy.
 const LAST_UNIT_RUNS: usize = 10;
-/// The widened window for the naive strategies (seed 000's payment call, shortened). Wide
-/// enough that two of the 32 pooled sessions read the last unit before the first one writes even
-/// on a loaded two-core machine, where tasks and backends wait tens of milliseconds for a core;
-/// it costs about one window per attempt (later readers see the unit gone and stop at once).
-const NAIVE_THINK: Duration = Duration::from_millis(150);
-/// Attempts a naive strategy gets to show its failure; one failing attempt is required. With
-/// 50 buyers and a 150 ms window every pooled session reads before the first write, so the first
-/// attempt fails in practice; the others are there for a scheduler that starves the race anyway.
-const NAIVE_ATTEMPTS: usize = 5;
 
 pub(crate) fn safe_strategies() -> impl Iterator<Item = StrategyName> {
-    StrategyName::ALL.iter().copied().filter(|n| n.is_safe())
+    StrategyName::ALL.iter().copied()
 }
 
 pub(crate) fn pid(n: i64) -> ProductId {
@@ -616,95 +608,6 @@ async fn confirms_racing_sweepers_have_exactly_one_winner() {
         assert_eq!(s1.reserved, 0, "{name}");
         assert_audit_clean(&db, name).await;
     }
-}
-
-/// One last-unit race of a naive strategy with the window widened.
-async fn naive_last_unit(name: StrategyName) -> (TestDb, Tally) {
-    let db = test_db().await;
-    let config = StrategyConfig {
-        think: NAIVE_THINK,
-        ..StrategyConfig::default()
-    };
-    let engine = engine_with_stock(&db, name, &config, &[(1, 1)]).await;
-    let tally = race_for_product(&engine, 50).await;
-    (db, tally)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn naive_overwrite_sells_the_last_unit_many_times_and_the_audit_sees_it() {
-    if crate::harness::SERIALIZABLE {
-        return naive_is_rescued_by_serializable(StrategyName::NaiveOverwrite).await;
-    }
-    let mut seen = Vec::new();
-    for _ in 0..NAIVE_ATTEMPTS {
-        let (db, tally) = naive_last_unit(StrategyName::NaiveOverwrite).await;
-        if serializable(&db).await {
-            // SERIALIZABLE turns the lost update into 40001 + whole-transaction retry: even the
-            // naive code sells once there, which is why it is the distributed-SQL default.
-            assert_eq!(tally.units(), 1, "{tally:?}");
-            return;
-        }
-        let divergences = audit_stock(&db.pool).await.expect("audit");
-        let stock = admin::get(&db.store(), pid(1)).await.expect("stock");
-        // The lost update goes unnoticed by the row itself: nothing negative, no error.
-        assert!(stock.available >= 0);
-        assert!(tally.errors.is_empty(), "{tally:?}");
-        if tally.units() > 1 {
-            // Every seller wrote reserved=1, but each left a reservation row behind.
-            assert!(
-                divergences
-                    .iter()
-                    .any(|d| d.invariant == Invariant::ReservedMatchesActive
-                        && d.expected == tally.units() as i64),
-                "{divergences:?}"
-            );
-            return;
-        }
-        seen.push(tally.units());
-    }
-    panic!("naive-overwrite never oversold in {NAIVE_ATTEMPTS} attempts: sold {seen:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn naive_subtract_hits_the_check_constraint_and_the_error_reaches_buyers() {
-    if crate::harness::SERIALIZABLE {
-        return naive_is_rescued_by_serializable(StrategyName::NaiveSubtract).await;
-    }
-    let mut seen = Vec::new();
-    for _ in 0..NAIVE_ATTEMPTS {
-        let (db, tally) = naive_last_unit(StrategyName::NaiveSubtract).await;
-        if serializable(&db).await {
-            assert_eq!(tally.units(), 1, "{tally:?}");
-            return;
-        }
-        let stock = admin::get(&db.store(), pid(1)).await.expect("stock");
-        // The CHECK is the last line of defence: stock never goes negative, one unit is sold...
-        assert_eq!((stock.available, stock.reserved), (0, 1));
-        assert_eq!(tally.units(), 1);
-        // ...but buyers who passed the application's check get a constraint error instead of a
-        // clean refusal.
-        if tally.check_violations() > 0 {
-            assert_audit_clean(&db, StrategyName::NaiveSubtract).await;
-            return;
-        }
-        seen.push(tally);
-    }
-    panic!("naive-subtract never hit the CHECK in {NAIVE_ATTEMPTS} attempts: {seen:?}");
-}
-
-/// Under SERIALIZABLE the database itself detects the read-decide-write race: the losers get
-/// 40001 and rerun (or give up), so even the naive code never sells a unit twice. The same race
-/// that breaks it under READ COMMITTED is the proof that the isolation level, not luck, saves it.
-async fn naive_is_rescued_by_serializable(name: StrategyName) {
-    let (db, tally) = naive_last_unit(name).await;
-    let stock = admin::get(&db.store(), pid(1)).await.expect("stock");
-    assert!(
-        tally.units() <= 1,
-        "{name} oversold under serializable: {tally:?}"
-    );
-    assert_eq!(stock.available + stock.reserved, 1, "{name}");
-    assert_eq!(tally.check_violations(), 0, "{name}: {tally:?}");
-    assert_audit_clean(&db, name).await;
 }
 
 /// Waits (bounded) until some session of `db` waits on a lock.

@@ -1,13 +1,16 @@
-//! Seed 002 scenarios for the ledger: crossed transfers with the ordered strategy (no failure)
-//! and the naive one (deadlocks, visible only when the retry is measured), idempotent replays,
-//! every typed refusal, and the ledger audit after each scenario.
+//! Seed 002 scenarios for the ledger: crossed transfers with the ordered strategy (no failure),
+//! idempotent replays, every typed refusal, and the ledger audit after each scenario. The
+//! refusal and replay checks run against the lab's naive strategy too (`saldo_lab::LabTransfer`,
+//! a dev-dependency); the naive deadlock demonstrations are `saldo-lab`'s
+//! `tests/suite/naive_ledger.rs`.
 
 use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
 use saldo::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
 use saldo::ledger::{Ledger, Transfer, TransferKind, TransferRequest, TransferStrategy};
-use saldo::retry::{RetryPolicy, TxOptions, TxStats};
+use saldo::retry::{TxOptions, TxStats};
 use saldo::stock::Store;
 use saldo::{Error, InputError};
+use saldo_lab::LabTransfer;
 
 use crate::harness::{test_db, TestDb};
 
@@ -164,83 +167,6 @@ async fn crossed_transfers_ordered_never_fail() {
     assert_ledger_clean(&db).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crossed_transfers_naive_deadlock_without_retry() {
-    // One round deadlocks about 20 times in 200 transfers; a few rounds (each on a fresh
-    // database, each checked in full) so that a starved scheduler cannot make it pass by luck
-    // of timing: at least one deadlock over all rounds is required.
-    let mut deadlocks = 0;
-    for _ in 0..NAIVE_ROUNDS {
-        let db = test_db().await;
-        let ledger = naive_ledger(&db, db.tx.clone().with_retry(RetryPolicy::none()));
-        let crossed = crossed_transfers(&ledger, TransferStrategy::Naive).await;
-        deadlocks += crossed
-            .errors
-            .iter()
-            .filter(|e| e.sqlstate().map(|s| s.code()) == Some("40P01"))
-            .count();
-        // Every failure is a concurrency failure the retry would absorb: 40P01, or 40001 when
-        // the cluster runs SERIALIZABLE.
-        let unexpected: Vec<&Error> = crossed
-            .errors
-            .iter()
-            .filter(|e| !matches!(e.sqlstate().map(|s| s.code()), Some("40P01" | "40001")))
-            .collect();
-        assert!(unexpected.is_empty(), "{unexpected:?}");
-        // A deadlock victim leaves no effect: whatever committed is still consistent.
-        assert_total_unchanged(&ledger).await;
-        assert_ledger_clean(&db).await;
-        if deadlocks > 0 {
-            break;
-        }
-    }
-    assert!(
-        deadlocks > 0,
-        "the naive race produced no 40P01 in {NAIVE_ROUNDS} rounds: the test cannot fail"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crossed_transfers_naive_succeed_only_by_measured_retries() {
-    // As above: rounds until the retry has hidden a deadlock, every round checked in full.
-    let stats = TxStats::new();
-    for _ in 0..NAIVE_ROUNDS {
-        let db = test_db().await;
-        let tx = db
-            .tx
-            .clone()
-            .with_retry(RetryPolicy::default().with_max_attempts(NAIVE_ATTEMPTS))
-            .with_stats(stats.clone());
-        let ledger = naive_ledger(&db, tx);
-        let crossed = crossed_transfers(&ledger, TransferStrategy::Naive).await;
-        let codes: Vec<String> = crossed.errors.iter().map(ToString::to_string).collect();
-        assert_eq!(crossed.ok, 2 * CROSSED_EACH_WAY, "failures: {codes:?}");
-        assert_eq!(balance(&ledger, 1).await, OPENING);
-        assert_eq!(balance(&ledger, 2).await, OPENING);
-        assert_total_unchanged(&ledger).await;
-        assert_ledger_clean(&db).await;
-        if stats.deadlock_retries() > 0 {
-            break;
-        }
-    }
-    assert!(stats.deadlock_retries() > 0, "the retry hid no deadlock");
-}
-
-/// Rounds of a naive crossed-transfer race at most, until one shows its deadlocks.
-const NAIVE_ROUNDS: usize = 3;
-/// The naive race deadlocks on most crossings, and PostgreSQL tends to pick the longest waiter
-/// as the victim again and again: enough attempts that every transfer gets through.
-const NAIVE_ATTEMPTS: u32 = 16;
-/// Connections for the naive races. Two transactions at a time is seed 002's timeline (Ana pays
-/// Bia while Bia pays Ana): it deadlocks on a good share of the 200 transfers (measured: about
-/// 20 without retry) while each deadlock costs one `deadlock_timeout` (50 ms on the test
-/// cluster). A wider pool deadlocks on nearly every transfer and only makes the test slower.
-const NAIVE_POOL: usize = 2;
-
-fn naive_ledger(db: &TestDb, tx: TxOptions) -> Ledger {
-    Ledger::new(Store::new(db.new_pool(NAIVE_POOL), tx))
-}
-
 #[tokio::test]
 async fn insufficient_funds_is_refused_once_and_never_retried() {
     let db = test_db().await;
@@ -248,10 +174,10 @@ async fn insufficient_funds_is_refused_once_and_never_retried() {
     let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
     ledger.open_account(acc(1), 100).await.expect("open 1");
     ledger.open_account(acc(2), 0).await.expect("open 2");
-    for strategy in TransferStrategy::ALL {
+    for strategy in LabTransfer::ALL {
         let before = stats.attempts();
-        let refused = ledger
-            .transfer(*strategy, &request("too-much", 1, 2, 101))
+        let refused = strategy
+            .transfer(&ledger, &request("too-much", 1, 2, 101))
             .await;
         match refused {
             Err(Error::InsufficientFunds {
@@ -295,14 +221,14 @@ async fn twenty_simultaneous_replays_apply_once() {
     let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 1_000).await.expect("open 1");
     ledger.open_account(acc(2), 0).await.expect("open 2");
-    for strategy in TransferStrategy::ALL {
+    for strategy in LabTransfer::ALL {
         let id = format!("dup-{strategy}");
         let mut tasks = Vec::new();
         for _ in 0..REPLAY_COPIES {
             let ledger = ledger.clone();
             let req = request(&id, 1, 2, 100);
             tasks.push(tokio::spawn(async move {
-                ledger.transfer(*strategy, &req).await
+                strategy.transfer(&ledger, &req).await
             }));
         }
         let mut results = Vec::new();
@@ -363,8 +289,8 @@ async fn same_id_with_another_payload_conflicts() {
         .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 100))
         .await
         .expect("first");
-    let replay = ledger
-        .transfer(TransferStrategy::Naive, &request("t", 1, 2, 100))
+    let replay = LabTransfer::Naive
+        .transfer(&ledger, &request("t", 1, 2, 100))
         .await
         .expect("replay");
     assert!(replay.replayed);
@@ -424,16 +350,16 @@ async fn refusals_are_typed() {
     assert!(AccountId::new(0).is_err());
     assert!(TransferId::new("").is_err());
 
-    for strategy in TransferStrategy::ALL {
+    for strategy in LabTransfer::ALL {
         for (from, to, unknown) in [(1, 9, 9), (9, 1, 9)] {
-            let result = ledger.transfer(*strategy, &request("u", from, to, 1)).await;
+            let result = strategy.transfer(&ledger, &request("u", from, to, 1)).await;
             assert!(
                 matches!(result, Err(Error::UnknownAccount(a)) if a == acc(unknown)),
                 "{strategy} {from}->{to}: {result:?}"
             );
         }
         assert!(matches!(
-            ledger.transfer(*strategy, &request("s", 1, 1, 1)).await,
+            strategy.transfer(&ledger, &request("s", 1, 1, 1)).await,
             Err(Error::Input(InputError::SameAccount))
         ));
         let system = TransferRequest {
@@ -441,12 +367,12 @@ async fn refusals_are_typed() {
             ..request("sys", 1, 2, 1)
         };
         assert!(matches!(
-            ledger.transfer(*strategy, &system).await,
+            strategy.transfer(&ledger, &system).await,
             Err(Error::Input(InputError::AccountIdNotPositive(0)))
         ));
         assert!(matches!(
-            ledger
-                .transfer(*strategy, &request("opening:7", 1, 2, 1))
+            strategy
+                .transfer(&ledger, &request("opening:7", 1, 2, 1))
                 .await,
             Err(Error::Input(InputError::TransferIdInvalid))
         ));
@@ -570,9 +496,9 @@ async fn movements_past_bigint_are_refused_typed() {
         )
         .await
         .expect("edge");
-    for strategy in TransferStrategy::ALL {
-        let result = ledger
-            .transfer(*strategy, &request("t-edge", 1, 2, 2))
+    for strategy in LabTransfer::ALL {
+        let result = strategy
+            .transfer(&ledger, &request("t-edge", 1, 2, 2))
             .await;
         assert!(
             matches!(result, Err(Error::BalanceOutOfRange { account }) if account == acc(2)),

@@ -9,14 +9,16 @@
 
 use std::time::{Duration, Instant};
 
-use crate::audit::audit_stock;
-use crate::domain::{OrderId, OrderItems, ProductId, Ttl};
-use crate::error::Error;
-use crate::lab::scratch::Scratch;
-use crate::lab::stock::{buy_all, Tally};
-use crate::lab::{LabError, Report, Scenario};
-use crate::retry::TxOptions;
-use crate::stock::{admin, build, sweeper, ReserveRequest, StrategyConfig, StrategyName};
+use saldo::audit::audit_stock;
+use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+use saldo::error::Error;
+use saldo::retry::TxOptions;
+use saldo::stock::{admin, sweeper, ReserveRequest, StrategyConfig};
+
+use crate::race::buyers::{buy_all, Tally};
+use crate::race::types::{LabError, Report, Scenario};
+use crate::scratch::Scratch;
+use crate::strategy::LabStrategy;
 
 /// The lifetime of the orders that are left to expire.
 const SHORT_TTL: Duration = Duration::from_millis(1);
@@ -54,14 +56,14 @@ fn order(run: u32, buyer: u32, ttl: Ttl) -> Result<ReserveRequest, Error> {
 pub async fn run_once(
     scratch: &Scratch,
     buyers: u32,
-    strategy: StrategyName,
+    strategy: LabStrategy,
     run: u32,
 ) -> Result<LateOutcome, LabError> {
     scratch.reset().await?;
     let store = scratch.store(TxOptions::default());
     let product = ProductId::new(1).map_err(Error::from)?;
     admin::set_count(&store, product, buyers.into()).await?;
-    let engine = build(strategy, store.clone(), &StrategyConfig::default());
+    let engine = strategy.build(store.clone(), &StrategyConfig::default(), Duration::ZERO);
 
     // Even buyers' orders will expire, odd ones are cancelled.
     let first: Vec<ReserveRequest> = (0..buyers)
@@ -106,7 +108,7 @@ pub async fn run(
     scratch: &Scratch,
     buyers: u32,
     runs: u32,
-    strategies: &[StrategyName],
+    strategies: &[LabStrategy],
 ) -> Result<Vec<Report>, LabError> {
     let mut reports = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
@@ -126,7 +128,7 @@ pub async fn run(
             report.add_sold(run, outcome.retaken_units);
             report.oversold += outcome.retaken_units;
             report.runs_oversold += u32::from(outcome.retaken_units > 0);
-            report.add_tally(&outcome.tally);
+            outcome.tally.add_to(&mut report);
             report.final_available = outcome.final_available;
             report.final_reserved = outcome.final_reserved;
             report.audit_divergences += outcome.audit_divergences;

@@ -7,16 +7,27 @@
 use deadpool_postgres::Client;
 use tokio_postgres::error::SqlState;
 
-use crate::domain::AccountId;
-use crate::error::Error;
-use crate::ledger::types::Movement;
+use saldo::domain::AccountId;
+use saldo::error::Error;
+use saldo::ledger::{MoveFunds, Movement};
 
 const DEBIT: &str = "UPDATE accounts SET balance = balance - $2 \
      WHERE id = $1 AND (id = 0 OR balance >= $2)";
 const CREDIT: &str = "UPDATE accounts SET balance = balance + $2 WHERE id = $1";
 const BALANCE: &str = "SELECT balance FROM accounts WHERE id = $1";
 
-pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {
+/// The naive transfer strategy: debit, then credit, in the order the caller named the accounts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NaiveTransfer;
+
+#[async_trait::async_trait]
+impl MoveFunds for NaiveTransfer {
+    async fn move_funds(&self, client: &Client, m: &Movement<'_>) -> Result<(), Error> {
+        move_funds(client, m).await
+    }
+}
+
+async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {
     let amount = m.amount.get();
     let stmt = client.prepare_cached(DEBIT).await?;
     let debited = client

@@ -14,11 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use deadpool_postgres::Pool;
-use tokio_postgres::NoTls;
-
-use crate::db::{self, PoolOptions};
-use crate::retry::{RetryPolicy, TxOptions};
-use crate::stock::Store;
+use saldo::db::{self, PoolOptions};
+use saldo::retry::{RetryPolicy, TxOptions};
+use saldo::stock::Store;
 
 const TEMPLATE: &str = "saldo_template";
 
@@ -123,19 +121,12 @@ fn start_shared(isolation: Option<String>) -> Result<Shared, String> {
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&cluster.url("postgres"), NoTls)
-            .await
-            .map_err(|e| e.to_string())?;
-        let conn = tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE DATABASE {TEMPLATE}"))
+        db::create_database(&cluster.url("postgres"), TEMPLATE, None)
             .await
             .map_err(|e| e.to_string())?;
         let pool = pool_for(&cluster.url(TEMPLATE), 1);
         db::migrate(&pool).await.map_err(|e| e.to_string())?;
         pool.close();
-        drop(client);
-        let _ = conn.await;
         Ok::<_, String>(())
     })?;
     Ok(Shared { cluster, tx })
@@ -168,16 +159,9 @@ async fn fresh_db(shared: &Shared, max_size: usize) -> TestDb {
         std::process::id(),
         NEXT_DB.fetch_add(1, Ordering::Relaxed)
     );
-    let (client, conn) = tokio_postgres::connect(&shared.cluster.url("postgres"), NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect to test cluster: {e}"));
-    let conn = tokio::spawn(conn);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+    db::create_database(&shared.cluster.url("postgres"), &name, Some(TEMPLATE))
         .await
         .unwrap_or_else(|e| panic!("create test database {name}: {e}"));
-    drop(client);
-    let _ = conn.await;
     let url = shared.cluster.url(&name);
     TestDb {
         pool: pool_for(&url, max_size),

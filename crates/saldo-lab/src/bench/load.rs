@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use saldo::domain::{AccountId, Amount, OrderId, TransferId, Ttl};
-use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
+use saldo::ledger::{Ledger, TransferRequest};
 use saldo::stock::{ReserveRequest, StockStrategy};
 use saldo::Error;
 use tokio::sync::Semaphore;
 
 use super::http::{Answer, HttpTarget};
 use super::scenario::Picker;
+use crate::strategy::LabTransfer;
 
 /// Largest latency the histograms hold (anything slower is recorded as this).
 pub const MAX_LATENCY_US: u64 = 60_000_000;
@@ -79,7 +80,7 @@ pub enum Target {
     /// One reservation (or sale) per operation.
     Stock(Arc<dyn StockStrategy>),
     /// One transfer of 1 between two accounts per operation.
-    Ledger(Ledger, TransferStrategy),
+    Ledger(Ledger, LabTransfer),
     /// One reservation (or sale) per operation through a running `saldo serve`.
     Http(Arc<HttpTarget>),
 }
@@ -141,7 +142,7 @@ impl Shared {
                     Ok(r) => r,
                     Err(e) => return Outcome::Error(e.to_string()),
                 };
-                match ledger.transfer(*strategy, &request).await {
+                match strategy.transfer(ledger, &request).await {
                     Ok(_) => Outcome::Ok(1),
                     Err(Error::InsufficientFunds { .. }) | Err(Error::TransferConflict(_)) => {
                         Outcome::Refused

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+pub use crate::checks::Check;
+
 /// One run of one strategy in one round.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
@@ -26,14 +28,6 @@ pub struct RunResult {
     pub mean_batch: Option<f64>,
     pub largest_batch: Option<u64>,
     pub invariants: Vec<Check>,
-}
-
-/// One invariant checked after a run.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: &'static str,
-    pub ok: bool,
-    pub detail: String,
 }
 
 /// Medians of one strategy across rounds.

@@ -1,15 +1,16 @@
 //! What a benchmark operation does: the scenarios (`hot`, `uniform`, `zipf`, `multi-item`
 //! reserve stock; `transfers-hot`, `transfers-uniform` move money), how each picks the items or
-//! accounts of the next operation, and how the data is laid out before a run. Stock and
-//! balances are large enough that a run never runs out: what is measured is the engine, not the
-//! refusal path.
+//! accounts of the next operation, and how much stock and money a run starts with (laid out by
+//! `saldo::fixtures`). Stock and balances are large enough that a run never runs out: what is
+//! measured is the engine, not the refusal path.
 
 use anyhow::Result;
 use rand::Rng;
 use saldo::domain::{OrderItems, MAX_STOCK_COUNT};
 
-/// The scenarios `--scenario` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+/// The bench's scenarios (`saldo bench --scenario`; the variants' docs are its help).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// One product: every order contends for the same stock row.
@@ -150,28 +151,6 @@ impl Picker {
 
 /// The balance each account opens with: never exhausted by transfers of 1.
 pub const OPENING_BALANCE: i64 = 1_000_000_000;
-
-/// Empties the ledger (keeping the system account) and opens `$2` accounts of `$1` each, with
-/// their opening rows in the journal and the system account's matching debit, so the ledger
-/// audit holds from the start. Bench-only bulk setup.
-pub const LEDGER_RESET: &str = "TRUNCATE transfers; DELETE FROM accounts WHERE id <> 0; \
-     UPDATE accounts SET balance = 0 WHERE id = 0";
-pub const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
-     SELECT g, $1 FROM generate_series(1, $2::bigint) g";
-pub const OPENING_ROWS: &str =
-    "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
-     SELECT 'opening:' || g, 0, g, $1, 'opening' FROM generate_series(1, $2::bigint) g";
-pub const SYSTEM_DEBIT: &str =
-    "UPDATE accounts SET balance = -($1::bigint * $2::bigint) WHERE id = 0";
-
-/// Empties the scratch database and stocks `products` products, each with a counted history so
-/// that the audit can prove every run. Bench-only: it writes stock directly, in bulk.
-pub const RESET: &str = "TRUNCATE reservations, stock_movements, stock RESTART IDENTITY";
-pub const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
-     SELECT g, $1 FROM generate_series(1, $2::bigint) g";
-pub const COUNT_PRODUCTS: &str =
-    "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
-     SELECT g, 'count', $1, 'bench' FROM generate_series(1, $2::bigint) g";
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::stock::trace::{TraceEvent, TraceStep};
+use saldo::stock::trace::{TraceEvent, TraceStep};
 
 /// Sessions printed side by side; the rest are summarised.
 pub const COLUMNS: usize = 3;
@@ -165,7 +165,7 @@ fn summary(events: &[TraceEvent], sessions: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ProductId;
+    use saldo::domain::ProductId;
 
     fn ev(session: u32, at_us: u64, step: TraceStep) -> TraceEvent {
         TraceEvent {

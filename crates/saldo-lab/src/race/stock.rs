@@ -4,29 +4,26 @@
 //! Multi-item orders come from a [`StdRng`] seeded with `seed + run`, so every strategy faces
 //! the same order mix in the same run and a seed reproduces it.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use tokio_postgres::error::SqlState;
+use saldo::audit::audit_stock;
+use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+use saldo::error::{Error, InputError};
+use saldo::retry::TxOptions;
+use saldo::stock::optimistic::OptimisticConfig;
+use saldo::stock::trace::TraceSink;
+use saldo::stock::{admin, ReserveRequest, StrategyConfig};
 
-use crate::audit::audit_stock;
-use crate::domain::{OrderId, OrderItems, ProductId, Ttl};
-use crate::error::{Error, InputError};
-use crate::lab::scratch::Scratch;
-use crate::lab::{
-    bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS,
-    MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
+use crate::checks;
+pub use crate::race::buyers::{buy_all, Tally};
+use crate::race::types::{
+    bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS, MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
 };
-use crate::retry::TxOptions;
-use crate::stock::optimistic::OptimisticConfig;
-use crate::stock::trace::TraceSink;
-use crate::stock::{
-    admin, build, Reservation, ReserveRequest, StockStrategy, StrategyConfig, StrategyName,
-};
+use crate::scratch::Scratch;
+use crate::strategy::LabStrategy;
 
 /// Products a multi-item run stocks (ids 1..=N), each with `stock` units.
 pub const MULTI_ITEM_PRODUCTS: i64 = 4;
@@ -112,73 +109,6 @@ impl StockRace {
     }
 }
 
-/// What the buyers of one run were told.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub sold_orders: u64,
-    /// Units per product granted to buyers.
-    pub sold_units: BTreeMap<ProductId, u64>,
-    pub refused: u64,
-    /// Which product each refusal named.
-    pub refused_products: BTreeMap<ProductId, u64>,
-    pub conflicts: u64,
-    pub errors: BTreeMap<String, u64>,
-}
-
-impl Tally {
-    /// Counts each buyer's answer against its request.
-    pub fn of(orders: &[ReserveRequest], results: &[Result<Reservation, Error>]) -> Tally {
-        let mut t = Tally::default();
-        for (order, result) in orders.iter().zip(results) {
-            match result {
-                Ok(r) if !r.replayed => {
-                    t.sold_orders += 1;
-                    for (p, q) in order.items.iter() {
-                        *t.sold_units.entry(p).or_default() += q.get().unsigned_abs() as u64;
-                    }
-                }
-                Ok(_) => {}
-                Err(Error::InsufficientStock { product_id, .. }) => {
-                    t.refused += 1;
-                    *t.refused_products.entry(*product_id).or_default() += 1;
-                }
-                Err(Error::VersionConflict { .. }) => t.conflicts += 1,
-                Err(e) => *t.errors.entry(error_kind(e)).or_default() += 1,
-            }
-        }
-        t
-    }
-
-    pub fn units(&self) -> u64 {
-        self.sold_units.values().sum()
-    }
-
-    /// CHECK violations (23514) that reached a buyer.
-    pub fn check_violations(&self) -> u64 {
-        self.errors
-            .get(SqlState::CHECK_VIOLATION.code())
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-/// Fires every order at once and returns each buyer's answer, in order. Bounded by the number
-/// of orders and by [`RUN_TIMEOUT`](crate::lab::RUN_TIMEOUT).
-pub async fn buy_all(
-    engine: &Arc<dyn StockStrategy>,
-    orders: &[ReserveRequest],
-) -> Result<Vec<Result<Reservation, Error>>, LabError> {
-    let tasks: Vec<_> = orders
-        .iter()
-        .cloned()
-        .map(|order| {
-            let engine = engine.clone();
-            tokio::spawn(async move { engine.reserve(&order).await })
-        })
-        .collect();
-    join_bounded(tasks).await
-}
-
 /// What one run found.
 #[derive(Debug, Clone, Default)]
 pub struct RunOutcome {
@@ -203,15 +133,11 @@ impl RunOutcome {
     }
 }
 
-const TOTALS: &str = "SELECT coalesce(sum(available), 0)::bigint, \
-     coalesce(sum(reserved), 0)::bigint, coalesce(min(available), 0)::bigint FROM stock";
-const ROWS_PER_ORDER: &str = "SELECT order_id, count(*) FROM reservations GROUP BY order_id";
-
 /// Runs `race` once against `strategy` on a reset scratch database.
 pub async fn run_once(
     scratch: &Scratch,
     race: &StockRace,
-    strategy: StrategyName,
+    strategy: LabStrategy,
     run: u32,
     trace: Option<TraceSink>,
 ) -> Result<RunOutcome, LabError> {
@@ -224,27 +150,16 @@ pub async fn run_once(
     // Fields other strategies add later keep their defaults.
     #[allow(clippy::needless_update)]
     let config = StrategyConfig {
-        think: race.think,
         optimistic: race.optimistic,
         trace,
         ..StrategyConfig::default()
     };
-    let engine = build(strategy, store, &config);
+    let engine = strategy.build(store, &config, race.think);
     let results = buy_all(&engine, &orders).await?;
     let tally = Tally::of(&orders, &results);
 
-    let client = crate::retry::checkout(scratch.pool(), "race_totals").await?;
-    let row = client.query_one(TOTALS, &[]).await.map_err(Error::from)?;
-    let (final_available, final_reserved, min_available): (i64, i64, i64) =
-        (row.get(0), row.get(1), row.get(2));
-    let in_db: BTreeMap<String, i64> = client
-        .query(ROWS_PER_ORDER, &[])
-        .await
-        .map_err(Error::from)?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    drop(client);
+    let totals = checks::stock_totals(scratch.pool()).await?;
+    let in_db = checks::rows_per_order(scratch.pool()).await?;
     // All or nothing: a sold order has one row per item, any other order none.
     let partial_orders = orders
         .iter()
@@ -263,9 +178,9 @@ pub async fn run_once(
     let audit_divergences = audit_stock(scratch.pool()).await?.len() as u64;
     Ok(RunOutcome {
         tally,
-        final_available,
-        final_reserved,
-        min_available,
+        final_available: totals.available,
+        final_reserved: totals.reserved,
+        min_available: totals.min_available,
         oversold,
         audit_divergences,
         partial_orders,
@@ -276,7 +191,7 @@ pub async fn run_once(
 pub async fn run(
     scratch: &Scratch,
     race: &StockRace,
-    strategies: &[StrategyName],
+    strategies: &[LabStrategy],
 ) -> Result<Vec<Report>, LabError> {
     let mut reports = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
@@ -299,7 +214,7 @@ pub async fn run(
                 report.trace_dropped = Some(dropped);
             }
             report.add_sold(run, outcome.tally.units());
-            report.add_tally(&outcome.tally);
+            outcome.tally.add_to(&mut report);
             report.final_available = outcome.final_available;
             report.final_reserved = outcome.final_reserved;
             report.oversold += outcome.oversold;

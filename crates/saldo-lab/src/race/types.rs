@@ -1,25 +1,13 @@
-//! The race lab behind `saldo race`: the seeds' experiments as rerunnable scenarios.
-//!
-//! Each run starts from a fresh state in a scratch database the lab creates for itself
-//! ([`scratch`]), fires concurrent buyers (or transfers) at one strategy, and then checks every
-//! invariant: units sold against units stocked, the divergence audit, CHECK violations that
-//! reached a buyer, partially written orders. A safe strategy must hold them run after run; the
-//! naive ones are expected to break them — their breakage is the demonstration, and proof that
-//! the checks can fail.
-
-pub mod explain;
-pub mod late;
-pub mod scratch;
-pub mod stock;
-pub mod transfers;
+//! The race lab's vocabulary: scenarios, bounds, errors, per-strategy reports and verdicts.
+//! A leaf of `race`: every scenario module imports from here; nothing here imports them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::Error;
-use crate::stock::trace::TraceEvent;
+use saldo::error::Error;
+use saldo::stock::trace::TraceEvent;
 
 /// Most runs per strategy in one invocation.
 pub const MAX_RUNS: u32 = 1_000;
@@ -33,10 +21,7 @@ pub const MAX_THINK_MS: u64 = 1_000;
 pub const MAX_TRANSFERS: u32 = 10_000;
 /// A run that has not finished after this long is abandoned with an error.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
-/// Connections the lab's pool opens at most (seed 004 uses 20).
-pub const LAB_POOL_SIZE: usize = 32;
-/// How long a buyer may wait for a connection: a widened window queues buyers behind the pool.
-pub const LAB_POOL_WAIT_MS: u64 = 120_000;
+pub use crate::scratch::{LAB_POOL_SIZE, LAB_POOL_WAIT_MS};
 
 /// The lab's scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -113,12 +98,10 @@ pub enum LabError {
     Timeout(Duration),
     #[error("a buyer task failed: {0}")]
     Join(String),
-    #[error("scratch database: {0}")]
-    Scratch(String),
 }
 
 /// Awaits every task, bounded by [`RUN_TIMEOUT`]; on timeout the tasks are aborted.
-pub(crate) async fn join_bounded<T: Send + 'static>(
+pub async fn join_bounded<T: Send + 'static>(
     tasks: Vec<tokio::task::JoinHandle<T>>,
 ) -> Result<Vec<T>, LabError> {
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
@@ -224,26 +207,19 @@ impl Report {
         };
     }
 
-    /// Adds what one run's buyers were told: refusals, conflicts, errors.
-    pub(crate) fn add_tally(&mut self, tally: &stock::Tally) {
-        self.refused += tally.refused;
-        self.conflicts += tally.conflicts;
-        self.add_errors(&tally.errors);
-    }
-
     /// Records the elapsed time since `started` and judges the runs.
-    pub(crate) fn finish(&mut self, started: std::time::Instant) {
+    pub fn finish(&mut self, started: std::time::Instant) {
         self.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.judge();
     }
 
-    pub(crate) fn add_errors(&mut self, errors: &BTreeMap<String, u64>) {
+    pub fn add_errors(&mut self, errors: &BTreeMap<String, u64>) {
         for (k, v) in errors {
             *self.errors.entry(k.clone()).or_default() += v;
         }
     }
 
-    pub(crate) fn add_sold(&mut self, run: u32, sold: u64) {
+    pub fn add_sold(&mut self, run: u32, sold: u64) {
         self.sold += sold;
         if run == 0 {
             self.sold_per_run_min = sold;

@@ -7,17 +7,19 @@
 
 use std::time::Instant;
 
-use crate::audit::audit_ledger;
-use crate::domain::{AccountId, Amount, TransferId};
-use crate::error::Error;
-use crate::lab::scratch::Scratch;
-use crate::lab::{
+use saldo::audit::audit_ledger;
+use saldo::domain::{AccountId, Amount, TransferId};
+use saldo::error::Error;
+use saldo::ledger::{Ledger, TransferRequest};
+use saldo::retry::{RetryPolicy, TxOptions, TxStats};
+use saldo::stock::Store;
+
+use crate::race::types::{
     bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_RUNS,
     MAX_TRANSFERS,
 };
-use crate::ledger::{Ledger, TransferRequest, TransferStrategy};
-use crate::retry::{RetryPolicy, TxOptions, TxStats};
-use crate::stock::Store;
+use crate::scratch::Scratch;
+use crate::strategy::LabTransfer;
 
 /// Opening balance of each account (seed 002: 100,000).
 pub const OPENING_BALANCE: i64 = 100_000;
@@ -50,7 +52,7 @@ fn account(n: i64) -> Result<AccountId, Error> {
 }
 
 /// The name a strategy is reported under: the retry setting changes what the caller sees.
-pub fn label(strategy: TransferStrategy, retry: bool) -> String {
+pub fn label(strategy: LabTransfer, retry: bool) -> String {
     if retry {
         strategy.as_str().to_owned()
     } else {
@@ -62,7 +64,7 @@ pub fn label(strategy: TransferStrategy, retry: bool) -> String {
 pub async fn run(
     scratch: &Scratch,
     race: &TransferRace,
-    strategies: &[TransferStrategy],
+    strategies: &[LabTransfer],
 ) -> Result<Vec<Report>, LabError> {
     let mut reports = Vec::new();
     for &strategy in strategies {
@@ -104,7 +106,7 @@ pub async fn run(
                 };
                 let ledger = ledger.clone();
                 tasks.push(tokio::spawn(async move {
-                    ledger.transfer(strategy, &request).await
+                    strategy.transfer(&ledger, &request).await
                 }));
             }
             let joined = join_bounded(tasks).await?;

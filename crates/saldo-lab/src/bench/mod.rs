@@ -1,0 +1,411 @@
+//! The bench's engine behind `saldo bench`: throughput and latency of strategies side by side,
+//! in one invocation.
+//!
+//! Runs are interleaved (round 1: every strategy, round 2: every strategy, …) so that noise on a
+//! shared machine hits all strategies alike, and the summaries report medians across rounds.
+//! Every run starts from the same freshly stocked scratch database ([`crate::scratch`]; laid
+//! out by `saldo::fixtures`), so the user's data is never touched, and every run ends with the
+//! invariant checks ([`crate::checks`], shared with the race lab): a broken one is reported in
+//! [`BenchOutcome::all_ok`].
+//!
+//! Layout: [`scenario`] (what an operation picks), [`load`] (closed/open loop, latencies),
+//! [`http`] (the HTTP mode's client), [`report`] (per-run rows, medians, the table), [`plot`]
+//! (SVG); this file runs the rounds. The CLI parses flags into a [`BenchConfig`], shows
+//! [`Progress`] and prints the [`BenchOutcome`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use saldo::stock::batched::BatchedConfig;
+//! use saldo_lab::bench::{self, load::LoadPlan, Backend, BenchConfig, Contender, Scenario};
+//! use saldo_lab::scratch::Scratch;
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let scratch = Scratch::for_bench("postgres://postgres@127.0.0.1:5432/postgres", 32).await?;
+//! let config = BenchConfig {
+//!     scenario: Scenario::Hot,
+//!     strategies: vec![
+//!         Contender::parse(Scenario::Hot, "atomic")?,
+//!         Contender::parse(Scenario::Hot, "batched")?,
+//!     ],
+//!     plan: LoadPlan {
+//!         concurrency: 64,
+//!         rate: None,
+//!         warmup: Duration::from_secs(1),
+//!         duration: Duration::from_secs(5),
+//!         with_confirm: false,
+//!     },
+//!     rounds: 3,
+//!     products: 1,
+//!     skew: 1.0,
+//!     items: 1,
+//!     pool_size: 32,
+//!     batched: BatchedConfig::default(),
+//!     http: None,
+//! };
+//! let outcome = bench::run(&config, Backend::Scratch(&scratch), &()).await;
+//! scratch.drop_database().await?;
+//! print!("{}", bench::report::table(&outcome?.summaries));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod http;
+pub mod load;
+pub mod plot;
+pub mod report;
+pub mod scenario;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use saldo::ledger::Ledger;
+use saldo::retry::TxOptions;
+use saldo::stock::batched::{Batched, BatchedConfig, BatchedStats};
+use saldo::stock::StrategyConfig;
+
+use crate::checks::{self, Check};
+use crate::scratch::Scratch;
+use crate::strategy::{LabStrategy, LabTransfer};
+use http::HttpTarget;
+use load::{LoadPlan, Tally, Target};
+use report::{RunResult, Summary};
+pub use scenario::Scenario;
+use scenario::{Picker, OPENING_BALANCE, STOCK_PER_PRODUCT};
+
+/// A strategy under test: a stock strategy, or a transfer strategy for the ledger scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contender {
+    Stock(LabStrategy),
+    Transfer(LabTransfer),
+    /// Whatever strategy the `--target` server runs.
+    Http,
+}
+
+impl Contender {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Contender::Stock(n) => n.as_str(),
+            Contender::Transfer(t) => t.as_str(),
+            Contender::Http => "http",
+        }
+    }
+
+    /// A strategy name of `scenario`'s kind (transfer strategies for the ledger scenarios).
+    pub fn parse(scenario: Scenario, s: &str) -> Result<Contender> {
+        if scenario.is_transfers() {
+            return LabTransfer::parse(s)
+                .map(Contender::Transfer)
+                .with_context(|| {
+                    let known: Vec<&str> = LabTransfer::ALL.iter().map(|n| n.as_str()).collect();
+                    format!(
+                        "unknown transfer strategy {s:?}; known: {}",
+                        known.join(", ")
+                    )
+                });
+        }
+        LabStrategy::parse(s)
+            .map(Contender::Stock)
+            .with_context(|| {
+                let known: Vec<&str> = LabStrategy::ALL.iter().map(|n| n.as_str()).collect();
+                format!("unknown stock strategy {s:?}; known: {}", known.join(", "))
+            })
+    }
+}
+
+/// Validated configuration of one invocation.
+pub struct BenchConfig {
+    pub scenario: Scenario,
+    pub strategies: Vec<Contender>,
+    pub plan: LoadPlan,
+    pub rounds: u32,
+    /// Products (or accounts) the scenario creates: [`Scenario::products`] of the request.
+    pub products: u32,
+    pub skew: f64,
+    pub items: u32,
+    pub pool_size: usize,
+    pub batched: BatchedConfig,
+    /// HTTP mode: the running service to drive (its strategy is the server's).
+    pub http: Option<Arc<HttpTarget>>,
+}
+
+impl BenchConfig {
+    /// The title line of the output.
+    pub fn title(&self) -> String {
+        let load = match self.plan.rate {
+            Some(rate) => format!("open loop {rate}/s, ≤{} in flight", self.plan.concurrency),
+            None => format!("{} buyers", self.plan.concurrency),
+        };
+        let products = match self.scenario {
+            Scenario::Hot | Scenario::TransfersHot => String::new(),
+            Scenario::TransfersUniform => format!(", {} accounts", self.products),
+            _ => format!(", {} products", self.products),
+        };
+        let sale = if self.plan.with_confirm {
+            ", reserve+confirm"
+        } else {
+            ""
+        };
+        format!(
+            "saldo bench {}: {load}{products}{sale}",
+            self.scenario.as_str()
+        )
+    }
+
+    /// Runs in all: rounds × strategies.
+    pub fn runs_total(&self) -> u64 {
+        u64::from(self.rounds) * self.strategies.len() as u64
+    }
+
+    /// Wall time of one run: warm-up plus the measured window.
+    pub fn per_run(&self) -> Duration {
+        self.plan.warmup + self.plan.duration
+    }
+}
+
+/// Where the runs go: a scratch database in-process, or a server over HTTP.
+pub enum Backend<'a> {
+    Scratch(&'a Scratch),
+    Http(Arc<HttpTarget>),
+}
+
+/// What the caller sees while the bench runs (a progress bar, a log). Both default to nothing;
+/// `&()` shows nothing.
+pub trait Progress: Sync {
+    /// Every 100 ms of run number `index` (0-based over all runs): answers so far, time since
+    /// the run started.
+    fn tick(&self, _index: u64, _round: u32, _name: Contender, _answered: u64, _elapsed: Duration) {
+    }
+    /// A run finished.
+    fn run_done(&self, _result: &RunResult) {}
+}
+
+impl Progress for () {}
+
+/// Every run, the medians per strategy, and whether every invariant held after every run.
+pub struct BenchOutcome {
+    pub results: Vec<RunResult>,
+    pub summaries: Vec<Summary>,
+    pub all_ok: bool,
+}
+
+/// Runs every round of every strategy of `config` against `backend`.
+pub async fn run(
+    config: &BenchConfig,
+    backend: Backend<'_>,
+    progress: &dyn Progress,
+) -> Result<BenchOutcome> {
+    let picker = Arc::new(Picker::new(
+        config.scenario,
+        config.products,
+        config.skew,
+        config.items,
+    ));
+    let mut results = Vec::new();
+    for round in 1..=config.rounds {
+        for (i, &name) in config.strategies.iter().enumerate() {
+            let index = u64::from(round - 1) * config.strategies.len() as u64 + i as u64;
+            let on_tick = |answered: u64, elapsed: Duration| {
+                progress.tick(index, round, name, answered, elapsed);
+            };
+            let result = match &backend {
+                Backend::Http(target) => http_run(config, target, &picker, round, on_tick).await?,
+                Backend::Scratch(scratch) => {
+                    one_run(config, scratch, &picker, name, round, on_tick).await?
+                }
+            };
+            progress.run_done(&result);
+            results.push(result);
+        }
+    }
+    let names: Vec<String> = config
+        .strategies
+        .iter()
+        .map(|n| n.as_str().to_owned())
+        .collect();
+    let summaries = report::summarize(&names, &results);
+    let all_ok = summaries.iter().all(|s| s.invariants_ok);
+    Ok(BenchOutcome {
+        results,
+        summaries,
+        all_ok,
+    })
+}
+
+/// One strategy, one round: fresh stock, the load, the checks.
+async fn one_run(
+    config: &BenchConfig,
+    scratch: &Scratch,
+    picker: &Arc<Picker>,
+    name: Contender,
+    round: u32,
+    on_tick: impl Fn(u64, Duration),
+) -> Result<RunResult> {
+    let pool = scratch.pool();
+    let store = scratch.store(TxOptions::default());
+    let mut batched = None;
+    let target = match name {
+        Contender::Http => bail!("HTTP runs go through http_run"),
+        Contender::Transfer(strategy) => {
+            saldo::fixtures::open_accounts(pool, config.products, OPENING_BALANCE).await?;
+            Target::Ledger(Ledger::new(store), strategy)
+        }
+        Contender::Stock(LabStrategy::Batched) => {
+            saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
+            let b = Batched::new(store, &config.batched);
+            batched = Some(b.clone());
+            Target::Stock(Arc::new(b))
+        }
+        Contender::Stock(other) => {
+            saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
+            let strategy_config = StrategyConfig {
+                batched: config.batched.clone(),
+                ..StrategyConfig::default()
+            };
+            Target::Stock(other.build(store, &strategy_config, Duration::ZERO))
+        }
+    };
+    reset_peak_rss();
+    let tag = format!("r{round}{}", name.as_str());
+    let tally = load::drive(target, picker.clone(), &config.plan, tag, on_tick).await?;
+    let peak_rss_kib = peak_rss_kib();
+    let stats = batched.as_ref().map(Batched::stats);
+    drop(batched);
+    let invariants = if config.scenario.is_transfers() {
+        let expected_total = OPENING_BALANCE * i64::from(config.products);
+        checks::ledger_checks(pool, expected_total, tally.units_granted, tally.errors).await?
+    } else {
+        let stock = i64::from(STOCK_PER_PRODUCT);
+        checks::stock_checks(pool, stock, tally.units_granted, tally.errors).await?
+    };
+    Ok(result_of(
+        name,
+        round,
+        &tally,
+        peak_rss_kib,
+        stats,
+        invariants,
+    ))
+}
+
+/// Most products whose stock the HTTP mode reads before and after a run.
+const HTTP_CHECKED_PRODUCTS: u32 = 100;
+/// Stock-setting requests in flight while preparing an HTTP run.
+const HTTP_SETUP_CONCURRENCY: usize = 32;
+
+/// One HTTP run: stock the bench's products, drive the server, check its audit and (for up to
+/// `HTTP_CHECKED_PRODUCTS` products) that the units taken match the units granted.
+async fn http_run(
+    config: &BenchConfig,
+    target: &Arc<http::HttpTarget>,
+    picker: &Arc<Picker>,
+    round: u32,
+    on_tick: impl Fn(u64, Duration),
+) -> Result<RunResult> {
+    let products: Vec<i64> = (1..=i64::from(config.products))
+        .map(|p| http::PRODUCT_OFFSET + p)
+        .collect();
+    for chunk in products.chunks(HTTP_SETUP_CONCURRENCY) {
+        let mut set = tokio::task::JoinSet::new();
+        for &p in chunk {
+            let target = target.clone();
+            set.spawn(async move { target.set_count(p, STOCK_PER_PRODUCT).await });
+        }
+        while let Some(done) = set.join_next().await {
+            done??;
+        }
+    }
+    let checked = config.products <= HTTP_CHECKED_PRODUCTS;
+    let mut before = 0i64;
+    if checked {
+        for &p in &products {
+            before += target.stock(p).await?.0;
+        }
+    }
+    reset_peak_rss();
+    let tag = format!("b{}r{round}", std::process::id());
+    let tally = load::drive(
+        Target::Http(target.clone()),
+        picker.clone(),
+        &config.plan,
+        tag,
+        on_tick,
+    )
+    .await?;
+    let peak_rss_kib = peak_rss_kib();
+    let mut invariants = vec![Check {
+        name: "audit clean",
+        ok: target.audit().await?,
+        detail: "GET /v1/admin/audit".into(),
+    }];
+    if checked {
+        let mut after = 0i64;
+        for &p in &products {
+            after += target.stock(p).await?.0;
+        }
+        let taken = before - after;
+        let granted = tally.units_granted;
+        invariants.push(Check {
+            name: "granted = units taken",
+            ok: checks::granted_matches(taken, granted, tally.errors),
+            detail: format!("{granted} units granted, available fell by {taken}"),
+        });
+    }
+    Ok(result_of(
+        Contender::Http,
+        round,
+        &tally,
+        peak_rss_kib,
+        None,
+        invariants,
+    ))
+}
+
+fn result_of(
+    name: Contender,
+    round: u32,
+    tally: &Tally,
+    peak_rss_kib: Option<u64>,
+    stats: Option<BatchedStats>,
+    invariants: Vec<Check>,
+) -> RunResult {
+    let h = &tally.latency_us;
+    RunResult {
+        strategy: name.as_str().to_owned(),
+        round,
+        ops_per_s: tally.measured_ok as f64 / tally.measured_span.as_secs_f64(),
+        latency_us_p50: h.value_at_quantile(0.50),
+        latency_us_p90: h.value_at_quantile(0.90),
+        latency_us_p99: h.value_at_quantile(0.99),
+        latency_us_p999: h.value_at_quantile(0.999),
+        latency_us_max: h.max(),
+        ok: tally.measured_ok,
+        refused: tally.refused,
+        overloaded: tally.overloaded,
+        errors: tally.errors,
+        first_error: tally.first_error.clone(),
+        peak_rss_kib,
+        mean_batch: stats
+            .filter(|s| s.batches > 0)
+            .map(|s| s.orders as f64 / s.batches as f64),
+        largest_batch: stats.map(|s| s.largest_batch),
+        invariants,
+    }
+}
+
+/// Resets the kernel's peak-RSS mark so each run reports its own (Linux; ignored elsewhere).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident memory (VmHWM) in KiB, if the platform says.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}

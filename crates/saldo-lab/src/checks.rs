@@ -1,0 +1,154 @@
+//! The invariant checks the race lab and the bench share: what the database holds after a run,
+//! read back (never written) and compared with what the buyers were told. Both also run
+//! saldo's divergence audit ([`saldo::audit`]).
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::Pool;
+use saldo::error::Error;
+use saldo::retry::checkout;
+use serde::Serialize;
+
+const TOTALS: &str = "SELECT coalesce(sum(available), 0)::bigint, \
+     coalesce(sum(reserved), 0)::bigint, coalesce(min(available), 0)::bigint FROM stock";
+const ROWS_PER_ORDER: &str = "SELECT order_id, count(*) FROM reservations GROUP BY order_id";
+const OVERSOLD: &str = "SELECT count(*) FROM (SELECT product_id FROM reservations \
+     WHERE status IN ('active', 'confirmed') GROUP BY product_id HAVING sum(quantity) > $1) t";
+const LIVE_UNITS: &str = "SELECT coalesce(sum(quantity), 0)::bigint FROM reservations \
+     WHERE status IN ('active', 'confirmed')";
+const USER_BALANCES: &str = "SELECT coalesce(sum(balance), 0)::bigint FROM accounts WHERE id <> 0";
+const TRANSFERS_MADE: &str = "SELECT count(*) FROM transfers WHERE kind = 'transfer'";
+
+/// One invariant checked after a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Sums over every stock row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StockTotals {
+    pub available: i64,
+    pub reserved: i64,
+    /// Lowest `available` of any product (the CHECK keeps it ≥ 0).
+    pub min_available: i64,
+}
+
+/// What the database holds against what the callers were told: exactly that when every call
+/// was answered, at least that when some answers were lost to errors (the work may have been
+/// done without the caller hearing of it).
+pub fn granted_matches(in_db: i64, granted: u64, errors: u64) -> bool {
+    let granted = i64::try_from(granted).unwrap_or(i64::MAX);
+    if errors == 0 {
+        in_db == granted
+    } else {
+        in_db >= granted
+    }
+}
+
+async fn one_i64(
+    pool: &Pool,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<i64, Error> {
+    let client = checkout(pool, "lab_checks").await?;
+    Ok(client.query_one(sql, params).await?.try_get(0)?)
+}
+
+/// [`StockTotals`] of the database.
+pub async fn stock_totals(pool: &Pool) -> Result<StockTotals, Error> {
+    let client = checkout(pool, "lab_checks").await?;
+    let row = client.query_one(TOTALS, &[]).await?;
+    Ok(StockTotals {
+        available: row.try_get(0)?,
+        reserved: row.try_get(1)?,
+        min_available: row.try_get(2)?,
+    })
+}
+
+/// Reservation rows per order id (all statuses).
+pub async fn rows_per_order(pool: &Pool) -> Result<BTreeMap<String, i64>, Error> {
+    let client = checkout(pool, "lab_checks").await?;
+    client
+        .query(ROWS_PER_ORDER, &[])
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// After a stock run: the audit, no product sold past `stock_per_product`, and every unit a
+/// buyer was told it got is in the database ([`granted_matches`]).
+pub async fn stock_checks(
+    pool: &Pool,
+    stock_per_product: i64,
+    units_granted: u64,
+    errors: u64,
+) -> Result<Vec<Check>, Error> {
+    let divergences = saldo::audit::audit_stock(pool).await?;
+    let oversold = one_i64(pool, OVERSOLD, &[&stock_per_product]).await?;
+    let live = one_i64(pool, LIVE_UNITS, &[]).await?;
+    Ok(vec![
+        Check {
+            name: "audit clean",
+            ok: divergences.is_empty(),
+            detail: format!("{} divergences", divergences.len()),
+        },
+        Check {
+            name: "sold <= stock",
+            ok: oversold == 0,
+            detail: format!("{oversold} products oversold"),
+        },
+        Check {
+            name: "granted = reserved rows",
+            ok: granted_matches(live, units_granted, errors),
+            detail: format!("{units_granted} units granted to buyers, {live} live in the database"),
+        },
+    ])
+}
+
+/// After a transfer run: the ledger audit, the users' total unchanged at `expected_total`
+/// (transfers move money, they never create it), and one journal row per transfer a client was
+/// told succeeded ([`granted_matches`]).
+pub async fn ledger_checks(
+    pool: &Pool,
+    expected_total: i64,
+    transfers_granted: u64,
+    errors: u64,
+) -> Result<Vec<Check>, Error> {
+    let divergences = saldo::audit::audit_ledger(pool).await?;
+    let total = one_i64(pool, USER_BALANCES, &[]).await?;
+    let made = one_i64(pool, TRANSFERS_MADE, &[]).await?;
+    Ok(vec![
+        Check {
+            name: "ledger audit clean",
+            ok: divergences.is_empty(),
+            detail: format!("{} divergences", divergences.len()),
+        },
+        Check {
+            name: "balances conserved",
+            ok: total == expected_total,
+            detail: format!("users hold {total}, opened with {expected_total}"),
+        },
+        Check {
+            name: "granted = journal rows",
+            ok: granted_matches(made, transfers_granted, errors),
+            detail: format!("{transfers_granted} transfers acknowledged, {made} in the journal"),
+        },
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn granted_is_exact_unless_answers_were_lost() {
+        assert!(granted_matches(5, 5, 0));
+        assert!(!granted_matches(6, 5, 0));
+        assert!(granted_matches(6, 5, 1));
+        assert!(!granted_matches(4, 5, 1));
+    }
+}

@@ -1,0 +1,135 @@
+//! The scratch database the lab and the bench work in: created on the server they are pointed
+//! at, migrated, reset between runs and dropped at the end. Nothing outside it is touched, so
+//! both are safe to point at a server with other data on it (the user needs CREATEDB).
+//!
+//! Any connection string works, the Unix-socket URLs pg-local returns included
+//! (`postgresql://postgres:<pw>@%2Fpath:5432/db`): the scratch pool is opened with the
+//! server's connection settings and only the database name replaced
+//! ([`saldo::db::connect_database`], through `tokio_postgres::Config`), never by editing the
+//! URL. Creating, dropping and emptying the database are saldo's functions ([`saldo::db`],
+//! [`saldo::fixtures`]): no SQL here.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use saldo::db::{self, PoolOptions};
+use saldo::error::Error;
+use saldo::retry::TxOptions;
+use saldo::stock::Store;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Connections the race lab's pool opens at most (seed 004 uses 20).
+pub const LAB_POOL_SIZE: usize = 32;
+/// How long a racing buyer may wait for a connection: a widened window queues buyers behind
+/// the pool.
+pub const LAB_POOL_WAIT_MS: u64 = 120_000;
+/// deadlock_timeout of the race lab's scratch database, when the lab may set it.
+pub const LAB_DEADLOCK_TIMEOUT_MS: u64 = 100;
+
+/// How a scratch database is opened.
+#[derive(Debug, Clone, Default)]
+pub struct ScratchOptions {
+    /// The pool on the scratch database.
+    pub pool: PoolOptions,
+    /// Shorten `deadlock_timeout` on the scratch database (needs superuser; elsewhere the
+    /// server's setting stays, with a note in the log).
+    pub deadlock_timeout: Option<Duration>,
+}
+
+/// A scratch database for one invocation.
+pub struct Scratch {
+    server_url: String,
+    name: String,
+    pool: Pool,
+}
+
+/// `<prefix>_<pid>_<n>`: unique per process and call.
+pub fn unique_name(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Scratch {
+    /// The race lab's scratch database `saldo_race_<pid>_<n>`: a pool of [`LAB_POOL_SIZE`]
+    /// with a long wait, and `deadlock_timeout` [`LAB_DEADLOCK_TIMEOUT_MS`]: every deadlock
+    /// waits that long before PostgreSQL looks for the cycle (1 s by default); with 200 crossed
+    /// transfers that queues minutes of waiting behind the victims, and the lab only needs the
+    /// cycle detected.
+    pub async fn for_race(server_url: &str) -> Result<Scratch, Error> {
+        let options = ScratchOptions {
+            pool: PoolOptions {
+                max_size: LAB_POOL_SIZE,
+                wait_timeout_ms: LAB_POOL_WAIT_MS,
+                ..PoolOptions::default()
+            },
+            deadlock_timeout: Some(Duration::from_millis(LAB_DEADLOCK_TIMEOUT_MS)),
+        };
+        Scratch::create(server_url, &unique_name("saldo_race"), &options).await
+    }
+
+    /// The bench's scratch database `saldo_bench_<pid>` with a pool of `pool_size`.
+    pub async fn for_bench(server_url: &str, pool_size: usize) -> Result<Scratch, Error> {
+        let options = ScratchOptions {
+            pool: PoolOptions {
+                max_size: pool_size,
+                ..PoolOptions::default()
+            },
+            deadlock_timeout: None,
+        };
+        let name = format!("saldo_bench_{}", std::process::id());
+        Scratch::create(server_url, &name, &options).await
+    }
+
+    /// Creates and migrates database `name` on the server of `server_url`.
+    pub async fn create(
+        server_url: &str,
+        name: &str,
+        options: &ScratchOptions,
+    ) -> Result<Scratch, Error> {
+        db::create_database(server_url, name, None).await?;
+        if let Some(timeout) = options.deadlock_timeout {
+            if let Err(e) = db::set_deadlock_timeout(server_url, name, timeout).await {
+                tracing::info!(error = %e, "keeping the server's deadlock_timeout");
+            }
+        }
+        let scratch = Scratch {
+            server_url: server_url.to_owned(),
+            pool: db::connect_database(server_url, name, &options.pool)?,
+            name: name.to_owned(),
+        };
+        if let Err(e) = db::migrate(&scratch.pool).await {
+            scratch.drop_database().await?;
+            return Err(e);
+        }
+        Ok(scratch)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// A store on the scratch database with `tx` options.
+    pub fn store(&self, tx: TxOptions) -> Store {
+        Store::new(self.pool.clone(), tx)
+    }
+
+    /// Back to empty tables: the fresh state every race run starts from.
+    pub async fn reset(&self) -> Result<(), Error> {
+        saldo::fixtures::empty_all(&self.pool).await
+    }
+
+    /// Closes the pool and drops the database (terminating any session left on it).
+    pub async fn drop_database(self) -> Result<(), Error> {
+        self.pool.close();
+        db::drop_database(&self.server_url, &self.name).await
+    }
+}

@@ -1,0 +1,92 @@
+//! Bulk resets and fixtures for the race lab and the bench (`saldo-lab`): the only writes that
+//! do not go through a strategy or the ledger. They live here, with the schema and every other
+//! statement that writes it, so a migration that changes a table changes them in the same
+//! crate. Never used by the service.
+//!
+//! Each runs in one transaction on a connection from the pool; none is retried (they run on a
+//! scratch database nobody else writes).
+
+use deadpool_postgres::Pool;
+use tokio_postgres::types::ToSql;
+
+use crate::error::Error;
+use crate::retry::checkout;
+
+/// Empties every saldo table but keeps the schema (and the system account of the ledger).
+const EMPTY_ALL: &str = "TRUNCATE reservations, stock_movements, stock, transfers; \
+     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
+
+/// Empties the stock tables (the ledger is left alone).
+const EMPTY_STOCK: &str = "TRUNCATE reservations, stock_movements, stock RESTART IDENTITY";
+const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
+     SELECT g, $1 FROM generate_series(1, $2::bigint) g";
+const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
+     SELECT g, 'count', $1, 'bench' FROM generate_series(1, $2::bigint) g";
+
+/// Empties the ledger (keeping the system account).
+const EMPTY_LEDGER: &str = "TRUNCATE transfers; DELETE FROM accounts WHERE id <> 0; \
+     UPDATE accounts SET balance = 0 WHERE id = 0";
+const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
+     SELECT g, $1 FROM generate_series(1, $2::bigint) g";
+const OPENING_ROWS: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
+     SELECT 'opening:' || g, 0, g, $1, 'opening' FROM generate_series(1, $2::bigint) g";
+const SYSTEM_DEBIT: &str = "UPDATE accounts SET balance = -($1::bigint * $2::bigint) WHERE id = 0";
+
+/// Back to empty tables (stock, reservations, movements, journal, accounts but the system
+/// account, whose balance goes back to 0): the fresh state every lab run starts from.
+pub async fn empty_all(pool: &Pool) -> Result<(), Error> {
+    let client = checkout(pool, "fixtures_empty_all").await?;
+    client.batch_execute(EMPTY_ALL).await?;
+    Ok(())
+}
+
+/// Empties the stock tables and stocks products `1..=products` with `units` each, each with a
+/// counted history (one `count` movement), so the audit holds from the start. Bulk: one
+/// statement per table, then `ANALYZE stock`.
+pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<(), Error> {
+    let n = i64::from(products);
+    let bulk = Bulk {
+        operation: "fixtures_stock_products",
+        empty: EMPTY_STOCK,
+        fill: &[STOCK_PRODUCTS, COUNT_PRODUCTS],
+        analyze: "ANALYZE stock",
+    };
+    bulk.run(pool, &[&units, &n]).await
+}
+
+/// Empties the ledger and opens accounts `1..=accounts` with `opening_balance` each, with their
+/// opening rows in the journal and the system account's matching debit, so the ledger audit
+/// holds from the start. Bulk, then `ANALYZE accounts`.
+pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> Result<(), Error> {
+    let n = i64::from(accounts);
+    let bulk = Bulk {
+        operation: "fixtures_open_accounts",
+        empty: EMPTY_LEDGER,
+        fill: &[OPEN_ACCOUNTS, OPENING_ROWS, SYSTEM_DEBIT],
+        analyze: "ANALYZE accounts",
+    };
+    bulk.run(pool, &[&opening_balance, &n]).await
+}
+
+/// A bulk fixture: empty the tables and fill them again in one transaction (every fill statement
+/// takes the same `$1` value and `$2` count), then refresh the planner's statistics.
+struct Bulk {
+    operation: &'static str,
+    empty: &'static str,
+    fill: &'static [&'static str],
+    analyze: &'static str,
+}
+
+impl Bulk {
+    async fn run(&self, pool: &Pool, params: &[&(dyn ToSql + Sync)]) -> Result<(), Error> {
+        let mut client = checkout(pool, self.operation).await?;
+        let tx = client.transaction().await?;
+        tx.batch_execute(self.empty).await?;
+        for statement in self.fill {
+            tx.execute(*statement, params).await?;
+        }
+        tx.commit().await?;
+        client.batch_execute(self.analyze).await?;
+        Ok(())
+    }
+}
