@@ -1,86 +1,16 @@
 //! Bearer-token authentication: the admin token guards the operator routes, the API token guards
 //! the rest of `/v1` (reads included: order and account state is the shop's business data) unless
-//! API authentication was explicitly disabled (`--insecure-no-api-token`).
-//!
-//! [`Credentials`] holds SHA-256 digests, never the secrets: a token given by the environment is
-//! hashed at start; a stored one ([`crate::tokens`]) is re-read when `tokens.json` changes, checked
-//! at most once per [`RELOAD_CHECK_INTERVAL_MS`] on the request path, so `saldo token rotate`
-//! takes effect in a running service without a restart. Digests are compared in constant time.
-
-use std::fmt;
-use std::path::Path;
-use std::sync::{Mutex, RwLock};
-use std::time::{Duration, Instant};
+//! API authentication was explicitly disabled (`--insecure-no-api-token`). Which tokens are
+//! accepted is [`crate::credentials`]'s business; this module reads the header and answers 401.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
-use crate::config::ConfigError;
+pub use crate::credentials::{Credentials, Source, RELOAD_CHECK_INTERVAL_MS};
 use crate::error::ApiError;
-use crate::tokens::{FileStamp, StoreError, TokenDigest, TokenKind, TokenStore};
+pub use crate::tokens::{Token, MAX_TOKEN_LEN, MIN_TOKEN_LEN};
 use crate::AppState;
-
-/// How often, at most, a request checks whether `tokens.json` changed.
-pub const RELOAD_CHECK_INTERVAL_MS: u64 = 1_000;
-
-/// Shortest and longest accepted token.
-pub const MIN_TOKEN_LEN: usize = 16;
-pub const MAX_TOKEN_LEN: usize = 256;
-
-/// A secret bearer token: printable ASCII, [`MIN_TOKEN_LEN`]..=[`MAX_TOKEN_LEN`] bytes.
-/// Its `Debug` never prints it.
-#[derive(Clone)]
-pub struct Token(String);
-
-impl Token {
-    pub fn new(name: &'static str, raw: String) -> Result<Self, ConfigError> {
-        if !(MIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&raw.len()) {
-            return Err(ConfigError::Token {
-                name,
-                reason: format!("must be {MIN_TOKEN_LEN}..={MAX_TOKEN_LEN} characters"),
-            });
-        }
-        if !raw.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(ConfigError::Token {
-                name,
-                reason: "must be printable ASCII without spaces".into(),
-            });
-        }
-        Ok(Token(raw))
-    }
-
-    /// A token the store generated (always valid: 64 hex characters).
-    pub(crate) fn generated(hex: String) -> Self {
-        debug_assert!((MIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&hex.len()));
-        Token(hex)
-    }
-
-    /// The secret itself, to print once or to send.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    pub fn digest(&self) -> TokenDigest {
-        TokenDigest::of(self.0.as_bytes())
-    }
-}
-
-impl fmt::Debug for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Token(..)")
-    }
-}
-
-/// Equality whose time depends only on the lengths, not on where the bytes differ.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    // black_box keeps the optimiser from turning the fold into an early-exit comparison.
-    std::hint::black_box(diff) == 0
-}
 
 fn bearer(parts: &Parts) -> Option<&[u8]> {
     let value = parts.headers.get(AUTHORIZATION)?.as_bytes();
@@ -89,179 +19,6 @@ fn bearer(parts: &Parts) -> Option<&[u8]> {
         value.get(7..)
     } else {
         None
-    }
-}
-
-/// Where one kind's accepted digest comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// Given at start (environment or flag), never persisted, never reloaded.
-    Fixed(TokenDigest),
-    /// `tokens.json`, followed while the service runs.
-    Stored,
-}
-
-/// Every accepted token, as digests. Built once by [`crate::config::RawSettings::validate`].
-pub struct Credentials {
-    admin: Source,
-    /// `None`: API authentication disabled (the insecure opt-out).
-    api: Option<Source>,
-    store: Option<Reload>,
-    current: RwLock<Current>,
-}
-
-/// The digests in force now. A stored kind whose file is unreadable has none: it fails closed.
-#[derive(Debug, Clone, Copy)]
-struct Current {
-    admin: Option<TokenDigest>,
-    api: Option<TokenDigest>,
-}
-
-struct Reload {
-    store: TokenStore,
-    /// When the file was last looked at, and which version of it the digests came from.
-    checked: Mutex<(Instant, Option<FileStamp>)>,
-}
-
-impl Credentials {
-    /// Credentials whose kinds are all [`Source::Fixed`] or disabled (no file to follow).
-    pub fn fixed(admin: TokenDigest, api: Option<TokenDigest>) -> Credentials {
-        Credentials {
-            admin: Source::Fixed(admin),
-            api: api.map(Source::Fixed),
-            store: None,
-            current: RwLock::new(Current {
-                admin: Some(admin),
-                api,
-            }),
-        }
-    }
-
-    /// Credentials that read the [`Source::Stored`] kinds from `dir`'s token store now (the
-    /// caller made sure they exist) and follow the file afterwards.
-    pub fn with_store(
-        admin: Source,
-        api: Option<Source>,
-        dir: &Path,
-    ) -> Result<Credentials, StoreError> {
-        let store = TokenStore::new(dir);
-        let stamp = store.stamp()?;
-        let stored = store.read()?;
-        let pick = |source: Option<Source>, kind| match source {
-            Some(Source::Fixed(d)) => Some(d),
-            Some(Source::Stored) => stored.get(kind).map(|t| t.digest),
-            None => None,
-        };
-        let current = Current {
-            admin: pick(Some(admin), TokenKind::Admin),
-            api: pick(api, TokenKind::Api),
-        };
-        Ok(Credentials {
-            admin,
-            api,
-            store: Some(Reload {
-                store,
-                checked: Mutex::new((Instant::now(), stamp)),
-            }),
-            current: RwLock::new(current),
-        })
-    }
-
-    /// True unless API authentication was disabled.
-    pub fn api_required(&self) -> bool {
-        self.api.is_some()
-    }
-
-    /// Where the admin and API digests come from (for the start-up log).
-    pub fn sources(&self) -> (Source, Option<Source>) {
-        (self.admin, self.api)
-    }
-
-    /// True for the admin token.
-    pub fn is_admin(&self, presented: &[u8]) -> bool {
-        self.refresh();
-        let current = self.current();
-        current.admin.is_some_and(|d| d.matches(presented))
-    }
-
-    /// True for the API token or the admin token; always true when API auth is disabled.
-    pub fn is_client(&self, presented: Option<&[u8]>) -> bool {
-        if self.api.is_none() {
-            return true;
-        }
-        let Some(presented) = presented else {
-            return false;
-        };
-        self.refresh();
-        let current = self.current();
-        // Both compared, so timing does not tell which one matched.
-        let api = current.api.is_some_and(|d| d.matches(presented));
-        let admin = current.admin.is_some_and(|d| d.matches(presented));
-        api | admin
-    }
-
-    fn current(&self) -> Current {
-        match self.current.read() {
-            Ok(c) => *c,
-            Err(poisoned) => *poisoned.into_inner(),
-        }
-    }
-
-    /// Re-reads the stored digests when the file changed, at most once per interval. One
-    /// request does the check; the others meanwhile use the digests in force (`try_lock`).
-    fn refresh(&self) {
-        let Some(reload) = &self.store else { return };
-        let Ok(mut checked) = reload.checked.try_lock() else {
-            return;
-        };
-        if checked.0.elapsed() < Duration::from_millis(RELOAD_CHECK_INTERVAL_MS) {
-            return;
-        }
-        checked.0 = Instant::now();
-        let stamp = match reload.store.stamp() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "token store: cannot stat the token file");
-                return;
-            }
-        };
-        if stamp == checked.1 {
-            return;
-        }
-        checked.1 = stamp;
-        // Fail closed: a stored kind whose file is missing, unreadable or insecure accepts
-        // nothing until the file is fixed (`saldo token rotate`), rather than a stale token.
-        let stored = match reload.store.read() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "token store: refusing stored tokens until fixed");
-                Default::default()
-            }
-        };
-        let fresh = |source: Option<Source>, kind, old: Option<TokenDigest>| match source {
-            Some(Source::Stored) => stored.get(kind).map(|t| t.digest),
-            _ => old,
-        };
-        let mut current = match self.current.write() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        current.admin = fresh(Some(self.admin), TokenKind::Admin, current.admin);
-        current.api = fresh(self.api, TokenKind::Api, current.api);
-        tracing::info!(
-            file = %reload.store.path().display(),
-            "token store changed: stored tokens reloaded"
-        );
-    }
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("admin", &self.admin)
-            .field("api", &self.api)
-            .field("store", &self.store.as_ref().map(|r| r.store.path()))
-            .finish()
     }
 }
 
@@ -300,18 +57,5 @@ impl FromRequestParts<AppState> for Client {
             Some(_) => ApiError::Unauthorized("the bearer token is not valid"),
             None => ApiError::Unauthorized("this route needs Authorization: Bearer <api token>"),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constant_time_eq_is_equality() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-        assert!(constant_time_eq(b"", b""));
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use saldo::domain::{Ttl, DEFAULT_TTL_S};
 use saldo::stock::StrategyName;
 
-use crate::auth::{Credentials, Source, Token};
-use crate::tokens::{self, StoreError, TokenKind, TokenStore};
+use crate::credentials::{Credentials, Source};
+use crate::tokens::{self, StoreError, Token, TokenError, TokenKind, TokenStore};
 
 /// Largest request body accepted (a 100-item order is about 5 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -151,6 +151,15 @@ impl Validated {
     /// True when the admin token was generated now.
     pub fn generated_admin_token(&self) -> bool {
         self.generated.iter().any(|g| g.kind == TokenKind::Admin)
+    }
+}
+
+impl From<TokenError> for ConfigError {
+    fn from(e: TokenError) -> Self {
+        ConfigError::Token {
+            name: e.name,
+            reason: e.reason,
+        }
     }
 }
 

@@ -17,8 +17,6 @@ use serde_json::{json, Map, Value};
 use tokio_postgres::error::SqlState;
 use utoipa::ToSchema;
 
-use crate::routes::health::NotReady;
-
 /// Media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 /// Prefix of every problem `type`: a URN, stable and never dereferenced.
@@ -68,12 +66,22 @@ pub enum ApiError {
     #[error("the request body could not be read: {0}")]
     UnreadableBody(String),
     #[error("not ready: {0:?}")]
-    NotReady(crate::routes::health::NotReady),
+    NotReady(NotReady),
     /// A response a layer produced without a body (404 no route, 405, timeout…).
     #[error("{0}")]
     Bare(StatusCode),
     #[error("{0}")]
     Internal(String),
+}
+
+/// Why the service is not ready: the two need different operator action (a database to bring
+/// back, or load to shed / a pool to enlarge), so they answer different problem types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// Every pooled connection is in use and none came free in [`crate::routes::health::READY_POOL_WAIT`] (a doc link only: error imports nothing from routes).
+    PoolBusy,
+    /// The database refused, failed or did not answer (the cause is for the log).
+    DatabaseUnavailable(String),
 }
 
 /// One problem before it is rendered.

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod body;
 pub mod config;
 pub mod connections;
+pub mod credentials;
 pub mod error;
 pub mod listener;
 pub mod metrics;

@@ -25,7 +25,71 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::auth::Token;
+/// A token refused at start: too short or long, or not printable ASCII.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {reason}")]
+pub struct TokenError {
+    pub name: &'static str,
+    pub reason: String,
+}
+
+/// Shortest and longest accepted token.
+pub const MIN_TOKEN_LEN: usize = 16;
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// A secret bearer token: printable ASCII, [`MIN_TOKEN_LEN`]..=[`MAX_TOKEN_LEN`] bytes.
+/// Its `Debug` never prints it.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(name: &'static str, raw: String) -> Result<Self, TokenError> {
+        if !(MIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&raw.len()) {
+            return Err(TokenError {
+                name,
+                reason: format!("must be {MIN_TOKEN_LEN}..={MAX_TOKEN_LEN} characters"),
+            });
+        }
+        if !raw.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(TokenError {
+                name,
+                reason: "must be printable ASCII without spaces".into(),
+            });
+        }
+        Ok(Token(raw))
+    }
+
+    /// A token the store generated (always valid: 64 hex characters).
+    pub(crate) fn generated(hex: String) -> Self {
+        debug_assert!((MIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&hex.len()));
+        Token(hex)
+    }
+
+    /// The secret itself, to print once or to send.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn digest(&self) -> TokenDigest {
+        TokenDigest::of(self.0.as_bytes())
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+/// Equality whose time depends only on the lengths, not on where the bytes differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // black_box keeps the optimiser from turning the fold into an early-exit comparison.
+    std::hint::black_box(diff) == 0
+}
 
 /// The file, inside the data directory.
 pub const TOKENS_FILE: &str = "tokens.json";
@@ -92,7 +156,7 @@ impl TokenDigest {
 
     /// True when `presented` hashes to this digest.
     pub fn matches(&self, presented: &[u8]) -> bool {
-        crate::auth::constant_time_eq(&self.0, &TokenDigest::of(presented).0)
+        constant_time_eq(&self.0, &TokenDigest::of(presented).0)
     }
 
     fn to_hex(self) -> String {
@@ -299,7 +363,7 @@ impl TokenStore {
     }
 
     /// Replaces `kind` with a new token and returns it (shown once). A running service stops
-    /// accepting the old one within a second ([`crate::auth::Credentials`]).
+    /// accepting the old one within a second ([`crate::credentials::Credentials`]).
     pub fn rotate(&self, kind: TokenKind) -> Result<Token, StoreError> {
         let _lock = self.lock()?;
         let mut stored = self.read()?;
@@ -445,6 +509,14 @@ fn parse(path: &Path, text: &str) -> Result<Stored, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(constant_time_eq(b"", b""));
+    }
 
     #[test]
     fn digests_round_trip_and_match_only_their_token() {

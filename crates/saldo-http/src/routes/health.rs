@@ -11,7 +11,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::PROBLEM;
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, NotReady, Problem};
 use crate::{AppState, OpenApiJson};
 
 /// How long readiness waits for a free pooled connection before answering "pool busy".
@@ -19,16 +19,6 @@ pub const READY_POOL_WAIT: Duration = Duration::from_secs(1);
 /// How long opening (or checking) a connection and running `SELECT 1` may each take before
 /// readiness answers "database unavailable".
 pub const READY_DATABASE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Why the service is not ready: the two need different operator action (a database to bring
-/// back, or load to shed / a pool to enlarge), so they answer different problem types.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotReady {
-    /// Every pooled connection is in use and none came free in [`READY_POOL_WAIT`].
-    PoolBusy,
-    /// The database refused, failed or did not answer (the cause is for the log).
-    DatabaseUnavailable(String),
-}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HealthView {
