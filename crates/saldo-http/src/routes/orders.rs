@@ -140,6 +140,12 @@ pub struct OrderView {
     pub items: Vec<ItemView>,
 }
 
+fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError> {
+    Ok(OrderItems::new(
+        items.iter().map(|i| (i.product_id, i.quantity)),
+    )?)
+}
+
 fn order_id(raw: String) -> Result<OrderId, ApiError> {
     Ok(OrderId::new(raw)?)
 }
@@ -158,7 +164,7 @@ fn order_id(raw: String) -> Result<OrderId, ApiError> {
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Contention or database unavailable; retry", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn reserve(
     _: Client,
@@ -166,7 +172,7 @@ pub async fn reserve(
     ApiJson(body): ApiJson<ReserveBody>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
     let order_id = order_id(body.order_id)?;
-    let items = OrderItems::new(body.items.iter().map(|i| (i.product_id, i.quantity)))?;
+    let items = order_items(&body.items)?;
     let ttl = ttl_or_default(&state, body.ttl_s)?;
     let request = ReserveRequest {
         order_id,
@@ -266,12 +272,7 @@ pub async fn rereserve(
     let request = RereserveRequest {
         order_id: order_id(raw)?,
         rereserve_id: RequestKey::new(body.rereserve_id)?,
-        items: match body.items {
-            Some(items) => Some(OrderItems::new(
-                items.iter().map(|i| (i.product_id, i.quantity)),
-            )?),
-            None => None,
-        },
+        items: body.items.as_deref().map(order_items).transpose()?,
         ttl: ttl_or_default(&state, body.ttl_s)?,
     };
     let stock = state.stock.clone();

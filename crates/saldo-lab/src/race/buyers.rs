@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use saldo::domain::ProductId;
+use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
 use saldo::stock::{Reservation, ReserveRequest, StockStrategy};
 use tokio_postgres::error::SqlState;
@@ -76,6 +76,25 @@ pub async fn buy_all(
         })
         .collect();
     join_bounded(tasks).await
+}
+
+/// Seed 000's race in its simplest form: `buyers` orders (`buyer-0`, `buyer-1`, …) of one unit
+/// of product 1, all at once, and what they were told. The contract suites (safe and naive)
+/// run it; the lab's `last-unit` scenario builds its own orders per run.
+pub async fn one_unit_each(
+    engine: &Arc<dyn StockStrategy>,
+    buyers: usize,
+) -> Result<Tally, LabError> {
+    let mut orders = Vec::with_capacity(buyers);
+    for i in 0..buyers {
+        orders.push(ReserveRequest {
+            order_id: OrderId::new(format!("buyer-{i}")).map_err(Error::from)?,
+            items: OrderItems::new([(1, 1)]).map_err(Error::from)?,
+            ttl: Ttl::default(),
+        });
+    }
+    let results = buy_all(engine, &orders).await?;
+    Ok(Tally::of(&orders, &results))
 }
 
 impl Tally {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use saldo::audit::audit_ledger;
 use saldo::domain::{AccountId, Amount, TransferId};
 use saldo::error::Error;
-use saldo::ledger::{Ledger, TransferRequest};
+use saldo::ledger::{Ledger, Transfer, TransferRequest};
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
 use saldo::stock::Store;
 
@@ -25,6 +25,37 @@ use crate::strategy::LabTransfer;
 pub const OPENING_BALANCE: i64 = 100_000;
 /// Amount of each transfer (seed 002: 10).
 pub const TRANSFER_AMOUNT: i64 = 10;
+
+/// Seed 002's race on `ledger` (empty): opens accounts 1 and 2 with [`OPENING_BALANCE`] each,
+/// then fires `transfers` transfers of [`TRANSFER_AMOUNT`] at once, half 1 → 2 and half 2 → 1,
+/// with ids `{id_prefix}-{i}`. Every answer, in order; bounded by the lab's run timeout. The
+/// race below and the ledger test suites run it.
+pub async fn crossed(
+    ledger: &Ledger,
+    strategy: LabTransfer,
+    transfers: u32,
+    id_prefix: &str,
+) -> Result<Vec<Result<Transfer, Error>>, LabError> {
+    let (a, b) = (account(1)?, account(2)?);
+    ledger.open_account(a, OPENING_BALANCE).await?;
+    ledger.open_account(b, OPENING_BALANCE).await?;
+    let amount = Amount::new(TRANSFER_AMOUNT).map_err(Error::from)?;
+    let mut tasks = Vec::new();
+    for i in 0..transfers {
+        let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let request = TransferRequest {
+            id: TransferId::new(format!("{id_prefix}-{i}")).map_err(Error::from)?,
+            from,
+            to,
+            amount,
+        };
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            strategy.transfer(&ledger, &request).await
+        }));
+    }
+    join_bounded(tasks).await
+}
 
 /// A validated crossed-transfers race.
 #[derive(Debug, Clone)]
@@ -92,24 +123,7 @@ pub async fn run(
             scratch.reset().await?;
             let ledger = Ledger::new(Store::new(scratch.pool().clone(), tx.clone()));
             let (a, b) = (account(1)?, account(2)?);
-            ledger.open_account(a, OPENING_BALANCE).await?;
-            ledger.open_account(b, OPENING_BALANCE).await?;
-            let amount = Amount::new(TRANSFER_AMOUNT).map_err(Error::from)?;
-            let mut tasks = Vec::new();
-            for i in 0..race.transfers {
-                let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
-                let request = TransferRequest {
-                    id: TransferId::new(format!("x-{run}-{i}")).map_err(Error::from)?,
-                    from,
-                    to,
-                    amount,
-                };
-                let ledger = ledger.clone();
-                tasks.push(tokio::spawn(async move {
-                    strategy.transfer(&ledger, &request).await
-                }));
-            }
-            let joined = join_bounded(tasks).await?;
+            let joined = crossed(&ledger, strategy, race.transfers, &format!("x-{run}")).await?;
             let mut done = 0u64;
             let mut failed = false;
             for j in joined {

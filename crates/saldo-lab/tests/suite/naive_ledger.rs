@@ -3,31 +3,21 @@
 //! retries with it. The ordered strategy's side of the race stays in saldo's suite.
 
 use saldo::audit::audit_ledger;
-use saldo::domain::{AccountId, Amount, TransferId};
-use saldo::ledger::{Ledger, TransferRequest};
+use saldo::domain::AccountId;
+use saldo::ledger::Ledger;
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
 use saldo::stock::Store;
 use saldo::Error;
+use saldo_lab::race::transfers::{crossed, OPENING_BALANCE as OPENING};
 use saldo_lab::LabTransfer;
 
 use crate::harness::{test_db, TestDb};
 
-const OPENING: i64 = 100_000;
 /// Seed 002: transfers each way, all fired at once.
 const CROSSED_EACH_WAY: usize = 100;
-const CROSSED_AMOUNT: i64 = 10;
 
 fn acc(n: i64) -> AccountId {
     AccountId::new(n).expect("account id")
-}
-
-fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
-    TransferRequest {
-        id: TransferId::new(id).expect("transfer id"),
-        from: acc(from),
-        to: acc(to),
-        amount: Amount::new(n).expect("amount"),
-    }
 }
 
 async fn assert_ledger_clean(db: &TestDb) {
@@ -45,29 +35,17 @@ struct Crossed {
     errors: Vec<Error>,
 }
 
-/// Opens accounts 1 and 2 and fires seed 002's 200 crossed transfers at once.
+/// Seed 002's 200 crossed transfers on a fresh ledger (`saldo_lab::race::transfers::crossed`).
 async fn crossed_transfers(ledger: &Ledger, strategy: LabTransfer) -> Crossed {
-    ledger.open_account(acc(1), OPENING).await.expect("open 1");
-    ledger.open_account(acc(2), OPENING).await.expect("open 2");
-    let mut tasks = Vec::new();
-    for i in 0..2 * CROSSED_EACH_WAY {
-        let ledger = ledger.clone();
-        let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
-        tasks.push(tokio::spawn(async move {
-            strategy
-                .transfer(
-                    &ledger,
-                    &request(&format!("x{i}"), from, to, CROSSED_AMOUNT),
-                )
-                .await
-        }));
-    }
+    let answers = crossed(ledger, strategy, 2 * CROSSED_EACH_WAY as u32, "x")
+        .await
+        .expect("the race ran");
     let mut out = Crossed {
         ok: 0,
         errors: Vec::new(),
     };
-    for t in tasks {
-        match t.await.expect("join") {
+    for answer in answers {
+        match answer {
             Ok(_) => out.ok += 1,
             Err(e) => out.errors.push(e),
         }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::audit::{audit_stock, Invariant};
-use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+use saldo::domain::ProductId;
 use saldo::retry::{RetryPolicy, TxOptions};
-use saldo::stock::{admin, ReserveRequest, StockStrategy, Store, StrategyConfig};
-use saldo_lab::race::buyers::{buy_all, Tally};
+use saldo::stock::{admin, StockStrategy, Store, StrategyConfig};
+use saldo_lab::race::buyers::{one_unit_each, Tally};
 use saldo_lab::LabStrategy;
 
 use crate::harness::{test_db, TestDb};
@@ -28,14 +28,6 @@ const NAIVE_ATTEMPTS: usize = 5;
 
 fn pid(n: i64) -> ProductId {
     ProductId::new(n).expect("product id")
-}
-
-fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveRequest {
-    ReserveRequest {
-        order_id: OrderId::new(order).expect("order id"),
-        items: OrderItems::new(items.iter().copied()).expect("items"),
-        ttl,
-    }
 }
 
 /// Stocks the products, then builds `name` over the database with the widened window.
@@ -65,13 +57,8 @@ async fn assert_audit_clean(db: &TestDb, name: LabStrategy) {
     );
 }
 
-/// Fires `buyers` single-unit reservations of product 1 at once.
 async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize) -> Tally {
-    let orders: Vec<_> = (0..buyers)
-        .map(|i| request(&format!("buyer-{i}"), &[(1, 1)], Ttl::default()))
-        .collect();
-    let results = buy_all(engine, &orders).await.expect("race");
-    Tally::of(&orders, &results)
+    one_unit_each(engine, buyers).await.expect("race")
 }
 
 async fn serializable(db: &TestDb) -> bool {

@@ -21,7 +21,7 @@ use saldo::stock::{
     StrategyConfig, StrategyName,
 };
 use saldo::Error;
-use saldo_lab::race::buyers::{buy_all, Tally};
+use saldo_lab::race::buyers::{buy_all, one_unit_each, Tally};
 
 use crate::harness::{test_db, TestDb};
 
@@ -85,13 +85,8 @@ pub(crate) async fn assert_audit_clean(db: &TestDb, name: StrategyName) {
     );
 }
 
-/// Fires `buyers` single-unit reservations of product 1 at once.
 async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize) -> Tally {
-    let orders: Vec<_> = (0..buyers)
-        .map(|i| request(&format!("buyer-{i}"), &[(1, 1)], Ttl::default()))
-        .collect();
-    let results = buy_all(engine, &orders).await.expect("race");
-    Tally::of(&orders, &results)
+    one_unit_each(engine, buyers).await.expect("race")
 }
 
 /// A safe strategy's race: every buyer got a unit or a clean refusal naming product 1.

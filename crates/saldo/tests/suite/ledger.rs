@@ -10,6 +10,7 @@ use saldo::ledger::{Ledger, Transfer, TransferKind, TransferRequest, TransferStr
 use saldo::retry::{TxOptions, TxStats};
 use saldo::stock::Store;
 use saldo::{Error, InputError};
+use saldo_lab::race::transfers::{crossed, OPENING_BALANCE as OPENING};
 use saldo_lab::LabTransfer;
 
 use crate::harness::{test_db, TestDb};
@@ -98,11 +99,8 @@ async fn open_deposit_withdraw_transfer_and_list() {
     assert_ledger_clean(&db).await;
 }
 
-/// Seed 002: accounts 1 and 2 open with this much each.
-const OPENING: i64 = 100_000;
 /// Seed 002: transfers each way, all fired at once.
 const CROSSED_EACH_WAY: usize = 100;
-const CROSSED_AMOUNT: i64 = 10;
 
 /// What the crossed race left behind.
 struct Crossed {
@@ -110,29 +108,17 @@ struct Crossed {
     errors: Vec<Error>,
 }
 
-/// Opens accounts 1 and 2 and fires seed 002's 200 crossed transfers at once.
-async fn crossed_transfers(ledger: &Ledger, strategy: TransferStrategy) -> Crossed {
-    ledger.open_account(acc(1), OPENING).await.expect("open 1");
-    ledger.open_account(acc(2), OPENING).await.expect("open 2");
-    let mut tasks = Vec::new();
-    for i in 0..2 * CROSSED_EACH_WAY {
-        let ledger = ledger.clone();
-        let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
-        tasks.push(tokio::spawn(async move {
-            ledger
-                .transfer(
-                    strategy,
-                    &request(&format!("x{i}"), from, to, CROSSED_AMOUNT),
-                )
-                .await
-        }));
-    }
+/// Seed 002's 200 crossed transfers on a fresh ledger (`saldo_lab::race::transfers::crossed`).
+async fn crossed_transfers(ledger: &Ledger, strategy: LabTransfer) -> Crossed {
+    let answers = crossed(ledger, strategy, 2 * CROSSED_EACH_WAY as u32, "x")
+        .await
+        .expect("the race ran");
     let mut out = Crossed {
         ok: 0,
         errors: Vec::new(),
     };
-    for t in tasks {
-        match t.await.expect("join") {
+    for answer in answers {
+        match answer {
             Ok(_) => out.ok += 1,
             Err(e) => out.errors.push(e),
         }
@@ -152,7 +138,7 @@ async fn crossed_transfers_ordered_never_fail() {
     let db = test_db().await;
     let stats = TxStats::new();
     let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
-    let crossed = crossed_transfers(&ledger, TransferStrategy::Ordered).await;
+    let crossed = crossed_transfers(&ledger, LabTransfer::Ordered).await;
     let codes: Vec<String> = crossed.errors.iter().map(ToString::to_string).collect();
     assert_eq!(crossed.ok, 2 * CROSSED_EACH_WAY, "failures: {codes:?}");
     // Same number each way: each balance is back exactly where it started.
