@@ -16,11 +16,15 @@
 mod auth;
 mod binaries;
 mod dirs;
+mod log;
 mod process;
 mod reap;
+mod record;
 
 pub use auth::{redact, REDACTED};
 pub use binaries::Binaries;
+pub use log::{LogLimit, MAX_LINE_BYTES};
+pub use record::Record;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -40,7 +44,8 @@ pub const SUPERUSER: &str = "postgres";
 /// The port of a socket-only cluster: it only names the socket file (`.s.PGSQL.5432`) in a
 /// directory of its own, so it cannot clash with another server.
 pub const SOCKET_PORT: u16 = 5432;
-/// File name of the server log, inside the data directory (each cluster has its own).
+/// File name of the server log, inside the data directory (each cluster has its own); rotated
+/// to `server.log.1`, `.2`, … within [`Config::log_limit`] (see `log.rs`).
 pub const LOG_FILE: &str = "server.log";
 /// File in the data directory naming the process that started the running postmaster.
 const OWNER_FILE: &str = "pg-local.owner";
@@ -65,8 +70,13 @@ pub enum Error {
     },
     #[error("initdb failed ({status}): {output}")]
     InitDb { status: String, output: String },
-    #[error("postgres exited during start-up; last lines of its log ({log}):\n{tail}")]
-    StartFailed { log: PathBuf, tail: String },
+    /// One line: the log's last FATAL/PANIC/ERROR line says why; the tail is kept for callers.
+    #[error("postgres exited during start-up: {cause} (full log: {log})")]
+    StartFailed {
+        log: PathBuf,
+        cause: String,
+        tail: String,
+    },
     #[error("postgres did not accept connections within {0:?}")]
     StartTimeout(Duration),
     #[error("system call failed: {0}")]
@@ -87,7 +97,10 @@ pub enum Error {
         owner: u32,
         expected: u32,
     },
-    #[error("a PostgreSQL server (pid {pid}) already runs on {data_dir}: stop it first")]
+    #[error(
+        "{data_dir} is in use by a running PostgreSQL server (pid {pid}), so a second one cannot \
+         start there: connect to that server instead, or stop the program that started it first"
+    )]
     AlreadyRunning { data_dir: PathBuf, pid: i32 },
     #[error("{0}")]
     Insecure(String),
@@ -118,9 +131,13 @@ pub struct Config {
     pub max_connections: u32,
     /// Extra `-c name=value` settings, e.g. `default_transaction_isolation=serializable`.
     pub settings: Vec<(String, String)>,
-    /// Also listen on 127.0.0.1 (a free port), password still required. Off by default: the
-    /// Unix socket is the only way in.
+    /// Also listen on 127.0.0.1 (a free port unless `port` is set), password still required.
+    /// Off by default: the Unix socket is the only way in.
     pub tcp: bool,
+    /// The TCP port on 127.0.0.1 (implies `tcp`); `None`: a free one.
+    pub port: Option<u16>,
+    /// How much server log is kept.
+    pub log_limit: LogLimit,
     /// Where the superuser's password is kept (mode 0600). `None`: next to a persistent data
     /// directory as `<dir>.password`; in the temporary directory of an ephemeral one.
     pub password_file: Option<PathBuf>,
@@ -134,6 +151,8 @@ impl Config {
             max_connections: 400,
             settings: Vec::new(),
             tcp: false,
+            port: None,
+            log_limit: LogLimit::default(),
             password_file: None,
         }
     }
@@ -145,6 +164,8 @@ impl Config {
             max_connections: 200,
             settings: Vec::new(),
             tcp: false,
+            port: None,
+            log_limit: LogLimit::default(),
             password_file: None,
         }
     }
@@ -166,6 +187,19 @@ impl Config {
         self.tcp = true;
         self
     }
+
+    /// Listens on 127.0.0.1:`port` (fixed, so that clients can be configured once).
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.tcp = true;
+        self.port = Some(port);
+        self
+    }
+
+    /// Keeps at most this much server log.
+    pub fn log_limit(mut self, limit: LogLimit) -> Self {
+        self.log_limit = limit;
+        self
+    }
 }
 
 /// A running cluster. Dropping it stops the server (fast shutdown) and removes an ephemeral
@@ -176,6 +210,7 @@ pub struct Cluster {
     data_dir: PathBuf,
     socket_dir: PathBuf,
     log_file: PathBuf,
+    log: log::SharedLog,
     password: auth::Password,
     password_file: PathBuf,
     tcp: bool,
@@ -266,9 +301,10 @@ impl Cluster {
             }
         };
         let mut cluster = Cluster {
-            port: SOCKET_PORT,
+            port: config.port.unwrap_or(SOCKET_PORT),
             data_dir,
             socket_dir,
+            log: log::RotatingLog::new(log_file.clone(), config.log_limit),
             log_file,
             password,
             password_file,
@@ -280,7 +316,7 @@ impl Cluster {
             _socket_temp: socket_temp,
             _temp: temp,
         };
-        if !config.tcp {
+        if !config.tcp || config.port.is_some() {
             cluster.server = Some(cluster.start_server()?);
             return Ok(cluster);
         }
@@ -315,7 +351,7 @@ impl Cluster {
         &self.socket_dir
     }
 
-    /// The server log, inside the data directory.
+    /// The current server log, inside the data directory (older ones: `<log>.1`, `.2`, …).
     pub fn log_file(&self) -> &Path {
         &self.log_file
     }
@@ -354,11 +390,7 @@ impl Cluster {
     }
 
     fn url_with(&self, database: &str, password: &str) -> String {
-        format!(
-            "postgresql://{SUPERUSER}:{password}@{}:{}/{database}",
-            percent_encode(&self.socket_dir.to_string_lossy()),
-            self.port
-        )
+        url_for(&self.socket_dir, self.port, database, password)
     }
 
     /// Starts the server again on the same directories and port, e.g. after it died (stops it
@@ -379,13 +411,7 @@ impl Cluster {
     fn start_server(&self) -> Result<process::Guarded, Error> {
         let pid_file = self.data_dir.join("postmaster.pid");
         refuse_if_running(&self.data_dir)?;
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_file)
-            .map_err(io(format!("opening {}", self.log_file.display())))?;
-        self.run_as.prepare_file(&self.log_file)?;
-        let log_err = log.try_clone().map_err(io("duplicating the log handle"))?;
+        let (log, log_err, copier) = log::pipe_into(&self.log)?;
 
         let mut cmd = self.run_as.command(&self.binaries.postgres());
         cmd.arg("-D")
@@ -417,9 +443,16 @@ impl Cluster {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if server.has_exited() {
+                // Let the copier write the server's last words before they are read.
+                let drained = Instant::now() + Duration::from_secs(2);
+                while !copier.is_finished() && Instant::now() < drained {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let tail = log::tail(&self.log_file, 15);
                 return Err(Error::StartFailed {
                     log: self.log_file.clone(),
-                    tail: log_tail(&self.log_file, 15),
+                    cause: start_failure_cause(&tail),
+                    tail,
                 });
             }
             // Ready means *our* postmaster answers: the socket path is fixed, so another
@@ -511,6 +544,26 @@ fn server_settings(config: &Config) -> Vec<(String, String)> {
     settings
 }
 
+/// The superuser's URL for `database` over the socket in `socket_dir` (or TCP `port`).
+pub(crate) fn url_for(socket_dir: &Path, port: u16, database: &str, password: &str) -> String {
+    format!(
+        "postgresql://{SUPERUSER}:{password}@{}:{port}/{database}",
+        percent_encode(&socket_dir.to_string_lossy()),
+    )
+}
+
+/// The line of a failed start's log that says why: its last FATAL, PANIC or ERROR line, else
+/// its last line.
+fn start_failure_cause(tail: &str) -> String {
+    let lines: Vec<&str> = tail.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| ["FATAL:", "PANIC:", "ERROR:"].iter().any(|k| l.contains(k)))
+        .or(lines.last())
+        .map_or_else(|| "no log output".to_owned(), |l| l.trim().to_owned())
+}
+
 /// Every byte outside RFC 3986's unreserved set as `%XX` (a socket path as a URL host).
 fn percent_encode(s: &str) -> String {
     s.bytes()
@@ -573,12 +626,6 @@ fn free_port() -> Result<u16, Error> {
 
 fn port_conflict(e: &Error) -> bool {
     matches!(e, Error::StartFailed { tail, .. } if tail.contains("could not bind") || tail.contains("Address already in use"))
-}
-
-fn log_tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 #[cfg(test)]

@@ -363,3 +363,116 @@ fn the_postmaster_has_a_process_group_of_its_own() {
         "the postmaster shares its parent's process group"
     );
 }
+
+/// `psql -c <sql>` over the cluster's socket with its password; panics on failure.
+fn psql_run(cluster: &Cluster, sql: &str) {
+    let out = std::process::Command::new(binaries().dir().join("psql"))
+        .arg("-h")
+        .arg(cluster.socket_dir())
+        .args(["-p", &cluster.port().to_string(), "-U", SUPERUSER])
+        .args(["-d", "postgres", "-w", "-q", "-c", sql])
+        .env("PGPASSWORD", password_of(cluster))
+        .env("PGPASSFILE", "/dev/null")
+        .current_dir("/")
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The log files of a cluster: `server.log` and its rotated predecessors, with their sizes.
+fn log_files(cluster: &Cluster) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = fs::read_dir(cluster.data_dir())
+        .expect("read_dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(LOG_FILE))
+        .map(|e| {
+            let len = e.metadata().expect("meta").len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Issue 16 point 6: the server log (14 MB on a long-lived cluster, never rotated before) is
+/// rotated within a bounded set of files whatever the server writes. A tiny limit and a burst
+/// of logged statements (`log_statement=all`, ~200 KB of log) must leave at most `files` files,
+/// none larger than the limit plus one line, and the newest statements in the current file.
+#[test]
+fn the_server_log_is_rotated_and_bounded() {
+    let limit = LogLimit {
+        file_bytes: 16 * 1024,
+        files: 3,
+    };
+    let cluster = Cluster::start(
+        &Config::ephemeral()
+            .setting("log_statement", "all")
+            .log_limit(limit),
+    )
+    .expect("start");
+    let mut sql = String::new();
+    for i in 0..2_000 {
+        sql.push_str(&format!("SELECT {i} AS burst_statement_number;\n"));
+    }
+    psql_run(&cluster, &sql);
+    psql_run(&cluster, "SELECT 'the last statement'");
+    // The copier writes asynchronously: wait (bounded) for the last statement to land.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let current = || fs::read_to_string(cluster.log_file()).unwrap_or_default();
+    while !current().contains("the last statement") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(current().contains("the last statement"), "{}", current());
+    let files = log_files(&cluster);
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["server.log", "server.log.1", "server.log.2"],
+        "rotated into exactly `files` names"
+    );
+    let total: u64 = files.iter().map(|(_, len)| len).sum();
+    for (name, len) in &files {
+        assert!(*len <= limit.file_bytes, "{name} holds {len} bytes");
+    }
+    assert!(total <= limit.max_total_bytes(), "{total} bytes of log");
+}
+
+/// `with_port`: the server listens on 127.0.0.1 at exactly that port, and its URL names it.
+#[test]
+fn a_fixed_tcp_port_is_used_as_given() {
+    let port = free_port().expect("free port");
+    let cluster = Cluster::start(&Config::ephemeral().with_port(port)).expect("start");
+    assert!(cluster.has_tcp());
+    assert_eq!(cluster.port(), port);
+    assert!(cluster.url("postgres").contains(&format!(":{port}/")));
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("listening on the fixed port");
+    // The same port again cannot be had: one line saying why.
+    let err = Cluster::start(&Config::ephemeral().with_port(port)).expect_err("port taken");
+    let message = err.to_string();
+    assert!(matches!(err, Error::StartFailed { .. }), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("could not") || message.contains("in use"),
+        "{message}"
+    );
+}
+
+/// A second start on a running directory is refused in one line that says what to do.
+#[test]
+fn the_already_running_error_is_one_line_saying_what_to_do() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("pg");
+    let _first = Cluster::start(&Config::persistent(&dir)).expect("first");
+    let message = Cluster::start(&Config::persistent(&dir))
+        .expect_err("second refused")
+        .to_string();
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("connect to that server instead"),
+        "{message}"
+    );
+}
