@@ -15,6 +15,8 @@ use saldo_lab::bench::report::RunResult;
 use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Progress, Scenario};
 use saldo_lab::scratch::Scratch;
 
+use crate::duration;
+
 /// Largest `--concurrency` (buyers or in-flight orders).
 const MAX_CONCURRENCY: u32 = 4_096;
 /// Largest `--pool-size`.
@@ -40,13 +42,11 @@ pub struct Args {
     /// Open loop: orders due per second (latency counted from the due time).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     rate: Option<u32>,
-    /// Measured seconds per run.
-    #[arg(long = "duration", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    /// Measured time per run (seconds, or 30s, 2m), 1 s ..= 1 h.
+    #[arg(long = "duration", default_value_t = 10, value_parser = duration::secs(1, 3_600))]
     duration_s: u64,
-    /// Unmeasured seconds at the start of each run.
-    #[arg(long = "warmup", default_value_t = 2,
-          value_parser = clap::value_parser!(u64).range(0..=600))]
+    /// Unmeasured time at the start of each run (seconds, or 5s, 1m), 0 ..= 10 min.
+    #[arg(long = "warmup", default_value_t = 2, value_parser = duration::secs(0, 600))]
     warmup_s: u64,
     /// Rounds; each runs every strategy once. Medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
@@ -85,9 +85,9 @@ pub struct Args {
     #[arg(long, default_value_t = batched_engine::DEFAULT_QUEUE_CAPACITY as u64,
           value_parser = clap::value_parser!(u64).range(1..=batched_engine::MAX_QUEUE_CAPACITY as u64))]
     queue_capacity: u64,
-    /// Batched: wait this long for more orders before a batch (0 = none).
+    /// Batched: wait this long for more orders before a batch (ms, or 2ms; 0 = none).
     #[arg(long, default_value_t = 0,
-          value_parser = clap::value_parser!(u64).range(0..=batched_engine::MAX_LINGER.as_millis() as u64))]
+          value_parser = duration::millis(0, batched_engine::MAX_LINGER.as_millis() as u64))]
     linger_ms: u64,
     /// Print the results as JSON on stdout (the table goes to stderr).
     #[arg(long)]
@@ -108,14 +108,14 @@ pub struct Args {
 }
 
 /// The validated invocation: the engine's configuration and what to print.
-struct Config {
+pub struct Config {
     bench: BenchConfig,
     json: bool,
     plot: Option<std::path::PathBuf>,
 }
 
 impl Config {
-    fn from_args(args: Args) -> Result<Config> {
+    pub fn from_args(args: Args) -> Result<Config> {
         let scenario = args.scenario;
         let mut strategies = Vec::new();
         let defaults = if scenario.is_transfers() {
@@ -189,10 +189,10 @@ impl Config {
     }
 }
 
-impl Args {
+impl Config {
     /// True when the bench drives a running `saldo serve` (`--target`) instead of the library.
     pub fn is_http(&self) -> bool {
-        self.target.is_some()
+        self.bench.http.is_some()
     }
 }
 
@@ -231,9 +231,9 @@ impl Progress for Bar {
     }
 }
 
-/// Runs the benchmark; `Ok(false)` when an invariant broke.
-pub async fn run(args: Args, server_url: &str) -> Result<bool> {
-    let config = Config::from_args(args)?;
+/// Runs the benchmark (validated first, by [`Config::from_args`]); `Ok(false)` when an
+/// invariant broke.
+pub async fn run(config: Config, server_url: &str) -> Result<bool> {
     if let Some(target) = config.bench.http.clone() {
         return bench_and_print(&config, Backend::Http(target)).await;
     }

@@ -1,18 +1,24 @@
 //! Which database a command talks to: the `--database-url` given, or the embedded cluster
 //! (`pg-local`) in saldo's data directory, kept running (and restarted if it dies, see
-//! `supervise.rs`) while the returned value lives. Every subcommand that needs PostgreSQL goes
-//! through [`open`].
+//! `supervise.rs`) while the returned value lives, or attached to when another saldo runs it.
+//! Every subcommand that needs PostgreSQL goes through [`open_with`], which also makes one
+//! connection first so that an unreachable server is named in one readable error.
 //!
-//! saldo's data directory ([`state_dir`]): `$SALDO_DATA_DIR`, else `/var/lib/saldo` as root,
+//! saldo's data directory ([`state_dir`]): `--data-dir` / `$SALDO_DATA_DIR`, else `/var/lib/saldo` as root,
 //! else `$XDG_DATA_HOME/saldo` or `~/.local/share/saldo`. It holds
-//! - `postgres/`: the embedded cluster (its own log is `postgres/server.log`, its Unix socket
+//! - `postgres/`: the embedded cluster (its own log is `postgres/server.log`, rotated to
+//!   `server.log.1`..`.4` at 8 MiB each, its Unix socket
 //!   `postgres/.s.PGSQL.5432` when the path is short enough);
 //! - `postgres.password`: the cluster superuser's generated password (0600);
+//! - `postgres.run`: while `saldo serve` or `saldo db` runs the cluster, how to reach it (0600,
+//!   see [`CLUSTER_RECORD_FILE`]); `locks`, `audit`, `sweep`, `migrate` and the lab attach to
+//!   it instead of starting a second server, and start one only when none runs (saying so);
 //! - other secrets of saldo's (e.g. `tokens.json`), each 0600.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
@@ -25,47 +31,129 @@ pub const CLUSTER_PASSWORD_FILE: &str = "postgres.password";
 const STATE_DIR_MODE: u32 = 0o700;
 const STATE_DIR_MODE_ROOT: u32 = 0o711;
 
+/// The record (`pg_local::Record`, 0600) of the cluster a running `saldo serve` or `saldo db`
+/// owns, inside [`state_dir`]: how other commands reach it instead of starting a second one.
+pub const CLUSTER_RECORD_FILE: &str = "postgres.run";
+/// How long the first connection (the reachability check) may take.
+const CONNECT_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A database to talk to: the given URL, or an embedded cluster kept alive while this lives.
 pub struct Database {
     pub url: String,
     /// The URL without its password, for anything a person or a log sees.
     pub shown_url: String,
     embedded: Option<Arc<Mutex<pg_local::Cluster>>>,
+    /// The record this process wrote (removed again on drop).
+    record: Option<PathBuf>,
 }
 
 impl Database {
-    /// The embedded cluster, when there is one (for the supervisor).
+    /// The embedded cluster, when this process runs it (for the supervisor).
     pub fn embedded(&self) -> Option<Arc<Mutex<pg_local::Cluster>>> {
         self.embedded.clone()
     }
 }
 
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Some(path) = &self.record {
+            pg_local::Record::remove_own(path);
+        }
+    }
+}
+
 /// Options of the embedded cluster.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct EmbeddedOptions {
+    /// `--data-dir` / `SALDO_DATA_DIR`; `None`: the default place.
+    pub data_dir: Option<PathBuf>,
     /// Also listen on 127.0.0.1 (password still required).
     pub tcp: bool,
+    /// Listen on 127.0.0.1 at this port (implies `tcp`).
+    pub port: Option<u16>,
 }
 
-pub async fn open(database_url: Option<String>) -> Result<Database> {
-    open_with(database_url, EmbeddedOptions::default()).await
+/// Who the embedded cluster is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A long-running owner (`serve`, `db`): starts the cluster, records how to reach it, and
+    /// refuses when another saldo already runs it.
+    Owner,
+    /// A short command (`locks`, `audit`, `sweep`, `migrate`, the lab): uses the running
+    /// cluster when there is one; otherwise starts one for itself and says so.
+    Tool,
 }
 
-pub async fn open_with(database_url: Option<String>, options: EmbeddedOptions) -> Result<Database> {
+/// The database of a command: `database_url` as given (checked reachable), else the embedded
+/// cluster of the data directory, attached to or started as `role` says.
+pub async fn open_with(
+    database_url: Option<String>,
+    options: EmbeddedOptions,
+    role: Role,
+) -> Result<Database> {
     if let Some(url) = database_url {
+        check_reachable(&url).await?;
         return Ok(Database {
             shown_url: pg_local::redact(&url),
             url,
             embedded: None,
+            record: None,
         });
     }
-    let state = try_state_dir()?;
+    // Read before anything is created: a data directory that does not exist has no record.
+    let state = state_dir_path(options.data_dir.as_deref());
+    let record_path = state.join(CLUSTER_RECORD_FILE);
+    if let Some(running) = pg_local::Record::read_live(&record_path) {
+        if role == Role::Owner {
+            bail!(
+                "saldo (pid {}) already runs the embedded PostgreSQL of {}: stop it first, or \
+                 give this command another --data-dir",
+                running.owner_pid,
+                state.display()
+            );
+        }
+        let url = running.url("postgres")?;
+        check_reachable(&url)
+            .await
+            .with_context(|| format!("attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
+                running.owner_pid, record_path.display()))?;
+        eprintln!(
+            "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
+            running.owner_pid,
+            running.redacted_url("postgres"),
+            running.data_dir.display()
+        );
+        return Ok(Database {
+            shown_url: running.redacted_url("postgres"),
+            url,
+            embedded: None,
+            record: None,
+        });
+    }
+    if let Some(port) = options.port {
+        // Checked before the data directory is created or initdb runs.
+        std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+            format!("--embedded-port {port}: 127.0.0.1:{port} is not free for the embedded PostgreSQL")
+        })?;
+    }
+    let state = try_state_dir(Some(&state))?;
+    if role == Role::Tool {
+        eprintln!(
+            "no running saldo serve or saldo db on {}: starting its embedded PostgreSQL for this \
+             command (stopped when it ends)",
+            state.display()
+        );
+    }
     let mut config = pg_local::Config::persistent(state.join(CLUSTER_DIR))
         .password_file(state.join(CLUSTER_PASSWORD_FILE));
-    if options.tcp {
+    if let Some(port) = options.port {
+        config = config.with_port(port);
+    } else if options.tcp {
         config = config.with_tcp();
     }
-    let cluster = tokio::task::spawn_blocking(move || pg_local::Cluster::start(&config)).await??;
+    let cluster = tokio::task::spawn_blocking(move || pg_local::Cluster::start(&config))
+        .await?
+        .context("starting the embedded PostgreSQL")?;
     let url = cluster.url("postgres");
     let shown_url = cluster.redacted_url("postgres");
     eprintln!(
@@ -79,30 +167,76 @@ pub async fn open_with(database_url: Option<String>, options: EmbeddedOptions) -
             String::new()
         }
     );
+    let record = if role == Role::Owner {
+        pg_local::Record::of(&cluster)
+            .write(&record_path)
+            .with_context(|| format!("recording the cluster in {}", record_path.display()))?;
+        Some(record_path)
+    } else {
+        None
+    };
     Ok(Database {
         url,
         shown_url,
         embedded: Some(Arc::new(Mutex::new(cluster))),
+        record,
     })
+}
+
+/// One connection to `url` and back, so that an unreachable server is reported once, naming
+/// where we tried (host or socket directory, port) and the operating system's reason.
+pub async fn check_reachable(url: &str) -> Result<()> {
+    use deadpool_postgres::tokio_postgres::{self, config::Host};
+    let config: tokio_postgres::Config = url
+        .parse()
+        .with_context(|| format!("--database-url {}: not a PostgreSQL URL", pg_local::redact(url)))?;
+    let ports = config.get_ports();
+    let place: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                Host::Tcp(h) => format!("host {h} port {port}"),
+                Host::Unix(dir) => format!("socket directory {} port {port}", dir.display()),
+            }
+        })
+        .collect();
+    let place = if place.is_empty() {
+        "the default socket (no host given)".to_owned()
+    } else {
+        place.join(", ")
+    };
+    let connect = config.connect(tokio_postgres::NoTls);
+    let (client, connection) = tokio::time::timeout(CONNECT_CHECK_TIMEOUT, connect)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {CONNECT_CHECK_TIMEOUT:?}"))
+        .and_then(|r| r.map_err(anyhow::Error::from))
+        .with_context(|| format!("connecting to PostgreSQL at {place}"))?;
+    let task = tokio::spawn(connection);
+    drop(client);
+    let _ = task.await;
+    Ok(())
 }
 
 /// saldo's data directory (see the module docs), created (0700, or 0711 as root) if it does
 /// not exist yet; an existing directory is used as it is. A failure to create it is logged
 /// here and surfaces again, with its cause, when a file inside is used.
 #[allow(dead_code)] // every caller uses try_state_dir; kept for callers that cannot fail
-pub fn state_dir() -> PathBuf {
-    match try_state_dir() {
+pub fn state_dir(explicit: Option<&Path>) -> PathBuf {
+    match try_state_dir(explicit) {
         Ok(dir) => dir,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "saldo's data directory");
-            state_dir_path()
+            state_dir_path(explicit)
         }
     }
 }
 
 /// [`state_dir`], with its errors: it cannot be created, or it is an old-style cluster directory.
-pub fn try_state_dir() -> Result<PathBuf> {
-    let dir = state_dir_path();
+pub fn try_state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
+    let dir = state_dir_path(explicit);
     if dir.join("PG_VERSION").exists() {
         bail!(
             "{} is a PostgreSQL data directory, but SALDO_DATA_DIR now names saldo's own directory: \
@@ -127,7 +261,7 @@ pub fn try_state_dir() -> Result<PathBuf> {
     if mode & 0o022 != 0 {
         bail!(
             "{} (mode {:04o}) is writable by other users, and saldo keeps its secrets there: \
-             `chmod go-w {}` or choose another SALDO_DATA_DIR",
+             `chmod go-w {}` or choose another --data-dir (SALDO_DATA_DIR)",
             dir.display(),
             mode & 0o7777,
             dir.display()
@@ -136,7 +270,11 @@ pub fn try_state_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn state_dir_path() -> PathBuf {
+/// `explicit` (`--data-dir`, which clap also fills from `SALDO_DATA_DIR`), else the default.
+pub fn state_dir_path(explicit: Option<&Path>) -> PathBuf {
+    if let Some(dir) = explicit {
+        return dir.to_owned();
+    }
     if let Some(dir) = std::env::var_os("SALDO_DATA_DIR") {
         return PathBuf::from(dir);
     }

@@ -1,37 +1,56 @@
 //! The `saldo` command: glue between flags and the library. Each subcommand parses its flags
-//! into typed options, then calls one library operation.
+//! into typed options and validates every one of them before anything is started, created or
+//! printed; then it opens its database (`database.rs`) and calls one library operation. A
+//! failure is printed as one line per cause (`errors.rs`), exit status 1.
 
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use saldo::db::{self, PoolOptions};
 use saldo::retry::TxOptions;
 use saldo::stock::{sweeper, Store};
 
 mod bench;
 mod database;
+mod duration;
+mod errors;
 mod locks;
 mod race;
 mod serve;
 mod supervise;
 mod token;
-use database::open;
+use database::{EmbeddedOptions, Role};
 
 #[derive(Parser)]
 #[command(
     name = "saldo",
     version,
-    about = "Sell the last unit exactly once, on PostgreSQL"
+    about = "Sell the last unit exactly once, on PostgreSQL",
+    after_help = "Durations take units (500ms, 10s, 15m, 1h) or a plain number in the flag's \
+                  unit (_s: seconds, _ms: milliseconds). Errors print one line per cause; \
+                  SALDO_BACKTRACE=1 adds the backtrace."
 )]
 struct Cli {
-    /// PostgreSQL URL; absent → an embedded cluster in a per-user data directory.
-    #[arg(long, env = "DATABASE_URL", global = true)]
+    /// PostgreSQL URL; absent → the embedded cluster in --data-dir (server binaries from
+    /// PG_BIN, else `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
+    /// saldo's data directory: the embedded PostgreSQL, its password, the service's tokens.
+    /// Default: /var/lib/saldo as root, else $XDG_DATA_HOME/saldo or ~/.local/share/saldo.
+    #[arg(long, env = "SALDO_DATA_DIR", global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Let the embedded PostgreSQL also listen on 127.0.0.1 (a free port; the password is still
     /// required). Off by default: only its private Unix socket.
     #[arg(long, env = "SALDO_EMBEDDED_TCP", global = true)]
     embedded_tcp: bool,
+    /// Let the embedded PostgreSQL listen on 127.0.0.1 at this fixed port (implies
+    /// --embedded-tcp; the password is still required).
+    #[arg(long, env = "SALDO_EMBEDDED_PORT", global = true,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    embedded_port: Option<u16>,
     #[command(subcommand)]
     command: Command,
 }
@@ -39,13 +58,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the database (embedded by default), migrate it, and sweep expired reservations
-    /// every `--sweep-interval-s` until Ctrl-C.
+    /// every `--sweep-interval-s` until Ctrl-C. Other saldo commands attach to its cluster.
     Db {
+        /// Time between sweeper rounds (plain number: seconds; or 30s, 5m), 1 s ..= 1 h.
         #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
-              value_parser = clap::value_parser!(u64).range(1..=3600))]
+              value_parser = duration::secs(1, 3600))]
         sweep_interval_s: u64,
     },
-    /// Apply the migrations and exit.
+    /// Apply the migrations and exit (on the running serve/db's cluster when there is one).
     Migrate,
     /// Run the divergence audits (stock and ledger); exits 1 when anything diverges.
     Audit,
@@ -63,9 +83,25 @@ enum Command {
     Token(token::Args),
 }
 
+fn main() -> ExitCode {
+    let with_backtrace = errors::backtrace_requested();
+    if with_backtrace && std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // Before any thread exists: anyhow captures a backtrace only when told to.
+        std::env::set_var("RUST_LIB_BACKTRACE", "1");
+    }
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprint!("{}", errors::render(&e, with_backtrace));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[tokio::main]
-async fn main() -> Result<()> {
-    let cli = Cli::parse();
+async fn run() -> Result<ExitCode> {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The race lab provokes CHECK violations and deadlocks on purpose: do not log each one.
     let default_filter = match cli.command {
         Command::Race(_) => "warn,saldo::telemetry=off",
@@ -78,38 +114,59 @@ async fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let embedded = EmbeddedOptions {
+        data_dir: cli.data_dir,
+        tcp: cli.embedded_tcp,
+        port: cli.embedded_port,
+    };
     if let Command::Token(args) = cli.command {
         // Tokens live in saldo's data directory, not in the database: nothing to start.
-        return token::run(args, &database::try_state_dir()?);
+        token::run(args, &database::try_state_dir(embedded.data_dir.as_deref())?)?;
+        return Ok(ExitCode::SUCCESS);
     }
     if let Command::Bench(args) = cli.command {
+        let config = bench::Config::from_args(args)?;
         // HTTP mode talks only to a running service: no database of its own to start. Otherwise
         // the bench works in a scratch database it creates and drops: the one named by the URL
         // is never migrated or written.
-        let database = if args.is_http() {
+        let database = if config.is_http() {
             None
         } else {
-            Some(open(cli.database_url).await?)
+            Some(database::open_with(cli.database_url, embedded, Role::Tool).await?)
         };
         let server_url = database.as_ref().map_or("", |d| d.url.as_str());
         anyhow::ensure!(
-            bench::run(args, server_url).await?,
+            bench::run(config, server_url).await?,
             "bench: an invariant broke (see above)"
         );
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
-    let embedded = database::EmbeddedOptions {
-        tcp: cli.embedded_tcp,
-    };
-    let database = database::open_with(cli.database_url, embedded).await?;
     if let Command::Race(args) = cli.command {
         // Same for the lab: only its scratch database is touched.
-        return race::run(args, &database.url).await;
+        let config = race::Config::from_args(&args)?;
+        let database = database::open_with(cli.database_url, embedded, Role::Tool).await?;
+        race::run(config, &database.url).await?;
+        return Ok(ExitCode::SUCCESS);
     }
     if let Command::Serve(args) = cli.command {
+        // Every setting checked and the listener bound before the data directory is created,
+        // the cluster started or a token printed.
+        let serve_matches = matches
+            .subcommand_matches("serve")
+            .context("serve: its arguments")?;
+        let prepared = serve::Prepared::new(args, serve_matches)?;
+        let data_dir = embedded.data_dir.clone();
+        let database = database::open_with(cli.database_url, embedded, Role::Owner).await?;
         // The service migrates through its own pool: `--pool-size N` is N connections in all.
-        return serve::run(args, &database).await;
+        serve::run(prepared, &database, data_dir.as_deref()).await?;
+        return Ok(ExitCode::SUCCESS);
     }
+    let role = if matches!(cli.command, Command::Db { .. }) {
+        Role::Owner
+    } else {
+        Role::Tool
+    };
+    let database = database::open_with(cli.database_url, embedded, role).await?;
     let pool = db::connect(&database.url, &PoolOptions::default())?;
     db::migrate(&pool).await.context("migrating the database")?;
     let store = Store::new(pool.clone(), TxOptions::default());
@@ -136,7 +193,8 @@ async fn main() -> Result<()> {
                 );
             }
             if !stock.is_empty() || !ledger.is_empty() {
-                std::process::exit(1);
+                pool.close();
+                return Ok(ExitCode::FAILURE);
             }
             println!("audit clean: every product matches its history");
             println!("audit clean: balances sum to zero and every account matches its journal");
@@ -163,5 +221,5 @@ async fn main() -> Result<()> {
         }
     }
     pool.close();
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

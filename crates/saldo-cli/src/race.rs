@@ -68,8 +68,9 @@ pub struct Args {
     /// crossed-transfers: transfers per run, half each way.
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=i64::from(lab::MAX_TRANSFERS)))]
     transfers: Option<u32>,
-    /// How long the naive strategies "think" between read and write (the widened window).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=lab::MAX_THINK_MS))]
+    /// How long the naive strategies "think" between read and write (the widened window;
+    /// ms, or 1.5s).
+    #[arg(long, value_parser = crate::duration::millis(0, lab::MAX_THINK_MS))]
     think_ms: Option<u64>,
     /// Seed of the multi-item order mix (same seed, same orders).
     #[arg(long, default_value_t = DEFAULT_SEED)]
@@ -126,7 +127,7 @@ fn strategies<T: Copy + PartialEq>(
         let Some(s) = parse(name) else {
             let valid: Vec<&str> = all.iter().map(|s| names(*s)).collect();
             bail!(
-                "unknown strategy {name:?} for this scenario; expected all or a comma list of: {}",
+                "--strategy: unknown strategy {name:?} for this scenario; expected all or a comma list of: {}",
                 valid.join(", ")
             );
         };
@@ -229,9 +230,9 @@ impl Config {
     }
 }
 
-/// Runs the race on a scratch database of the server at `server_url`.
-pub async fn run(args: Args, server_url: &str) -> Result<()> {
-    let config = Config::from_args(&args)?;
+/// Runs the race (validated first, by [`Config::from_args`]) on a scratch database of the
+/// server at `server_url`.
+pub async fn run(config: Config, server_url: &str) -> Result<()> {
     let scratch = Scratch::for_race(server_url).await?;
     let work = async {
         match &config.race {

@@ -7,6 +7,7 @@
 //! API authentication is off only with `--insecure-no-api-token`, which is logged as a warning.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -26,24 +27,27 @@ use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::startup::{Application, ServiceConfig};
 
 use crate::database::Database;
+use crate::duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Address to listen on.
-    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080")]
+    /// Address to listen on: IP:PORT, [IPv6]:PORT, :PORT (every IPv4 interface, a warning is
+    /// logged) or HOST:PORT (resolved now; its first IPv4 address, else its first address).
+    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080",
+          value_parser = saldo_http::config::parse_listen)]
     listen: SocketAddr,
     /// Stock strategy; only strategies safe under concurrency are accepted. `batched` is the
     /// default: level with `atomic` for a lone buyer, far ahead once buyers meet on a product
     /// (BENCHMARKS.md).
     #[arg(long, env = "SALDO_STRATEGY", default_value = "batched", value_parser = strategy)]
     strategy: StrategyName,
-    /// Lifetime of a reservation whose request gives no `ttl_s`.
+    /// Lifetime of a reservation whose request gives no `ttl_s` (seconds, or 90s, 15m, 2h).
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
-          value_parser = clap::value_parser!(u64).range(MIN_TTL_S..=MAX_TTL_S))]
+          value_parser = duration::secs(MIN_TTL_S, MAX_TTL_S))]
     reservation_ttl_s: u64,
-    /// Seconds between sweeper rounds.
+    /// Time between sweeper rounds (seconds, or 30s, 5m).
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
-          value_parser = clap::value_parser!(u64).range(MIN_SWEEP_INTERVAL_S..=MAX_SWEEP_INTERVAL_S))]
+          value_parser = duration::secs(MIN_SWEEP_INTERVAL_S, MAX_SWEEP_INTERVAL_S))]
     sweep_interval_s: u64,
     /// Admin bearer token, overriding the stored one (not persisted). When absent the stored
     /// token is used; on first start one is generated, stored hashed and printed once.
@@ -62,7 +66,7 @@ pub struct Args {
     insecure_no_api_token: bool,
     /// Whole-request timeout.
     #[arg(long, env = "SALDO_REQUEST_TIMEOUT_MS", default_value_t = DEFAULT_REQUEST_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS))]
+          value_parser = duration::millis(MIN_REQUEST_TIMEOUT_MS, MAX_REQUEST_TIMEOUT_MS))]
     request_timeout_ms: u64,
     /// Database connections at most.
     #[arg(long, env = "SALDO_POOL_SIZE", default_value_t = db::DEFAULT_POOL_SIZE as u64,
@@ -70,23 +74,23 @@ pub struct Args {
     pool_size: u64,
     /// How long a request waits for a free connection.
     #[arg(long, env = "SALDO_POOL_WAIT_TIMEOUT_MS", default_value_t = db::DEFAULT_POOL_WAIT_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+          value_parser = duration::millis(1, 600_000))]
     pool_wait_timeout_ms: u64,
     /// How long opening a connection may take.
     #[arg(long, env = "SALDO_POOL_CREATE_TIMEOUT_MS", default_value_t = db::DEFAULT_POOL_CREATE_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+          value_parser = duration::millis(1, 600_000))]
     pool_create_timeout_ms: u64,
     /// How long checking a returned connection may take.
     #[arg(long, env = "SALDO_POOL_RECYCLE_TIMEOUT_MS", default_value_t = db::DEFAULT_POOL_RECYCLE_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+          value_parser = duration::millis(1, 600_000))]
     pool_recycle_timeout_ms: u64,
     /// `SET LOCAL lock_timeout` of every transaction.
     #[arg(long, env = "SALDO_LOCK_TIMEOUT_MS", default_value_t = retry::DEFAULT_LOCK_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=retry::MAX_TIMEOUT_MS))]
+          value_parser = duration::millis(1, retry::MAX_TIMEOUT_MS))]
     lock_timeout_ms: u64,
     /// `SET LOCAL statement_timeout` of every transaction.
     #[arg(long, env = "SALDO_STATEMENT_TIMEOUT_MS", default_value_t = retry::DEFAULT_STATEMENT_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=retry::MAX_TIMEOUT_MS))]
+          value_parser = duration::millis(1, retry::MAX_TIMEOUT_MS))]
     statement_timeout_ms: u64,
     /// Attempts of a transaction that hits a deadlock or serialization failure (first included).
     #[arg(long, env = "SALDO_RETRY_ATTEMPTS", default_value_t = retry::DEFAULT_MAX_ATTEMPTS,
@@ -95,15 +99,15 @@ pub struct Args {
     /// Time a request's headers may take, from its first byte (from the accept for a new
     /// connection); past it the connection is closed.
     #[arg(long, env = "SALDO_HEADER_READ_TIMEOUT_MS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(MIN_CONN_TIMEOUT_MS..=MAX_CONN_TIMEOUT_MS))]
+          value_parser = duration::millis(MIN_CONN_TIMEOUT_MS, MAX_CONN_TIMEOUT_MS))]
     header_read_timeout_ms: u64,
     /// Time a connection with no request in flight stays open.
     #[arg(long, env = "SALDO_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(MIN_CONN_TIMEOUT_MS..=MAX_CONN_TIMEOUT_MS))]
+          value_parser = duration::millis(MIN_CONN_TIMEOUT_MS, MAX_CONN_TIMEOUT_MS))]
     idle_timeout_ms: u64,
     /// Time a request's body may take after its headers; then 408.
     #[arg(long, env = "SALDO_BODY_READ_TIMEOUT_MS", default_value_t = DEFAULT_BODY_READ_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(MIN_CONN_TIMEOUT_MS..=MAX_CONN_TIMEOUT_MS))]
+          value_parser = duration::millis(MIN_CONN_TIMEOUT_MS, MAX_CONN_TIMEOUT_MS))]
     body_read_timeout_ms: u64,
     /// Open connections at most; by default (and at most) the RLIMIT_NOFILE soft limit minus a
     /// reserve for the pool and the process's files. At the cap the longest-idle connections
@@ -118,8 +122,56 @@ fn strategy(s: &str) -> Result<StrategyName, String> {
     serving_strategy(s).map_err(|e| e.to_string())
 }
 
-pub async fn run(args: Args, database: &Database) -> Result<()> {
-    let token_dir = crate::database::try_state_dir()?;
+/// A `saldo serve` whose every setting was checked and whose listener is bound: what is left
+/// can fail only on the database or the token store.
+pub struct Prepared {
+    args: Args,
+    listener: tokio::net::TcpListener,
+}
+
+/// The name the user gave `id` by: its flag, or its environment variable.
+fn given_as(matches: &clap::ArgMatches, id: &str, flag: &'static str, var: &'static str) -> &'static str {
+    match matches.value_source(id) {
+        Some(clap::parser::ValueSource::EnvVariable) => var,
+        _ => flag,
+    }
+}
+
+impl Prepared {
+    /// Validates the tokens (naming the flag or variable they came from) and binds the listen
+    /// address, keeping the socket: nothing is created, started or printed yet.
+    pub fn new(args: Args, matches: &clap::ArgMatches) -> Result<Prepared> {
+        for (id, raw, flag, var) in [
+            ("admin_token", &args.admin_token, "--admin-token", "SALDO_ADMIN_TOKEN"),
+            ("api_token", &args.api_token, "--api-token", "SALDO_API_TOKEN"),
+        ] {
+            if let Some(raw) = raw {
+                saldo_http::tokens::Token::new(given_as(matches, id, flag, var), raw.clone())?;
+            }
+        }
+        if args.insecure_no_api_token && args.api_token.is_some() {
+            anyhow::bail!(
+                "{} is given and {} disables API authentication: choose one",
+                given_as(matches, "api_token", "--api-token", "SALDO_API_TOKEN"),
+                given_as(
+                    matches,
+                    "insecure_no_api_token",
+                    "--insecure-no-api-token",
+                    "SALDO_INSECURE_NO_API_TOKEN"
+                ),
+            );
+        }
+        let listen_name = given_as(matches, "listen", "--listen", "SALDO_LISTEN");
+        let listener = saldo_http::listener::bind(args.listen)
+            .with_context(|| format!("{listen_name} {}: cannot listen there", args.listen))?;
+        Ok(Prepared { args, listener })
+    }
+}
+
+/// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
+pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
+    let Prepared { args, listener } = prepared;
+    let token_dir = crate::database::try_state_dir(data_dir)?;
     let config = ServiceConfig {
         database_url: database.url.clone(),
         listen: args.listen,
@@ -152,7 +204,7 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
         },
         sweep_every: Duration::from_secs(args.sweep_interval_s),
     };
-    let app = Application::build(config)
+    let app = Application::build_on(config, listener)
         .await
         .context("starting the service")?;
     // The only place a generated token is ever shown: stdout, once, never the log.
@@ -163,6 +215,15 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
             kind = g.kind,
             dir = token_dir.display(),
             token = g.token.expose(),
+        );
+    }
+    if !app.local_addr().ip().is_loopback() {
+        // `:8080` means every interface, as in Go and nginx: say so, once, at start.
+        tracing::warn!(
+            listen = %app.local_addr(),
+            api_auth = app.api_auth_required(),
+            "listening on a non-loopback address: other machines can reach this service (every \
+             /v1 route still needs its bearer token unless --insecure-no-api-token)"
         );
     }
     if !app.api_auth_required() {

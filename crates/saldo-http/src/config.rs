@@ -7,6 +7,7 @@
 //! hashed and returned to be printed once when there is none); without a directory a token is
 //! generated for this process only. API authentication is on unless explicitly disabled.
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,6 +261,44 @@ pub fn serving_strategy(name: &str) -> Result<StrategyName, ConfigError> {
     StrategyName::parse(name).ok_or_else(|| ConfigError::UnknownStrategy(name.to_owned()))
 }
 
+/// Parses a listen address as people write it:
+/// - `IP:PORT` or `[IPv6]:PORT`, as given;
+/// - `:PORT`: every IPv4 interface (`0.0.0.0:PORT`), the meaning it has in Go and nginx;
+/// - `HOST:PORT` (e.g. `localhost:8080`): the host name is resolved once, now, and the first
+///   IPv4 address it resolves to is used (else its first address): one listener, one address.
+///
+/// Anything else (no port, a bad port, a name that does not resolve) is refused with the reason.
+pub fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
+    let raw = raw.trim();
+    if let Ok(addr) = raw.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = raw.rsplit_once(':') else {
+        return Err(format!(
+            "{raw:?} has no port: write HOST:PORT, IP:PORT or :PORT (e.g. 127.0.0.1:8080)"
+        ));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{raw:?}: {port:?} is not a port (0..=65535)"))?;
+    if host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if host.contains(':') && !host.starts_with('[') {
+        return Err(format!("{raw:?}: write an IPv6 address in brackets, e.g. [::1]:{port}"));
+    }
+    let resolved: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{raw:?}: cannot resolve {host:?}: {e}"))?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| format!("{raw:?}: {host:?} resolves to no address"))
+}
+
 fn in_range(name: &'static str, value: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
     if (min..=max).contains(&value) {
         Ok(value)
@@ -276,6 +315,21 @@ fn in_range(name: &'static str, value: u64, min: u64, max: u64) -> Result<u64, C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses_as_people_write_them() {
+        let ok = |raw: &str| parse_listen(raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
+        assert_eq!(ok("127.0.0.1:8080"), SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(ok("[::1]:8080"), "[::1]:8080".parse().expect("v6"));
+        assert_eq!(ok(":8080"), SocketAddr::from(([0, 0, 0, 0], 8080)));
+        assert_eq!(ok(" :0 "), SocketAddr::from(([0, 0, 0, 0], 0)));
+        let local = ok("localhost:8080");
+        assert!(local.ip().is_loopback(), "{local}");
+        assert_eq!(local.port(), 8080);
+        for bad in ["8080", "localhost", ":http", ":65536", "::1:80", "", "no-such-host.invalid:80"] {
+            assert!(parse_listen(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 
     #[test]
     fn absent_tokens_are_generated_and_flagged() {

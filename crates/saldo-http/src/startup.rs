@@ -66,6 +66,21 @@ impl Application {
     /// Validates the settings (generating and storing tokens where needed), connects, migrates,
     /// builds the strategy and binds the listener. Nothing is served yet.
     pub async fn build(config: ServiceConfig) -> Result<Application, StartupError> {
+        let listener =
+            crate::listener::bind(config.listen).map_err(|source| StartupError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        Self::build_on(config, listener).await
+    }
+
+    /// [`Application::build`] on a listener the caller bound (with [`crate::listener::bind`])
+    /// before anything else, so that a port in use is reported before anything is created,
+    /// migrated or printed. `config.listen` only names it in errors.
+    pub async fn build_on(
+        config: ServiceConfig,
+        listener: TcpListener,
+    ) -> Result<Application, StartupError> {
         let validated = config.settings.validate()?;
         let pool = db::connect(&config.database_url, &config.pool)?;
         db::migrate(&pool).await?;
@@ -76,11 +91,6 @@ impl Application {
         );
         let prometheus = crate::metrics::install().map_err(StartupError::Metrics)?;
         let state = AppState::new(engine, validated.settings, prometheus);
-        let listener =
-            crate::listener::bind(config.listen).map_err(|source| StartupError::Bind {
-                addr: config.listen,
-                source,
-            })?;
         let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
             addr: config.listen,
             source,
