@@ -2,15 +2,22 @@
 //! `saldo_lab::bench`; the run happens on a scratch database `saldo_bench_<pid>` created on the
 //! server of `--database-url` or the embedded cluster and dropped at the end, or against a
 //! running `saldo serve` (`--target`).
+//!
+//! While it runs it shows the current rate and latency every `--progress` interval (1 s): in
+//! the progress bar's message on a terminal, as plain lines on stderr otherwise (as pgbench
+//! `-P` does), so a log of a long run shows how it went. A run whose failed operations pass
+//! `--max-error-pct` fails the bench; fewer errors (e.g. a server restart in HTTP mode) are
+//! counted and reported.
 
-use std::sync::Arc;
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use saldo::stock::batched::{self as batched_engine, BatchedConfig};
 use saldo_lab::bench::http::HttpTarget;
-use saldo_lab::bench::load::LoadPlan;
+use saldo_lab::bench::load::{Live, LoadPlan, Window};
 use saldo_lab::bench::report::RunResult;
 use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Progress, Scenario};
 use saldo_lab::scratch::Scratch;
@@ -25,6 +32,10 @@ const MAX_POOL_SIZE: usize = 512;
 const MAX_PRODUCTS: u32 = 1_000_000;
 /// Largest `--skew`.
 const MAX_SKEW: f64 = 5.0;
+/// Largest `--progress` interval.
+const MAX_PROGRESS_MS: u64 = 3_600_000;
+/// Default `--max-error-pct`.
+const DEFAULT_MAX_ERROR_PCT: f64 = 1.0;
 
 /// Flags of `saldo bench`.
 #[derive(Debug, clap::Args)]
@@ -101,6 +112,14 @@ pub struct Args {
     /// HTTP mode: the server's admin token (to stock products and read the audit).
     #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Show the current rate and latency this often (ms, or 1s, 10s; 0 = only the bar): in the
+    /// bar on a terminal, one line on stderr per interval otherwise.
+    #[arg(long, default_value = "1s", value_parser = duration::millis(0, MAX_PROGRESS_MS))]
+    progress: u64,
+    /// Fail the bench when more than this percentage of a run's operations fail (connection
+    /// errors included); below it errors are counted and reported and the run goes on.
+    #[arg(long, default_value_t = DEFAULT_MAX_ERROR_PCT)]
+    max_error_pct: f64,
     /// HTTP mode: the server's API token (required unless it runs with
     /// --insecure-no-api-token); without it the admin token is sent, which every route accepts.
     #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true)]
@@ -112,6 +131,9 @@ pub struct Config {
     bench: BenchConfig,
     json: bool,
     plot: Option<std::path::PathBuf>,
+    /// `None`: no periodic lines.
+    progress: Option<Duration>,
+    max_error_pct: f64,
 }
 
 impl Config {
@@ -129,7 +151,8 @@ impl Config {
             &args.strategy
         };
         for s in given {
-            let name = Contender::parse(scenario, s.trim())?;
+            let name = Contender::parse(scenario, s.trim())
+                .map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
             if !strategies.contains(&name) {
                 strategies.push(name);
             }
@@ -158,6 +181,9 @@ impl Config {
         if !(0.0..=MAX_SKEW).contains(&args.skew) {
             bail!("--skew must be within 0..={MAX_SKEW}");
         }
+        if !(0.0..=100.0).contains(&args.max_error_pct) {
+            bail!("--max-error-pct must be within 0..=100");
+        }
         Ok(Config {
             bench: BenchConfig {
                 scenario,
@@ -185,6 +211,8 @@ impl Config {
             },
             json: args.json,
             plot: args.plot,
+            progress: (args.progress > 0).then(|| Duration::from_millis(args.progress)),
+            max_error_pct: args.max_error_pct,
         })
     }
 }
@@ -196,39 +224,163 @@ impl Config {
     }
 }
 
-/// The progress bar on stderr, and one line per finished run above it.
-struct Bar {
-    bar: ProgressBar,
+/// The progress display on stderr: a bar (on a terminal) and, every `interval`, the current
+/// rate and latency; one line per finished run.
+struct Display {
+    /// `None` when stderr is not a terminal: plain lines only.
+    bar: Option<ProgressBar>,
     per_run_ms: u64,
+    interval: Option<Duration>,
+    last: Mutex<Sample>,
 }
 
-impl Bar {
-    fn new(config: &BenchConfig) -> Bar {
+/// Where the previous periodic line left off.
+#[derive(Default)]
+struct Sample {
+    index: Option<u64>,
+    answered: u64,
+    errors: u64,
+    elapsed: Duration,
+}
+
+impl Display {
+    fn new(config: &BenchConfig, interval: Option<Duration>) -> Display {
         let per_run_ms = config.per_run().as_millis() as u64;
-        let bar = ProgressBar::new(config.runs_total() * per_run_ms);
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        Bar { bar, per_run_ms }
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(config.runs_total() * per_run_ms);
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Display {
+            bar,
+            per_run_ms,
+            interval,
+            last: Mutex::new(Sample::default()),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
     }
 }
 
-impl Progress for Bar {
-    fn tick(&self, index: u64, round: u32, name: Contender, answered: u64, elapsed: Duration) {
-        let base = index * self.per_run_ms;
-        self.bar
-            .set_position(base + (elapsed.as_millis() as u64).min(self.per_run_ms));
-        self.bar.set_message(format!(
-            "round {round} {}: {answered} answered",
-            name.as_str()
-        ));
+/// One periodic line: the rate and latencies since the previous one.
+pub fn progress_line(
+    round: u32,
+    name: &str,
+    elapsed: Duration,
+    ops_per_s: f64,
+    window: Window,
+    errors: (u64, u64),
+) -> String {
+    let ms = |us: u64| us as f64 / 1000.0;
+    let (errors, connection) = errors;
+    let connection = if connection > 0 {
+        format!(" ({connection} connection)")
+    } else {
+        String::new()
+    };
+    if window.answered == 0 {
+        return format!(
+            "progress: round {round} {name} {:.0}s: {ops_per_s:.0} ops/s, no answers, errors {errors}{connection}",
+            elapsed.as_secs_f64()
+        );
+    }
+    format!(
+        "progress: round {round} {name} {:.0}s: {ops_per_s:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms, errors {errors}{connection}",
+        elapsed.as_secs_f64(),
+        ms(window.p50_us),
+        ms(window.p99_us),
+    )
+}
+
+impl Progress for Display {
+    fn tick(&self, index: u64, round: u32, name: Contender, live: &Live<'_>) {
+        if let Some(bar) = &self.bar {
+            let base = index * self.per_run_ms;
+            bar.set_position(base + (live.elapsed.as_millis() as u64).min(self.per_run_ms));
+        }
+        let Some(interval) = self.interval else {
+            if let Some(bar) = &self.bar {
+                bar.set_message(format!(
+                    "round {round} {}: {} answered",
+                    name.as_str(),
+                    live.answered()
+                ));
+            }
+            return;
+        };
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.index != Some(index) {
+            // A new run: its first line comes one interval after its start.
+            *last = Sample {
+                index: Some(index),
+                ..Sample::default()
+            };
+            let _ = live.take_window();
+        }
+        let span = live.elapsed.saturating_sub(last.elapsed);
+        if span < interval {
+            return;
+        }
+        let answered = live.answered();
+        let errors = live.errors();
+        let rate = answered.saturating_sub(last.answered) as f64 / span.as_secs_f64();
+        let line = progress_line(
+            round,
+            name.as_str(),
+            live.elapsed,
+            rate,
+            live.take_window(),
+            (errors.0.saturating_sub(last.errors), errors.1),
+        );
+        *last = Sample {
+            index: Some(index),
+            answered,
+            errors: errors.0,
+            elapsed: live.elapsed,
+        };
+        match &self.bar {
+            Some(bar) => bar.set_message(line),
+            None => eprintln!("{line}"),
+        }
     }
 
     fn run_done(&self, result: &RunResult) {
-        self.bar
-            .suspend(|| eprintln!("{}", report::run_line(result)));
+        match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("{}", report::run_line(result))),
+            None => eprintln!("{}", report::run_line(result)),
+        }
     }
+}
+
+/// Runs whose failed operations passed `max_pct` percent of their answers.
+fn over_error_budget(results: &[RunResult], max_pct: f64) -> Vec<String> {
+    results
+        .iter()
+        .filter_map(|r| {
+            let total = r.ok + r.refused + r.overloaded + r.errors;
+            let pct = if total == 0 {
+                0.0
+            } else {
+                r.errors as f64 * 100.0 / total as f64
+            };
+            (pct > max_pct).then(|| {
+                format!(
+                    "round {} {}: {} of {total} operations failed ({pct:.1}% > {max_pct}%; {} \
+                     connection errors)",
+                    r.round, r.strategy, r.errors, r.connection_errors
+                )
+            })
+        })
+        .collect()
 }
 
 /// Runs the benchmark (validated first, by [`Config::from_args`]); `Ok(false)` when an
@@ -251,10 +403,10 @@ pub async fn run(config: Config, server_url: &str) -> Result<bool> {
 
 async fn bench_and_print(config: &Config, backend: Backend<'_>) -> Result<bool> {
     let bench = &config.bench;
-    let bar = Bar::new(bench);
+    let display = Display::new(bench, config.progress);
     eprintln!("{}", bench.title());
-    let outcome = bench::run(bench, backend, &bar).await?;
-    bar.bar.finish_and_clear();
+    let outcome = bench::run(bench, backend, &display).await?;
+    display.finish();
     let table = report::table(&outcome.summaries);
     if config.json {
         eprint!("{table}");
@@ -290,6 +442,14 @@ async fn bench_and_print(config: &Config, backend: Backend<'_>) -> Result<bool> 
         std::fs::write(path, plot::svg(&bench.title(), &outcome.summaries))
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
+    }
+    let over = over_error_budget(&outcome.results, config.max_error_pct);
+    if !over.is_empty() {
+        bail!(
+            "bench: too many failed operations (--max-error-pct {}):\n{}",
+            config.max_error_pct,
+            over.join("\n")
+        );
     }
     Ok(outcome.all_ok)
 }

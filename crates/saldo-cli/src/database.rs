@@ -113,10 +113,13 @@ pub async fn open_with(
             );
         }
         let url = running.url("postgres")?;
-        check_reachable(&url)
-            .await
-            .with_context(|| format!("attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
-                running.owner_pid, record_path.display()))?;
+        check_reachable(&url).await.with_context(|| {
+            format!(
+                "attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
+                running.owner_pid,
+                record_path.display()
+            )
+        })?;
         eprintln!(
             "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
             running.owner_pid,
@@ -133,7 +136,9 @@ pub async fn open_with(
     if let Some(port) = options.port {
         // Checked before the data directory is created or initdb runs.
         std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
-            format!("--embedded-port {port}: 127.0.0.1:{port} is not free for the embedded PostgreSQL")
+            format!(
+                "--embedded-port {port}: 127.0.0.1:{port} is not free for the embedded PostgreSQL"
+            )
         })?;
     }
     let state = try_state_dir(Some(&state))?;
@@ -187,9 +192,12 @@ pub async fn open_with(
 /// where we tried (host or socket directory, port) and the operating system's reason.
 pub async fn check_reachable(url: &str) -> Result<()> {
     use deadpool_postgres::tokio_postgres::{self, config::Host};
-    let config: tokio_postgres::Config = url
-        .parse()
-        .with_context(|| format!("--database-url {}: not a PostgreSQL URL", pg_local::redact(url)))?;
+    let config: tokio_postgres::Config = url.parse().with_context(|| {
+        format!(
+            "--database-url {}: not a PostgreSQL URL",
+            pg_local::redact(url)
+        )
+    })?;
     let ports = config.get_ports();
     let place: Vec<String> = config
         .get_hosts()

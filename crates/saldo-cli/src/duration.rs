@@ -32,12 +32,7 @@ impl Unit {
 /// Parses `raw` as a count of `unit` within `min..=max` (both in `unit`).
 pub fn parse(raw: &str, unit: Unit, min: u64, max: u64) -> Result<u64, String> {
     let raw = raw.trim();
-    let bounds = || {
-        format!(
-            "between {min}{u} and {max}{u}",
-            u = unit.suffix()
-        )
-    };
+    let bounds = || format!("between {min}{u} and {max}{u}", u = unit.suffix());
     let value = if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
         raw.parse::<u64>()
             .map_err(|_| format!("{raw:?} is too large: give a duration {}", bounds()))?
@@ -95,12 +90,18 @@ mod tests {
         assert_eq!(s("10s"), Ok(10));
         assert_eq!(s("1h 30m"), Ok(5_400));
         assert_eq!(s(" 2m "), Ok(120));
-        assert!(s("500ms").unwrap_err().contains("whole number of seconds"));
-        assert!(s("0").unwrap_err().contains("between 1s and 86400s"));
-        assert!(s("2d").unwrap_err().contains("out of range"));
-        assert!(s("ten").unwrap_err().contains("not a duration"));
+        assert!(s("500ms")
+            .expect_err("refused")
+            .contains("whole number of seconds"));
+        assert!(s("0")
+            .expect_err("refused")
+            .contains("between 1s and 86400s"));
+        assert!(s("2d").expect_err("refused").contains("out of range"));
+        assert!(s("ten").expect_err("refused").contains("not a duration"));
         assert!(s("").is_err());
-        assert!(s("99999999999999999999999").unwrap_err().contains("too large"));
+        assert!(s("99999999999999999999999")
+            .expect_err("refused")
+            .contains("too large"));
         let ms = |raw| parse(raw, Unit::Millis, 100, 300_000);
         assert_eq!(ms("500"), Ok(500));
         assert_eq!(ms("500ms"), Ok(500));

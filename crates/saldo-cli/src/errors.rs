@@ -49,7 +49,7 @@ mod tests {
         let e = Err::<(), _>(io)
             .context("error connecting to server: refused")
             .context("connecting to PostgreSQL at 127.0.0.1:1")
-            .unwrap_err();
+            .expect_err("refused");
         assert_eq!(
             render(&e, false),
             "error: connecting to PostgreSQL at 127.0.0.1:1\n  caused by: error connecting to \

@@ -121,7 +121,10 @@ async fn run() -> Result<ExitCode> {
     };
     if let Command::Token(args) = cli.command {
         // Tokens live in saldo's data directory, not in the database: nothing to start.
-        token::run(args, &database::try_state_dir(embedded.data_dir.as_deref())?)?;
+        token::run(
+            args,
+            &database::try_state_dir(embedded.data_dir.as_deref())?,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Command::Bench(args) = cli.command {

@@ -9,7 +9,7 @@
 use anyhow::{bail, Result};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
-use saldo_lab::race::{self as lab, explain, Report, Scenario, Verdict};
+use saldo_lab::race::{self as lab, explain, Report, RunDone, Scenario, Verdict};
 use saldo_lab::scratch::Scratch;
 use saldo_lab::{LabStrategy, LabTransfer};
 
@@ -234,17 +234,26 @@ impl Config {
 /// server at `server_url`.
 pub async fn run(config: Config, server_url: &str) -> Result<()> {
     let scratch = Scratch::for_race(server_url).await?;
+    let started = std::time::Instant::now();
+    let on_run = |done: RunDone<'_>| {
+        // Quiet for a quick race; past a few seconds, one line per run on stderr.
+        if started.elapsed() >= PROGRESS_AFTER {
+            eprintln!("{}", progress_line(&done));
+        }
+    };
     let work = async {
         match &config.race {
-            Race::Stock { race, strategies } => lab::stock::run(&scratch, race, strategies).await,
+            Race::Stock { race, strategies } => {
+                lab::stock::run_with_progress(&scratch, race, strategies, &on_run).await
+            }
             Race::Transfers { race, strategies } => {
-                lab::transfers::run(&scratch, race, strategies).await
+                lab::transfers::run_with_progress(&scratch, race, strategies, &on_run).await
             }
             Race::Late {
                 buyers,
                 runs,
                 strategies,
-            } => lab::late::run(&scratch, *buyers, *runs, strategies).await,
+            } => lab::late::run_with_progress(&scratch, *buyers, *runs, strategies, &on_run).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.
@@ -279,6 +288,20 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
         bail!("a safe strategy broke an invariant (see above)");
     }
     Ok(())
+}
+
+/// A race that has run this long shows one line per finished run (stderr).
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `race: <strategy> run <n>/<runs> done (<s> s)`.
+fn progress_line(done: &RunDone<'_>) -> String {
+    format!(
+        "race: {} run {}/{} done ({:.1} s)",
+        done.strategy,
+        done.run,
+        done.runs,
+        done.elapsed.as_secs_f64()
+    )
 }
 
 fn sold_per_run(r: &Report) -> String {

@@ -130,7 +130,12 @@ pub struct Prepared {
 }
 
 /// The name the user gave `id` by: its flag, or its environment variable.
-fn given_as(matches: &clap::ArgMatches, id: &str, flag: &'static str, var: &'static str) -> &'static str {
+fn given_as(
+    matches: &clap::ArgMatches,
+    id: &str,
+    flag: &'static str,
+    var: &'static str,
+) -> &'static str {
     match matches.value_source(id) {
         Some(clap::parser::ValueSource::EnvVariable) => var,
         _ => flag,
@@ -142,8 +147,18 @@ impl Prepared {
     /// address, keeping the socket: nothing is created, started or printed yet.
     pub fn new(args: Args, matches: &clap::ArgMatches) -> Result<Prepared> {
         for (id, raw, flag, var) in [
-            ("admin_token", &args.admin_token, "--admin-token", "SALDO_ADMIN_TOKEN"),
-            ("api_token", &args.api_token, "--api-token", "SALDO_API_TOKEN"),
+            (
+                "admin_token",
+                &args.admin_token,
+                "--admin-token",
+                "SALDO_ADMIN_TOKEN",
+            ),
+            (
+                "api_token",
+                &args.api_token,
+                "--api-token",
+                "SALDO_API_TOKEN",
+            ),
         ] {
             if let Some(raw) = raw {
                 saldo_http::tokens::Token::new(given_as(matches, id, flag, var), raw.clone())?;

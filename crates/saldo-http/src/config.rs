@@ -285,7 +285,9 @@ pub fn parse_listen(raw: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
     }
     if host.contains(':') && !host.starts_with('[') {
-        return Err(format!("{raw:?}: write an IPv6 address in brackets, e.g. [::1]:{port}"));
+        return Err(format!(
+            "{raw:?}: write an IPv6 address in brackets, e.g. [::1]:{port}"
+        ));
     }
     let resolved: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
@@ -319,14 +321,25 @@ mod tests {
     #[test]
     fn listen_addresses_as_people_write_them() {
         let ok = |raw: &str| parse_listen(raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
-        assert_eq!(ok("127.0.0.1:8080"), SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(
+            ok("127.0.0.1:8080"),
+            SocketAddr::from(([127, 0, 0, 1], 8080))
+        );
         assert_eq!(ok("[::1]:8080"), "[::1]:8080".parse().expect("v6"));
         assert_eq!(ok(":8080"), SocketAddr::from(([0, 0, 0, 0], 8080)));
         assert_eq!(ok(" :0 "), SocketAddr::from(([0, 0, 0, 0], 0)));
         let local = ok("localhost:8080");
         assert!(local.ip().is_loopback(), "{local}");
         assert_eq!(local.port(), 8080);
-        for bad in ["8080", "localhost", ":http", ":65536", "::1:80", "", "no-such-host.invalid:80"] {
+        for bad in [
+            "8080",
+            "localhost",
+            ":http",
+            ":65536",
+            "::1:80",
+            "",
+            "no-such-host.invalid:80",
+        ] {
             assert!(parse_listen(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -3,6 +3,10 @@
 //! strategy is whatever it was started with; the bench stocks its own product range (far from
 //! ids people use) so it never touches anyone's stock, and checks the server's audit after each
 //! run.
+//!
+//! A request that gets no answer (connection refused or reset, timeout) is a connection error:
+//! the load counts it and goes on; the idempotent set-up and check calls (PUT a count, GET a
+//! stock, GET the audit) are retried a bounded number of times before the run gives up.
 
 use std::time::Duration;
 
@@ -18,6 +22,16 @@ use saldo::domain::OrderItems;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response body read.
 const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Attempts of an idempotent set-up or check call that hits connection errors.
+pub const CONNECT_ATTEMPTS: u32 = 5;
+/// Pause before the second attempt; doubled for each further one.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(200);
+
+/// The request got no answer at all.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from the server: {0}")]
+pub struct ConnectionFailed(String);
+
 /// The bench's products are `PRODUCT_OFFSET + 1 ..= PRODUCT_OFFSET + products`.
 pub const PRODUCT_OFFSET: i64 = 7_000_000_000_000;
 
@@ -35,6 +49,8 @@ pub enum Answer {
     Refused,
     Overloaded,
     Error(String),
+    /// No answer: the connection failed (see [`ConnectionFailed`]).
+    ConnectionError(String),
 }
 
 impl HttpTarget {
@@ -87,21 +103,46 @@ impl HttpTarget {
         let request = request.body(body)?;
         let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(request))
             .await
-            .context("request timed out")??;
+            .map_err(|_| ConnectionFailed(format!("no response within {REQUEST_TIMEOUT:?}")))?
+            .map_err(|e| ConnectionFailed(error_chain(&e)))?;
         let status = response.status().as_u16();
         let bytes = http_body_util::Limited::new(response.into_body(), MAX_BODY_BYTES)
             .collect()
             .await
-            .map_err(|e| anyhow::anyhow!("reading the response: {e}"))?
+            .map_err(|e| ConnectionFailed(format!("reading the response: {e}")))?
             .to_bytes();
         Ok((status, bytes))
+    }
+
+    /// [`HttpTarget::call`] for an idempotent request, retried on connection errors
+    /// ([`CONNECT_ATTEMPTS`] in all, backing off).
+    async fn call_idempotent(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        admin: bool,
+    ) -> Result<(u16, Bytes)> {
+        let mut pause = CONNECT_BACKOFF;
+        for attempt in 1.. {
+            match self.call(method.clone(), path, body.clone(), admin).await {
+                Err(e) if attempt < CONNECT_ATTEMPTS && e.is::<ConnectionFailed>() => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                done => {
+                    return done.with_context(|| format!("{method} {path} (attempt {attempt})"))
+                }
+            }
+        }
+        unreachable!("the loop returns by its last attempt")
     }
 
     /// Sets a product's physical count (admin).
     pub async fn set_count(&self, product: i64, count: i32) -> Result<()> {
         let path = format!("/v1/products/{product}/stock");
         let (status, body) = self
-            .call(
+            .call_idempotent(
                 Method::PUT,
                 &path,
                 Some(serde_json::json!({ "count": count })),
@@ -117,7 +158,9 @@ impl HttpTarget {
     /// (available, reserved) of a product.
     pub async fn stock(&self, product: i64) -> Result<(i64, i64)> {
         let path = format!("/v1/products/{product}/stock");
-        let (status, body) = self.call(Method::GET, &path, None, false).await?;
+        let (status, body) = self
+            .call_idempotent(Method::GET, &path, None, false)
+            .await?;
         if status != 200 {
             bail!("GET {path}: {status} {}", String::from_utf8_lossy(&body));
         }
@@ -132,7 +175,7 @@ impl HttpTarget {
     /// The server's audit (admin): true when clean.
     pub async fn audit(&self) -> Result<bool> {
         let (status, body) = self
-            .call(Method::GET, "/v1/admin/audit", None, true)
+            .call_idempotent(Method::GET, "/v1/admin/audit", None, true)
             .await?;
         if status != 200 {
             bail!(
@@ -174,6 +217,19 @@ fn answer(result: Result<(u16, Bytes)>) -> Answer {
             "HTTP {status}: {}",
             String::from_utf8_lossy(&body[..body.len().min(300)])
         )),
+        Err(e) if e.is::<ConnectionFailed>() => Answer::ConnectionError(e.to_string()),
         Err(e) => Answer::Error(e.to_string()),
     }
+}
+
+/// An error and its causes on one line (hyper's own message hides the OS error).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }

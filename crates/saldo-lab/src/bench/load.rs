@@ -41,6 +41,9 @@ pub struct Tally {
     pub refused: u64,
     pub overloaded: u64,
     pub errors: u64,
+    /// Of `errors`: the server could not be reached or the connection broke (HTTP mode); the
+    /// load keeps going through them.
+    pub connection_errors: u64,
     pub first_error: Option<String>,
     pub latency_us: Histogram<u64>,
     /// Over the whole run, warm-up included: what the database must now hold.
@@ -59,6 +62,7 @@ impl Tally {
             refused: 0,
             overloaded: 0,
             errors: 0,
+            connection_errors: 0,
             first_error: None,
             latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)?,
             units_granted: 0,
@@ -73,6 +77,52 @@ enum Outcome {
     Refused,
     Overloaded,
     Error(String),
+    /// The request never got an answer: connection refused, reset or timed out.
+    ConnectionError(String),
+}
+
+/// Latencies of the answers since a progress display last looked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    pub answered: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+/// A running load as a progress display sees it (every 100 ms).
+pub struct Live<'a> {
+    shared: &'a Shared,
+    /// Since the run started, warm-up included.
+    pub elapsed: Duration,
+}
+
+impl Live<'_> {
+    /// Operations answered so far (errors included).
+    pub fn answered(&self) -> u64 {
+        self.shared.answered.load(Ordering::Relaxed)
+    }
+
+    /// Operations that failed so far, and of those the connection errors.
+    pub fn errors(&self) -> (u64, u64) {
+        (
+            self.shared.errors.load(Ordering::Relaxed),
+            self.shared.connection_errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The latencies recorded since the previous call (the window starts afresh).
+    pub fn take_window(&self) -> Window {
+        let Ok(mut h) = self.shared.window.lock() else {
+            return Window::default();
+        };
+        let w = Window {
+            answered: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p99_us: h.value_at_quantile(0.99),
+        };
+        h.reset();
+        w
+    }
 }
 
 /// What the operations run against.
@@ -104,8 +154,12 @@ struct Shared {
     tag: String,
     with_confirm: bool,
     tally: Mutex<Tally>,
-    /// Operations answered so far (for the progress bar).
+    /// Operations answered so far (for the progress display).
     answered: AtomicU64,
+    errors: AtomicU64,
+    connection_errors: AtomicU64,
+    /// Latencies since the progress display last looked ([`Live::take_window`]).
+    window: Mutex<Histogram<u64>>,
 }
 
 impl Shared {
@@ -127,6 +181,7 @@ impl Shared {
                     Answer::Refused => Outcome::Refused,
                     Answer::Overloaded => Outcome::Overloaded,
                     Answer::Error(e) => Outcome::Error(e),
+                    Answer::ConnectionError(e) => Outcome::ConnectionError(e),
                 }
             }
             Target::Ledger(ledger, strategy) => {
@@ -192,6 +247,21 @@ impl Shared {
 
     fn record(&self, measured: bool, latency: Duration, outcome: Outcome) {
         self.answered.fetch_add(1, Ordering::Relaxed);
+        let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
+        match &outcome {
+            Outcome::Error(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::ConnectionError(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.connection_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                if let Ok(mut w) = self.window.lock() {
+                    w.saturating_record(us);
+                }
+            }
+        }
         let Ok(mut t) = self.tally.lock() else {
             return;
         };
@@ -201,7 +271,6 @@ impl Shared {
                 if measured {
                     t.measured_ok += 1;
                     t.last_answer = Some(Instant::now());
-                    let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
                     t.latency_us.saturating_record(us);
                 }
             }
@@ -211,17 +280,22 @@ impl Shared {
                 t.errors += 1;
                 t.first_error.get_or_insert(e);
             }
+            Outcome::ConnectionError(e) => {
+                t.errors += 1;
+                t.connection_errors += 1;
+                t.first_error.get_or_insert(e);
+            }
         }
     }
 }
 
-/// Runs one load against `target`; `on_tick` sees the answered count every 100 ms.
+/// Runs one load against `target`; `on_tick` sees it every 100 ms.
 pub async fn drive(
     target: Target,
     picker: Arc<Picker>,
     plan: &LoadPlan,
     tag: String,
-    on_tick: impl Fn(u64, Duration),
+    on_tick: impl Fn(&Live<'_>),
 ) -> anyhow::Result<Tally> {
     let shared = Arc::new(Shared {
         target,
@@ -230,6 +304,9 @@ pub async fn drive(
         with_confirm: plan.with_confirm,
         tally: Mutex::new(Tally::new()?),
         answered: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        connection_errors: AtomicU64::new(0),
+        window: Mutex::new(Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)?),
     });
     let start = Instant::now();
     let measure_from = start + plan.warmup;
@@ -251,7 +328,7 @@ pub async fn drive(
     loop {
         tokio::select! {
             _ = &mut load => break,
-            _ = tick.tick() => on_tick(shared.answered.load(Ordering::Relaxed), start.elapsed()),
+            _ = tick.tick() => on_tick(&Live { shared: &shared, elapsed: start.elapsed() }),
         }
     }
     let fresh = Tally::new()?;

@@ -172,10 +172,9 @@ pub enum Backend<'a> {
 /// What the caller sees while the bench runs (a progress bar, a log). Both default to nothing;
 /// `&()` shows nothing.
 pub trait Progress: Sync {
-    /// Every 100 ms of run number `index` (0-based over all runs): answers so far, time since
-    /// the run started.
-    fn tick(&self, _index: u64, _round: u32, _name: Contender, _answered: u64, _elapsed: Duration) {
-    }
+    /// Every 100 ms of run number `index` (0-based over all runs): the running load (answers
+    /// and errors so far, latencies since the last look, time since the run started).
+    fn tick(&self, _index: u64, _round: u32, _name: Contender, _live: &load::Live<'_>) {}
     /// A run finished.
     fn run_done(&self, _result: &RunResult) {}
 }
@@ -205,8 +204,8 @@ pub async fn run(
     for round in 1..=config.rounds {
         for (i, &name) in config.strategies.iter().enumerate() {
             let index = u64::from(round - 1) * config.strategies.len() as u64 + i as u64;
-            let on_tick = |answered: u64, elapsed: Duration| {
-                progress.tick(index, round, name, answered, elapsed);
+            let on_tick = |live: &load::Live<'_>| {
+                progress.tick(index, round, name, live);
             };
             let result = match &backend {
                 Backend::Http(target) => http_run(config, target, &picker, round, on_tick).await?,
@@ -239,7 +238,7 @@ async fn one_run(
     picker: &Arc<Picker>,
     name: Contender,
     round: u32,
-    on_tick: impl Fn(u64, Duration),
+    on_tick: impl Fn(&load::Live<'_>),
 ) -> Result<RunResult> {
     let pool = scratch.pool();
     let store = scratch.store(TxOptions::default());
@@ -300,7 +299,7 @@ async fn http_run(
     target: &Arc<http::HttpTarget>,
     picker: &Arc<Picker>,
     round: u32,
-    on_tick: impl Fn(u64, Duration),
+    on_tick: impl Fn(&load::Live<'_>),
 ) -> Result<RunResult> {
     let products: Vec<i64> = (1..=i64::from(config.products))
         .map(|p| http::PRODUCT_OFFSET + p)
@@ -383,6 +382,7 @@ fn result_of(
         refused: tally.refused,
         overloaded: tally.overloaded,
         errors: tally.errors,
+        connection_errors: tally.connection_errors,
         first_error: tally.first_error.clone(),
         peak_rss_kib,
         mean_batch: stats

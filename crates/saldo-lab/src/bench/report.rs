@@ -21,6 +21,8 @@ pub struct RunResult {
     pub refused: u64,
     pub overloaded: u64,
     pub errors: u64,
+    /// Of `errors`: requests that got no answer (HTTP mode: refused, reset, timed out).
+    pub connection_errors: u64,
     pub first_error: Option<String>,
     /// Peak resident memory of the bench process during this run (VmHWM, reset per run).
     pub peak_rss_kib: Option<u64>,
@@ -103,7 +105,7 @@ pub fn run_line(r: &RunResult) -> String {
         .map(|c| format!("{} {}", if c.ok { "ok" } else { "BROKEN" }, c.name))
         .collect();
     format!(
-        "round {} {:<8} {:>10.0} ops/s  p99 {:>7} ms  refused {} overloaded {} errors {}  [{}]{}",
+        "round {} {:<8} {:>10.0} ops/s  p99 {:>7} ms  refused {} overloaded {} errors {}{}  [{}]{}",
         r.round,
         r.strategy,
         r.ops_per_s,
@@ -111,6 +113,11 @@ pub fn run_line(r: &RunResult) -> String {
         r.refused,
         r.overloaded,
         r.errors,
+        if r.connection_errors > 0 {
+            format!(" ({} connection)", r.connection_errors)
+        } else {
+            String::new()
+        },
         checks.join(", "),
         r.first_error
             .as_ref()

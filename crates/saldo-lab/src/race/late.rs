@@ -17,6 +17,7 @@ use saldo::stock::{admin, sweeper, ReserveRequest, StrategyConfig};
 
 use crate::race::buyers::{buy_all, Tally};
 use crate::race::types::{LabError, Report, Scenario};
+use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 
@@ -110,6 +111,17 @@ pub async fn run(
     runs: u32,
     strategies: &[LabStrategy],
 ) -> Result<Vec<Report>, LabError> {
+    run_with_progress(scratch, buyers, runs, strategies, &|_| {}).await
+}
+
+/// [`run`], telling `on_run` after every run.
+pub async fn run_with_progress(
+    scratch: &Scratch,
+    buyers: u32,
+    runs: u32,
+    strategies: &[LabStrategy],
+    on_run: &(dyn Fn(RunDone<'_>) + Sync),
+) -> Result<Vec<Report>, LabError> {
     let mut reports = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
         let started = Instant::now();
@@ -124,6 +136,12 @@ pub async fn run(
         };
         for run in 0..runs {
             let outcome = run_once(scratch, buyers, strategy, run).await?;
+            on_run(RunDone {
+                strategy: strategy.as_str(),
+                run: run + 1,
+                runs,
+                elapsed: started.elapsed(),
+            });
             // "Sold" here is what the late retries took: the units sold twice.
             report.add_sold(run, outcome.retaken_units);
             report.oversold += outcome.retaken_units;

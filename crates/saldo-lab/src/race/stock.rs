@@ -22,6 +22,7 @@ pub use crate::race::buyers::{buy_all, Tally};
 use crate::race::types::{
     bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS, MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
 };
+use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 
@@ -193,6 +194,16 @@ pub async fn run(
     race: &StockRace,
     strategies: &[LabStrategy],
 ) -> Result<Vec<Report>, LabError> {
+    run_with_progress(scratch, race, strategies, &|_| {}).await
+}
+
+/// [`run`], telling `on_run` after every run.
+pub async fn run_with_progress(
+    scratch: &Scratch,
+    race: &StockRace,
+    strategies: &[LabStrategy],
+    on_run: &(dyn Fn(RunDone<'_>) + Sync),
+) -> Result<Vec<Report>, LabError> {
     let mut reports = Vec::with_capacity(strategies.len());
     for &strategy in strategies {
         let started = Instant::now();
@@ -208,6 +219,12 @@ pub async fn run(
         for run in 0..race.runs {
             let sink = (race.explain && run == 0).then(TraceSink::new);
             let outcome = run_once(scratch, race, strategy, run, sink.clone()).await?;
+            on_run(RunDone {
+                strategy: strategy.as_str(),
+                run: run + 1,
+                runs: race.runs,
+                elapsed: started.elapsed(),
+            });
             if let Some(sink) = sink {
                 let (events, dropped) = sink.events();
                 report.trace = Some(events);

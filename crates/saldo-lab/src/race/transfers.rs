@@ -18,6 +18,7 @@ use crate::race::types::{
     bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_RUNS,
     MAX_TRANSFERS,
 };
+use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabTransfer;
 
@@ -97,6 +98,16 @@ pub async fn run(
     race: &TransferRace,
     strategies: &[LabTransfer],
 ) -> Result<Vec<Report>, LabError> {
+    run_with_progress(scratch, race, strategies, &|_| {}).await
+}
+
+/// [`run`], telling `on_run` after every run.
+pub async fn run_with_progress(
+    scratch: &Scratch,
+    race: &TransferRace,
+    strategies: &[LabTransfer],
+    on_run: &(dyn Fn(RunDone<'_>) + Sync),
+) -> Result<Vec<Report>, LabError> {
     let mut reports = Vec::new();
     for &strategy in strategies {
         let started = Instant::now();
@@ -145,6 +156,12 @@ pub async fn run(
             report.audit_divergences += divergences;
             // Seed 002's test: no transfer may fail and the total must not change.
             report.violations += u32::from(failed || drift != 0 || divergences > 0);
+            on_run(RunDone {
+                strategy: &report.strategy,
+                run: run + 1,
+                runs: race.runs,
+                elapsed: started.elapsed(),
+            });
         }
         report.deadlock_retries = Some(stats.deadlock_retries());
         report.finish(started);

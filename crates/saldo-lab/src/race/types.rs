@@ -270,3 +270,14 @@ mod tests {
         }
     }
 }
+
+/// One finished run, for a progress display (`saldo race` on long runs).
+#[derive(Debug, Clone, Copy)]
+pub struct RunDone<'a> {
+    pub strategy: &'a str,
+    /// 1-based.
+    pub run: u32,
+    pub runs: u32,
+    /// Since this strategy's first run started.
+    pub elapsed: std::time::Duration,
+}
