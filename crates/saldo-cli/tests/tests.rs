@@ -15,3 +15,6 @@ mod faults;
 
 #[path = "suite/flood.rs"]
 mod flood;
+
+#[path = "suite/operator.rs"]
+mod operator;

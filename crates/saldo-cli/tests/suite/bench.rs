@@ -137,3 +137,45 @@ async fn bad_flags_are_refused() {
         assert!(!out.status.success(), "{args:?} was accepted");
     }
 }
+
+/// Issue 16 point 9: a bench whose stderr is not a terminal prints `progress:` lines (the
+/// current rate and latency) while it runs, like pgbench `-P`; `--progress 0` turns them off.
+/// Durations take units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_lines_while_it_runs_and_none_with_progress_0() {
+    let base = [
+        "--strategy",
+        "atomic",
+        "--concurrency",
+        "4",
+        "--duration",
+        "2s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--json",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--progress", "500ms"]);
+    let (out, _, _) = bench(&args).await;
+    json(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("progress: round 1 atomic"))
+        .collect();
+    assert!(!lines.is_empty(), "no progress line: {stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("ops/s") && l.contains("errors 0")),
+        "{stderr}"
+    );
+    let mut args = base.to_vec();
+    args.extend(["--progress", "0"]);
+    let (out, _, _) = bench(&args).await;
+    json(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("progress:"), "{stderr}");
+}

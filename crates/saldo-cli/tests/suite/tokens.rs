@@ -18,15 +18,16 @@ use tokio::sync::mpsc;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A running `saldo serve` and everything it printed so far.
-struct Serve {
-    child: Child,
-    addr: String,
+/// A running `saldo serve` and everything it printed so far (also used by `operator.rs`).
+pub(crate) struct Serve {
+    pub(crate) child: Child,
+    pub(crate) addr: String,
     lines: mpsc::UnboundedReceiver<String>,
-    output: Vec<String>,
+    pub(crate) output: Vec<String>,
 }
 
-fn saldo(data_dir: &Path) -> Command {
+/// The binary with a clean environment: `data_dir` as its data directory, no tokens, no URL.
+pub(crate) fn saldo(data_dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_saldo"));
     cmd.env("SALDO_DATA_DIR", data_dir)
         .env_remove("SALDO_ADMIN_TOKEN")
@@ -39,10 +40,20 @@ fn saldo(data_dir: &Path) -> Command {
 
 impl Serve {
     async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
+        Serve::launch(data_dir, &["--database-url", url], extra).await
+    }
+
+    /// `saldo serve` on the embedded cluster of `data_dir`.
+    pub(crate) async fn start_embedded(data_dir: &Path, extra: &[&str]) -> Serve {
+        Serve::launch(data_dir, &[], extra).await
+    }
+
+    async fn launch(data_dir: &Path, global: &[&str], extra: &[&str]) -> Serve {
         let mut child = saldo(data_dir)
             // Debug logs too: a token must not leak at any level.
             .env("RUST_LOG", "debug")
-            .args(["--database-url", url, "serve", "--listen", "127.0.0.1:0"])
+            .args(global)
+            .args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--strategy", "atomic", "--pool-size", "4"])
             .args(extra)
             .stdout(Stdio::piped())
@@ -90,7 +101,7 @@ impl Serve {
     }
 
     /// The token a `<kind> token (generated…): <token>` line printed, if any.
-    fn generated(&self, kind: &str) -> Option<String> {
+    pub(crate) fn generated(&self, kind: &str) -> Option<String> {
         let prefix = format!("{kind} token (generated");
         self.output
             .iter()
@@ -100,7 +111,13 @@ impl Serve {
     }
 
     /// One HTTP/1.1 request on a fresh connection; the status code.
-    async fn status(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> u16 {
+    pub(crate) async fn status(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> u16 {
         let request = async {
             let mut stream = tokio::net::TcpStream::connect(&self.addr)
                 .await
@@ -127,7 +144,7 @@ impl Serve {
     }
 
     /// Kills the server and returns everything it printed.
-    async fn stop(mut self) -> String {
+    pub(crate) async fn stop(mut self) -> String {
         self.child.kill().await.expect("kill saldo serve");
         // The readers end when the pipes close; drain what is left, bounded.
         let deadline = Instant::now() + Duration::from_secs(10);
