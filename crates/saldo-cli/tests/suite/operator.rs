@@ -169,6 +169,9 @@ async fn tools_attach_to_a_running_serve_and_start_their_own_only_when_none_runs
     assert!(!stderr.contains("attached"), "{stderr}");
 }
 
+/// Arguments, environment, and the name the error must use.
+type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+
 /// A setting that cannot work is refused before anything happens: the data directory (a path
 /// that does not exist yet) is not created, nothing is printed on stdout, and the message names
 /// the flag or variable the user actually used. Before issue 16, each of these ran initdb and
@@ -178,7 +181,7 @@ async fn settings_are_checked_before_anything_is_created() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken = taken.local_addr().expect("addr").to_string();
     let taken_port = taken.rsplit(':').next().expect("port").to_owned();
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             vec!["serve", "--admin-token", "short"],
             vec![],
