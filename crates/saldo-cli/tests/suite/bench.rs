@@ -179,3 +179,111 @@ async fn progress_lines_while_it_runs_and_none_with_progress_0() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!stderr.contains("progress:"), "{stderr}");
 }
+
+/// `saldo serve` on `url` at the fixed `addr`, with fixed tokens; returns once it listens.
+async fn serve_at(url: &str, data: &std::path::Path, addr: &str) -> tokio::process::Child {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = crate::tokens::saldo(data)
+        .args(["--database-url", url, "serve", "--listen", addr])
+        .args(["--strategy", "atomic", "--pool-size", "4"])
+        .args(["--admin-token", HTTP_ADMIN, "--api-token", HTTP_API])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn saldo serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let listening = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.starts_with("saldo listening on") {
+                return true;
+            }
+        }
+        false
+    };
+    let up = tokio::time::timeout(std::time::Duration::from_secs(60), listening).await;
+    assert!(matches!(up, Ok(true)), "saldo serve did not start");
+    // Keep draining stdout so the service never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
+const HTTP_ADMIN: &str = "bench-admin-token-0123456789";
+const HTTP_API: &str = "bench-api-token-0123456789ab";
+
+/// Issue 16 point 9: the HTTP bench counts connection errors and keeps going. The service is
+/// killed mid-run (requests in flight are cut, new ones refused) and started again on the same
+/// port; the bench finishes, reports connection errors, and its checks (audit, units) still
+/// pass. Before, one connection error ended the whole bench.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_bench_counts_connection_errors_and_keeps_going() {
+    use tokio::io::AsyncBufReadExt;
+    let db = test_db().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string()
+    };
+    let mut first = serve_at(&db.url, data.path(), &addr).await;
+    let target = format!("http://{addr}");
+    let mut bench = tokio::process::Command::new(env!("CARGO_BIN_EXE_saldo"))
+        .args(["bench", "--target", &target])
+        .args(["--admin-token", HTTP_ADMIN, "--api-token", HTTP_API])
+        .args(["--concurrency", "4", "--products", "10", "--duration", "6s"])
+        .args(["--warmup", "0s", "--rounds", "1", "--json"])
+        .args(["--progress", "200ms", "--max-error-pct", "100"])
+        .env_remove("SALDO_ADMIN_TOKEN")
+        .env_remove("SALDO_API_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn saldo bench");
+    let stderr = bench.stderr.take().expect("stderr");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    // The load is running once the first progress line is out.
+    let running = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let progress = line.starts_with("progress:");
+            seen.push(line);
+            if progress {
+                return true;
+            }
+        }
+        false
+    };
+    let started = tokio::time::timeout(std::time::Duration::from_secs(60), running).await;
+    assert!(matches!(started, Ok(true)), "no progress line: {seen:#?}");
+    first.kill().await.expect("kill the service");
+    let _ = first.wait().await;
+    let mut second = serve_at(&db.url, data.path(), &addr).await;
+    let rest = tokio::spawn(async move {
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            rest.push(line);
+        }
+        rest
+    });
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        bench.wait_with_output(),
+    )
+    .await
+    .expect("the bench ended in time")
+    .expect("wait for the bench");
+    let rest = rest.await.expect("stderr reader");
+    let _ = second.kill().await;
+    assert!(out.status.success(), "bench failed: {seen:#?} {rest:#?}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    let run = &report["runs"][0];
+    assert!(
+        run["connection_errors"]
+            .as_u64()
+            .expect("connection_errors")
+            > 0,
+        "{run:#}"
+    );
+    assert!(run["ok"].as_u64().expect("ok") > 0, "{run:#}");
+    assert_eq!(report["invariants_ok"], true, "{run:#}");
+}
