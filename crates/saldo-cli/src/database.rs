@@ -260,6 +260,12 @@ pub fn try_state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
     }
     if !dir.exists() {
         create_private_dir(&dir)?;
+    } else if !dir.is_dir() {
+        bail!(
+            "{} is not a directory: give --data-dir (SALDO_DATA_DIR) a directory, or a path \
+             that does not exist yet",
+            dir.display()
+        );
     }
     // Secrets live here: a directory others may write to would let them plant or swap files.
     let mode = std::fs::metadata(&dir)
