@@ -100,7 +100,14 @@ fn main() -> ExitCode {
 
 #[tokio::main]
 async fn run() -> Result<ExitCode> {
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command().try_get_matches().unwrap_or_else(|e| {
+        let note = errors::env_source_note(&e, &Cli::command());
+        let _ = e.print();
+        if let Some(note) = note {
+            eprintln!("{note}");
+        }
+        std::process::exit(e.exit_code())
+    });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The race lab provokes CHECK violations and deadlocks on purpose: do not log each one.
     let default_filter = match cli.command {

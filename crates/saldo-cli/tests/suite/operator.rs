@@ -207,6 +207,16 @@ async fn settings_are_checked_before_anything_is_created() {
             "--reservation-ttl-s",
         ),
         (
+            vec!["serve"],
+            vec![("SALDO_RESERVATION_TTL_S", "15x")],
+            "SALDO_RESERVATION_TTL_S",
+        ),
+        (
+            vec!["serve"],
+            vec![("SALDO_STRATEGY", "foo")],
+            "SALDO_STRATEGY",
+        ),
+        (
             vec!["race", "last-unit", "--strategy", "foo"],
             vec![],
             "--strategy",
