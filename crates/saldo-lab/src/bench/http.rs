@@ -131,7 +131,9 @@ impl HttpTarget {
                     pause *= 2;
                 }
                 done => {
-                    return done.with_context(|| format!("{method} {path} (attempt {attempt})"))
+                    return done.with_context(|| {
+                        format!("{method} {}{path} (attempt {attempt})", self.base)
+                    })
                 }
             }
         }
