@@ -12,6 +12,7 @@ use saldo::stock::{sweeper, Store};
 mod bench;
 mod database;
 mod locks;
+mod logging;
 mod race;
 mod serve;
 mod supervise;
@@ -32,6 +33,11 @@ struct Cli {
     /// required). Off by default: only its private Unix socket.
     #[arg(long, env = "SALDO_EMBEDDED_TCP", global = true)]
     embedded_tcp: bool,
+    /// Log format on stderr: `text` (coloured only on a terminal, never with NO_COLOR set) or
+    /// `json` (one object per line). RUST_LOG filters either.
+    #[arg(long, env = "SALDO_LOG_FORMAT", global = true, value_enum,
+          default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,15 +75,9 @@ async fn main() -> Result<()> {
     // The race lab provokes CHECK violations and deadlocks on purpose: do not log each one.
     let default_filter = match cli.command {
         Command::Race(_) => "warn,saldo::telemetry=off",
-        _ => "info",
+        _ => logging::DEFAULT_FILTER,
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init(cli.log_format, default_filter);
     if let Command::Token(args) = cli.command {
         // Tokens live in saldo's data directory, not in the database: nothing to start.
         return token::run(args, &database::try_state_dir()?);

@@ -201,8 +201,13 @@ fn reservation_response(
     let reservation = match outcome {
         Ok(r) => r,
         Err(e) => {
-            if let ApiError::Domain(Error::InsufficientStock { product_id, .. }) = &e {
-                state.refusals.record(*product_id);
+            if let ApiError::Domain(Error::InsufficientStock {
+                product_id,
+                requested,
+                available,
+            }) = &e
+            {
+                state.refusals.record(*product_id, *requested, *available);
             }
             return Err(e);
         }
