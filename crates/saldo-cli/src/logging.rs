@@ -3,6 +3,7 @@
 //! `RUST_LOG` or the command's default. Colour only when stderr is a terminal and `NO_COLOR` is
 //! unset or empty (no-color.org): escape codes in a redirected log are noise to every reader.
 
+use std::ffi::OsStr;
 use std::io::IsTerminal;
 
 /// The `--log-format` values.
@@ -26,9 +27,11 @@ pub fn init(format: LogFormat, default_filter: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder
-            .with_ansi(colour(std::io::stderr().is_terminal()))
-            .init(),
+        LogFormat::Text => {
+            let no_color = std::env::var_os("NO_COLOR");
+            let ansi = colour(std::io::stderr().is_terminal(), no_color.as_deref());
+            builder.with_ansi(ansi).init()
+        }
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -38,7 +41,20 @@ pub fn init(format: LogFormat, default_filter: &str) {
     }
 }
 
-/// Colour on a terminal, unless `NO_COLOR` says otherwise.
-fn colour(terminal: bool) -> bool {
-    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+/// Colour on a terminal, unless `NO_COLOR` is set to anything but the empty string.
+fn colour(terminal: bool, no_color: Option<&OsStr>) -> bool {
+    terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None));
+    }
 }

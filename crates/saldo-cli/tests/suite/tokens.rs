@@ -18,15 +18,15 @@ use tokio::sync::mpsc;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A running `saldo serve` and everything it printed so far.
-struct Serve {
+/// A running `saldo serve` and everything it printed so far (also used by `logs`).
+pub(crate) struct Serve {
     child: Child,
     addr: String,
     lines: mpsc::UnboundedReceiver<String>,
     output: Vec<String>,
 }
 
-fn saldo(data_dir: &Path) -> Command {
+pub(crate) fn saldo(data_dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_saldo"));
     cmd.env("SALDO_DATA_DIR", data_dir)
         .env_remove("SALDO_ADMIN_TOKEN")
@@ -38,7 +38,7 @@ fn saldo(data_dir: &Path) -> Command {
 }
 
 impl Serve {
-    async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
+    pub(crate) async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
         let mut child = saldo(data_dir)
             // Debug logs too: a token must not leak at any level.
             .env("RUST_LOG", "debug")
@@ -90,7 +90,7 @@ impl Serve {
     }
 
     /// The token a `<kind> token (generated…): <token>` line printed, if any.
-    fn generated(&self, kind: &str) -> Option<String> {
+    pub(crate) fn generated(&self, kind: &str) -> Option<String> {
         let prefix = format!("{kind} token (generated");
         self.output
             .iter()
@@ -100,7 +100,29 @@ impl Serve {
     }
 
     /// One HTTP/1.1 request on a fresh connection; the status code.
-    async fn status(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> u16 {
+    pub(crate) async fn status(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> u16 {
+        let answer = self.request(method, path, token, body).await;
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {answer}"))
+    }
+
+    /// One HTTP/1.1 request on a fresh connection; the whole answer, head and body.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> String {
         let request = async {
             let mut stream = tokio::net::TcpStream::connect(&self.addr)
                 .await
@@ -116,18 +138,13 @@ impl Serve {
             stream.read_to_string(&mut answer).await.expect("read");
             answer
         };
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, request)
+        tokio::time::timeout(REQUEST_TIMEOUT, request)
             .await
-            .expect("answer in time");
-        answer
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status line: {answer}"))
+            .expect("answer in time")
     }
 
     /// Kills the server and returns everything it printed.
-    async fn stop(mut self) -> String {
+    pub(crate) async fn stop(mut self) -> String {
         self.child.kill().await.expect("kill saldo serve");
         // The readers end when the pipes close; drain what is left, bounded.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -299,7 +316,7 @@ async fn insecure_no_api_token_opens_the_api_routes_and_warns() {
 }
 
 /// A fresh directory under the system temp dir (no tempfile crate in this package).
-fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+pub(crate) fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "saldo-cli-test-{tag}-{}-{}",
         std::process::id(),
