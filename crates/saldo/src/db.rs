@@ -103,7 +103,7 @@ pub async fn migrate(pool: &Pool) -> Result<(), Error> {
             if applied.is_empty() {
                 tracing::info!("migrations: schema up to date");
             } else {
-                tracing::info!(applied = %applied.join(", "), "migrations applied");
+                tracing::info!(versions = %applied.join(", "), "migrations applied");
             }
         })
         .map_err(|e| Error::Migration(e.to_string()));

@@ -1,7 +1,8 @@
 //! Logs through the real binary: with `--log-format json` every log line is a JSON object and
 //! each request leaves one access-log object (method, route template, status, latency, the
-//! order id from the path, never a body); no token appears anywhere but the one line that
-//! prints a generated token; text logs carry no colour codes when stderr is not a terminal.
+//! order or transfer id from the path or noted by the handler, never a body); no token appears
+//! anywhere but the one line that prints a generated token; text logs carry no colour codes
+//! when stderr is not a terminal.
 //! Logs run at debug level here (`Serve::start`): nothing may leak at any level.
 
 use serde_json::Value;
@@ -10,6 +11,7 @@ use crate::tokens::{tempfile_dir, Serve};
 use saldo_lab::testing::test_db;
 
 const RESERVE: &str = r#"{"order_id": "o-9", "items": [{"product_id": 1, "quantity": 1}]}"#;
+const TRANSFER: &str = r#"{"id": "pay-9", "from": 91, "to": 92, "amount": 5}"#;
 /// Lines `saldo serve` prints on stdout (the test reads both streams as one).
 const STDOUT_LINES: &[&str] = &[
     "saldo listening on ",
@@ -55,6 +57,16 @@ async fn json_logs_are_one_object_per_line_with_an_access_log_and_no_token() {
     assert_eq!(refused, 401);
     let order = serve.status("GET", "/v1/orders/o-9", Some(&api), "").await;
     assert_eq!(order, 200);
+    for account in [r#"{"id": 91, "opening_balance": 10}"#, r#"{"id": 92}"#] {
+        let open = serve
+            .status("POST", "/v1/accounts", Some(&admin), account)
+            .await;
+        assert_eq!(open, 201);
+    }
+    let transfer = serve
+        .status("POST", "/v1/transfers", Some(&api), TRANSFER)
+        .await;
+    assert_eq!(transfer, 201);
     let output = serve.stop().await;
 
     assert!(!output.contains('\u{1b}'), "escape codes in:\n{output}");
@@ -83,10 +95,9 @@ async fn json_logs_are_one_object_per_line_with_an_access_log_and_no_token() {
     assert_eq!(find("/v1/orders/{order_id}", 401)["order_id"], "o-9");
     let post = find("/v1/reservations", 201);
     assert_eq!(post["method"], "POST");
-    assert!(
-        post.get("order_id").is_none(),
-        "the body is not read: {post}"
-    );
+    assert_eq!(post["order_id"], "o-9", "noted by the handler");
+    assert!(post.get("items").is_none(), "no body: {post}");
+    assert_eq!(find("/v1/transfers", 201)["transfer_id"], "pay-9");
     assert_eq!(
         find("/v1/products/{product_id}/stock", 200)["product_id"],
         "1"

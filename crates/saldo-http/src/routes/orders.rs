@@ -172,6 +172,7 @@ pub async fn reserve(
     ApiJson(body): ApiJson<ReserveBody>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
     let order_id = order_id(body.order_id)?;
+    crate::access_log::note_order_id(&order_id);
     let items = order_items(&body.items)?;
     let ttl = ttl_or_default(&state, body.ttl_s)?;
     let request = ReserveRequest {
