@@ -120,7 +120,7 @@ pub async fn open_with(
                 record_path.display()
             )
         })?;
-        eprintln!(
+        tracing::info!(
             "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
             running.owner_pid,
             running.redacted_url("postgres"),
@@ -143,7 +143,7 @@ pub async fn open_with(
     }
     let state = try_state_dir(Some(&state))?;
     if role == Role::Tool {
-        eprintln!(
+        tracing::info!(
             "no running saldo serve or saldo db on {}: starting its embedded PostgreSQL for this \
              command (stopped when it ends)",
             state.display()
@@ -161,7 +161,7 @@ pub async fn open_with(
         .context("starting the embedded PostgreSQL")?;
     let url = cluster.url("postgres");
     let shown_url = cluster.redacted_url("postgres");
-    eprintln!(
+    tracing::info!(
         "embedded PostgreSQL: {shown_url} (data {}, log {}, password in {}{})",
         cluster.data_dir().display(),
         cluster.log_file().display(),

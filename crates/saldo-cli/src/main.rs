@@ -18,6 +18,7 @@ mod database;
 mod duration;
 mod errors;
 mod locks;
+mod logging;
 mod race;
 mod serve;
 mod supervise;
@@ -51,6 +52,11 @@ struct Cli {
     #[arg(long, env = "SALDO_EMBEDDED_PORT", global = true,
           value_parser = clap::value_parser!(u16).range(1..))]
     embedded_port: Option<u16>,
+    /// Log format on stderr: `text` (coloured only on a terminal, never with NO_COLOR set) or
+    /// `json` (one object per line). RUST_LOG filters either.
+    #[arg(long, env = "SALDO_LOG_FORMAT", global = true, value_enum,
+          default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -112,15 +118,9 @@ async fn run() -> Result<ExitCode> {
     // The race lab provokes CHECK violations and deadlocks on purpose: do not log each one.
     let default_filter = match cli.command {
         Command::Race(_) => "warn,saldo::telemetry=off",
-        _ => "info",
+        _ => logging::DEFAULT_FILTER,
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init(cli.log_format, default_filter);
     let embedded = EmbeddedOptions {
         data_dir: cli.data_dir,
         tcp: cli.embedded_tcp,

@@ -10,6 +10,9 @@ mod bench;
 #[path = "suite/tokens.rs"]
 mod tokens;
 
+#[path = "suite/logs.rs"]
+mod logs;
+
 #[path = "suite/faults.rs"]
 mod faults;
 

@@ -73,6 +73,18 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// Every reason, for registering the closed-connections counter at zero.
+    pub const ALL: [CloseReason; 8] = [
+        CloseReason::Client,
+        CloseReason::Idle,
+        CloseReason::HeaderTimeout,
+        CloseReason::Reclaimed,
+        CloseReason::Shutdown,
+        CloseReason::Error,
+        CloseReason::Refused,
+        CloseReason::Stalled,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             CloseReason::Client => "client",

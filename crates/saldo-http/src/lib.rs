@@ -3,9 +3,10 @@
 //! [`app`] builds the whole router without a socket (tests drive it with `oneshot`); [`server`]
 //! binds it, runs the in-process sweeper and shuts both down gracefully. Errors are RFC 9457
 //! problem documents ([`error`]), admin and API tokens are checked in [`auth`] and persisted
-//! hashed by [`tokens`], `/metrics` and request timing live in [`metrics`], and `/openapi.json`
-//! is generated from the handlers.
+//! hashed by [`tokens`], `/metrics` and request timing live in [`metrics`], one log line per
+//! request in [`access_log`], and `/openapi.json` is generated from the handlers.
 
+pub mod access_log;
 pub mod auth;
 pub mod body;
 pub mod config;
@@ -29,7 +30,6 @@ use saldo::ledger::Ledger;
 use saldo::stock::{StockStrategy, Store};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -89,7 +89,7 @@ pub fn app(state: AppState) -> Router {
     // each call converts its response back to axum's, so layers with their own body types stack.
     // Innermost first: body limits, the backstop timeout, the request's deadline, the body read
     // within its own timeout (408; outside the request deadline, which then times the handler
-    // only), one shape for errors, timing, tracing.
+    // only), one shape for errors, timing, the access log (outermost: it sees the final status).
     router
         .fallback(|| async { ApiError::Bare(StatusCode::NOT_FOUND) })
         .layer(Extension(api_json))
@@ -116,6 +116,6 @@ pub fn app(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(error::problem_for_bare_errors))
         .layer(middleware::from_fn(metrics::track))
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(access_log::log))
         .with_state(state)
 }

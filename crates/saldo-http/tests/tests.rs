@@ -37,3 +37,5 @@ mod ops;
 mod orders;
 #[path = "suite/stock.rs"]
 mod stock;
+#[path = "suite/telemetry.rs"]
+mod telemetry;

@@ -85,16 +85,30 @@ fn pool_config(
 /// processes migrating one database at once.
 pub async fn migrate(pool: &Pool) -> Result<(), Error> {
     let mut client = pool.get().await.map_err(Error::from)?;
+    // One line says what migrating did (below): refinery's own info lines and the NOTICE of its
+    // `CREATE TABLE IF NOT EXISTS` said it two or three times over (the CLI filters refinery
+    // to warnings).
     client
-        .batch_execute("SELECT pg_advisory_lock(724101)")
+        .batch_execute("SET client_min_messages = warning; SELECT pg_advisory_lock(724101)")
         .await?;
     let result = embedded::migrations::runner()
         .run_async(&mut **client)
         .await
-        .map(|_| ())
+        .map(|report| {
+            let applied: Vec<String> = report
+                .applied_migrations()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            if applied.is_empty() {
+                tracing::info!("migrations: schema up to date");
+            } else {
+                tracing::info!(versions = %applied.join(", "), "migrations applied");
+            }
+        })
         .map_err(|e| Error::Migration(e.to_string()));
     client
-        .batch_execute("SELECT pg_advisory_unlock(724101)")
+        .batch_execute("SELECT pg_advisory_unlock(724101); RESET client_min_messages")
         .await?;
     result
 }

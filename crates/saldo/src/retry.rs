@@ -299,6 +299,7 @@ pub async fn in_transaction<'a, T, F>(
 where
     F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
+    telemetry::transaction(operation);
     let max_attempts = options.retry.effective_max_attempts();
     let mut attempt = 1;
     loop {

@@ -1,7 +1,14 @@
 //! Metric names and the few helpers that record them, through the `metrics` facade (the
 //! exporter belongs to the service). Labels are bounded: operation names and SQLSTATEs only,
 //! never a product or an order id.
+//!
+//! [`describe`] is the library's half of the registration the service does at startup: a HELP
+//! text for every family, and every counter registered at zero with each label value it can
+//! take, so a scraper sees `saldo_tx_retries_total{…} 0` before the first retry (a rate over a
+//! series that appears only with its first event misses that event). A new metric gets its
+//! name here, a line in [`describe`], and its known label values in the lists below.
 
+use metrics::{describe_counter, describe_histogram, Unit};
 use tokio_postgres::error::SqlState;
 
 use crate::error::Error;
@@ -15,10 +22,165 @@ pub const CONFIRMED_WITH_MISSING: &str = "saldo_orders_confirmed_with_missing_to
 pub const STOCK_LOCK_WAIT: &str = "saldo_stock_lock_wait_seconds";
 pub const VERSION_CONFLICTS: &str = "saldo_stock_version_conflicts_total";
 pub const TRANSFERS: &str = "saldo_ledger_transfers_total";
+/// Transactions run through `retry::in_transaction` (once per call, whatever its attempts): the
+/// denominator of the retry rate.
+pub const TRANSACTIONS: &str = "saldo_tx_total";
 /// Operations answered "not applied" because their deadline came first, by operation.
 pub const DEADLINE_EXCEEDED: &str = "saldo_deadline_exceeded_total";
 /// COMMITs whose answer was lost (deadline or connection): the caller was told to replay.
 pub const OUTCOME_UNKNOWN: &str = "saldo_outcome_unknown_total";
+
+/// Every `operation` name passed to `retry::in_transaction` on a served path (the lab's fixture
+/// writes are left out). Per-operation counters are registered at zero for these.
+pub const OPERATIONS: &[&str] = &[
+    "reserve",
+    "reserve_batch",
+    "confirm",
+    "confirm_batch",
+    "release",
+    "lock_probe",
+    "sweep",
+    "set_count",
+    "adjust",
+    "open_account",
+    "deposit",
+    "withdraw",
+    "transfer",
+];
+/// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
+pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
+/// `outcome` values of [`RESERVATIONS`] (see `stock::types::telemetry_outcome`).
+pub const RESERVATION_OUTCOMES: &[&str] = &[
+    "reserved",
+    "replayed",
+    "insufficient_stock",
+    "idempotency_conflict",
+    "not_rereservable",
+    "unknown_order",
+    "deadline_exceeded",
+    "product_locked",
+    "outcome_unknown",
+    "version_conflict",
+    "unknown_product",
+    "invalid",
+    "error",
+];
+/// `status` values of [`SETTLED`].
+pub const SETTLED_STATUSES: &[&str] = &["confirmed", "released", "expired"];
+/// `kind` and `outcome` values of [`TRANSFERS`] (see `ledger::observe`).
+pub const TRANSFER_KINDS: &[&str] = &["transfer", "opening", "deposit", "withdrawal"];
+pub const TRANSFER_OUTCOMES: &[&str] = &[
+    "applied",
+    "replayed",
+    "insufficient_funds",
+    "unknown_account",
+    "account_exists",
+    "conflict",
+    "out_of_range",
+    "invalid",
+    "error",
+];
+
+/// Registers the HELP text of every library metric and every counter at zero with its known
+/// label values. Needs the process's recorder installed first; idempotent.
+pub fn describe() {
+    describe_counter!(
+        TRANSACTIONS,
+        Unit::Count,
+        "Transactions run by operation (once per call, however many attempts)."
+    );
+    describe_counter!(
+        TX_RETRIES,
+        Unit::Count,
+        "Transactions rerun from BEGIN after a deadlock (40P01) or serialization failure (40001)."
+    );
+    describe_counter!(
+        TX_GIVEUPS,
+        Unit::Count,
+        "Transactions that failed with 40P01/40001 on their last allowed attempt."
+    );
+    describe_counter!(
+        CHECK_VIOLATIONS,
+        Unit::Count,
+        "CHECK constraint violations that reached a caller: a write without its condition."
+    );
+    describe_counter!(
+        DEADLINE_EXCEEDED,
+        Unit::Count,
+        "Operations answered not applied because their deadline came first."
+    );
+    describe_counter!(
+        OUTCOME_UNKNOWN,
+        Unit::Count,
+        "COMMITs whose answer was lost: the caller was told to replay."
+    );
+    describe_counter!(RESERVATIONS, Unit::Count, "Reserve requests by outcome.");
+    describe_counter!(
+        SETTLED,
+        Unit::Count,
+        "Reservation rows settled, by status: confirmed, released or expired."
+    );
+    describe_counter!(
+        CONFIRMED_WITH_MISSING,
+        Unit::Count,
+        "Confirms that found items expired or released before payment (refund or re-reserve)."
+    );
+    describe_counter!(
+        VERSION_CONFLICTS,
+        Unit::Count,
+        "Optimistic stock updates that found another version."
+    );
+    describe_counter!(
+        TRANSFERS,
+        Unit::Count,
+        "Ledger movements by kind and outcome."
+    );
+    describe_histogram!(
+        STOCK_LOCK_WAIT,
+        Unit::Seconds,
+        "Time a stock write waited for its rows, by strategy."
+    );
+    describe_histogram!(
+        crate::stock::batched::BATCH_SECONDS,
+        Unit::Seconds,
+        "Duration of one batched transaction, by operation."
+    );
+    describe_histogram!(
+        crate::stock::batched::BATCH_ORDERS,
+        Unit::Count,
+        "Orders in one batched transaction, by operation."
+    );
+    for &operation in OPERATIONS {
+        metrics::counter!(TRANSACTIONS, "operation" => operation).increment(0);
+        metrics::counter!(CHECK_VIOLATIONS, "operation" => operation).increment(0);
+        metrics::counter!(DEADLINE_EXCEEDED, "operation" => operation).increment(0);
+        metrics::counter!(OUTCOME_UNKNOWN, "operation" => operation).increment(0);
+        for &sqlstate in RETRY_SQLSTATES {
+            metrics::counter!(TX_RETRIES, "operation" => operation, "sqlstate" => sqlstate)
+                .increment(0);
+            metrics::counter!(TX_GIVEUPS, "operation" => operation, "sqlstate" => sqlstate)
+                .increment(0);
+        }
+    }
+    for &outcome in RESERVATION_OUTCOMES {
+        metrics::counter!(RESERVATIONS, "outcome" => outcome).increment(0);
+    }
+    for &status in SETTLED_STATUSES {
+        metrics::counter!(SETTLED, "status" => status).increment(0);
+    }
+    for &kind in TRANSFER_KINDS {
+        for &outcome in TRANSFER_OUTCOMES {
+            metrics::counter!(TRANSFERS, "kind" => kind, "outcome" => outcome).increment(0);
+        }
+    }
+    metrics::counter!(CONFIRMED_WITH_MISSING).increment(0);
+    metrics::counter!(VERSION_CONFLICTS).increment(0);
+}
+
+/// One call of `retry::in_transaction`.
+pub(crate) fn transaction(operation: &'static str) {
+    metrics::counter!(TRANSACTIONS, "operation" => operation).increment(1);
+}
 
 pub(crate) fn tx_retry(operation: &'static str, sqlstate: &str) {
     metrics::counter!(TX_RETRIES, "operation" => operation, "sqlstate" => sqlstate.to_owned())

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A running `saldo serve` and everything it printed so far (also used by `operator.rs`).
+/// A running `saldo serve` and everything it printed so far (also used by `operator.rs` and `logs.rs`).
 pub(crate) struct Serve {
     pub(crate) child: Child,
     pub(crate) addr: String,
@@ -39,7 +39,7 @@ pub(crate) fn saldo(data_dir: &Path) -> Command {
 }
 
 impl Serve {
-    async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
+    pub(crate) async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
         Serve::launch(data_dir, &["--database-url", url], extra).await
     }
 
@@ -118,6 +118,22 @@ impl Serve {
         token: Option<&str>,
         body: &str,
     ) -> u16 {
+        let answer = self.request(method, path, token, body).await;
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {answer}"))
+    }
+
+    /// One HTTP/1.1 request on a fresh connection; the whole answer, head and body.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> String {
         let request = async {
             let mut stream = tokio::net::TcpStream::connect(&self.addr)
                 .await
@@ -133,14 +149,9 @@ impl Serve {
             stream.read_to_string(&mut answer).await.expect("read");
             answer
         };
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, request)
+        tokio::time::timeout(REQUEST_TIMEOUT, request)
             .await
-            .expect("answer in time");
-        answer
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status line: {answer}"))
+            .expect("answer in time")
     }
 
     /// Kills the server and returns everything it printed.
@@ -316,7 +327,7 @@ async fn insecure_no_api_token_opens_the_api_routes_and_warns() {
 }
 
 /// A fresh directory under the system temp dir (no tempfile crate in this package).
-fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+pub(crate) fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "saldo-cli-test-{tag}-{}-{}",
         std::process::id(),

@@ -225,6 +225,7 @@ pub async fn transfer(
         to: AccountId::new(body.to)?,
         amount: Amount::new(body.amount)?,
     };
+    crate::access_log::note_transfer_id(&request.id);
     let ledger = state.ledger.clone();
     let transfer =
         detached(async move { ledger.transfer(TransferStrategy::Ordered, &request).await }).await?;
@@ -265,6 +266,7 @@ pub async fn deposit(
         AccountId::new(account)?,
         Amount::new(body.amount)?,
     );
+    crate::access_log::note_transfer_id(&id);
     let ledger = state.ledger.clone();
     let t = detached(async move { ledger.deposit(id, to, amount).await }).await?;
     Ok(created_or_replayed(t))
@@ -294,6 +296,7 @@ pub async fn withdraw(
         AccountId::new(account)?,
         Amount::new(body.amount)?,
     );
+    crate::access_log::note_transfer_id(&id);
     let ledger = state.ledger.clone();
     let t = detached(async move { ledger.withdraw(id, from, amount).await }).await?;
     Ok(created_or_replayed(t))

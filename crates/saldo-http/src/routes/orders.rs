@@ -172,6 +172,7 @@ pub async fn reserve(
     ApiJson(body): ApiJson<ReserveBody>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
     let order_id = order_id(body.order_id)?;
+    crate::access_log::note_order_id(&order_id);
     let items = order_items(&body.items)?;
     let ttl = ttl_or_default(&state, body.ttl_s)?;
     let request = ReserveRequest {
@@ -201,8 +202,13 @@ fn reservation_response(
     let reservation = match outcome {
         Ok(r) => r,
         Err(e) => {
-            if let ApiError::Domain(Error::InsufficientStock { product_id, .. }) = &e {
-                state.refusals.record(*product_id);
+            if let ApiError::Domain(Error::InsufficientStock {
+                product_id,
+                requested,
+                available,
+            }) = &e
+            {
+                state.refusals.record(*product_id, *requested, *available);
             }
             return Err(e);
         }
