@@ -230,60 +230,84 @@ pub mod schema {
     }
 
     fn string(pattern: String, max_len: usize, description: &str) -> Schema {
-        string_of(pattern, 1, max_len, description)
+        string_of(pattern, 1, max_len, description, None)
     }
 
-    fn string_of(pattern: String, min_len: usize, max_len: usize, description: &str) -> Schema {
+    fn string_of(
+        pattern: String,
+        min_len: usize,
+        max_len: usize,
+        description: &str,
+        example: Option<&str>,
+    ) -> Schema {
         Object::builder()
             .schema_type(Type::String)
             .min_length(Some(min_len))
             .max_length(Some(max_len))
             .pattern(Some(pattern))
             .description(Some(description))
+            .examples(example)
             .build()
             .into()
     }
+
+    // Examples name the fixtures `.ci/contract` creates (product 1, accounts 1 and 2), so
+    // schemathesis's example phase reaches past "unknown product" into the real work.
 
     pub fn product_id() -> Schema {
         integer(1, i64::MAX, false, "Product id (> 0)")
+            .examples([1])
             .build()
             .into()
     }
 
+    const ACCOUNT_ID: &str = "Account id (> 0; 0 is the ledger's system account)";
+
     pub fn account_id() -> Schema {
-        integer(
+        integer(1, i64::MAX, false, ACCOUNT_ID)
+            .examples([1])
+            .build()
+            .into()
+    }
+
+    /// An account id whose example differs from [`account_id`]'s, for a transfer's `to`.
+    pub fn other_account_id() -> Schema {
+        integer(1, i64::MAX, false, ACCOUNT_ID)
+            .examples([2])
+            .build()
+            .into()
+    }
+
+    fn id(description: &str, example: &str) -> Schema {
+        string_of(
+            id_pattern(),
             1,
-            i64::MAX,
-            false,
-            "Account id (> 0; 0 is the ledger's system account)",
+            MAX_ORDER_ID_LEN,
+            description,
+            Some(example),
         )
-        .build()
-        .into()
     }
 
     pub fn order_id() -> Schema {
-        string(
-            id_pattern(),
-            MAX_ORDER_ID_LEN,
+        id(
             "Order id: the idempotency key of its reservation",
+            "order-1",
         )
     }
 
     pub fn rereserve_id() -> Schema {
-        string(
-            id_pattern(),
-            MAX_ORDER_ID_LEN,
-            "This re-reserve's own idempotency key",
-        )
+        id("This re-reserve's own idempotency key", "order-1-again")
     }
 
     /// Transfer ids share the order id alphabet; the ledger keeps `opening:` for itself.
     pub fn transfer_id() -> Schema {
-        string(
+        string_of(
             format!("^(?!{OPENING_PREFIX})[A-Za-z0-9._:-]{{1,{MAX_ORDER_ID_LEN}}}$"),
+            1,
             MAX_ORDER_ID_LEN,
             "The idempotency key (shared by transfers, deposits and withdrawals); may not \
              start with `opening:`",
+            Some("pay-1"),
         )
     }
 
@@ -294,6 +318,7 @@ pub mod schema {
             false,
             "Units; a product repeated in one order is summed, and the sum has the same limit",
         )
+        .examples([1])
         .build()
         .into()
     }
@@ -339,6 +364,7 @@ pub mod schema {
 
     pub fn amount() -> Schema {
         integer(1, MAX_AMOUNT, false, "Minor units (e.g. cents)")
+            .examples([100])
             .build()
             .into()
     }
@@ -410,6 +436,7 @@ pub mod schema {
             min_len,
             kind.cursor_max_len(),
             "Opaque: the `next_cursor` of the previous page, unchanged",
+            None,
         )
     }
 

@@ -59,7 +59,7 @@ pub struct TransferBody {
     #[serde(deserialize_with = "super::numbers::i64")]
     pub from: i64,
     /// Another account than `from`.
-    #[schema(schema_with = schema::account_id)]
+    #[schema(schema_with = schema::other_account_id)]
     #[serde(deserialize_with = "super::numbers::i64")]
     pub to: i64,
     #[schema(schema_with = schema::amount)]

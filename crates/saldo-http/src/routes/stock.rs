@@ -92,7 +92,7 @@ pub async fn set_count(
         (status = 200, description = "The stock after the adjustment", body = StockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Available would go negative", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Available would go negative (`would-go-negative`) or on-hand past the limit (`stock-limit`)", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id, delta or reason", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn adjust(

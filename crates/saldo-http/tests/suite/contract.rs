@@ -497,3 +497,30 @@ async fn bad_list_parameters_are_problems() {
         app.get(path).await.assert_problem(401, "unauthorized");
     }
 }
+
+/// Found by schemathesis: a delta the schema allows, refused as bad input (422) because of the
+/// row's current stock. It is a conflict with the row's state (409), like going negative.
+#[tokio::test]
+async fn a_restock_past_the_stock_limit_is_a_conflict_not_bad_input() {
+    let app = spawn_app().await;
+    app.stock(1, 1_000_000).await;
+    let max = i64::from(saldo::domain::MAX_STOCK_COUNT);
+    let a = app
+        .admin(
+            Method::POST,
+            "/v1/products/1/stock/adjustments",
+            Some(json!({ "delta": max, "reason": "restock" })),
+        )
+        .await;
+    a.assert_problem(409, "stock-limit");
+    assert_eq!(a.body["on_hand_after"], json!(max + 1_000_000));
+    // Up to the limit is fine.
+    let a = app
+        .admin(
+            Method::POST,
+            "/v1/products/1/stock/adjustments",
+            Some(json!({ "delta": max - 1_000_000, "reason": "restock" })),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+}
