@@ -1,11 +1,10 @@
 //! The account list: customer accounts by ascending id (the system account 0 is the ledger's
 //! own and is never listed).
 
-use super::{paginate, Cursor, ListKind, Page, PageLimit};
+use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
 use crate::domain::AccountId;
 use crate::error::Error;
 use crate::ledger::Account;
-use crate::retry::checkout;
 use crate::stock::Store;
 
 /// `$1` is 0 on the first page, so the system account never shows.
@@ -17,25 +16,25 @@ pub async fn accounts(
     limit: PageLimit,
     cursor: Option<&Cursor>,
 ) -> Result<Page<Account>, Error> {
-    let client = checkout(&store.pool, "list_accounts").await?;
-    let read = limit.get() as usize + 1;
-    let rows = client
-        .query(ACCOUNTS, &[&Cursor::numeric_key(cursor), &(read as i64)])
-        .await?;
-    let accounts = rows
-        .iter()
-        .map(|row| {
+    let read_rows = limit.get() as usize + 1;
+    let accounts = read(
+        store,
+        "list_accounts",
+        ACCOUNTS,
+        Cursor::numeric_key(cursor),
+        read_rows,
+        |row| {
             Ok(Account {
-                id: AccountId::new(row.try_get("id")?)
-                    .map_err(|e| Error::invariant(format!("accounts row: {e}")))?,
+                id: AccountId::new(row.try_get("id")?).map_err(|e| corrupt("accounts", e))?,
                 balance: row.try_get("balance")?,
             })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+        },
+    )
+    .await?;
     Ok(paginate(
         accounts,
         limit,
-        read,
+        read_rows,
         |_| true,
         |a| Cursor::Numeric(ListKind::Accounts, a.id.get()),
     ))

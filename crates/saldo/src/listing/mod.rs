@@ -13,7 +13,13 @@ pub mod stock;
 
 use std::fmt;
 
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
 use crate::domain::{valid_token, InputError};
+use crate::error::Error;
+use crate::retry::checkout;
+use crate::stock::Store;
 
 /// Rows per page when the client names no limit.
 pub const DEFAULT_PAGE_LIMIT: u32 = 100;
@@ -166,6 +172,31 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// Where the next page starts; `None` when this page reached the end.
     pub next: Option<Cursor>,
+}
+
+/// Runs one list query (`$1` the key to start after, `$2` how many rows to read) and maps its
+/// rows; a row the schema should never hold is an invariant error, not a panic.
+async fn read<K, T>(
+    store: &Store,
+    operation: &'static str,
+    sql: &str,
+    after: K,
+    rows: usize,
+    map: impl Fn(&Row) -> Result<T, Error>,
+) -> Result<Vec<T>, Error>
+where
+    K: ToSql + Sync,
+{
+    let client = checkout(&store.pool, operation).await?;
+    let rows = i64::try_from(rows).unwrap_or(i64::MAX);
+    let read = client.query(sql, &[&after, &rows]).await?;
+    read.iter().map(map).collect()
+}
+
+/// A key read back from the table that its own newtype refuses: the schema's CHECKs and the
+/// code disagree.
+fn corrupt(table: &str, e: InputError) -> Error {
+    Error::invariant(format!("{table} row: {e}"))
 }
 
 /// Builds a page from rows read in key order: up to `limit` rows that `keep`, and a cursor

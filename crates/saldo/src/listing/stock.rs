@@ -5,10 +5,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{paginate, Cursor, ListKind, Page, PageLimit};
+use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
 use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
-use crate::retry::checkout;
 use crate::stock::{Status, Stock, Store};
 
 const PRODUCTS: &str = "SELECT product_id, available, reserved, version FROM stock \
@@ -49,27 +48,28 @@ pub async fn products(
     limit: PageLimit,
     cursor: Option<&Cursor>,
 ) -> Result<Page<Stock>, Error> {
-    let client = checkout(&store.pool, "list_products").await?;
-    let read = limit.get() as usize + 1;
-    let rows = client
-        .query(PRODUCTS, &[&Cursor::numeric_key(cursor), &(read as i64)])
-        .await?;
-    let stock = rows
-        .iter()
-        .map(|row| {
+    let read_rows = limit.get() as usize + 1;
+    let stock = read(
+        store,
+        "list_products",
+        PRODUCTS,
+        Cursor::numeric_key(cursor),
+        read_rows,
+        |row| {
             Ok(Stock {
                 product_id: ProductId::new(row.try_get("product_id")?)
-                    .map_err(|e| Error::invariant(format!("stock row: {e}")))?,
+                    .map_err(|e| corrupt("stock", e))?,
                 available: row.try_get("available")?,
                 reserved: row.try_get("reserved")?,
                 version: row.try_get("version")?,
             })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+        },
+    )
+    .await?;
     Ok(paginate(
         stock,
         limit,
-        read,
+        read_rows,
         |_| true,
         |s| Cursor::Numeric(ListKind::Products, s.product_id.get()),
     ))
@@ -86,31 +86,31 @@ pub async fn orders(
     cursor: Option<&Cursor>,
 ) -> Result<Page<OrderSummary>, Error> {
     let rows_wanted = limit.get() as usize + 1;
-    let read = match status {
+    let read_rows = match status {
         None => rows_wanted,
         Some(_) => (rows_wanted * ORDERS_READ_PER_ROW).clamp(rows_wanted, MAX_ORDERS_READ),
     };
-    let client = checkout(&store.pool, "list_orders").await?;
-    let rows = client
-        .query(ORDERS, &[&Cursor::text_key(cursor), &(read as i64)])
-        .await?;
-    let orders = rows
-        .iter()
-        .map(|row| {
-            let id: String = row.try_get("order_id")?;
+    let orders = read(
+        store,
+        "list_orders",
+        ORDERS,
+        Cursor::text_key(cursor),
+        read_rows,
+        |row| {
             Ok(OrderSummary {
-                order_id: OrderId::new(id)
-                    .map_err(|e| Error::invariant(format!("reservation row: {e}")))?,
+                order_id: OrderId::new(row.try_get::<_, String>("order_id")?)
+                    .map_err(|e| corrupt("reservations", e))?,
                 status: Status::parse(row.try_get("status")?)?,
                 products: row.try_get("products")?,
                 created_at: row.try_get("created_at")?,
             })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+        },
+    )
+    .await?;
     Ok(paginate(
         orders,
         limit,
-        read,
+        read_rows,
         |o| status.is_none_or(|s| o.status == s),
         |o| Cursor::Text(ListKind::Orders, o.order_id.as_str().to_owned()),
     ))

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use saldo::domain::{AccountId, OrderId, ProductId};
 use saldo::ledger::Ledger;
 use saldo::listing::{self, Cursor, ListKind, PageLimit};
-use saldo::stock::{admin, Status, StrategyConfig, StrategyName};
+use saldo::stock::{admin, Status, Store, StrategyConfig, StrategyName};
 use saldo::{Error, InputError};
 
 use crate::contract::{engine_with_stock, request};
@@ -30,25 +30,33 @@ fn repeated_and_missing(seen: &[i64], expected: &BTreeSet<i64>) -> (Vec<i64>, Ve
     (repeated, missing)
 }
 
+/// Products 10, 20, … 400: room below and between them for products added while paging.
+async fn stock_every_tenth(store: &Store) -> BTreeSet<i64> {
+    let ids: BTreeSet<i64> = (1..=40).map(|n| n * 10).collect();
+    for &id in &ids {
+        add_product(store, id).await;
+    }
+    ids
+}
+
+async fn add_product(store: &Store, id: i64) {
+    admin::set_count(store, ProductId::new(id).expect("id"), 1)
+        .await
+        .expect("count");
+}
+
 #[tokio::test]
 async fn product_pages_neither_repeat_nor_hide_ids_while_products_are_added() {
     let db = test_db().await;
     let store = db.store();
-    let before: BTreeSet<i64> = (1..=40).map(|n| n * 10).collect();
-    for &id in &before {
-        admin::set_count(&store, ProductId::new(id).expect("id"), 1)
-            .await
-            .expect("count");
-    }
+    let before = stock_every_tenth(&store).await;
     // A writer adds products below and above the reader's position while it pages.
     let writer = {
         let store = store.clone();
         tokio::spawn(async move {
             for n in 1..=120_i64 {
                 let id = if n % 2 == 0 { n * 3 + 1 } else { 400 + n };
-                admin::set_count(&store, ProductId::new(id).expect("id"), 1)
-                    .await
-                    .expect("concurrent count");
+                add_product(&store, id).await;
                 tokio::task::yield_now().await;
             }
         })
@@ -63,9 +71,7 @@ async fn product_pages_neither_repeat_nor_hide_ids_while_products_are_added() {
         // A page on the deterministic side too: one product below the position.
         if let Some(last) = page.items.last() {
             let below = last.product_id.get() - 5;
-            admin::set_count(&store, ProductId::new(below).expect("id"), 1)
-                .await
-                .expect("count below");
+            add_product(&store, below).await;
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -87,12 +93,7 @@ async fn product_pages_neither_repeat_nor_hide_ids_while_products_are_added() {
 async fn offset_pages_repeat_ids_when_products_are_added_below() {
     let db = test_db().await;
     let store = db.store();
-    let before: BTreeSet<i64> = (1..=40).map(|n| n * 10).collect();
-    for &id in &before {
-        admin::set_count(&store, ProductId::new(id).expect("id"), 1)
-            .await
-            .expect("count");
-    }
+    let before = stock_every_tenth(&store).await;
     let client = db.pool.get().await.expect("client");
     let (mut seen, mut offset) = (Vec::new(), 0_i64);
     loop {
@@ -110,9 +111,7 @@ async fn offset_pages_repeat_ids_when_products_are_added_below() {
         let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
         let below = ids.last().expect("a row") - 5;
         seen.extend(ids);
-        admin::set_count(&store, ProductId::new(below).expect("id"), 1)
-            .await
-            .expect("count below");
+        add_product(&store, below).await;
     }
     let (repeated, _) = repeated_and_missing(&seen, &before);
     assert!(
@@ -186,7 +185,7 @@ async fn order_pages_filter_by_status_and_a_sparse_filter_pages_on_with_a_cursor
 }
 
 async fn collect_orders(
-    store: &saldo::stock::Store,
+    store: &Store,
     status: Option<Status>,
     n: i64,
 ) -> Vec<listing::stock::OrderSummary> {
