@@ -179,6 +179,20 @@ fn domain(e: &Error) -> Parts {
         .with("product_id", json!(product_id))
         .with("delta", json!(delta))
         .with("available", json!(available)),
+        Error::StockWouldExceedLimit {
+            product_id,
+            on_hand_after,
+            max,
+            ..
+        } => Parts::new(
+            S::CONFLICT,
+            "stock-limit",
+            "Stock would exceed its limit",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("on_hand_after", json!(on_hand_after))
+        .with("max", json!(max)),
         Error::VersionConflict {
             product_id,
             attempts,
@@ -661,6 +675,17 @@ mod tests {
                 409,
                 "would-go-negative",
                 Some("available"),
+            ),
+            (
+                Error::StockWouldExceedLimit {
+                    product_id: p,
+                    delta: 5,
+                    on_hand_after: 1_000_000_001,
+                    max: 1_000_000_000,
+                },
+                409,
+                "stock-limit",
+                Some("on_hand_after"),
             ),
             (
                 Error::VersionConflict {

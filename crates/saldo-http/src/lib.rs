@@ -4,7 +4,8 @@
 //! binds it, runs the in-process sweeper and shuts both down gracefully. Errors are RFC 9457
 //! problem documents ([`error`]), admin and API tokens are checked in [`auth`] and persisted
 //! hashed by [`tokens`], `/metrics` and request timing live in [`metrics`], one log line per
-//! request in [`access_log`], and `/openapi.json` is generated from the handlers.
+//! request in [`access_log`], and `/openapi.json` is generated from the handlers and
+//! completed for the configuration by [`openapi`]; `/docs` renders it.
 
 pub mod access_log;
 pub mod auth;
@@ -15,6 +16,7 @@ pub mod credentials;
 pub mod error;
 pub mod listener;
 pub mod metrics;
+pub mod openapi;
 pub mod routes;
 pub mod server;
 pub mod startup;
@@ -80,11 +82,13 @@ const BACKSTOP_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 pub fn app(state: AppState) -> Router {
     let timeout = state.settings.request_timeout;
     let body_deadline = body::BodyDeadline(state.settings.body_read_timeout);
-    let (router, api) = OpenApiRouter::with_openapi(routes::ApiDoc::openapi())
+    let (router, api) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(routes::router())
         .split_for_parts();
-    // The document is rendered once; `/openapi.json` serves the same bytes every time.
-    let api_json = OpenApiJson(Arc::new(api.to_json().unwrap_or_default()));
+    // The document is rendered once, for this configuration (which routes need a token);
+    // `/openapi.json` serves the same bytes every time.
+    let document = openapi::render(&api, state.settings.credentials.api_required());
+    let api_json = OpenApiJson(Arc::new(document.to_string()));
     // Router::layer wraps every route (so the matched path is known to `metrics::track`), and
     // each call converts its response back to axum's, so layers with their own body types stack.
     // Innermost first: body limits, the backstop timeout, the request's deadline, the body read

@@ -25,6 +25,8 @@ mod admin;
 mod auth;
 #[path = "suite/connections.rs"]
 mod connections;
+#[path = "suite/contract.rs"]
+mod contract;
 #[path = "suite/errors.rs"]
 mod errors;
 #[path = "suite/inputs.rs"]

@@ -40,6 +40,10 @@ pub enum InputError {
     AccountIdNotPositive(i64),
     #[error("transfer id must be 1-64 characters from [A-Za-z0-9._:-]")]
     TransferIdInvalid,
+    #[error("limit {limit} is outside 1..={max}")]
+    PageLimitOutOfRange { limit: i64, max: u32 },
+    #[error("cursor is not one this list of {list} handed out; start again without a cursor")]
+    CursorInvalid { list: &'static str },
     #[error("amount {amount} is outside 1..={max}")]
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]

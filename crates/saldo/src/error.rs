@@ -68,6 +68,20 @@ pub enum Error {
         delta: i32,
         available: i32,
     },
+    /// A restock that would take on-hand (available + reserved) past [`MAX_STOCK_COUNT`]: a
+    /// conflict with the row's current state (the same delta fits a smaller stock), not bad
+    /// input.
+    ///
+    /// [`MAX_STOCK_COUNT`]: crate::domain::MAX_STOCK_COUNT
+    #[error(
+        "adjustment of {delta} would take product {product_id} to {on_hand_after} units on hand, above the limit of {max}"
+    )]
+    StockWouldExceedLimit {
+        product_id: ProductId,
+        delta: i32,
+        on_hand_after: i64,
+        max: i32,
+    },
     /// Optimistic strategy (seed 004): the version kept changing under us until attempts ran out.
     /// Distinct from insufficient stock: the units may still be there.
     #[error("version conflict on product {product_id} after {attempts} attempts")]

@@ -5,6 +5,7 @@
 //! - [`ledger`]: accounts and idempotent double-entry transfers locked in id order;
 //! - [`retry`]: the one transaction-retry mechanism every write path uses;
 //! - [`audit`]: the divergence audit that must come back empty;
+//! - [`listing`]: products, orders and accounts, a page at a time (keyset, never OFFSET);
 //! - [`db`]: pool, migrations, scratch databases; [`fixtures`]: bulk resets and fixtures for
 //!   the lab and the bench (the only writes outside the strategies, still written here, where
 //!   the schema lives).
@@ -49,6 +50,7 @@ pub mod domain;
 pub mod error;
 pub mod fixtures;
 pub mod ledger;
+pub mod listing;
 pub mod ops;
 pub mod retry;
 pub mod stock;

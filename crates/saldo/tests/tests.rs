@@ -20,6 +20,9 @@ mod batched;
 #[path = "suite/ledger.rs"]
 mod ledger;
 
+#[path = "suite/listing.rs"]
+mod listing;
+
 #[path = "suite/retry.rs"]
 mod retry;
 

@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::{detached, ApiJson, ApiPath, ApiQuery, PROBLEM};
 use crate::auth::{Admin, Client};
 use crate::error::{ApiError, Problem};
+use crate::openapi::{schema, AccountPath};
 use crate::AppState;
 
 /// Transfers listed by `GET /v1/accounts/{id}/transfers` when `limit` is absent.
@@ -24,10 +25,12 @@ pub const DEFAULT_LIST: i64 = 50;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAccount {
-    /// > 0
+    #[schema(schema_with = schema::account_id)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub id: i64,
-    /// 0..=1000000000000 minor units (default 0).
-    #[serde(default)]
+    /// Default 0.
+    #[serde(default, deserialize_with = "super::numbers::i64")]
+    #[schema(schema_with = schema::opening_balance)]
     pub opening_balance: i64,
 }
 
@@ -50,11 +53,17 @@ impl From<Account> for AccountView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransferBody {
-    /// 1-64 characters from `[A-Za-z0-9._:-]`; the idempotency key.
+    #[schema(schema_with = schema::transfer_id)]
     pub id: String,
+    #[schema(schema_with = schema::account_id)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub from: i64,
+    /// Another account than `from`.
+    #[schema(schema_with = schema::other_account_id)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub to: i64,
-    /// 1..=1000000000000 minor units.
+    #[schema(schema_with = schema::amount)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub amount: i64,
 }
 
@@ -62,9 +71,10 @@ pub struct TransferBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MovementBody {
-    /// 1-64 characters from `[A-Za-z0-9._:-]`; the idempotency key (shared with transfers).
+    #[schema(schema_with = schema::transfer_id)]
     pub id: String,
-    /// 1..=1000000000000 minor units.
+    #[schema(schema_with = schema::amount)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub amount: i64,
 }
 
@@ -118,8 +128,9 @@ pub struct TransfersView {
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// How many transfers, 1..=1000 (default 50).
+    #[param(schema_with = schema::transfers_limit)]
     pub limit: Option<i64>,
 }
 
@@ -147,7 +158,7 @@ pub async fn open_account(
 
 /// Read an account's balance.
 #[utoipa::path(get, path = "/v1/accounts/{id}", tag = "accounts",
-    params(("id" = i64, Path, description = "Account id (> 0)")),
+    params(AccountPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The account", body = AccountView),
@@ -171,7 +182,7 @@ pub async fn get_account(
 
 /// An account's latest transfers, newest first.
 #[utoipa::path(get, path = "/v1/accounts/{id}/transfers", tag = "accounts",
-    params(("id" = i64, Path, description = "Account id (> 0)"), ListQuery),
+    params(AccountPath, ListQuery),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Latest transfers", body = TransfersView),
@@ -244,7 +255,7 @@ fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView>) {
 
 /// Deposit into an account (from the system account). Idempotent by `id`.
 #[utoipa::path(post, path = "/v1/accounts/{id}/deposits", tag = "accounts",
-    params(("id" = i64, Path, description = "Account id (> 0)")),
+    params(AccountPath),
     request_body = MovementBody,
     security(("admin_token" = [])),
     responses(
@@ -274,7 +285,7 @@ pub async fn deposit(
 
 /// Withdraw from an account (to the system account); the balance may not go negative.
 #[utoipa::path(post, path = "/v1/accounts/{id}/withdrawals", tag = "accounts",
-    params(("id" = i64, Path, description = "Account id (> 0)")),
+    params(AccountPath),
     request_body = MovementBody,
     security(("admin_token" = [])),
     responses(

@@ -14,6 +14,7 @@ use super::{detached, ApiQuery, PROBLEM};
 use crate::auth::Admin;
 use crate::error::{ApiError, Problem};
 use crate::metrics::{RefusalsReport, MAX_TOP};
+use crate::openapi::schema;
 use crate::AppState;
 
 /// Products listed by `/v1/admin/refusals` when `top` is absent.
@@ -115,8 +116,9 @@ pub struct LocksView {
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct TopQuery {
-    /// How many products, 1..=1000 (default 10).
+    #[param(schema_with = schema::top)]
     pub top: Option<usize>,
 }
 

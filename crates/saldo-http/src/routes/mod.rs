@@ -1,19 +1,21 @@
 //! The routes, one module per resource, and what they share: extractors whose rejections are
-//! [`ApiError`]s, and the OpenAPI document they are collected into.
+//! [`ApiError`]s, and the list of routes the OpenAPI document ([`crate::openapi`]) is collected
+//! from.
 
 pub mod accounts;
 pub mod admin;
+pub mod docs;
 pub mod health;
+pub mod lists;
+pub(crate) mod numbers;
 pub mod orders;
 pub mod stock;
 
 use axum::extract::{FromRequest, FromRequestParts};
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, Problem};
+use crate::error::ApiError;
 use crate::AppState;
 
 /// A JSON body; syntax errors answer 400, shape errors 422, wrong media type 415, too big 413.
@@ -71,40 +73,7 @@ where
 }
 
 /// Media type of error answers, for the `responses(...)` of every path.
-pub(crate) const PROBLEM: &str = "application/problem+json";
-
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "saldo",
-        description = "Sell the last unit exactly once and move money without deadlocks, on PostgreSQL. \
-                       Errors are RFC 9457 problem documents with a stable `type` per kind."
-    ),
-    components(schemas(Problem)),
-    modifiers(&BearerSchemes),
-    tags(
-        (name = "stock", description = "Products and their stock"),
-        (name = "orders", description = "Reservations, confirmation and release"),
-        (name = "accounts", description = "Accounts and transfers"),
-        (name = "admin", description = "Operator routes (admin token)"),
-        (name = "ops", description = "Health, readiness, metrics, this document"),
-    )
-)]
-pub struct ApiDoc;
-
-struct BearerSchemes;
-
-impl Modify for BearerSchemes {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        for name in ["admin_token", "api_token"] {
-            components.add_security_scheme(
-                name,
-                SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
-            );
-        }
-    }
-}
+pub(crate) use crate::openapi::PROBLEM;
 
 /// Every route with its OpenAPI path.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -130,4 +99,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
         .routes(routes!(health::openapi))
+        .routes(routes!(lists::list_products))
+        .routes(routes!(lists::list_orders))
+        .routes(routes!(lists::list_accounts))
+        .routes(routes!(docs::page))
+        // The page's own assets: not API operations, so not in the document.
+        .route(docs::SCRIPT_PATH, axum::routing::get(docs::script))
+        .route(docs::STYLE_PATH, axum::routing::get(docs::style))
 }

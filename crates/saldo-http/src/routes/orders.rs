@@ -16,15 +16,18 @@ use utoipa::ToSchema;
 use super::{detached, ApiJson, ApiPath, PROBLEM};
 use crate::auth::Client;
 use crate::error::{ApiError, Problem};
+use crate::openapi::{schema, OrderPath};
 use crate::AppState;
 
 /// One line of an order.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ItemRequest {
-    /// > 0
+    #[schema(schema_with = schema::product_id)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub product_id: i64,
-    /// 1..=10000 (after summing repeated products)
+    #[schema(schema_with = schema::quantity)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub quantity: i64,
 }
 
@@ -32,12 +35,12 @@ pub struct ItemRequest {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveBody {
-    /// 1-64 characters from `[A-Za-z0-9._:-]`; the idempotency key.
+    #[schema(schema_with = schema::order_id)]
     pub order_id: String,
-    /// 1..=100 items.
+    #[schema(schema_with = schema::items)]
     pub items: Vec<ItemRequest>,
-    /// Reservation lifetime in seconds, 1..=86400; the server's default when absent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::numbers::opt_u64")]
+    #[schema(schema_with = schema::ttl_s)]
     pub ttl_s: Option<u64>,
 }
 
@@ -45,15 +48,14 @@ pub struct ReserveBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RereserveBody {
-    /// 1-64 characters from `[A-Za-z0-9._:-]`: this re-reserve's own idempotency key. Sending
-    /// it again answers what it did and takes nothing more.
+    /// Sending it again answers what it did and takes nothing more.
+    #[schema(schema_with = schema::rereserve_id)]
     pub rereserve_id: String,
-    /// Which lost products and how many; every product the order lost, with its quantity, when
-    /// absent.
     #[serde(default)]
+    #[schema(schema_with = schema::rereserve_items)]
     pub items: Option<Vec<ItemRequest>>,
-    /// Reservation lifetime in seconds, 1..=86400; the server's default when absent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::numbers::opt_u64")]
+    #[schema(schema_with = schema::ttl_s)]
     pub ttl_s: Option<u64>,
 }
 
@@ -254,7 +256,7 @@ fn order_status(items: &[ItemView]) -> ItemStatus {
 /// Re-reserve what an order lost (expired or released), all or nothing; idempotent by
 /// `rereserve_id`.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/rereserve", tag = "orders",
-    params(("order_id" = String, Path, description = "Order id")),
+    params(OrderPath),
     request_body = RereserveBody,
     security(("api_token" = []), ("admin_token" = [])),
     responses(
@@ -288,7 +290,7 @@ pub async fn rereserve(
 
 /// Confirm an order's active reservations (payment arrived). Idempotent.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/confirm", tag = "orders",
-    params(("order_id" = String, Path, description = "Order id")),
+    params(OrderPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was confirmed and what was missing", body = ConfirmView),
@@ -312,7 +314,7 @@ pub async fn confirm(
 
 /// Release an order's active reservations (cancel). Idempotent.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/release", tag = "orders",
-    params(("order_id" = String, Path, description = "Order id")),
+    params(OrderPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was released", body = ReleaseView),
@@ -335,7 +337,7 @@ pub async fn release(
 
 /// Read an order's reservations with their status and expiry.
 #[utoipa::path(get, path = "/v1/orders/{order_id}", tag = "orders",
-    params(("order_id" = String, Path, description = "Order id")),
+    params(OrderPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The order's reservation rows", body = OrderView),

@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::{detached, ApiJson, ApiPath, PROBLEM};
 use crate::auth::{Admin, Client};
 use crate::error::{ApiError, Problem};
+use crate::openapi::{schema, ProductPath};
 use crate::AppState;
 use axum::extract::State;
 
@@ -16,7 +17,8 @@ use axum::extract::State;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetCount {
-    /// 0..=1000000000
+    #[schema(schema_with = schema::count)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub count: i64,
 }
 
@@ -24,9 +26,10 @@ pub struct SetCount {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Adjustment {
-    /// Non-zero, at most 1000000000 in magnitude.
+    #[schema(schema_with = schema::delta)]
+    #[serde(deserialize_with = "super::numbers::i64")]
     pub delta: i64,
-    /// 1..=200 characters.
+    #[schema(schema_with = schema::reason)]
     pub reason: String,
 }
 
@@ -57,7 +60,7 @@ fn product(raw: i64) -> Result<ProductId, ApiError> {
 
 /// Set the physical count of a product, creating it if new.
 #[utoipa::path(put, path = "/v1/products/{product_id}/stock", tag = "stock",
-    params(("product_id" = i64, Path, description = "Product id (> 0)")),
+    params(ProductPath),
     request_body = SetCount,
     security(("admin_token" = [])),
     responses(
@@ -82,14 +85,14 @@ pub async fn set_count(
 
 /// Adjust available units by a delta with a reason.
 #[utoipa::path(post, path = "/v1/products/{product_id}/stock/adjustments", tag = "stock",
-    params(("product_id" = i64, Path, description = "Product id (> 0)")),
+    params(ProductPath),
     request_body = Adjustment,
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The stock after the adjustment", body = StockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Available would go negative", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Available would go negative (`would-go-negative`) or on-hand past the limit (`stock-limit`)", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id, delta or reason", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn adjust(
@@ -109,7 +112,7 @@ pub async fn adjust(
 
 /// Read a product's stock.
 #[utoipa::path(get, path = "/v1/products/{product_id}/stock", tag = "stock",
-    params(("product_id" = i64, Path, description = "Product id (> 0)")),
+    params(ProductPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The product's stock", body = StockView),

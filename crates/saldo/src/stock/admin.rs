@@ -91,8 +91,14 @@ pub async fn adjust(
                     available: current.available,
                 });
             }
-            if next + i64::from(current.reserved) > i64::from(MAX_STOCK_COUNT) {
-                return Err(InputError::DeltaOutOfRange(i64::from(delta)).into());
+            let on_hand_after = next + i64::from(current.reserved);
+            if on_hand_after > i64::from(MAX_STOCK_COUNT) {
+                return Err(Error::StockWouldExceedLimit {
+                    product_id,
+                    delta,
+                    on_hand_after,
+                    max: MAX_STOCK_COUNT,
+                });
             }
             let row = client
                 .query_one(SET_AVAILABLE, &[&product_id.get(), &(next as i32)])

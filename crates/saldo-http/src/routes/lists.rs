@@ -1,0 +1,207 @@
+//! List routes: products, orders (optionally by status) and accounts, a page at a time over
+//! `saldo::listing` (keyset by id; `next_cursor` is where the next page starts, null at the
+//! end). Same auth as the neighbouring reads: the API token (or the admin token).
+
+use axum::extract::State;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use saldo::listing::{self, Cursor, ListKind, PageLimit};
+use saldo::stock::Status;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::accounts::AccountView;
+use super::orders::ItemStatus;
+use super::stock::StockView;
+use super::{detached, ApiQuery, PROBLEM};
+use crate::auth::Client;
+use crate::error::{ApiError, Problem};
+use crate::openapi::schema;
+use crate::AppState;
+
+/// `limit` and `cursor` of a list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ProductsQuery {
+    #[param(schema_with = schema::page_limit)]
+    pub limit: Option<i64>,
+    #[param(schema_with = schema::products_cursor)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AccountsQuery {
+    #[param(schema_with = schema::page_limit)]
+    pub limit: Option<i64>,
+    #[param(schema_with = schema::accounts_cursor)]
+    pub cursor: Option<String>,
+}
+
+/// An order's status, as a filter.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusFilter {
+    Active,
+    Confirmed,
+    Released,
+    Expired,
+}
+
+impl From<StatusFilter> for Status {
+    fn from(s: StatusFilter) -> Self {
+        match s {
+            StatusFilter::Active => Status::Active,
+            StatusFilter::Confirmed => Status::Confirmed,
+            StatusFilter::Released => Status::Released,
+            StatusFilter::Expired => Status::Expired,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct OrdersQuery {
+    /// Only orders with this status (see `ReservationView.status`).
+    pub status: Option<StatusFilter>,
+    #[param(schema_with = schema::page_limit)]
+    pub limit: Option<i64>,
+    #[param(schema_with = schema::orders_cursor)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProductsPage {
+    /// Ascending product id.
+    pub products: Vec<StockView>,
+    /// Pass as `cursor` for the next page; null when this page is the last.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AccountsPage {
+    /// Ascending account id; the system account is never listed.
+    pub accounts: Vec<AccountView>,
+    /// Pass as `cursor` for the next page; null when this page is the last.
+    pub next_cursor: Option<String>,
+}
+
+/// One order of the list.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderSummaryView {
+    pub order_id: String,
+    /// `active` while any item is held; else `confirmed` if any was sold; else `released` if
+    /// any was released; else `expired`.
+    pub status: ItemStatus,
+    /// Distinct products in the order's reservations.
+    pub products: i64,
+    /// When its first reservation was made.
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrdersPage {
+    /// Ascending order id. With a `status` filter a page reads a bounded number of orders, so
+    /// it may hold fewer than `limit` (even none) and still have a `next_cursor`.
+    pub orders: Vec<OrderSummaryView>,
+    /// Pass as `cursor` for the next page; null when this page is the last.
+    pub next_cursor: Option<String>,
+}
+
+/// The limit and cursor of a request, checked.
+fn page(
+    kind: ListKind,
+    limit: Option<i64>,
+    cursor: Option<&str>,
+) -> Result<(PageLimit, Option<Cursor>), ApiError> {
+    let limit = limit.map(PageLimit::new).transpose()?.unwrap_or_default();
+    let cursor = cursor.map(|c| Cursor::parse(kind, c)).transpose()?;
+    Ok((limit, cursor))
+}
+
+/// Products and their stock, by ascending id.
+#[utoipa::path(get, path = "/v1/products", tag = "stock",
+    params(ProductsQuery),
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of products", body = ProductsPage),
+        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn list_products(
+    _: Client,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ProductsQuery>,
+) -> Result<Json<ProductsPage>, ApiError> {
+    let (limit, cursor) = page(ListKind::Products, query.limit, query.cursor.as_deref())?;
+    let store = state.store().clone();
+    let page =
+        detached(async move { listing::stock::products(&store, limit, cursor.as_ref()).await })
+            .await?;
+    Ok(Json(ProductsPage {
+        products: page.items.into_iter().map(Into::into).collect(),
+        next_cursor: page.next.map(|c| c.to_string()),
+    }))
+}
+
+/// Orders by ascending id, optionally only those with one status.
+#[utoipa::path(get, path = "/v1/orders", tag = "orders",
+    params(OrdersQuery),
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of orders", body = OrdersPage),
+        (status = 422, description = "Unknown status, `limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn list_orders(
+    _: Client,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<OrdersQuery>,
+) -> Result<Json<OrdersPage>, ApiError> {
+    let (limit, cursor) = page(ListKind::Orders, query.limit, query.cursor.as_deref())?;
+    let status = query.status.map(Status::from);
+    let store = state.store().clone();
+    let page =
+        detached(
+            async move { listing::stock::orders(&store, status, limit, cursor.as_ref()).await },
+        )
+        .await?;
+    Ok(Json(OrdersPage {
+        orders: page
+            .items
+            .into_iter()
+            .map(|o| OrderSummaryView {
+                order_id: o.order_id.as_str().to_owned(),
+                status: o.status.into(),
+                products: o.products,
+                created_at: o.created_at,
+            })
+            .collect(),
+        next_cursor: page.next.map(|c| c.to_string()),
+    }))
+}
+
+/// Customer accounts and their balances, by ascending id.
+#[utoipa::path(get, path = "/v1/accounts", tag = "accounts",
+    params(AccountsQuery),
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of accounts", body = AccountsPage),
+        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn list_accounts(
+    _: Client,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<AccountsQuery>,
+) -> Result<Json<AccountsPage>, ApiError> {
+    let (limit, cursor) = page(ListKind::Accounts, query.limit, query.cursor.as_deref())?;
+    let store = state.store().clone();
+    let page =
+        detached(async move { listing::ledger::accounts(&store, limit, cursor.as_ref()).await })
+            .await?;
+    Ok(Json(AccountsPage {
+        accounts: page.items.into_iter().map(Into::into).collect(),
+        next_cursor: page.next.map(|c| c.to_string()),
+    }))
+}

@@ -1,0 +1,41 @@
+//! The account list: customer accounts by ascending id (the system account 0 is the ledger's
+//! own and is never listed).
+
+use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
+use crate::domain::AccountId;
+use crate::error::Error;
+use crate::ledger::Account;
+use crate::stock::Store;
+
+/// `$1` is 0 on the first page, so the system account never shows.
+const ACCOUNTS: &str = "SELECT id, balance FROM accounts WHERE id > $1 ORDER BY id LIMIT $2";
+
+/// Accounts by ascending id, after `cursor` (a [`ListKind::Accounts`] cursor).
+pub async fn accounts(
+    store: &Store,
+    limit: PageLimit,
+    cursor: Option<&Cursor>,
+) -> Result<Page<Account>, Error> {
+    let read_rows = limit.get() as usize + 1;
+    let accounts = read(
+        store,
+        "list_accounts",
+        ACCOUNTS,
+        Cursor::numeric_key(cursor),
+        read_rows,
+        |row| {
+            Ok(Account {
+                id: AccountId::new(row.try_get("id")?).map_err(|e| corrupt("accounts", e))?,
+                balance: row.try_get("balance")?,
+            })
+        },
+    )
+    .await?;
+    Ok(paginate(
+        accounts,
+        limit,
+        read_rows,
+        |_| true,
+        |a| Cursor::Numeric(ListKind::Accounts, a.id.get()),
+    ))
+}

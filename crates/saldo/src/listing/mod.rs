@@ -1,0 +1,292 @@
+//! Lists of products, orders and accounts, one page at a time: keyset pagination by id (never
+//! OFFSET), so rows inserted or removed while a client pages through neither shift a page nor
+//! repeat or hide an id that was there before the listing started.
+//!
+//! A page is at most [`MAX_PAGE_LIMIT`] rows; the cursor ([`Cursor`]) names the last key a page
+//! covered and is handed back by the client as is. Every string of a cursor's documented shape
+//! is a valid position (keyset: "after this key"), so a well-formed cursor is never refused;
+//! one of another list or another shape is an [`InputError::CursorInvalid`]. The queries live
+//! next to the data they read: [`stock`] (products, orders), [`ledger`] (accounts).
+
+pub mod ledger;
+pub mod stock;
+
+use std::fmt;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use crate::domain::{valid_token, InputError};
+use crate::error::Error;
+use crate::retry::checkout;
+use crate::stock::Store;
+
+/// Rows per page when the client names no limit.
+pub const DEFAULT_PAGE_LIMIT: u32 = 100;
+/// Most rows one page may hold.
+pub const MAX_PAGE_LIMIT: u32 = 1_000;
+/// Hex digits of a numeric cursor's key (a `u64`).
+pub const NUMERIC_CURSOR_DIGITS: usize = 16;
+
+/// How many rows a page may hold: 1..=[`MAX_PAGE_LIMIT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLimit(u32);
+
+impl PageLimit {
+    pub fn new(raw: i64) -> Result<Self, InputError> {
+        match u32::try_from(raw) {
+            Ok(n) if (1..=MAX_PAGE_LIMIT).contains(&n) => Ok(PageLimit(n)),
+            _ => Err(InputError::PageLimitOutOfRange {
+                limit: raw,
+                max: MAX_PAGE_LIMIT,
+            }),
+        }
+    }
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl Default for PageLimit {
+    fn default() -> Self {
+        PageLimit(DEFAULT_PAGE_LIMIT)
+    }
+}
+
+/// Which list a cursor belongs to: its first character.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    Products,
+    Accounts,
+    Orders,
+}
+
+impl ListKind {
+    fn tag(self) -> char {
+        match self {
+            ListKind::Products => 'p',
+            ListKind::Accounts => 'a',
+            ListKind::Orders => 'o',
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListKind::Products => "products",
+            ListKind::Accounts => "accounts",
+            ListKind::Orders => "orders",
+        }
+    }
+    /// The regular expression every cursor of this list matches (and every match is valid),
+    /// for the OpenAPI document.
+    pub fn cursor_pattern(self) -> String {
+        match self {
+            ListKind::Products | ListKind::Accounts => {
+                format!("^{}[0-9a-f]{{{NUMERIC_CURSOR_DIGITS}}}$", self.tag())
+            }
+            ListKind::Orders => format!(
+                "^{}[A-Za-z0-9._:-]{{1,{}}}$",
+                self.tag(),
+                crate::domain::MAX_ORDER_ID_LEN
+            ),
+        }
+    }
+    /// Longest cursor of this list.
+    pub fn cursor_max_len(self) -> usize {
+        1 + match self {
+            ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
+            ListKind::Orders => crate::domain::MAX_ORDER_ID_LEN,
+        }
+    }
+}
+
+/// Where the next page starts: after this key. Opaque to clients (they hand back
+/// `next_cursor`); its text form is the list's tag and the key (a numeric key as 16 lowercase
+/// hex digits, an order id as is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cursor {
+    /// After this product id (or account id); 0 is the start.
+    Numeric(ListKind, i64),
+    /// After this order id.
+    Text(ListKind, String),
+}
+
+impl Cursor {
+    /// Parses a cursor of list `kind`.
+    pub fn parse(kind: ListKind, raw: &str) -> Result<Cursor, InputError> {
+        let invalid = || InputError::CursorInvalid {
+            list: kind.as_str(),
+        };
+        let rest = raw.strip_prefix(kind.tag()).ok_or_else(invalid)?;
+        match kind {
+            ListKind::Products | ListKind::Accounts => {
+                let well_formed = rest.len() == NUMERIC_CURSOR_DIGITS
+                    && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if !well_formed {
+                    return Err(invalid());
+                }
+                let key = u64::from_str_radix(rest, 16).map_err(|_| invalid())?;
+                // Past every possible id: a valid position, whose page is empty.
+                Ok(Cursor::Numeric(
+                    kind,
+                    i64::try_from(key).unwrap_or(i64::MAX),
+                ))
+            }
+            ListKind::Orders => {
+                if valid_token(rest) {
+                    Ok(Cursor::Text(kind, rest.to_owned()))
+                } else {
+                    Err(invalid())
+                }
+            }
+        }
+    }
+
+    fn numeric_key(cursor: Option<&Cursor>) -> i64 {
+        match cursor {
+            Some(Cursor::Numeric(_, key)) => *key,
+            _ => 0,
+        }
+    }
+
+    fn text_key(cursor: Option<&Cursor>) -> &str {
+        match cursor {
+            Some(Cursor::Text(_, key)) => key,
+            // Every order id is longer than the empty string, so this is the start.
+            _ => "",
+        }
+    }
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cursor::Numeric(kind, key) => write!(f, "{}{:016x}", kind.tag(), key),
+            Cursor::Text(kind, key) => write!(f, "{}{}", kind.tag(), key),
+        }
+    }
+}
+
+/// One page of a list, in ascending key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Where the next page starts; `None` when this page reached the end.
+    pub next: Option<Cursor>,
+}
+
+/// Runs one list query (`$1` the key to start after, `$2` how many rows to read) and maps its
+/// rows; a row the schema should never hold is an invariant error, not a panic.
+async fn read<K, T>(
+    store: &Store,
+    operation: &'static str,
+    sql: &str,
+    after: K,
+    rows: usize,
+    map: impl Fn(&Row) -> Result<T, Error>,
+) -> Result<Vec<T>, Error>
+where
+    K: ToSql + Sync,
+{
+    let client = checkout(&store.pool, operation).await?;
+    let rows = i64::try_from(rows).unwrap_or(i64::MAX);
+    let read = client.query(sql, &[&after, &rows]).await?;
+    read.iter().map(map).collect()
+}
+
+/// A key read back from the table that its own newtype refuses: the schema's CHECKs and the
+/// code disagree.
+fn corrupt(table: &str, e: InputError) -> Error {
+    Error::invariant(format!("{table} row: {e}"))
+}
+
+/// Builds a page from rows read in key order: up to `limit` rows that `keep`, and a cursor
+/// when more may follow: either one more kept row was read, or the read stopped at its bound
+/// (`read_bound`) before the end, in which case the cursor is the last key read, so the next
+/// page goes on from there without reading those rows again.
+fn paginate<T>(
+    rows: Vec<T>,
+    limit: PageLimit,
+    read_bound: usize,
+    keep: impl Fn(&T) -> bool,
+    cursor_of: impl Fn(&T) -> Cursor,
+) -> Page<T> {
+    let limit = limit.get() as usize;
+    let full = rows.len() >= read_bound;
+    let last_read = rows.last().map(&cursor_of);
+    let mut items = Vec::with_capacity(limit.min(rows.len()));
+    let mut next = None;
+    for row in rows {
+        if !keep(&row) {
+            continue;
+        }
+        if items.len() == limit {
+            next = items.last().map(&cursor_of);
+            break;
+        }
+        items.push(row);
+    }
+    if next.is_none() && full {
+        next = last_read;
+    }
+    Page { items, next }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_other_lists_and_shapes() {
+        for c in [
+            Cursor::Numeric(ListKind::Products, 42),
+            Cursor::Numeric(ListKind::Accounts, i64::MAX),
+            Cursor::Text(ListKind::Orders, "order-1".into()),
+        ] {
+            let kind = match &c {
+                Cursor::Numeric(k, _) | Cursor::Text(k, _) => *k,
+            };
+            let text = c.to_string();
+            assert!(text.len() <= kind.cursor_max_len());
+            assert_eq!(Cursor::parse(kind, &text), Ok(c));
+        }
+        let bad = |kind, raw: &str| Cursor::parse(kind, raw).is_err();
+        assert!(bad(ListKind::Accounts, "p000000000000002a"));
+        assert!(bad(ListKind::Products, "p2a"));
+        assert!(bad(ListKind::Products, "p000000000000002A"));
+        assert!(bad(ListKind::Products, "p+00000000000002a"));
+        assert!(bad(ListKind::Orders, "o"));
+        assert!(bad(ListKind::Orders, "oa b"));
+        assert!(bad(ListKind::Orders, ""));
+        // Past every id: valid, an empty page.
+        assert_eq!(
+            Cursor::parse(ListKind::Products, "pffffffffffffffff"),
+            Ok(Cursor::Numeric(ListKind::Products, i64::MAX))
+        );
+    }
+
+    #[test]
+    fn limits_are_bounded() {
+        assert!(PageLimit::new(0).is_err());
+        assert!(PageLimit::new(-1).is_err());
+        assert!(PageLimit::new(i64::from(MAX_PAGE_LIMIT) + 1).is_err());
+        assert_eq!(PageLimit::new(1).map(PageLimit::get), Ok(1));
+        assert_eq!(PageLimit::default().get(), DEFAULT_PAGE_LIMIT);
+    }
+
+    #[test]
+    fn a_page_stops_at_its_limit_or_its_read_bound() {
+        let cursor = |n: &i64| Cursor::Numeric(ListKind::Products, *n);
+        let limit = PageLimit::new(2).expect("limit");
+        // One more row than the limit was read: a cursor after the second.
+        let page = paginate(vec![1, 2, 3], limit, 3, |_| true, cursor);
+        assert_eq!(page.items, [1, 2]);
+        assert_eq!(page.next, Some(cursor(&2)));
+        // The end.
+        let page = paginate(vec![1, 2], limit, 3, |_| true, cursor);
+        assert_eq!(page.next, None);
+        // Filtered, read bound reached with one match: go on after the last row read.
+        let page = paginate(vec![1, 2, 3, 4], limit, 4, |n| *n == 2, cursor);
+        assert_eq!(page.items, [2]);
+        assert_eq!(page.next, Some(cursor(&4)));
+    }
+}

@@ -1,0 +1,117 @@
+//! Product and order lists. Products page by `stock`'s primary key; orders are the distinct
+//! `order_id`s of `reservations`, read in order along `reservations_by_order`, each with the
+//! status its rows add up to (the same rule as one order's view: active while any row is held,
+//! else confirmed if any was sold, else released if any was, else expired).
+
+use chrono::{DateTime, Utc};
+
+use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
+use crate::domain::{OrderId, ProductId};
+use crate::error::Error;
+use crate::stock::{Status, Stock, Store};
+
+const PRODUCTS: &str = "SELECT product_id, available, reserved, version FROM stock \
+                        WHERE product_id > $1 ORDER BY product_id LIMIT $2";
+
+/// Aggregated per order, in order id order: the index gives the groups already sorted, so the
+/// LIMIT stops the scan after that many orders.
+const ORDERS: &str = "SELECT order_id, \
+        CASE WHEN bool_or(status = 'active') THEN 'active' \
+             WHEN bool_or(status = 'confirmed') THEN 'confirmed' \
+             WHEN bool_or(status = 'released') THEN 'released' \
+             ELSE 'expired' END AS status, \
+        count(DISTINCT product_id) AS products, \
+        min(created_at) AS created_at \
+    FROM reservations WHERE order_id > $1 \
+    GROUP BY order_id ORDER BY order_id LIMIT $2";
+
+/// Orders read per page with a status filter, per row the page may hold: a filter that matches
+/// few orders answers a short page (with a cursor) instead of reading the whole table.
+pub const ORDERS_READ_PER_ROW: usize = 10;
+/// Most orders one filtered page reads.
+pub const MAX_ORDERS_READ: usize = 10_000;
+
+/// One order as a list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderSummary {
+    pub order_id: OrderId,
+    pub status: Status,
+    /// Distinct products in its reservation rows.
+    pub products: i64,
+    /// When its first reservation row was written.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Products by ascending id, after `cursor` (a [`ListKind::Products`] cursor).
+pub async fn products(
+    store: &Store,
+    limit: PageLimit,
+    cursor: Option<&Cursor>,
+) -> Result<Page<Stock>, Error> {
+    let read_rows = limit.get() as usize + 1;
+    let stock = read(
+        store,
+        "list_products",
+        PRODUCTS,
+        Cursor::numeric_key(cursor),
+        read_rows,
+        |row| {
+            Ok(Stock {
+                product_id: ProductId::new(row.try_get("product_id")?)
+                    .map_err(|e| corrupt("stock", e))?,
+                available: row.try_get("available")?,
+                reserved: row.try_get("reserved")?,
+                version: row.try_get("version")?,
+            })
+        },
+    )
+    .await?;
+    Ok(paginate(
+        stock,
+        limit,
+        read_rows,
+        |_| true,
+        |s| Cursor::Numeric(ListKind::Products, s.product_id.get()),
+    ))
+}
+
+/// Orders by ascending id, after `cursor` (a [`ListKind::Orders`] cursor), only those whose
+/// status is `status` when given. A filtered page reads at most
+/// `limit × ORDERS_READ_PER_ROW` (≤ [`MAX_ORDERS_READ`]) orders, so it may hold fewer than
+/// `limit` and still carry a cursor: follow `next` until it is `None`.
+pub async fn orders(
+    store: &Store,
+    status: Option<Status>,
+    limit: PageLimit,
+    cursor: Option<&Cursor>,
+) -> Result<Page<OrderSummary>, Error> {
+    let rows_wanted = limit.get() as usize + 1;
+    let read_rows = match status {
+        None => rows_wanted,
+        Some(_) => (rows_wanted * ORDERS_READ_PER_ROW).clamp(rows_wanted, MAX_ORDERS_READ),
+    };
+    let orders = read(
+        store,
+        "list_orders",
+        ORDERS,
+        Cursor::text_key(cursor),
+        read_rows,
+        |row| {
+            Ok(OrderSummary {
+                order_id: OrderId::new(row.try_get::<_, String>("order_id")?)
+                    .map_err(|e| corrupt("reservations", e))?,
+                status: Status::parse(row.try_get("status")?)?,
+                products: row.try_get("products")?,
+                created_at: row.try_get("created_at")?,
+            })
+        },
+    )
+    .await?;
+    Ok(paginate(
+        orders,
+        limit,
+        read_rows,
+        |o| status.is_none_or(|s| o.status == s),
+        |o| Cursor::Text(ListKind::Orders, o.order_id.as_str().to_owned()),
+    ))
+}
