@@ -386,8 +386,16 @@ pub fn table(reports: &[Report]) -> String {
         )
     } else if transfers {
         format!(
-            "{} — {} transfers (holds, groups) per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
-            first.scenario, first.buyers_per_run, first.runs,
+            "{} — {} {} per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run,
+            if first.scenario == Scenario::CrossedGroups.as_str() {
+                "linked groups"
+            } else if first.scenario == Scenario::CrossedTransfers.as_str() {
+                "transfers"
+            } else {
+                "holds"
+            },
+            first.runs,
             "strategy", "runs", "done/run", "refused", "errors", "retries", "drift", "violations", "verdict", "time"
         )
     } else {
@@ -440,6 +448,16 @@ pub fn conclusion(r: &Report) -> String {
     if r.oversold > 0 && r.scenario == Scenario::LateRetry.as_str() {
         broke.push(format!(
             "late retries of cancelled or expired orders took {} units again in {} of {} runs",
+            r.oversold, r.runs_oversold, r.runs
+        ));
+    } else if r.oversold > 0 && r.scenario == Scenario::HoldSettle.as_str() {
+        broke.push(format!(
+            "{} holds had more than one winner (post, void and expiry all \"won\") in {} of {} runs",
+            r.oversold, r.runs_oversold, r.runs
+        ));
+    } else if r.oversold > 0 && r.scenario == Scenario::HoldLastFunds.as_str() {
+        broke.push(format!(
+            "{} holds were placed beyond the funds (below min_balance) in {} of {} runs",
             r.oversold, r.runs_oversold, r.runs
         ));
     } else if r.oversold > 0 {

@@ -119,6 +119,8 @@ pub struct RunOutcome {
     pub errors: Vec<Error>,
     /// An invariant of the scenario itself broke (two winners, funds held twice, money drift).
     pub broken: bool,
+    /// How far: extra winners of settled holds, or holds placed beyond the funds.
+    pub excess: u64,
     /// Ledger audit divergences after the run.
     pub divergences: u64,
 }
@@ -181,6 +183,8 @@ pub async fn run(
             let ledger = Ledger::new(Store::new(scratch.pool().clone(), tx.clone()));
             let outcome = one_run(&ledger, race, strategy, run).await?;
             report.add_sold(run, outcome.done);
+            report.oversold += outcome.excess;
+            report.runs_oversold += u32::from(outcome.excess > 0);
             report.refused += outcome.refused;
             for e in &outcome.errors {
                 *report.errors.entry(error_kind(e)).or_default() += 1;
@@ -283,6 +287,7 @@ async fn settle_race(
             outcome.done += 1;
         } else {
             outcome.broken = true;
+            outcome.excess += won.len().saturating_sub(1) as u64;
         }
     }
     Ok(outcome)
@@ -320,7 +325,9 @@ async fn last_funds(
     // Never below min_balance (0), counting every live hold, whatever `held` says.
     let a = ledger.account(account(1)?).await?;
     let live = i64::try_from(outcome.done).unwrap_or(i64::MAX) * HOLD_AMOUNT;
-    outcome.broken = a.balance - live < a.min_balance.unwrap_or(0);
+    let room = a.balance - a.min_balance.unwrap_or(0);
+    outcome.broken = live > room;
+    outcome.excess = u64::try_from((live - room).max(0) / HOLD_AMOUNT).unwrap_or(0);
     Ok(outcome)
 }
 
