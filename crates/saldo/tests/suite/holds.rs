@@ -4,35 +4,13 @@
 //! each kind. Every scenario ends with a clean audit.
 
 use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
-use saldo::domain::{
-    AccountId, Amount, BalanceLimits, GroupId, TransferId, TransferStatus, TransferTimeout,
-};
+use saldo::domain::{AccountId, BalanceLimits, GroupId, TransferStatus, TransferTimeout};
 use saldo::fixtures::make_holds_due;
 use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest, TransferStrategy};
 use saldo::{Error, InputError};
 
 use crate::harness::{test_db, TestDb};
-
-fn acc(n: i64) -> AccountId {
-    AccountId::new(n).expect("account id")
-}
-
-fn tid(s: &str) -> TransferId {
-    TransferId::new(s).expect("transfer id")
-}
-
-fn amount(n: i64) -> Amount {
-    Amount::new(n).expect("amount")
-}
-
-fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
-    TransferRequest {
-        id: tid(id),
-        from: acc(from),
-        to: acc(to),
-        amount: amount(n),
-    }
-}
+use crate::ledger::{acc, amount, request, tid};
 
 fn timeout() -> TransferTimeout {
     TransferTimeout::from_secs(60).expect("timeout")
