@@ -421,3 +421,36 @@ async fn the_audit_catches_a_planted_divergence_of_each_kind() {
         ]
     );
 }
+
+#[tokio::test]
+async fn simultaneous_copies_of_a_hold_or_group_taking_all_funds_apply_once_and_replay() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    ledger.open_account(acc(3), 100).await.expect("open 3");
+    // Each copy needs every unit of its source: a copy that missed the first one's commit and
+    // decided on the funds would be refused; found under the locks, it is a replay.
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                ledger
+                    .hold(&request("all", 1, 2, 100), timeout())
+                    .await
+                    .map(|t| t.replayed)
+            } else {
+                let g = group("gall", vec![(request("gall-1", 3, 2, 100), false)]);
+                ledger.transfer_group(&g).await.map(|g| g.replayed)
+            }
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        let replayed = t.await.expect("task").expect("every copy succeeds");
+        applied += usize::from(!replayed);
+    }
+    assert_eq!(applied, 2, "one hold and one group applied");
+    assert_eq!(state(&ledger, 1).await, (100, 100, 0, 0));
+    assert_eq!(state(&ledger, 2).await, (100, 0, 100, 100));
+    clean(&db).await;
+}
