@@ -71,7 +71,7 @@ impl From<Group> for GroupView {
 /// Post a pending transfer: `amount` (default: all of it) moves, the rest of the hold is released.
 #[utoipa::path(post, path = "/v1/transfers/{id}/post", tag = "accounts",
     params(TransferPath),
-    request_body(content = Option<PostBody>, description = "Optional; absent or `{}` posts the whole amount"),
+    request_body(content = Option<PostBody>, description = "Optional; absent, `null` or `{}` posts the whole amount"),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Posted (`status: posted`, `posted_amount`); `replayed: true` when this same post had already won", body = TransferView),
@@ -89,12 +89,12 @@ pub async fn post_transfer(
     body: Bytes,
 ) -> Result<Json<TransferView>, ApiError> {
     let id = TransferId::new(id)?;
-    // The body is optional: nothing (or only whitespace) means the whole amount.
+    // The body is optional: nothing (or only whitespace), `null` or `{}` mean the whole amount.
     let amount = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let axum::Json(PostBody { amount }) = axum::Json::<PostBody>::from_bytes(&body)?;
-        amount.map(Amount::new).transpose()?
+        let axum::Json(parsed) = axum::Json::<Option<PostBody>>::from_bytes(&body)?;
+        parsed.and_then(|p| p.amount).map(Amount::new).transpose()?
     };
     let ledger = state.ledger.clone();
     let t = detached(async move { ledger.post(&id, amount).await }).await?;
