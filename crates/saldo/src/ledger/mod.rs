@@ -161,8 +161,12 @@ impl Ledger {
             amount,
             kind: TransferKind::Deposit,
         };
-        self.apply(&TransferStrategy::Ordered, "deposit", movement)
-            .await
+        self.place(
+            "deposit",
+            movement.kind.as_str(),
+            NewTransfer::posted(movement),
+        )
+        .await
     }
 
     /// Moves `amount` from `from` to the system account; the balance may not go negative.
@@ -179,8 +183,12 @@ impl Ledger {
             amount,
             kind: TransferKind::Withdrawal,
         };
-        self.apply(&TransferStrategy::Ordered, "withdraw", movement)
-            .await
+        self.place(
+            "withdraw",
+            movement.kind.as_str(),
+            NewTransfer::posted(movement),
+        )
+        .await
     }
 
     /// Moves `request.amount` between two customer accounts with `strategy`.
@@ -189,7 +197,20 @@ impl Ledger {
         strategy: TransferStrategy,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        self.transfer_with(&strategy, request).await
+        match strategy {
+            // The served path: the id is looked up under the account locks (`holds::place_one`).
+            TransferStrategy::Ordered => {
+                let movement = Movement {
+                    id: &request.id,
+                    from: request.from,
+                    to: request.to,
+                    amount: request.amount,
+                    kind: TransferKind::Transfer,
+                };
+                self.place("transfer", "transfer", NewTransfer::posted(movement))
+                    .await
+            }
+        }
     }
 
     /// [`Ledger::transfer`] with any [`MoveFunds`]: for the race lab's naive strategy. The
@@ -227,9 +248,7 @@ impl Ledger {
             },
             pending: Some(timeout),
         };
-        let result = self.place_checked(t).await;
-        observe("hold", &result.as_ref().map(|t| t.replayed));
-        result
+        self.place("hold", "hold", t).await
     }
 
     /// Posts a hold: `amount` (the whole hold when `None`; at most the hold) moves, the rest is
@@ -398,16 +417,28 @@ impl Ledger {
         result
     }
 
-    async fn place_checked(&self, t: NewTransfer<'_>) -> Result<Transfer, Error> {
-        validate(&t.movement)?;
-        in_idempotent_transaction(
-            &self.store.pool,
-            &self.store.tx,
-            "hold",
-            TRANSFERS_KEY,
-            |client| crate::tx_body!(client => holds::place_one(client, t)),
-        )
-        .await
+    /// One new transfer (posted or held) through [`holds::place_one`], counted under `kind`.
+    async fn place(
+        &self,
+        operation: &'static str,
+        kind: &'static str,
+        t: NewTransfer<'_>,
+    ) -> Result<Transfer, Error> {
+        let result = match validate(&t.movement) {
+            Err(e) => Err(e.into()),
+            Ok(()) => {
+                in_idempotent_transaction(
+                    &self.store.pool,
+                    &self.store.tx,
+                    operation,
+                    TRANSFERS_KEY,
+                    |client| crate::tx_body!(client => holds::place_one(client, t)),
+                )
+                .await
+            }
+        };
+        observe(kind, &result.as_ref().map(|t| t.replayed));
+        result
     }
 
     async fn apply(
