@@ -200,15 +200,12 @@ impl Ledger {
         match strategy {
             // The served path: the id is looked up under the account locks (`holds::place_one`).
             TransferStrategy::Ordered => {
-                let movement = Movement {
-                    id: &request.id,
-                    from: request.from,
-                    to: request.to,
-                    amount: request.amount,
-                    kind: TransferKind::Transfer,
-                };
-                self.place("transfer", "transfer", NewTransfer::posted(movement))
-                    .await
+                self.place(
+                    "transfer",
+                    "transfer",
+                    NewTransfer::posted(request.movement()),
+                )
+                .await
             }
         }
     }
@@ -220,14 +217,7 @@ impl Ledger {
         strategy: &dyn MoveFunds,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        let movement = Movement {
-            id: &request.id,
-            from: request.from,
-            to: request.to,
-            amount: request.amount,
-            kind: TransferKind::Transfer,
-        };
-        self.apply(strategy, "transfer", movement).await
+        self.apply(strategy, "transfer", request.movement()).await
     }
 
     /// Places a hold: `request.amount` is held against `request.from` (counted against its
@@ -239,13 +229,7 @@ impl Ledger {
         timeout: TransferTimeout,
     ) -> Result<Transfer, Error> {
         let t = NewTransfer {
-            movement: Movement {
-                id: &request.id,
-                from: request.from,
-                to: request.to,
-                amount: request.amount,
-                kind: TransferKind::Transfer,
-            },
+            movement: request.movement(),
             pending: Some(timeout),
         };
         self.place("hold", "hold", t).await
@@ -296,13 +280,7 @@ impl Ledger {
             .transfers
             .iter()
             .map(|l| NewTransfer {
-                movement: Movement {
-                    id: &l.transfer.id,
-                    from: l.transfer.from,
-                    to: l.transfer.to,
-                    amount: l.transfer.amount,
-                    kind: TransferKind::Transfer,
-                },
+                movement: l.transfer.movement(),
                 pending: l.pending,
             })
             .collect();
