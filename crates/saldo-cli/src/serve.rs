@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
-use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
+use saldo::domain::{
+    DEFAULT_TTL_S, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+};
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
 use saldo_http::config::{
@@ -45,6 +47,12 @@ pub struct Args {
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
           value_parser = duration::secs(MIN_TTL_S, MAX_TTL_S))]
     reservation_ttl_s: u64,
+    /// Life of a pending transfer (a hold) whose request gives no `timeout_s` (seconds, or 90s,
+    /// 15m, 2h, 7days): 1 s to 30 days.
+    #[arg(long, env = "SALDO_TRANSFER_TIMEOUT", default_value = "15m",
+          value_parser = duration::secs(MIN_TRANSFER_TIMEOUT_S as u64,
+                                        MAX_TRANSFER_TIMEOUT_S as u64))]
+    transfer_timeout: u64,
     /// Time between sweeper rounds (seconds, or 30s, 5m).
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = duration::secs(MIN_SWEEP_INTERVAL_S, MAX_SWEEP_INTERVAL_S))]
@@ -211,6 +219,7 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             },
             token_dir: Some(token_dir.clone()),
             reservation_ttl_s: args.reservation_ttl_s,
+            transfer_timeout_s: args.transfer_timeout,
             request_timeout_ms: args.request_timeout_ms,
             header_read_timeout_ms: args.header_read_timeout_ms,
             idle_timeout_ms: args.idle_timeout_ms,
@@ -265,4 +274,27 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
     }
     println!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod transfer_timeout_tests {
+    use super::*;
+
+    /// `--transfer-timeout`'s parser: whole seconds within the hold limits.
+    fn transfer_timeout(raw: &str) -> Result<u64, String> {
+        duration::secs(
+            u64::from(MIN_TRANSFER_TIMEOUT_S),
+            u64::from(MAX_TRANSFER_TIMEOUT_S),
+        )(raw)
+    }
+
+    #[test]
+    fn whole_seconds_within_thirty_days() {
+        assert_eq!(transfer_timeout("15m"), Ok(900));
+        assert_eq!(transfer_timeout("30days"), Ok(2_592_000));
+        assert!(transfer_timeout("31days").is_err());
+        assert!(transfer_timeout("0s").is_err());
+        assert!(transfer_timeout("1500ms").is_err());
+        assert!(transfer_timeout("soon").is_err());
+    }
 }

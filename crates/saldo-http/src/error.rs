@@ -224,6 +224,8 @@ fn domain(e: &Error) -> Parts {
             account,
             requested,
             balance,
+            held,
+            min_balance,
         } => Parts::new(
             S::CONFLICT,
             "insufficient-funds",
@@ -231,8 +233,80 @@ fn domain(e: &Error) -> Parts {
             detail,
         )
         .with("account", json!(account))
+        .with("limit", json!("min_balance"))
+        .with("min_balance", json!(min_balance))
         .with("requested", json!(requested))
-        .with("balance", json!(balance)),
+        .with("balance", json!(balance))
+        .with("held", json!(held)),
+        Error::MaxBalanceExceeded {
+            account,
+            requested,
+            balance,
+            pending_credits,
+            max_balance,
+        } => Parts::new(
+            S::CONFLICT,
+            "max-balance-exceeded",
+            "Max balance exceeded",
+            detail,
+        )
+        .with("account", json!(account))
+        .with("limit", json!("max_balance"))
+        .with("max_balance", json!(max_balance))
+        .with("requested", json!(requested))
+        .with("balance", json!(balance))
+        .with("pending_credits", json!(pending_credits)),
+        Error::UnknownTransfer(t) => {
+            Parts::new(S::NOT_FOUND, "unknown-transfer", "Unknown transfer", detail)
+                .with("transfer_id", json!(t))
+        }
+        Error::TransferNotPending {
+            id,
+            status,
+            posted_amount,
+        } => Parts::new(
+            S::CONFLICT,
+            "transfer-not-pending",
+            "Transfer not pending",
+            detail,
+        )
+        .with("transfer_id", json!(id))
+        .with("transfer_status", json!(status))
+        .with("posted_amount", json!(posted_amount)),
+        Error::PostExceedsHold {
+            id,
+            requested,
+            held,
+        } => Parts::new(
+            S::UNPROCESSABLE_ENTITY,
+            "post-exceeds-hold",
+            "Post exceeds the hold",
+            detail,
+        )
+        .with("transfer_id", json!(id))
+        .with("requested", json!(requested))
+        .with("held", json!(held)),
+        Error::GroupConflict(g) => Parts::new(
+            S::CONFLICT,
+            "idempotency-conflict",
+            "Idempotency conflict",
+            detail,
+        )
+        .with("group_id", json!(g)),
+        // The group's answer is its first failure's, naming the transfer and its position.
+        Error::GroupRefused {
+            group,
+            index,
+            transfer,
+            source,
+        } => {
+            let mut parts = domain(source);
+            parts.detail = detail;
+            parts
+                .with("group_id", json!(group))
+                .with("failed_index", json!(index))
+                .with("failed_transfer_id", json!(transfer))
+        }
         Error::TransferConflict(t) => Parts::new(
             S::CONFLICT,
             "idempotency-conflict",
@@ -719,16 +793,67 @@ mod tests {
                     account: a,
                     requested: 5,
                     balance: 1,
+                    held: 0,
+                    min_balance: 0,
                 },
                 409,
                 "insufficient-funds",
                 Some("balance"),
             ),
             (
-                Error::TransferConflict(t),
+                Error::TransferConflict(t.clone()),
                 409,
                 "idempotency-conflict",
                 Some("transfer_id"),
+            ),
+            (
+                Error::MaxBalanceExceeded {
+                    account: a,
+                    requested: 5,
+                    balance: 1,
+                    pending_credits: 2,
+                    max_balance: 3,
+                },
+                409,
+                "max-balance-exceeded",
+                Some("pending_credits"),
+            ),
+            (
+                Error::UnknownTransfer(t.clone()),
+                404,
+                "unknown-transfer",
+                Some("transfer_id"),
+            ),
+            (
+                Error::TransferNotPending {
+                    id: t.clone(),
+                    status: saldo::domain::TransferStatus::Voided,
+                    posted_amount: None,
+                },
+                409,
+                "transfer-not-pending",
+                Some("transfer_status"),
+            ),
+            (
+                Error::PostExceedsHold {
+                    id: t.clone(),
+                    requested: 2,
+                    held: 1,
+                },
+                422,
+                "post-exceeds-hold",
+                Some("held"),
+            ),
+            (
+                Error::GroupRefused {
+                    group: saldo::domain::GroupId::new("g").expect("group id"),
+                    index: 3,
+                    transfer: t.clone(),
+                    source: Box::new(Error::UnknownAccount(a)),
+                },
+                404,
+                "unknown-account",
+                Some("failed_index"),
             ),
             (
                 pool_error("secret host:5432 refused"),

@@ -198,8 +198,8 @@ impl IntoParams for OrderPath {
 /// Schemas of bounded inputs, each built from the constant the code checks.
 pub mod schema {
     use saldo::domain::{
-        MAX_AMOUNT, MAX_ITEMS_PER_ORDER, MAX_ORDER_ID_LEN, MAX_QUANTITY, MAX_REASON_LEN,
-        MAX_STOCK_COUNT, MAX_TTL_S, MIN_TTL_S,
+        MAX_AMOUNT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN, MAX_QUANTITY, MAX_REASON_LEN,
+        MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
     };
     use saldo::ledger::{MAX_LIST, OPENING_PREFIX};
     use saldo::listing::{ListKind, MAX_PAGE_LIMIT};
@@ -375,6 +375,53 @@ pub mod schema {
             MAX_AMOUNT,
             false,
             "Minor units moved from the system account",
+        )
+        .build()
+        .into()
+    }
+
+    pub fn min_balance() -> Schema {
+        integer(
+            -MAX_LIMIT,
+            MAX_LIMIT,
+            false,
+            "`balance - held` may not go below it: 0 (the default) allows no overdraft, a \
+             negative value is a credit line",
+        )
+        .build()
+        .into()
+    }
+
+    pub fn max_balance() -> Schema {
+        integer(
+            -MAX_LIMIT,
+            MAX_LIMIT,
+            true,
+            "`balance + pending_credits` may not go above it; absent or null: no ceiling",
+        )
+        .build()
+        .into()
+    }
+
+    pub fn transfer_timeout_s() -> Schema {
+        integer(
+            i64::from(MIN_TRANSFER_TIMEOUT_S),
+            i64::from(MAX_TRANSFER_TIMEOUT_S),
+            true,
+            "Seconds the hold lives (only with `pending`); the service's --transfer-timeout \
+             when absent or null",
+        )
+        .build()
+        .into()
+    }
+
+    pub fn post_amount() -> Schema {
+        integer(
+            1,
+            MAX_AMOUNT,
+            true,
+            "Minor units, at most the held amount; absent or null: the whole amount (the rest \
+             is released)",
         )
         .build()
         .into()

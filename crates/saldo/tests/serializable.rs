@@ -17,8 +17,12 @@ mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/ledger.rs"]
 mod ledger;
+#[path = "suite/ledger_model.rs"]
+mod ledger_model;
 
 #[path = "suite/retry.rs"]
 mod retry;

@@ -17,8 +17,12 @@ mod stock;
 
 #[path = "suite/batched.rs"]
 mod batched;
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/ledger.rs"]
 mod ledger;
+#[path = "suite/ledger_model.rs"]
+mod ledger_model;
 
 #[path = "suite/listing.rs"]
 mod listing;

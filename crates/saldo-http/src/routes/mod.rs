@@ -10,6 +10,7 @@ pub mod lists;
 pub(crate) mod numbers;
 pub mod orders;
 pub mod stock;
+pub mod transfers;
 
 use axum::extract::{FromRequest, FromRequestParts};
 use utoipa_axum::router::OpenApiRouter;
@@ -91,6 +92,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::deposit))
         .routes(routes!(accounts::withdraw))
         .routes(routes!(accounts::transfer))
+        .routes(routes!(transfers::get_transfer))
+        .routes(routes!(transfers::post_transfer))
+        .routes(routes!(transfers::void_transfer))
+        .routes(routes!(transfers::transfer_group))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))
         .routes(routes!(admin::locks))

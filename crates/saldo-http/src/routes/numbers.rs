@@ -17,6 +17,11 @@ pub fn opt_u64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>
     deserializer.deserialize_option(OptionalUnsigned)
 }
 
+/// An optional (`null` or absent with `#[serde(default)]`) `i64`, likewise.
+pub fn opt_i64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    deserializer.deserialize_option(OptionalSigned)
+}
+
 /// Bounds of an `f64` that holds an `i64` exactly enough to convert: -2^63 ..< 2^63.
 const I64_LOW: f64 = -9_223_372_036_854_775_808.0;
 const I64_END: f64 = 9_223_372_036_854_775_808.0;
@@ -64,6 +69,25 @@ impl<'de> Visitor<'de> for OptionalUnsigned {
         u64::try_from(v)
             .map(Some)
             .map_err(|_| de::Error::invalid_value(de::Unexpected::Signed(v), &self))
+    }
+}
+
+struct OptionalSigned;
+
+impl<'de> Visitor<'de> for OptionalSigned {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an integer or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
+        i64(d).map(Some)
     }
 }
 

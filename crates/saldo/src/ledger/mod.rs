@@ -1,25 +1,67 @@
-//! The ledger (seed 002): accounts and money moving between them by double entry.
+//! The ledger (seed 002, issue 14): accounts and money moving between them by double entry,
+//! posted at once or held first.
 //!
 //! Every movement is a row of the `transfers` journal between two accounts, and the system
 //! account 0 is the other side of every opening balance, deposit and withdrawal, so the sum of
 //! all balances (the system account included) is always zero. A transfer is idempotent by the
 //! client's id: the same id and payload answer the original result, another payload conflicts.
 //!
-//! Lock order: account rows in ascending id, taken by ONE `SELECT … ORDER BY id FOR UPDATE`
-//! before any decision ([`TransferStrategy::Ordered`]); no two transfers can wait on each other
-//! in a cycle. The race lab (`saldo-lab`) brings a naive strategy that updates in arrival order
-//! and deadlocks, through [`MoveFunds`] and [`Ledger::transfer_with`], to show what the ordered
-//! strategy prevents; the service never offers it.
+//! # Data model (migration V5)
+//!
+//! - `accounts(id, balance, held, pending_credits, min_balance, max_balance)`: `balance` is
+//!   posted money; `held` the sum of the account's live pending debits, `pending_credits` of its
+//!   live pending credits; `available = balance - held`. Limits: `balance - held >= min_balance`
+//!   (default 0; negative = a credit line; NULL only for the system account, which has no
+//!   limits) and `balance + pending_credits <= max_balance` when set. Both are CHECKs too.
+//! - `transfers(…, status, posted_amount, timeout_s, expires_at, settled_at, group_id,
+//!   group_position)`: `status` ∈ pending | posted | voided | expired. A one-shot transfer is
+//!   `posted` at once (posted_amount NULL = the whole amount); a hold is `pending` until ONE of
+//!   post (whole or partial), void or the sweeper's expiry settles it.
+//! - `transfer_groups(id, size)`: a linked group, applied all or none, idempotent by its id.
+//!
+//! `held` and `pending_credits` are columns of the account row, changed in the same
+//! transaction as the transfer row whose status they follow (never recomputed on the hot path);
+//! the audit ([`crate::audit::audit_ledger`]) checks them against the live pending transfers.
+//!
+//! # Locks and the single winner
+//!
+//! Lock order: account rows in ascending id, taken once each by ONE
+//! `SELECT … WHERE id = ANY($1) ORDER BY id FOR UPDATE` before any decision, for a transfer, a
+//! hold, a settle and a whole group alike; a transfer row is written only after the locks of
+//! its accounts are held. No two ledger transactions can wait on each other in a cycle.
+//! Post, void and expiry of one hold all lock its two accounts first, so they run one after
+//! the other; each then moves the row with `UPDATE … WHERE id = $1 AND status = 'pending'`,
+//! and whoever comes later reads the state the winner reached ([`Error::TransferNotPending`],
+//! or the same answer again for the very post or void that won). The sweeper reads due holds
+//! without locking them, locks their accounts with `SKIP LOCKED` (never waiting, never in a
+//! cycle) and expires only those whose two accounts it got.
+//!
+//! # Layers
+//!
+//! [`apply`] decides ONE operation on already-locked rows, in memory (limits, overflow, new
+//! balances, the status move); [`holds`] is the thin transaction around it (lock, apply,
+//! one UPDATE of the changed accounts, the journal rows). The batched engine calls `apply` for
+//! each operation of a batch on one set of locks. The race lab (`saldo-lab`) brings a naive
+//! strategy that updates in arrival order and deadlocks, through [`MoveFunds`] and
+//! [`Ledger::transfer_with`], to show what the ordered strategy prevents; the service never
+//! offers it.
 
-mod journal;
+pub mod apply;
+pub mod holds;
+pub(crate) mod journal;
 mod ordered;
 pub mod types;
 
+pub use apply::{NewTransfer, Settle};
 pub use types::{
-    Account, MoveFunds, Movement, Transfer, TransferKind, TransferRequest, TransferStrategy,
+    Account, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer, TransferKind,
+    TransferRequest, TransferStrategy,
 };
 
-use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
+use crate::domain::{
+    AccountId, Amount, BalanceLimits, GroupId, InputError as In, TransferId, TransferTimeout,
+    MAX_AMOUNT, MAX_GROUP_TRANSFERS,
+};
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::Store;
@@ -32,6 +74,12 @@ pub const OPENING_PREFIX: &str = "opening:";
 /// A unique violation on the journal's key means a concurrent copy of the same transfer
 /// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
 const TRANSFERS_KEY: &str = "transfers_pkey";
+/// The same for a linked group's id.
+const GROUPS_KEY: &str = "transfer_groups_pkey";
+/// Holds expired per sweeper transaction.
+pub const EXPIRE_BATCH: i64 = 500;
+/// Batches per sweeper round at most, so one round is bounded even under a flood of expiries.
+pub const MAX_EXPIRE_BATCHES_PER_ROUND: usize = 1_000;
 
 /// The ledger over one database.
 #[derive(Clone)]
@@ -49,11 +97,23 @@ impl Ledger {
     }
 
     /// Opens account `id` with `opening_balance` (0..=[`MAX_AMOUNT`]) moved from the system
-    /// account and journalled as transfer `opening:<id>`. [`Error::AccountExists`] if it exists.
+    /// account and journalled as transfer `opening:<id>`, with the default limits (no
+    /// overdraft, no ceiling). [`Error::AccountExists`] if it exists.
     pub async fn open_account(
         &self,
         id: AccountId,
         opening_balance: i64,
+    ) -> Result<Account, Error> {
+        self.open_account_with_limits(id, opening_balance, BalanceLimits::default())
+            .await
+    }
+
+    /// [`Ledger::open_account`] with balance limits; the opening balance must be within them.
+    pub async fn open_account_with_limits(
+        &self,
+        id: AccountId,
+        opening_balance: i64,
+        limits: BalanceLimits,
     ) -> Result<Account, Error> {
         if id == AccountId::SYSTEM {
             return Err(InputError::AccountIdNotPositive(id.get()).into());
@@ -65,10 +125,22 @@ impl Ledger {
             }
             .into());
         }
+        if opening_balance < limits.min_balance()
+            || limits
+                .max_balance()
+                .is_some_and(|max| opening_balance > max)
+        {
+            return Err(In::OpeningOutsideLimits {
+                opening_balance,
+                min_balance: limits.min_balance(),
+                max_balance: limits.max_balance(),
+            }
+            .into());
+        }
         let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
         let result = in_transaction(&self.store.pool, &self.store.tx, "open_account", |client| {
             let opening_id = &opening_id;
-            crate::tx_body!(client => journal::open(client, id, opening_balance, opening_id))
+            crate::tx_body!(client => journal::open(client, id, opening_balance, limits, opening_id))
         })
         .await;
         observe("opening", &result.as_ref().map(|_| false));
@@ -89,8 +161,12 @@ impl Ledger {
             amount,
             kind: TransferKind::Deposit,
         };
-        self.apply(&TransferStrategy::Ordered, "deposit", movement)
-            .await
+        self.place(
+            "deposit",
+            movement.kind.as_str(),
+            NewTransfer::posted(movement),
+        )
+        .await
     }
 
     /// Moves `amount` from `from` to the system account; the balance may not go negative.
@@ -107,8 +183,12 @@ impl Ledger {
             amount,
             kind: TransferKind::Withdrawal,
         };
-        self.apply(&TransferStrategy::Ordered, "withdraw", movement)
-            .await
+        self.place(
+            "withdraw",
+            movement.kind.as_str(),
+            NewTransfer::posted(movement),
+        )
+        .await
     }
 
     /// Moves `request.amount` between two customer accounts with `strategy`.
@@ -117,7 +197,17 @@ impl Ledger {
         strategy: TransferStrategy,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        self.transfer_with(&strategy, request).await
+        match strategy {
+            // The served path: the id is looked up under the account locks (`holds::place_one`).
+            TransferStrategy::Ordered => {
+                self.place(
+                    "transfer",
+                    "transfer",
+                    NewTransfer::posted(request.movement()),
+                )
+                .await
+            }
+        }
     }
 
     /// [`Ledger::transfer`] with any [`MoveFunds`]: for the race lab's naive strategy. The
@@ -127,14 +217,147 @@ impl Ledger {
         strategy: &dyn MoveFunds,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        let movement = Movement {
-            id: &request.id,
-            from: request.from,
-            to: request.to,
-            amount: request.amount,
-            kind: TransferKind::Transfer,
+        self.apply(strategy, "transfer", request.movement()).await
+    }
+
+    /// Places a hold: `request.amount` is held against `request.from` (counted against its
+    /// `min_balance`) and pending to `request.to` (counted against its `max_balance`) until it is
+    /// posted, voided or expires after `timeout`. Nothing moves yet. Idempotent by id.
+    pub async fn hold(
+        &self,
+        request: &TransferRequest,
+        timeout: TransferTimeout,
+    ) -> Result<Transfer, Error> {
+        let t = NewTransfer {
+            movement: request.movement(),
+            pending: Some(timeout),
         };
-        self.apply(strategy, "transfer", movement).await
+        self.place("hold", "hold", t).await
+    }
+
+    /// Posts a hold: `amount` (the whole hold when `None`; at most the hold) moves, the rest is
+    /// released. [`Error::TransferNotPending`] if it was voided, expired or posted otherwise;
+    /// the same post again answers the same transfer with `replayed`.
+    pub async fn post(&self, id: &TransferId, amount: Option<Amount>) -> Result<Transfer, Error> {
+        self.settle("post", id, Settle::Post(amount)).await
+    }
+
+    /// Voids a hold: its amount is released. Idempotent like [`Ledger::post`].
+    pub async fn void(&self, id: &TransferId) -> Result<Transfer, Error> {
+        self.settle("void", id, Settle::Void).await
+    }
+
+    /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none.
+    pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
+        let client = self.client().await?;
+        let mut t = journal::find(&client, id)
+            .await?
+            .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
+        t.replayed = false;
+        Ok(t)
+    }
+
+    /// Applies a linked group all or none: every account locked once, in id order, by one
+    /// statement; the transfers placed in request order; the first refusal refuses the group
+    /// ([`Error::GroupRefused`] names it). Idempotent by group id ([`Error::GroupConflict`] for
+    /// another payload).
+    pub async fn transfer_group(&self, request: &GroupRequest) -> Result<Group, Error> {
+        let result = self.transfer_group_checked(request).await;
+        observe("group", &result.as_ref().map(|g| g.replayed));
+        result
+    }
+
+    async fn transfer_group_checked(&self, request: &GroupRequest) -> Result<Group, Error> {
+        let len = request.transfers.len();
+        if !(1..=MAX_GROUP_TRANSFERS).contains(&len) {
+            return Err(In::GroupSize {
+                len,
+                max: MAX_GROUP_TRANSFERS,
+            }
+            .into());
+        }
+        let ts: Vec<NewTransfer<'_>> = request
+            .transfers
+            .iter()
+            .map(|l| NewTransfer {
+                movement: l.transfer.movement(),
+                pending: l.pending,
+            })
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for (index, t) in ts.iter().enumerate() {
+            if !seen.insert(t.movement.id.as_str()) {
+                return Err(In::GroupDuplicateTransfer(t.movement.id.to_string()).into());
+            }
+            validate(&t.movement).map_err(|e| Error::GroupRefused {
+                group: request.id.clone(),
+                index,
+                transfer: t.movement.id.clone(),
+                source: Box::new(e.into()),
+            })?;
+        }
+        let group: &GroupId = &request.id;
+        let ts = &ts;
+        let mut run = 1;
+        loop {
+            let result = in_idempotent_transaction(
+                &self.store.pool,
+                &self.store.tx,
+                "transfer_group",
+                GROUPS_KEY,
+                |client| crate::tx_body!(client => holds::place_group(client, group, ts)),
+            )
+            .await;
+            match result {
+                // A lone transfer took one of the ids meanwhile: the rerun names it.
+                Err(e)
+                    if e.is_unique_violation_of(TRANSFERS_KEY)
+                        && run < crate::retry::REPLAY_RACE_ATTEMPTS =>
+                {
+                    run += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Expires due holds in bounded batches until none are due (or the rest are locked by
+    /// someone else: the next round takes them); returns how many expired.
+    pub async fn expire_due(&self) -> Result<u64, Error> {
+        self.expire_due_with_batch(EXPIRE_BATCH).await
+    }
+
+    pub async fn expire_due_with_batch(&self, batch: i64) -> Result<u64, Error> {
+        let batch = batch.clamp(1, EXPIRE_BATCH);
+        // No retry: the next round picks up whatever this one did not finish.
+        let options = crate::retry::TxOptions {
+            retry: crate::retry::RetryPolicy::none(),
+            ..self.store.tx.clone()
+        };
+        let mut total = 0u64;
+        for _ in 0..MAX_EXPIRE_BATCHES_PER_ROUND {
+            let result = in_transaction(
+                &self.store.pool,
+                &options,
+                "expire_holds",
+                |client| crate::tx_body!(client => holds::expire_batch(client, batch)),
+            )
+            .await;
+            match result {
+                Ok(n) => {
+                    total += n;
+                    metrics::counter!(crate::telemetry::TRANSFERS, "kind" => "expire", "outcome" => "applied")
+                        .increment(n);
+                    if n < batch as u64 {
+                        break;
+                    }
+                }
+                Err(Error::RetriesExhausted { .. }) => break,
+                Err(e) if e.is_retryable() => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
     }
 
     /// The account's balance; [`Error::UnknownAccount`] if it was never opened.
@@ -153,6 +376,47 @@ impl Ledger {
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
         checkout(&self.store.pool, "ledger_read").await
+    }
+
+    async fn settle(
+        &self,
+        operation: &'static str,
+        id: &TransferId,
+        how: Settle,
+    ) -> Result<Transfer, Error> {
+        let result = in_transaction(
+            &self.store.pool,
+            &self.store.tx,
+            operation,
+            |client| crate::tx_body!(client => holds::settle_one(client, id, how)),
+        )
+        .await;
+        observe(operation, &result.as_ref().map(|t| t.replayed));
+        result
+    }
+
+    /// One new transfer (posted or held) through [`holds::place_one`], counted under `kind`.
+    async fn place(
+        &self,
+        operation: &'static str,
+        kind: &'static str,
+        t: NewTransfer<'_>,
+    ) -> Result<Transfer, Error> {
+        let result = match validate(&t.movement) {
+            Err(e) => Err(e.into()),
+            Ok(()) => {
+                in_idempotent_transaction(
+                    &self.store.pool,
+                    &self.store.tx,
+                    operation,
+                    TRANSFERS_KEY,
+                    |client| crate::tx_body!(client => holds::place_one(client, t)),
+                )
+                .await
+            }
+        };
+        observe(kind, &result.as_ref().map(|t| t.replayed));
+        result
     }
 
     async fn apply(
@@ -212,7 +476,11 @@ async fn apply_tx(
     m: Movement<'_>,
 ) -> Result<Transfer, Error> {
     if let Some(existing) = journal::find(client, m.id).await? {
-        return journal::replay(existing, &m);
+        let t = NewTransfer {
+            movement: m,
+            pending: None,
+        };
+        return journal::replay(existing, &t);
     }
     strategy.move_funds(client, &m).await?;
     journal::insert(client, &m).await
@@ -237,6 +505,12 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
         Ok(true) => "replayed",
         Ok(false) => "applied",
         Err(Error::InsufficientFunds { .. }) => "insufficient_funds",
+        Err(Error::MaxBalanceExceeded { .. }) => "max_balance",
+        Err(Error::TransferNotPending { .. }) => "not_pending",
+        Err(Error::UnknownTransfer(_)) => "unknown_transfer",
+        Err(Error::GroupRefused { .. }) => "group_refused",
+        Err(Error::GroupConflict(_)) => "conflict",
+        Err(Error::PostExceedsHold { .. }) => "invalid",
         Err(Error::UnknownAccount(_)) => "unknown_account",
         Err(Error::AccountExists(_)) => "account_exists",
         Err(Error::TransferConflict(_)) => "conflict",

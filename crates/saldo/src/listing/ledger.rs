@@ -4,11 +4,13 @@
 use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
 use crate::domain::AccountId;
 use crate::error::Error;
+use crate::ledger::journal::account_from_row;
 use crate::ledger::Account;
 use crate::stock::Store;
 
 /// `$1` is 0 on the first page, so the system account never shows.
-const ACCOUNTS: &str = "SELECT id, balance FROM accounts WHERE id > $1 ORDER BY id LIMIT $2";
+const ACCOUNTS: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance \
+     FROM accounts WHERE id > $1 ORDER BY id LIMIT $2";
 
 /// Accounts by ascending id, after `cursor` (a [`ListKind::Accounts`] cursor).
 pub async fn accounts(
@@ -24,10 +26,8 @@ pub async fn accounts(
         Cursor::numeric_key(cursor),
         read_rows,
         |row| {
-            Ok(Account {
-                id: AccountId::new(row.try_get("id")?).map_err(|e| corrupt("accounts", e))?,
-                balance: row.try_get("balance")?,
-            })
+            let id = AccountId::new(row.try_get("id")?).map_err(|e| corrupt("accounts", e))?;
+            account_from_row(id, row)
         },
     )
     .await?;
