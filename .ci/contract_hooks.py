@@ -1,8 +1,11 @@
-"""schemathesis hooks for .ci/contract: the two cross-field rules of saldo's API that JSON Schema
+"""schemathesis hooks for .ci/contract: the cross-field rules of saldo's API that JSON Schema
 cannot state, so that generated "valid" bodies are valid. Each rule is stated in the document's
 descriptions too; everything else the server checks is in the schema itself.
 
 - a transfer moves money between two different accounts (`from` != `to`);
+- `timeout_s` is only for a hold (`"pending": true`);
+- the transfers of one linked group have distinct ids;
+- an account's opening balance lies within its own limits (`min_balance` ..= `max_balance`);
 - a product repeated in one order is summed, and the sum has the per-product limit (the
   `maximum` of `ItemRequest.quantity`, read from the served document, never repeated here).
 """
@@ -31,12 +34,38 @@ def _sums_within_limit(items):
     return all(total <= MAX_QUANTITY for total in sums.values())
 
 
+def _transfer_keeps_rules(transfer):
+    if not isinstance(transfer, dict):
+        return True
+    if "from" in transfer and transfer.get("from") == transfer.get("to"):
+        return False
+    return transfer.get("timeout_s") is None or transfer.get("pending") is True
+
+
+def _number(value, default):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _opening_within_limits(body):
+    opening = _number(body.get("opening_balance"), 0)
+    low = _number(body.get("min_balance"), 0)
+    high = _number(body.get("max_balance"), None)
+    return low <= opening and (high is None or opening <= high)
+
+
 def _keeps_cross_field_rules(operation, body):
     if operation is None or not isinstance(body, dict):
         return True
     key = (operation.method.upper(), operation.path)
     if key == ("POST", "/v1/transfers"):
-        return "from" not in body or body.get("from") != body.get("to")
+        return _transfer_keeps_rules(body)
+    if key == ("POST", "/v1/transfer-groups") and isinstance(body.get("transfers"), list):
+        transfers = body["transfers"]
+        ids = [t.get("id") for t in transfers if isinstance(t, dict) and "id" in t]
+        distinct = len(ids) == len(set(map(json.dumps, ids)))
+        return distinct and all(_transfer_keeps_rules(t) for t in transfers)
+    if key == ("POST", "/v1/accounts"):
+        return _opening_within_limits(body)
     if key in ORDER_BODIES and isinstance(body.get("items"), list):
         return _sums_within_limit(body["items"])
     return True

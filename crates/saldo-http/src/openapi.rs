@@ -374,7 +374,8 @@ pub mod schema {
             0,
             MAX_AMOUNT,
             false,
-            "Minor units moved from the system account",
+            "Minor units moved from the system account; within the account's own \
+             min_balance ..= max_balance",
         )
         .build()
         .into()

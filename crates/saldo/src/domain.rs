@@ -64,7 +64,11 @@ pub enum InputError {
     },
     #[error("max_balance {max_balance} is below min_balance {min_balance}")]
     LimitsInverted { min_balance: i64, max_balance: i64 },
-    #[error("opening balance {opening_balance} is outside the account's limits {min_balance}..={max_balance:?}")]
+    #[error(
+        "opening balance {opening_balance} is outside the account's limits (min_balance \
+         {min_balance}, max_balance {})",
+        .max_balance.map_or_else(|| "none".to_owned(), |m| m.to_string())
+    )]
     OpeningOutsideLimits {
         opening_balance: i64,
         min_balance: i64,

@@ -44,7 +44,8 @@ pub struct GroupBody {
     /// The group's idempotency key.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")]
     pub id: String,
-    /// Each a transfer as for `POST /v1/transfers`, pending or not; applied in this order.
+    /// Each a transfer as for `POST /v1/transfers`, pending or not, with distinct ids; applied
+    /// in this order.
     #[schema(min_items = 1, max_items = 100)]
     pub transfers: Vec<TransferBody>,
 }
