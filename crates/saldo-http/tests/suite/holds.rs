@@ -445,7 +445,7 @@ async fn the_openapi_document_states_the_libraries_limits() {
     assert_eq!(schema("PostBody", "amount")["maximum"], json!(MAX_AMOUNT));
     assert_eq!(
         schema("TransferBody", "id")["pattern"],
-        json!("^[A-Za-z0-9._:-]{1,64}$")
+        json!("^(?!opening:)[A-Za-z0-9._:-]{1,64}$")
     );
     let post = &doc["paths"]["/v1/transfers/{id}/post"]["post"];
     assert_eq!(post["parameters"][0]["schema"]["maxLength"], json!(64));
