@@ -43,6 +43,7 @@
 //! ```
 
 pub mod audit;
+mod batch;
 pub mod db;
 pub mod deadline;
 pub mod domain;

@@ -22,7 +22,7 @@ const CREATE: &str = "INSERT INTO accounts (id, balance) VALUES ($1, $2) \
      ON CONFLICT (id) DO NOTHING RETURNING id, balance";
 const DEBIT_SYSTEM: &str = "UPDATE accounts SET balance = balance - $1 WHERE id = 0";
 
-fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfer, Error> {
+pub(super) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfer, Error> {
     let kind: String = row.try_get("kind")?;
     // The table's CHECK admits only the four kinds: another one means the schema and the code
     // disagree, an error, never a guess.

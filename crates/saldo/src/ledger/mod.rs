@@ -11,6 +11,7 @@
 //! and deadlocks, through [`MoveFunds`] and [`Ledger::transfer_with`], to show what the ordered
 //! strategy prevents; the service never offers it.
 
+pub mod batched;
 mod journal;
 mod ordered;
 pub mod types;
@@ -22,7 +23,9 @@ pub use types::{
 use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::stock::batched::BatchedConfig;
 use crate::stock::Store;
+use batched::BatchedLedger;
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
 pub const MAX_LIST: i64 = 1_000;
@@ -33,15 +36,39 @@ pub const OPENING_PREFIX: &str = "opening:";
 /// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
 const TRANSFERS_KEY: &str = "transfers_pkey";
 
-/// The ledger over one database.
+/// The ledger over one database, with the transfer strategy it serves deposits and
+/// withdrawals with (and the batched engine, whose workers start only if it is used).
 #[derive(Clone)]
 pub struct Ledger {
     store: Store,
+    strategy: TransferStrategy,
+    engine: BatchedLedger,
 }
 
 impl Ledger {
+    /// A ledger serving `ordered`.
     pub fn new(store: Store) -> Self {
-        Ledger { store }
+        Ledger::serving(store, TransferStrategy::Ordered, &BatchedConfig::default())
+    }
+
+    /// A ledger whose deposits and withdrawals use `strategy`; `batched` is the engine
+    /// configured by `config` (also used by [`Ledger::transfer`] with `Batched`).
+    pub fn serving(store: Store, strategy: TransferStrategy, config: &BatchedConfig) -> Self {
+        Ledger {
+            engine: BatchedLedger::new(store.clone(), config),
+            store,
+            strategy,
+        }
+    }
+
+    /// The strategy this ledger serves.
+    pub fn strategy(&self) -> TransferStrategy {
+        self.strategy
+    }
+
+    /// The batched engine (its counters; the bench reads them).
+    pub fn engine(&self) -> &BatchedLedger {
+        &self.engine
     }
 
     pub fn store(&self) -> &Store {
@@ -89,8 +116,7 @@ impl Ledger {
             amount,
             kind: TransferKind::Deposit,
         };
-        self.apply(&TransferStrategy::Ordered, "deposit", movement)
-            .await
+        self.apply(self.strategy, movement).await
     }
 
     /// Moves `amount` from `from` to the system account; the balance may not go negative.
@@ -107,8 +133,7 @@ impl Ledger {
             amount,
             kind: TransferKind::Withdrawal,
         };
-        self.apply(&TransferStrategy::Ordered, "withdraw", movement)
-            .await
+        self.apply(self.strategy, movement).await
     }
 
     /// Moves `request.amount` between two customer accounts with `strategy`.
@@ -117,7 +142,14 @@ impl Ledger {
         strategy: TransferStrategy,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        self.transfer_with(&strategy, request).await
+        let movement = Movement {
+            id: &request.id,
+            from: request.from,
+            to: request.to,
+            amount: request.amount,
+            kind: TransferKind::Transfer,
+        };
+        self.apply(strategy, movement).await
     }
 
     /// [`Ledger::transfer`] with any [`MoveFunds`]: for the race lab's naive strategy. The
@@ -134,7 +166,9 @@ impl Ledger {
             amount: request.amount,
             kind: TransferKind::Transfer,
         };
-        self.apply(strategy, "transfer", movement).await
+        let result = self.apply_with(strategy, "transfer", movement).await;
+        observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
+        result
     }
 
     /// The account's balance; [`Error::UnknownAccount`] if it was never opened.
@@ -155,33 +189,58 @@ impl Ledger {
         checkout(&self.store.pool, "ledger_read").await
     }
 
+    /// A served strategy's movement: `ordered` in its own transaction, `batched` through the
+    /// engine.
     async fn apply(
         &self,
-        strategy: &dyn MoveFunds,
-        operation: &'static str,
+        strategy: TransferStrategy,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
-        let result = self.apply_checked(strategy, operation, movement).await;
+        let result = match strategy {
+            TransferStrategy::Ordered => apply_ordered(&self.store, &movement).await,
+            TransferStrategy::Batched => match validate(&movement) {
+                Ok(()) => self.engine.apply(&movement).await,
+                Err(e) => Err(e.into()),
+            },
+        };
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }
 
-    async fn apply_checked(
+    async fn apply_with(
         &self,
         strategy: &dyn MoveFunds,
         operation: &'static str,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
-        validate(&movement)?;
-        in_idempotent_transaction(
-            &self.store.pool,
-            &self.store.tx,
-            operation,
-            TRANSFERS_KEY,
-            |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
-        )
-        .await
+        apply_one(&self.store, strategy, operation, movement).await
     }
+}
+
+/// One movement as one `ordered` transaction: validated, idempotent, retried.
+pub(crate) async fn apply_ordered(
+    store: &Store,
+    movement: &Movement<'_>,
+) -> Result<Transfer, Error> {
+    let operation = movement.kind.as_str();
+    apply_one(store, &TransferStrategy::Ordered, operation, *movement).await
+}
+
+async fn apply_one(
+    store: &Store,
+    strategy: &dyn MoveFunds,
+    operation: &'static str,
+    movement: Movement<'_>,
+) -> Result<Transfer, Error> {
+    validate(&movement)?;
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        TRANSFERS_KEY,
+        |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
+    )
+    .await
 }
 
 /// Input checks that need no database: distinct customer accounts, no reserved id.
@@ -226,7 +285,10 @@ impl MoveFunds for TransferStrategy {
         m: &Movement<'_>,
     ) -> Result<(), Error> {
         match self {
-            TransferStrategy::Ordered => ordered::move_funds(client, m).await,
+            // A batch of one is an `ordered` transaction.
+            TransferStrategy::Ordered | TransferStrategy::Batched => {
+                ordered::move_funds(client, m).await
+            }
         }
     }
 }

@@ -9,9 +9,10 @@ use crate::domain::AccountId;
 use crate::error::Error;
 use crate::ledger::types::{checked_balance, Movement};
 
-const LOCK: &str = "SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE";
+pub(super) const LOCK: &str =
+    "SELECT id, balance FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 /// Both rows are already locked by this transaction: the statement order no longer matters.
-const MOVE: &str = "UPDATE accounts a SET balance = a.balance + d.delta \
+pub(super) const MOVE: &str = "UPDATE accounts a SET balance = a.balance + d.delta \
      FROM unnest($1::bigint[], $2::bigint[]) AS d(id, delta) WHERE a.id = d.id";
 
 pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {

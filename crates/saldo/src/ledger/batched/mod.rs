@@ -1,0 +1,146 @@
+//! The batched ledger engine: group commit for a hot account, the money twin of
+//! [`crate::stock::batched`].
+//!
+//! One hot account row serialises every transaction that touches it (seed 002 locks both rows
+//! of a transfer), so one transfer per transaction moves money at most 1 / lock-hold-time per
+//! second — and every deposit, withdrawal and opening meets on system account 0. Here movements
+//! queue per partition; one worker per partition takes whatever queued while its previous batch
+//! ran and applies the whole batch in ONE transaction that locks each account once (see
+//! `worker`). The contract is exactly `ordered`'s: accounts locked in ascending id, funds and
+//! overflow checked in arrival order on the locked balances, each movement all-or-nothing,
+//! idempotent by transfer id (a replay inside or across batches answers the original result).
+//!
+//! Routing: a movement goes to the partition of its smaller account id (the system account for
+//! every deposit and withdrawal). Correctness never depends on the partition — every batch locks
+//! in ascending id — the partition only groups the movements of one hot account into one batch.
+//!
+//! Low load: on an idle partition (nothing queued, no transaction in flight sharing an account
+//! or the transfer id) the caller runs its movement itself as one `ordered` transaction, so a
+//! lone transfer pays what `ordered` pays. Queues are bounded: a full one answers
+//! [`Error::Overloaded`] at once. The scheduling pieces (claims, FIFO per account, deadlines,
+//! admission) are the stock engine's, shared through `crate::batch`.
+
+mod job;
+mod worker;
+
+pub use worker::{LEDGER_BATCH_MOVEMENTS, LEDGER_BATCH_SECONDS};
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use tokio::sync::oneshot;
+
+use crate::batch::lane::{partition_for, Admission, Counters, Lanes};
+use crate::batch::schedule::Pace;
+use crate::deadline;
+use crate::error::Error;
+use crate::ledger::types::{Movement, Transfer};
+use crate::stock::batched::{BatchedConfig, BatchedStats};
+use crate::stock::Store;
+use job::{Job, Op};
+
+/// The batched ledger engine. Cheap to clone; clones share the queues and workers, which start
+/// on the first movement (on the caller's runtime) and end when the last clone is dropped.
+#[derive(Clone)]
+pub struct BatchedLedger {
+    store: Store,
+    config: BatchedConfig,
+    lanes: Arc<Lanes<Job>>,
+    counters: Arc<Counters>,
+    /// Every worker holds a clone; a dead [`Weak`] proves they all ended.
+    alive: Arc<()>,
+}
+
+impl BatchedLedger {
+    /// Builds the queues (the knobs are the stock engine's, clamped to the same limits). No task
+    /// is spawned here, so building outside a runtime is fine.
+    pub fn new(store: Store, config: &BatchedConfig) -> Self {
+        let config = config.clamped();
+        let lanes = Lanes::new(
+            "batched ledger",
+            config.partitions,
+            config.queue_capacity,
+            config.in_flight,
+        );
+        BatchedLedger {
+            store,
+            config,
+            lanes: Arc::new(lanes),
+            counters: Arc::new(Counters::default()),
+            alive: Arc::new(()),
+        }
+    }
+
+    /// The configuration in force (after clamping).
+    pub fn config(&self) -> &BatchedConfig {
+        &self.config
+    }
+
+    /// What the engine did so far (`orders` counts movements).
+    pub fn stats(&self) -> BatchedStats {
+        let c = &self.counters;
+        BatchedStats {
+            batches: c.batches.load(Ordering::Relaxed),
+            orders: c.requests.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Movements waiting in the queues (not yet taken into a batch).
+    pub fn queued(&self) -> usize {
+        self.lanes.queued()
+    }
+
+    /// A handle that stays upgradable while any worker task is alive (shutdown tests).
+    pub fn workers_alive(&self) -> Weak<()> {
+        Arc::downgrade(&self.alive)
+    }
+
+    /// Applies one validated movement: alone on an idle partition, else through its
+    /// partition's queue and a batch.
+    pub(crate) async fn apply(&self, m: &Movement<'_>) -> Result<Transfer, Error> {
+        self.start_workers();
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            op: Op::of(m),
+            reply,
+            deadline: deadline::current(),
+            ticket: Arc::default(),
+        };
+        let ticket = job.ticket.clone();
+        let partition = partition_for(m.from.get().min(m.to.get()), self.lanes.len());
+        match self.lanes.admit(partition, job)? {
+            Admission::Direct(claim) => {
+                let outcome = worker::apply_alone(&self.store, &self.counters, m).await;
+                drop(claim);
+                outcome
+            }
+            Admission::Queued => {
+                let operation = m.kind.as_str();
+                self.lanes
+                    .answer(partition, operation, &ticket, answer)
+                    .await
+            }
+        }
+    }
+
+    fn start_workers(&self) {
+        self.lanes.start(|partition, rx, shared| {
+            let worker = worker::Worker {
+                partition,
+                store: self.store.clone(),
+                tx: self.store.tx.clone().with_index_paths_only(),
+                pace: Pace {
+                    max_batch: self.config.max_batch,
+                    linger: self.config.linger,
+                    in_flight: self.config.in_flight,
+                },
+                shared,
+                counters: self.counters.clone(),
+                _alive: self.alive.clone(),
+            };
+            tokio::spawn(worker.run(rx));
+        });
+    }
+}
