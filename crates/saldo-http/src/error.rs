@@ -210,6 +210,8 @@ fn domain(e: &Error) -> Parts {
             account,
             requested,
             balance,
+            held,
+            min_balance,
         } => Parts::new(
             S::CONFLICT,
             "insufficient-funds",
@@ -217,8 +219,80 @@ fn domain(e: &Error) -> Parts {
             detail,
         )
         .with("account", json!(account))
+        .with("limit", json!("min_balance"))
+        .with("min_balance", json!(min_balance))
         .with("requested", json!(requested))
-        .with("balance", json!(balance)),
+        .with("balance", json!(balance))
+        .with("held", json!(held)),
+        Error::MaxBalanceExceeded {
+            account,
+            requested,
+            balance,
+            pending_credits,
+            max_balance,
+        } => Parts::new(
+            S::CONFLICT,
+            "max-balance-exceeded",
+            "Max balance exceeded",
+            detail,
+        )
+        .with("account", json!(account))
+        .with("limit", json!("max_balance"))
+        .with("max_balance", json!(max_balance))
+        .with("requested", json!(requested))
+        .with("balance", json!(balance))
+        .with("pending_credits", json!(pending_credits)),
+        Error::UnknownTransfer(t) => {
+            Parts::new(S::NOT_FOUND, "unknown-transfer", "Unknown transfer", detail)
+                .with("transfer_id", json!(t))
+        }
+        Error::TransferNotPending {
+            id,
+            status,
+            posted_amount,
+        } => Parts::new(
+            S::CONFLICT,
+            "transfer-not-pending",
+            "Transfer not pending",
+            detail,
+        )
+        .with("transfer_id", json!(id))
+        .with("status", json!(status))
+        .with("posted_amount", json!(posted_amount)),
+        Error::PostExceedsHold {
+            id,
+            requested,
+            held,
+        } => Parts::new(
+            S::UNPROCESSABLE_ENTITY,
+            "post-exceeds-hold",
+            "Post exceeds the hold",
+            detail,
+        )
+        .with("transfer_id", json!(id))
+        .with("requested", json!(requested))
+        .with("held", json!(held)),
+        Error::GroupConflict(g) => Parts::new(
+            S::CONFLICT,
+            "idempotency-conflict",
+            "Idempotency conflict",
+            detail,
+        )
+        .with("group_id", json!(g)),
+        // The group's answer is its first failure's, naming the transfer and its position.
+        Error::GroupRefused {
+            group,
+            index,
+            transfer,
+            source,
+        } => {
+            let mut parts = domain(source);
+            parts.detail = detail;
+            parts
+                .with("group_id", json!(group))
+                .with("failed_index", json!(index))
+                .with("failed_transfer_id", json!(transfer))
+        }
         Error::TransferConflict(t) => Parts::new(
             S::CONFLICT,
             "idempotency-conflict",
@@ -694,6 +768,8 @@ mod tests {
                     account: a,
                     requested: 5,
                     balance: 1,
+                    held: 0,
+                    min_balance: 0,
                 },
                 409,
                 "insufficient-funds",

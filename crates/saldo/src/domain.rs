@@ -44,6 +44,28 @@ pub enum InputError {
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]
     SameAccount,
+    #[error("timeout_s {timeout_s} is outside {min}..={max}")]
+    TransferTimeoutOutOfRange { timeout_s: i64, min: u32, max: u32 },
+    #[error("transfer group id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    GroupIdInvalid,
+    #[error("a transfer group holds 1..={max} transfers, got {len}")]
+    GroupSize { len: usize, max: usize },
+    #[error("transfer {0} appears twice in the group")]
+    GroupDuplicateTransfer(String),
+    #[error("{limit} {value} is outside -{max}..={max}")]
+    LimitOutOfRange {
+        limit: &'static str,
+        value: i64,
+        max: i64,
+    },
+    #[error("max_balance {max_balance} is below min_balance {min_balance}")]
+    LimitsInverted { min_balance: i64, max_balance: i64 },
+    #[error("opening balance {opening_balance} is outside the account's limits {min_balance}..={max_balance:?}")]
+    OpeningOutsideLimits {
+        opening_balance: i64,
+        min_balance: i64,
+        max_balance: Option<i64>,
+    },
 }
 
 /// Most distinct items one order may hold.
@@ -356,6 +378,168 @@ impl Amount {
     }
     pub fn get(self) -> i64 {
         self.0
+    }
+}
+
+/// Shortest and longest life of a pending transfer (a hold): one second to thirty days.
+pub const MIN_TRANSFER_TIMEOUT_S: u32 = 1;
+pub const MAX_TRANSFER_TIMEOUT_S: u32 = 30 * 24 * 60 * 60;
+/// A hold's life when the caller names none (the service's `--transfer-timeout` overrides it).
+pub const DEFAULT_TRANSFER_TIMEOUT_S: u32 = 15 * 60;
+/// Most transfers in one linked group.
+pub const MAX_GROUP_TRANSFERS: usize = 100;
+/// Largest magnitude of a balance limit: far inside `i64`, so `balance - held` and
+/// `balance + pending_credits` checked against a limit never overflow.
+pub const MAX_LIMIT: i64 = 1_000_000_000_000_000;
+
+deserialize_via!(GroupId, String, GroupId::new);
+
+/// How long a pending transfer holds its amount before the sweeper expires it:
+/// [`MIN_TRANSFER_TIMEOUT_S`]..=[`MAX_TRANSFER_TIMEOUT_S`] seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct TransferTimeout(u32);
+
+impl TransferTimeout {
+    pub fn from_secs(raw: i64) -> Result<Self, InputError> {
+        let range = i64::from(MIN_TRANSFER_TIMEOUT_S)..=i64::from(MAX_TRANSFER_TIMEOUT_S);
+        match u32::try_from(raw) {
+            Ok(s) if range.contains(&raw) => Ok(TransferTimeout(s)),
+            _ => Err(InputError::TransferTimeoutOutOfRange {
+                timeout_s: raw,
+                min: MIN_TRANSFER_TIMEOUT_S,
+                max: MAX_TRANSFER_TIMEOUT_S,
+            }),
+        }
+    }
+    pub fn secs(self) -> u32 {
+        self.0
+    }
+}
+
+impl Default for TransferTimeout {
+    fn default() -> Self {
+        TransferTimeout(DEFAULT_TRANSFER_TIMEOUT_S)
+    }
+}
+
+/// The id of a linked transfer group: the same alphabet as transfer ids.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct GroupId(String);
+
+impl GroupId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(GroupId(raw))
+        } else {
+            Err(InputError::GroupIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Where a transfer is in its life: `posted` at once, or `pending` until exactly one of post,
+/// void or expiry settles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferStatus {
+    Pending,
+    Posted,
+    Voided,
+    Expired,
+}
+
+impl TransferStatus {
+    pub const ALL: [TransferStatus; 4] = [
+        TransferStatus::Pending,
+        TransferStatus::Posted,
+        TransferStatus::Voided,
+        TransferStatus::Expired,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferStatus::Pending => "pending",
+            TransferStatus::Posted => "posted",
+            TransferStatus::Voided => "voided",
+            TransferStatus::Expired => "expired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TransferStatus> {
+        TransferStatus::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+impl fmt::Display for TransferStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An account's balance limits, set when it is opened: `balance - held >= min_balance` (0: no
+/// overdraft; negative: a credit line) and `balance + pending_credits <= max_balance` when set.
+/// Both within ±[`MAX_LIMIT`], the maximum not below the minimum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BalanceLimits {
+    min_balance: i64,
+    max_balance: Option<i64>,
+}
+
+impl BalanceLimits {
+    pub fn new(min_balance: i64, max_balance: Option<i64>) -> Result<Self, InputError> {
+        for (limit, value) in [
+            ("min_balance", Some(min_balance)),
+            ("max_balance", max_balance),
+        ] {
+            if let Some(value) = value {
+                if !(-MAX_LIMIT..=MAX_LIMIT).contains(&value) {
+                    return Err(InputError::LimitOutOfRange {
+                        limit,
+                        value,
+                        max: MAX_LIMIT,
+                    });
+                }
+            }
+        }
+        if let Some(max_balance) = max_balance {
+            if max_balance < min_balance {
+                return Err(InputError::LimitsInverted {
+                    min_balance,
+                    max_balance,
+                });
+            }
+        }
+        Ok(BalanceLimits {
+            min_balance,
+            max_balance,
+        })
+    }
+    pub fn min_balance(self) -> i64 {
+        self.min_balance
+    }
+    pub fn max_balance(self) -> Option<i64> {
+        self.max_balance
+    }
+}
+
+impl Default for BalanceLimits {
+    /// No overdraft, no ceiling: the ledger's rule before limits existed.
+    fn default() -> Self {
+        BalanceLimits {
+            min_balance: 0,
+            max_balance: None,
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 // `InputError` lives with the newtypes that raise it, so `domain` imports nothing from here
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
-use crate::domain::{AccountId, OrderId, ProductId, TransferId};
+use crate::domain::{AccountId, GroupId, OrderId, ProductId, TransferId, TransferStatus};
 
 /// Everything a library operation can return.
 #[derive(Debug, thiserror::Error)]
@@ -82,11 +82,25 @@ pub enum Error {
     UnknownAccount(AccountId),
     #[error("account {0} already exists")]
     AccountExists(AccountId),
-    #[error("insufficient funds in account {account}: requested {requested}, balance {balance}")]
+    /// The debit (posted or held) would take `balance - held` below the account's
+    /// `min_balance` (0 unless it has a credit line).
+    #[error("insufficient funds in account {account}: requested {requested}, balance {balance}, held {held}, min_balance {min_balance}")]
     InsufficientFunds {
         account: AccountId,
         requested: i64,
         balance: i64,
+        held: i64,
+        min_balance: i64,
+    },
+    /// The credit (posted or pending) would take `balance + pending_credits` above the account's
+    /// `max_balance`.
+    #[error("account {account} would exceed its max_balance {max_balance}: requested {requested}, balance {balance}, pending_credits {pending_credits}")]
+    MaxBalanceExceeded {
+        account: AccountId,
+        requested: i64,
+        balance: i64,
+        pending_credits: i64,
+        max_balance: i64,
     },
     /// The movement would take a balance outside what a 64-bit integer holds (the system account
     /// below `i64::MIN` after ~9.2 million maximal deposits, or an account above `i64::MAX`).
@@ -95,6 +109,35 @@ pub enum Error {
     BalanceOutOfRange { account: AccountId },
     #[error("transfer {0} was already made with a different payload")]
     TransferConflict(TransferId),
+    #[error("unknown transfer {0}")]
+    UnknownTransfer(TransferId),
+    /// A post, void or expiry found the transfer already settled another way (or never
+    /// pending): `status` is the state it reached, `posted_amount` what moved if it was posted.
+    #[error("transfer {id} is not pending: it is {status}")]
+    TransferNotPending {
+        id: TransferId,
+        status: TransferStatus,
+        posted_amount: Option<i64>,
+    },
+    /// A post asked for more than the hold holds.
+    #[error("cannot post {requested} of transfer {id}: it holds {held}")]
+    PostExceedsHold {
+        id: TransferId,
+        requested: i64,
+        held: i64,
+    },
+    #[error("transfer group {0} was already applied with a different payload")]
+    GroupConflict(GroupId),
+    /// A linked group was refused as a whole: nothing of it was written. `index` and `transfer`
+    /// name the first transfer that failed, `source` why.
+    #[error("transfer group {group} refused: transfer {transfer} (#{index}) failed: {source}")]
+    GroupRefused {
+        group: GroupId,
+        index: usize,
+        transfer: TransferId,
+        #[source]
+        source: Box<Error>,
+    },
     /// No connection could be had (the pool's wait timed out, the database refused or the pool
     /// could not be built). The pool's own error is kept as the source, for the log.
     #[error("could not get a database connection: {0}")]

@@ -12,9 +12,9 @@ use saldo::error::Error;
 use saldo::ledger::{MoveFunds, Movement};
 
 const DEBIT: &str = "UPDATE accounts SET balance = balance - $2 \
-     WHERE id = $1 AND (id = 0 OR balance >= $2)";
+     WHERE id = $1 AND (min_balance IS NULL OR balance - held - $2 >= min_balance)";
 const CREDIT: &str = "UPDATE accounts SET balance = balance + $2 WHERE id = $1";
-const BALANCE: &str = "SELECT balance FROM accounts WHERE id = $1";
+const BALANCE: &str = "SELECT balance, held, min_balance FROM accounts WHERE id = $1";
 
 /// The naive transfer strategy: debit, then credit, in the order the caller named the accounts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,6 +42,8 @@ async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {
                 account: m.from,
                 requested: amount,
                 balance: row.try_get("balance")?,
+                held: row.try_get("held")?,
+                min_balance: row.try_get::<_, Option<i64>>("min_balance")?.unwrap_or(0),
             },
         });
     }

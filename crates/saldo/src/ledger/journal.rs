@@ -1,26 +1,69 @@
 //! The `transfers` journal and the account reads: finding a transfer id for the idempotency
-//! decision, writing the row once the balances moved, listing an account's history, and opening
-//! an account (its opening balance is the journal's first row for it).
+//! decision, writing the rows once the balances moved (one statement for one transfer or a
+//! whole group), listing an account's history, and opening an account with its limits (its
+//! opening balance is the journal's first row for it).
 
 use deadpool_postgres::Client;
 
-use crate::domain::{AccountId, TransferId};
+use crate::domain::{AccountId, BalanceLimits, GroupId, TransferId, TransferStatus};
 use crate::error::Error;
+use crate::ledger::apply::NewTransfer;
 use crate::ledger::types::{
     account_from_db, checked_balance, Account, Movement, Transfer, TransferKind,
 };
 
-const FIND: &str =
-    "SELECT id, from_account, to_account, amount, kind, created_at FROM transfers WHERE id = $1";
-const INSERT: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
-     VALUES ($1, $2, $3, $4, $5) RETURNING id, from_account, to_account, amount, kind, created_at";
-const LIST: &str = "SELECT id, from_account, to_account, amount, kind, created_at FROM transfers \
-     WHERE from_account = $1 OR to_account = $1 ORDER BY created_at DESC, id DESC LIMIT $2";
-const ACCOUNT: &str = "SELECT id, balance FROM accounts WHERE id = $1";
+/// Every column a [`Transfer`] is read from, in every statement that returns one.
+macro_rules! transfer_columns {
+    () => {
+        "id, from_account, to_account, amount, kind, created_at, status, posted_amount, \
+         timeout_s, expires_at, settled_at, group_id"
+    };
+}
+
+const FIND: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE id = $1"
+);
+const FIND_MANY: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE id = ANY($1)"
+);
+const OF_GROUP: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE group_id = $1 ORDER BY group_position"
+);
+/// One statement for one transfer or a whole group; a hold's deadline is the database's clock
+/// plus its timeout, like every other timestamp of the journal.
+const INSERT: &str = concat!(
+    "INSERT INTO transfers (id, from_account, to_account, amount, kind, status, timeout_s, \
+     expires_at, group_id, group_position) \
+     SELECT t.id, t.from_account, t.to_account, t.amount, t.kind, t.status, t.timeout_s, \
+            now() + make_interval(secs => t.timeout_s), $9, t.group_position \
+       FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], \
+                   $6::text[], $7::int[], $8::smallint[]) \
+            AS t(id, from_account, to_account, amount, kind, status, timeout_s, group_position) \
+     RETURNING ",
+    transfer_columns!()
+);
+const LIST: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE from_account = $1 OR to_account = $1 \
+     ORDER BY created_at DESC, id DESC LIMIT $2"
+);
+const ACCOUNT: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance \
+     FROM accounts WHERE id = $1";
 const LOCK_SYSTEM: &str = "SELECT balance FROM accounts WHERE id = 0 FOR UPDATE";
-const CREATE: &str = "INSERT INTO accounts (id, balance) VALUES ($1, $2) \
-     ON CONFLICT (id) DO NOTHING RETURNING id, balance";
+const CREATE: &str = "INSERT INTO accounts (id, balance, min_balance, max_balance) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING RETURNING id";
 const DEBIT_SYSTEM: &str = "UPDATE accounts SET balance = balance - $1 WHERE id = 0";
+const INSERT_OPENING: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
+     VALUES ($1, $2, $3, $4, $5)";
+const INSERT_GROUP: &str = "INSERT INTO transfer_groups (id, size) VALUES ($1, $2)";
+const FIND_GROUP: &str = "SELECT size FROM transfer_groups WHERE id = $1";
 
 pub(super) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfer, Error> {
     let kind: String = row.try_get("kind")?;
@@ -31,15 +74,46 @@ pub(super) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfe
             "transfer kind {kind:?} is not one the schema allows"
         )));
     };
+    let status: String = row.try_get("status")?;
+    let Some(status) = TransferStatus::parse(&status) else {
+        return Err(Error::invariant(format!(
+            "transfer status {status:?} is not one the schema allows"
+        )));
+    };
+    let amount: i64 = row.try_get("amount")?;
+    // NULL on a posted row means the whole amount (every one-shot transfer).
+    let posted_amount = (status == TransferStatus::Posted)
+        .then(|| row.try_get::<_, Option<i64>>("posted_amount"))
+        .transpose()?
+        .map(|p| p.unwrap_or(amount));
     Ok(Transfer {
         id: TransferId::new(row.try_get::<_, String>("id")?)?,
         from: account_from_db(row.try_get("from_account")?)?,
         to: account_from_db(row.try_get("to_account")?)?,
-        amount: row.try_get("amount")?,
+        amount,
         kind,
         created_at: row.try_get("created_at")?,
         replayed,
+        status,
+        posted_amount,
+        timeout_s: row
+            .try_get::<_, Option<i32>>("timeout_s")?
+            .map(|s| u32::try_from(s).map_err(|_| Error::invariant("negative timeout_s")))
+            .transpose()?,
+        expires_at: row.try_get("expires_at")?,
+        settled_at: row.try_get("settled_at")?,
+        group_id: row
+            .try_get::<_, Option<String>>("group_id")?
+            .map(GroupId::new)
+            .transpose()?,
     })
+}
+
+pub(super) fn parse_all(
+    rows: &[tokio_postgres::Row],
+    replayed: bool,
+) -> Result<Vec<Transfer>, Error> {
+    rows.iter().map(|r| parse(r, replayed)).collect()
 }
 
 /// The journalled transfer with this id, if any.
@@ -51,44 +125,141 @@ pub(super) async fn find(client: &Client, id: &TransferId) -> Result<Option<Tran
     }
 }
 
-/// Same payload → the original result marked as a replay; anything else is a conflict.
-pub(super) fn replay(existing: Transfer, m: &Movement<'_>) -> Result<Transfer, Error> {
-    if existing.from == m.from
+/// The journalled transfers among `ids` (any order).
+pub(super) async fn find_many(client: &Client, ids: &[&str]) -> Result<Vec<Transfer>, Error> {
+    let stmt = client.prepare_cached(FIND_MANY).await?;
+    parse_all(&client.query(&stmt, &[&ids]).await?, true)
+}
+
+/// True when a journalled transfer is what `t` asks for: same accounts, amount, kind, the same
+/// timeout (or none) and the same group (or none).
+pub(super) fn same_request(
+    existing: &Transfer,
+    t: &NewTransfer<'_>,
+    group: Option<&GroupId>,
+) -> bool {
+    let m = &t.movement;
+    existing.from == m.from
         && existing.to == m.to
         && existing.amount == m.amount.get()
         && existing.kind == m.kind
-    {
+        && existing.timeout_s == t.pending.map(|p| p.secs())
+        && existing.group_id.as_ref() == group
+}
+
+/// Same payload → the original result marked as a replay; anything else is a conflict.
+pub(super) fn replay(existing: Transfer, t: &NewTransfer<'_>) -> Result<Transfer, Error> {
+    if same_request(&existing, t, None) {
         Ok(existing)
     } else {
-        Err(Error::TransferConflict(m.id.clone()))
+        Err(Error::TransferConflict(t.movement.id.clone()))
     }
 }
 
 /// Journals a movement whose balances were just moved in this transaction.
 pub(super) async fn insert(client: &Client, m: &Movement<'_>) -> Result<Transfer, Error> {
+    let t = NewTransfer {
+        movement: *m,
+        pending: None,
+    };
+    let mut rows = insert_many(client, &[t], None).await?;
+    rows.pop()
+        .ok_or_else(|| Error::invariant("INSERT … RETURNING gave no row"))
+}
+
+/// Journals transfers placed in this transaction (pending or posted), with their group and
+/// position in it if any; returned in the order given.
+pub(super) async fn insert_many(
+    client: &Client,
+    ts: &[NewTransfer<'_>],
+    group: Option<&GroupId>,
+) -> Result<Vec<Transfer>, Error> {
+    let ids: Vec<&str> = ts.iter().map(|t| t.movement.id.as_str()).collect();
+    let from: Vec<i64> = ts.iter().map(|t| t.movement.from.get()).collect();
+    let to: Vec<i64> = ts.iter().map(|t| t.movement.to.get()).collect();
+    let amounts: Vec<i64> = ts.iter().map(|t| t.movement.amount.get()).collect();
+    let kinds: Vec<&str> = ts.iter().map(|t| t.movement.kind.as_str()).collect();
+    let statuses: Vec<&str> = ts.iter().map(|t| t.status().as_str()).collect();
+    // Bounded by MAX_TRANSFER_TIMEOUT_S (30 days), far inside i32.
+    let timeouts: Vec<Option<i32>> = ts
+        .iter()
+        .map(|t| {
+            t.pending
+                .map(|p| i32::try_from(p.secs()).unwrap_or(i32::MAX))
+        })
+        .collect();
+    // Bounded by MAX_GROUP_TRANSFERS (100).
+    let positions: Vec<Option<i16>> = (0..ts.len())
+        .map(|i| group.map(|_| i16::try_from(i).unwrap_or(i16::MAX)))
+        .collect();
+    let group = group.map(GroupId::as_str);
     let stmt = client.prepare_cached(INSERT).await?;
-    let row = client
-        .query_one(
+    let rows = client
+        .query(
             &stmt,
             &[
-                &m.id.as_str(),
-                &m.from.get(),
-                &m.to.get(),
-                &m.amount.get(),
-                &m.kind.as_str(),
+                &ids, &from, &to, &amounts, &kinds, &statuses, &timeouts, &positions, &group,
             ],
         )
         .await?;
-    parse(&row, false)
+    let mut by_id: std::collections::HashMap<String, Transfer> = parse_all(&rows, false)?
+        .into_iter()
+        .map(|t| (t.id.as_str().to_owned(), t))
+        .collect();
+    ids.iter()
+        .map(|id| {
+            by_id
+                .remove(*id)
+                .ok_or_else(|| Error::invariant(format!("transfer {id} inserted but not returned")))
+        })
+        .collect()
+}
+
+/// Records a linked group's id (its transfers carry it).
+pub(super) async fn insert_group(client: &Client, id: &GroupId, size: usize) -> Result<(), Error> {
+    let stmt = client.prepare_cached(INSERT_GROUP).await?;
+    // Bounded by MAX_GROUP_TRANSFERS (100).
+    let size = i16::try_from(size).unwrap_or(i16::MAX);
+    client.execute(&stmt, &[&id.as_str(), &size]).await?;
+    Ok(())
+}
+
+/// The group's transfers in request order, if the group exists.
+pub(super) async fn find_group(
+    client: &Client,
+    id: &GroupId,
+) -> Result<Option<Vec<Transfer>>, Error> {
+    let stmt = client.prepare_cached(FIND_GROUP).await?;
+    if client.query_opt(&stmt, &[&id.as_str()]).await?.is_none() {
+        return Ok(None);
+    }
+    let stmt = client.prepare_cached(OF_GROUP).await?;
+    Ok(Some(parse_all(
+        &client.query(&stmt, &[&id.as_str()]).await?,
+        true,
+    )?))
 }
 
 pub(super) async fn account(client: &Client, id: AccountId) -> Result<Account, Error> {
     let stmt = client.prepare_cached(ACCOUNT).await?;
     match client.query_opt(&stmt, &[&id.get()]).await? {
-        Some(row) => Ok(Account {
-            id,
-            balance: row.try_get("balance")?,
-        }),
+        Some(row) => {
+            let balance: i64 = row.try_get("balance")?;
+            let held: i64 = row.try_get("held")?;
+            Ok(Account {
+                id,
+                balance,
+                held,
+                // In range: the schema keeps `balance - held >= min_balance >= -MAX_LIMIT` for
+                // customers, and the system account holds nothing.
+                available: balance.checked_sub(held).ok_or_else(|| {
+                    Error::invariant(format!("available of account {id} overflows"))
+                })?,
+                pending_credits: row.try_get("pending_credits")?,
+                min_balance: row.try_get("min_balance")?,
+                max_balance: row.try_get("max_balance")?,
+            })
+        }
         None => Err(Error::UnknownAccount(id)),
     }
 }
@@ -99,20 +270,17 @@ pub(super) async fn list(
     limit: i64,
 ) -> Result<Vec<Transfer>, Error> {
     let stmt = client.prepare_cached(LIST).await?;
-    client
-        .query(&stmt, &[&id.get(), &limit])
-        .await?
-        .iter()
-        .map(|r| parse(r, false))
-        .collect()
+    parse_all(&client.query(&stmt, &[&id.get(), &limit]).await?, false)
 }
 
-/// Creates the account and journals its opening balance against the system account. The system
-/// row (id 0) is locked first, keeping the ascending-id lock order of every ledger path.
+/// Creates the account with its limits and journals its opening balance against the system
+/// account. The system row (id 0) is locked first, keeping the ascending-id lock order of every
+/// ledger path. The caller checked that the opening balance is within the limits.
 pub(super) async fn open(
     client: &Client,
     id: AccountId,
     opening_balance: i64,
+    limits: BalanceLimits,
     opening_id: &TransferId,
 ) -> Result<Account, Error> {
     let stmt = client.prepare_cached(LOCK_SYSTEM).await?;
@@ -125,7 +293,15 @@ pub(super) async fn open(
     )?;
     let stmt = client.prepare_cached(CREATE).await?;
     if client
-        .query_opt(&stmt, &[&id.get(), &opening_balance])
+        .query_opt(
+            &stmt,
+            &[
+                &id.get(),
+                &opening_balance,
+                &limits.min_balance(),
+                &limits.max_balance(),
+            ],
+        )
         .await?
         .is_none()
     {
@@ -134,7 +310,7 @@ pub(super) async fn open(
     if opening_balance > 0 {
         let stmt = client.prepare_cached(DEBIT_SYSTEM).await?;
         client.execute(&stmt, &[&opening_balance]).await?;
-        let stmt = client.prepare_cached(INSERT).await?;
+        let stmt = client.prepare_cached(INSERT_OPENING).await?;
         client
             .execute(
                 &stmt,
@@ -151,5 +327,10 @@ pub(super) async fn open(
     Ok(Account {
         id,
         balance: opening_balance,
+        held: 0,
+        available: opening_balance,
+        pending_credits: 0,
+        min_balance: Some(limits.min_balance()),
+        max_balance: limits.max_balance(),
     })
 }

@@ -1,26 +1,68 @@
-//! The ledger (seed 002): accounts and money moving between them by double entry.
+//! The ledger (seed 002, issue 14): accounts and money moving between them by double entry,
+//! posted at once or held first.
 //!
 //! Every movement is a row of the `transfers` journal between two accounts, and the system
 //! account 0 is the other side of every opening balance, deposit and withdrawal, so the sum of
 //! all balances (the system account included) is always zero. A transfer is idempotent by the
 //! client's id: the same id and payload answer the original result, another payload conflicts.
 //!
-//! Lock order: account rows in ascending id, taken by ONE `SELECT … ORDER BY id FOR UPDATE`
-//! before any decision ([`TransferStrategy::Ordered`]); no two transfers can wait on each other
-//! in a cycle. The race lab (`saldo-lab`) brings a naive strategy that updates in arrival order
-//! and deadlocks, through [`MoveFunds`] and [`Ledger::transfer_with`], to show what the ordered
-//! strategy prevents; the service never offers it.
+//! # Data model (migration V5)
+//!
+//! - `accounts(id, balance, held, pending_credits, min_balance, max_balance)`: `balance` is
+//!   posted money; `held` the sum of the account's live pending debits, `pending_credits` of its
+//!   live pending credits; `available = balance - held`. Limits: `balance - held >= min_balance`
+//!   (default 0; negative = a credit line; NULL only for the system account, which has no
+//!   limits) and `balance + pending_credits <= max_balance` when set. Both are CHECKs too.
+//! - `transfers(…, status, posted_amount, timeout_s, expires_at, settled_at, group_id,
+//!   group_position)`: `status` ∈ pending | posted | voided | expired. A one-shot transfer is
+//!   `posted` at once (posted_amount NULL = the whole amount); a hold is `pending` until ONE of
+//!   post (whole or partial), void or the sweeper's expiry settles it.
+//! - `transfer_groups(id, size)`: a linked group, applied all or none, idempotent by its id.
+//!
+//! `held` and `pending_credits` are columns of the account row, changed in the same
+//! transaction as the transfer row whose status they follow (never recomputed on the hot path);
+//! the audit ([`crate::audit::audit_ledger`]) checks them against the live pending transfers.
+//!
+//! # Locks and the single winner
+//!
+//! Lock order: account rows in ascending id, taken once each by ONE
+//! `SELECT … WHERE id = ANY($1) ORDER BY id FOR UPDATE` before any decision, for a transfer, a
+//! hold, a settle and a whole group alike; a transfer row is written only after the locks of
+//! its accounts are held. No two ledger transactions can wait on each other in a cycle.
+//! Post, void and expiry of one hold all lock its two accounts first, so they run one after
+//! the other; each then moves the row with `UPDATE … WHERE id = $1 AND status = 'pending'`,
+//! and whoever comes later reads the state the winner reached ([`Error::TransferNotPending`],
+//! or the same answer again for the very post or void that won). The sweeper reads due holds
+//! without locking them, locks their accounts with `SKIP LOCKED` (never waiting, never in a
+//! cycle) and expires only those whose two accounts it got.
+//!
+//! # Layers
+//!
+//! [`apply`] decides ONE operation on already-locked rows, in memory (limits, overflow, new
+//! balances, the status move); [`holds`] is the thin transaction around it (lock, apply,
+//! one UPDATE of the changed accounts, the journal rows). The batched engine calls `apply` for
+//! each operation of a batch on one set of locks. The race lab (`saldo-lab`) brings a naive
+//! strategy that updates in arrival order and deadlocks, through [`MoveFunds`] and
+//! [`Ledger::transfer_with`], to show what the ordered strategy prevents; the service never
+//! offers it.
 
+pub mod apply;
 pub mod batched;
+pub mod holds;
 mod journal;
 mod ordered;
 pub mod types;
 
+pub use apply::{NewTransfer, Settle};
 pub use types::{
-    Account, MoveFunds, Movement, Transfer, TransferKind, TransferRequest, TransferStrategy,
+    Account, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer, TransferKind,
+    TransferRequest, TransferStrategy,
 };
 
-use crate::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
+use crate::domain::{
+    AccountId, Amount, BalanceLimits, GroupId, InputError as In, TransferId, TransferTimeout,
+    MAX_AMOUNT, MAX_GROUP_TRANSFERS,
+};
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::batched::BatchedConfig;
@@ -35,6 +77,12 @@ pub const OPENING_PREFIX: &str = "opening:";
 /// A unique violation on the journal's key means a concurrent copy of the same transfer
 /// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
 const TRANSFERS_KEY: &str = "transfers_pkey";
+/// The same for a linked group's id.
+const GROUPS_KEY: &str = "transfer_groups_pkey";
+/// Holds expired per sweeper transaction.
+pub const EXPIRE_BATCH: i64 = 500;
+/// Batches per sweeper round at most, so one round is bounded even under a flood of expiries.
+pub const MAX_EXPIRE_BATCHES_PER_ROUND: usize = 1_000;
 
 /// The ledger over one database, with the transfer strategy it serves deposits and
 /// withdrawals with (and the batched engine, whose workers start only if it is used).
@@ -76,11 +124,23 @@ impl Ledger {
     }
 
     /// Opens account `id` with `opening_balance` (0..=[`MAX_AMOUNT`]) moved from the system
-    /// account and journalled as transfer `opening:<id>`. [`Error::AccountExists`] if it exists.
+    /// account and journalled as transfer `opening:<id>`, with the default limits (no
+    /// overdraft, no ceiling). [`Error::AccountExists`] if it exists.
     pub async fn open_account(
         &self,
         id: AccountId,
         opening_balance: i64,
+    ) -> Result<Account, Error> {
+        self.open_account_with_limits(id, opening_balance, BalanceLimits::default())
+            .await
+    }
+
+    /// [`Ledger::open_account`] with balance limits; the opening balance must be within them.
+    pub async fn open_account_with_limits(
+        &self,
+        id: AccountId,
+        opening_balance: i64,
+        limits: BalanceLimits,
     ) -> Result<Account, Error> {
         if id == AccountId::SYSTEM {
             return Err(InputError::AccountIdNotPositive(id.get()).into());
@@ -92,10 +152,22 @@ impl Ledger {
             }
             .into());
         }
+        if opening_balance < limits.min_balance()
+            || limits
+                .max_balance()
+                .is_some_and(|max| opening_balance > max)
+        {
+            return Err(In::OpeningOutsideLimits {
+                opening_balance,
+                min_balance: limits.min_balance(),
+                max_balance: limits.max_balance(),
+            }
+            .into());
+        }
         let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
         let result = in_transaction(&self.store.pool, &self.store.tx, "open_account", |client| {
             let opening_id = &opening_id;
-            crate::tx_body!(client => journal::open(client, id, opening_balance, opening_id))
+            crate::tx_body!(client => journal::open(client, id, opening_balance, limits, opening_id))
         })
         .await;
         observe("opening", &result.as_ref().map(|_| false));
@@ -166,9 +238,163 @@ impl Ledger {
             amount: request.amount,
             kind: TransferKind::Transfer,
         };
-        let result = self.apply_with(strategy, "transfer", movement).await;
+        let result = apply_one(&self.store, strategy, "transfer", movement).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
+    }
+
+    /// Places a hold: `request.amount` is held against `request.from` (counted against its
+    /// `min_balance`) and pending to `request.to` (counted against its `max_balance`) until it is
+    /// posted, voided or expires after `timeout`. Nothing moves yet. Idempotent by id.
+    pub async fn hold(
+        &self,
+        request: &TransferRequest,
+        timeout: TransferTimeout,
+    ) -> Result<Transfer, Error> {
+        let t = NewTransfer {
+            movement: Movement {
+                id: &request.id,
+                from: request.from,
+                to: request.to,
+                amount: request.amount,
+                kind: TransferKind::Transfer,
+            },
+            pending: Some(timeout),
+        };
+        let result = self.place(self.strategy, t).await;
+        observe("hold", &result.as_ref().map(|t| t.replayed));
+        result
+    }
+
+    /// Posts a hold: `amount` (the whole hold when `None`; at most the hold) moves, the rest is
+    /// released. [`Error::TransferNotPending`] if it was voided, expired or posted otherwise;
+    /// the same post again answers the same transfer with `replayed`.
+    pub async fn post(&self, id: &TransferId, amount: Option<Amount>) -> Result<Transfer, Error> {
+        self.settle("post", id, Settle::Post(amount)).await
+    }
+
+    /// Voids a hold: its amount is released. Idempotent like [`Ledger::post`].
+    pub async fn void(&self, id: &TransferId) -> Result<Transfer, Error> {
+        self.settle("void", id, Settle::Void).await
+    }
+
+    /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none.
+    pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
+        let client = self.client().await?;
+        let mut t = journal::find(&client, id)
+            .await?
+            .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
+        t.replayed = false;
+        Ok(t)
+    }
+
+    /// Applies a linked group all or none: every account locked once, in id order, by one
+    /// statement; the transfers placed in request order; the first refusal refuses the group
+    /// ([`Error::GroupRefused`] names it). Idempotent by group id ([`Error::GroupConflict`] for
+    /// another payload).
+    pub async fn transfer_group(&self, request: &GroupRequest) -> Result<Group, Error> {
+        let result = self.transfer_group_checked(request).await;
+        observe("group", &result.as_ref().map(|g| g.replayed));
+        result
+    }
+
+    async fn transfer_group_checked(&self, request: &GroupRequest) -> Result<Group, Error> {
+        let len = request.transfers.len();
+        if !(1..=MAX_GROUP_TRANSFERS).contains(&len) {
+            return Err(In::GroupSize {
+                len,
+                max: MAX_GROUP_TRANSFERS,
+            }
+            .into());
+        }
+        let ts: Vec<NewTransfer<'_>> = request
+            .transfers
+            .iter()
+            .map(|l| NewTransfer {
+                movement: Movement {
+                    id: &l.transfer.id,
+                    from: l.transfer.from,
+                    to: l.transfer.to,
+                    amount: l.transfer.amount,
+                    kind: TransferKind::Transfer,
+                },
+                pending: l.pending,
+            })
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for (index, t) in ts.iter().enumerate() {
+            if !seen.insert(t.movement.id.as_str()) {
+                return Err(In::GroupDuplicateTransfer(t.movement.id.to_string()).into());
+            }
+            validate(&t.movement).map_err(|e| Error::GroupRefused {
+                group: request.id.clone(),
+                index,
+                transfer: t.movement.id.clone(),
+                source: Box::new(e.into()),
+            })?;
+        }
+        let group: &GroupId = &request.id;
+        let ts = &ts;
+        let mut run = 1;
+        loop {
+            let result = in_idempotent_transaction(
+                &self.store.pool,
+                &self.store.tx,
+                "transfer_group",
+                GROUPS_KEY,
+                |client| crate::tx_body!(client => holds::place_group(client, group, ts)),
+            )
+            .await;
+            match result {
+                // A lone transfer took one of the ids meanwhile: the rerun names it.
+                Err(e)
+                    if e.is_unique_violation_of(TRANSFERS_KEY)
+                        && run < crate::retry::REPLAY_RACE_ATTEMPTS =>
+                {
+                    run += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Expires due holds in bounded batches until none are due (or the rest are locked by
+    /// someone else: the next round takes them); returns how many expired.
+    pub async fn expire_due(&self) -> Result<u64, Error> {
+        self.expire_due_with_batch(EXPIRE_BATCH).await
+    }
+
+    pub async fn expire_due_with_batch(&self, batch: i64) -> Result<u64, Error> {
+        let batch = batch.clamp(1, EXPIRE_BATCH);
+        // No retry: the next round picks up whatever this one did not finish.
+        let options = crate::retry::TxOptions {
+            retry: crate::retry::RetryPolicy::none(),
+            ..self.store.tx.clone()
+        };
+        let mut total = 0u64;
+        for _ in 0..MAX_EXPIRE_BATCHES_PER_ROUND {
+            let result = in_transaction(
+                &self.store.pool,
+                &options,
+                "expire_holds",
+                |client| crate::tx_body!(client => holds::expire_batch(client, batch)),
+            )
+            .await;
+            match result {
+                Ok(n) => {
+                    total += n;
+                    metrics::counter!(crate::telemetry::TRANSFERS, "kind" => "expire", "outcome" => "applied")
+                        .increment(n);
+                    if n < batch as u64 {
+                        break;
+                    }
+                }
+                Err(Error::RetriesExhausted { .. }) => break,
+                Err(e) if e.is_retryable() => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
     }
 
     /// The account's balance; [`Error::UnknownAccount`] if it was never opened.
@@ -189,43 +415,96 @@ impl Ledger {
         checkout(&self.store.pool, "ledger_read").await
     }
 
-    /// A served strategy's movement: `ordered` in its own transaction, `batched` through the
-    /// engine.
+    /// Post or void with the served strategy: one transaction, or through the engine.
+    async fn settle(
+        &self,
+        operation: &'static str,
+        id: &TransferId,
+        how: Settle,
+    ) -> Result<Transfer, Error> {
+        let result = match self.strategy {
+            TransferStrategy::Ordered => settle_alone(&self.store, operation, id, how).await,
+            TransferStrategy::Batched => self.engine.settle(id, how).await,
+        };
+        observe(operation, &result.as_ref().map(|t| t.replayed));
+        result
+    }
+
+    /// A new transfer (posted or held) with `strategy`: one transaction, or through the engine.
+    async fn place(
+        &self,
+        strategy: TransferStrategy,
+        t: NewTransfer<'_>,
+    ) -> Result<Transfer, Error> {
+        validate(&t.movement)?;
+        match strategy {
+            TransferStrategy::Ordered => place_alone(&self.store, operation(&t), t).await,
+            TransferStrategy::Batched => self.engine.place(&t).await,
+        }
+    }
+
+    /// A transfer, deposit or withdrawal, posted at once.
     async fn apply(
         &self,
         strategy: TransferStrategy,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
-        let result = match strategy {
-            TransferStrategy::Ordered => apply_ordered(&self.store, &movement).await,
-            TransferStrategy::Batched => match validate(&movement) {
-                Ok(()) => self.engine.apply(&movement).await,
-                Err(e) => Err(e.into()),
-            },
+        let t = NewTransfer {
+            movement,
+            pending: None,
         };
+        let result = self.place(strategy, t).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }
+}
 
-    async fn apply_with(
-        &self,
-        strategy: &dyn MoveFunds,
-        operation: &'static str,
-        movement: Movement<'_>,
-    ) -> Result<Transfer, Error> {
-        apply_one(&self.store, strategy, operation, movement).await
+/// The name an operation on a new transfer runs under (metrics, "not applied" answers).
+pub(crate) fn operation(t: &NewTransfer<'_>) -> &'static str {
+    match (t.pending, t.movement.kind) {
+        (Some(_), _) => "hold",
+        (None, TransferKind::Deposit) => "deposit",
+        (None, TransferKind::Withdrawal) => "withdraw",
+        (None, TransferKind::Opening) => "open_account",
+        (None, TransferKind::Transfer) => "transfer",
     }
 }
 
-/// One movement as one `ordered` transaction: validated, idempotent, retried.
-pub(crate) async fn apply_ordered(
+/// One new transfer (posted or held) as its own transaction, the `ordered` way: its accounts
+/// locked in id order by one statement, decided by [`apply::place`], idempotent, retried.
+/// Validated by the caller.
+pub(crate) async fn place_alone(
     store: &Store,
-    movement: &Movement<'_>,
+    operation: &'static str,
+    t: NewTransfer<'_>,
 ) -> Result<Transfer, Error> {
-    let operation = movement.kind.as_str();
-    apply_one(store, &TransferStrategy::Ordered, operation, *movement).await
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        TRANSFERS_KEY,
+        |client| crate::tx_body!(client => holds::place_one(client, t)),
+    )
+    .await
 }
 
+/// One post or void as its own transaction.
+pub(crate) async fn settle_alone(
+    store: &Store,
+    operation: &'static str,
+    id: &TransferId,
+    how: Settle,
+) -> Result<Transfer, Error> {
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        |client| crate::tx_body!(client => holds::settle_one(client, id, how)),
+    )
+    .await
+}
+
+/// A movement through any [`MoveFunds`] (the lab's naive strategy), as its own transaction.
 async fn apply_one(
     store: &Store,
     strategy: &dyn MoveFunds,
@@ -271,7 +550,11 @@ async fn apply_tx(
     m: Movement<'_>,
 ) -> Result<Transfer, Error> {
     if let Some(existing) = journal::find(client, m.id).await? {
-        return journal::replay(existing, &m);
+        let t = NewTransfer {
+            movement: m,
+            pending: None,
+        };
+        return journal::replay(existing, &t);
     }
     strategy.move_funds(client, &m).await?;
     journal::insert(client, &m).await
@@ -299,6 +582,12 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
         Ok(true) => "replayed",
         Ok(false) => "applied",
         Err(Error::InsufficientFunds { .. }) => "insufficient_funds",
+        Err(Error::MaxBalanceExceeded { .. }) => "max_balance",
+        Err(Error::TransferNotPending { .. }) => "not_pending",
+        Err(Error::UnknownTransfer(_)) => "unknown_transfer",
+        Err(Error::GroupRefused { .. }) => "group_refused",
+        Err(Error::GroupConflict(_)) => "conflict",
+        Err(Error::PostExceedsHold { .. }) => "invalid",
         Err(Error::UnknownAccount(_)) => "unknown_account",
         Err(Error::AccountExists(_)) => "account_exists",
         Err(Error::TransferConflict(_)) => "conflict",

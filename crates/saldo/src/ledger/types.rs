@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{AccountId, Amount, TransferId};
+use crate::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
 use crate::error::Error;
 
 /// How a transfer takes its two account locks: the strategies the service runs. The race lab
@@ -106,6 +106,30 @@ pub struct TransferRequest {
     pub amount: Amount,
 }
 
+/// A transfer of a linked group, or a lone one: posted at once (`pending: None`) or held for
+/// `pending: Some(timeout)` until posted, voided or expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinkedTransfer {
+    pub transfer: TransferRequest,
+    pub pending: Option<TransferTimeout>,
+}
+
+/// Transfers applied all or none, keyed by the client's group id (1..=`MAX_GROUP_TRANSFERS`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupRequest {
+    pub id: GroupId,
+    pub transfers: Vec<LinkedTransfer>,
+}
+
+/// A group as applied (or found by a replay): its transfers in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    pub id: GroupId,
+    pub transfers: Vec<Transfer>,
+    /// True when the group id was already applied with this payload and nothing changed now.
+    pub replayed: bool,
+}
+
 /// One journal row, as applied or as found by a replay.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Transfer {
@@ -117,15 +141,37 @@ pub struct Transfer {
     pub amount: i64,
     pub kind: TransferKind,
     pub created_at: DateTime<Utc>,
-    /// True when the id was already journalled with this payload and nothing changed now.
+    /// True when the id was already journalled with this payload and nothing changed now (for a
+    /// post or void: when that same call had already won).
     pub replayed: bool,
+    pub status: TransferStatus,
+    /// What moved: `Some` once posted (the whole amount for a one-shot transfer).
+    pub posted_amount: Option<i64>,
+    /// Set for a transfer created pending: its timeout and deadline.
+    pub timeout_s: Option<u32>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When a hold was posted, voided or expired.
+    pub settled_at: Option<DateTime<Utc>>,
+    /// The linked group it was applied in, if any.
+    pub group_id: Option<GroupId>,
 }
 
-/// An account and its balance (minor units).
+/// An account: its posted balance, what pending transfers hold against it and credit to it,
+/// and its limits (minor units).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Account {
     pub id: AccountId,
+    /// Posted: the sum of its posted journal.
     pub balance: i64,
+    /// The sum of its live pending debits.
+    pub held: i64,
+    /// `balance - held`: what a new debit may use (down to `min_balance`).
+    pub available: i64,
+    /// The sum of its live pending credits.
+    pub pending_credits: i64,
+    /// `None` for the system account only (no limits).
+    pub min_balance: Option<i64>,
+    pub max_balance: Option<i64>,
 }
 
 /// One movement to apply: the common shape of transfer, deposit and withdrawal.

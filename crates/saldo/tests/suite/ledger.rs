@@ -174,6 +174,7 @@ async fn insufficient_funds_is_refused_once_and_never_retried() {
                 account,
                 requested,
                 balance,
+                ..
             }) => assert_eq!((account, requested, balance), (acc(1), 101, 100)),
             other => panic!("{strategy}: expected insufficient funds, got {other:?}"),
         }

@@ -213,7 +213,9 @@ async fn one_bad_transfer_never_fails_its_batch_mates() {
             account,
             requested,
             balance,
-        }) => assert_eq!((account, requested, balance), (acc(1), 60, 40)),
+            held,
+            ..
+        }) => assert_eq!((account, requested, balance, held), (acc(1), 60, 40, 0)),
         other => panic!("b: expected insufficient funds, got {other:?}"),
     }
     assert!(!next().expect("c").replayed);
@@ -389,5 +391,86 @@ async fn two_engines_on_one_database_move_every_cent_once() {
     assert_eq!((applied, replayed), (200, 200));
     assert_eq!(balance(&a, 1).await, 1_000);
     assert_eq!(balance(&a, 2).await, 1_000);
+    assert_ledger_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_posts_and_voids_share_a_batch_and_one_settle_wins() {
+    use saldo::domain::TransferTimeout;
+    let db = test_db().await;
+    let ledger = single_partition(&db, 64);
+    open(&ledger, &[(1, 100), (2, 0), (3, 10), (4, 0)]).await;
+    let timeout = TransferTimeout::default();
+    let held = ledger
+        .hold(&request("h0", 1, 2, 20), timeout)
+        .await
+        .expect("h0 held before the batch");
+    assert_eq!(held.status, saldo::domain::TransferStatus::Pending);
+
+    let lock = RowLock::take(&db, &[3]).await;
+    let first = spawn_move(&ledger, "blocked", 3, 4, 1);
+    until_lock_waiter(&db).await;
+    let mut answers: Vec<Answer> = Vec::new();
+    let ops: Vec<Box<dyn Fn(Ledger) -> Answer>> = vec![
+        // Post and void of the same hold race inside the batch: the first in line wins.
+        Box::new(|l| tokio::spawn(async move { l.post(&tid("h0"), None).await })),
+        Box::new(|l| tokio::spawn(async move { l.void(&tid("h0")).await })),
+        Box::new(move |l| {
+            tokio::spawn(async move { l.hold(&request("h1", 1, 2, 70), timeout).await })
+        }),
+        // 100 - 20 posted - 70 held: 10 available.
+        Box::new(move |l| {
+            tokio::spawn(async move { l.hold(&request("h2", 1, 2, 11), timeout).await })
+        }),
+        Box::new(|l| tokio::spawn(async move { l.void(&tid("h1")).await })),
+        Box::new(move |l| {
+            tokio::spawn(async move { l.hold(&request("h2", 1, 2, 11), timeout).await })
+        }),
+        Box::new(|l| tokio::spawn(async move { l.post(&tid("h2"), Some(amount(5))).await })),
+    ];
+    for (i, op) in ops.iter().enumerate() {
+        answers.push(op(ledger.clone()));
+        until_queued(&ledger, i + 1).await;
+    }
+    let before = ledger.engine().stats();
+    lock.release().await;
+    first.await.expect("join").expect("the blocked movement");
+    let mut out = Vec::new();
+    for a in answers {
+        out.push(a.await.expect("join"));
+    }
+    let after = ledger.engine().stats();
+    assert_eq!(after.batches, before.batches + 2, "{after:?}");
+    assert_eq!(after.largest_batch, ops.len() as u64, "{after:?}");
+
+    use saldo::domain::TransferStatus as S;
+    let mut out = out.into_iter();
+    let mut next = || out.next().expect("an answer");
+    let posted = next().expect("post h0");
+    assert_eq!((posted.status, posted.posted_amount), (S::Posted, Some(20)));
+    assert!(!posted.replayed);
+    assert!(matches!(
+        next(),
+        Err(Error::TransferNotPending {
+            status: S::Posted,
+            ..
+        })
+    ));
+    assert_eq!(next().expect("hold h1").status, S::Pending);
+    assert!(matches!(
+        next(),
+        Err(Error::InsufficientFunds { held: 70, .. })
+    ));
+    assert_eq!(next().expect("void h1").status, S::Voided);
+    assert_eq!(next().expect("hold h2 once h1 is void").status, S::Pending);
+    let partial = next().expect("post 5 of h2");
+    assert_eq!(
+        (partial.status, partial.posted_amount),
+        (S::Posted, Some(5))
+    );
+
+    let one = ledger.account(acc(1)).await.expect("account 1");
+    assert_eq!(one.balance, 100 - 20 - 5);
+    assert_eq!(ledger.account(acc(2)).await.expect("2").balance, 25);
     assert_ledger_clean(&db).await;
 }

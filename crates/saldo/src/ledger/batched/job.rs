@@ -1,4 +1,4 @@
-//! What travels through a ledger partition's queue: a [`Job`] (one movement owned, its reply
+//! What travels through a ledger partition's queue: a [`Job`] (one operation owned, its reply
 //! channel, its caller's deadline and its [`Ticket`]) and what the shared scheduler reads of it.
 //!
 //! A leaf of `ledger::batched`: the worker and the engine import from here.
@@ -10,43 +10,87 @@ use tokio::time::Instant;
 
 use crate::batch::schedule::Batchable;
 use crate::batch::Ticket;
-use crate::domain::{AccountId, Amount, TransferId};
+use crate::domain::{AccountId, Amount, TransferId, TransferTimeout};
 use crate::error::Error;
+use crate::ledger::apply::{NewTransfer, Settle};
 use crate::ledger::types::{Movement, Transfer, TransferKind};
 
-/// A [`Movement`] that owns its id, so that it can wait in a queue.
+/// One ledger operation, owned so that it can wait in a queue.
 #[derive(Debug, Clone)]
-pub(crate) struct Op {
-    pub id: TransferId,
-    pub from: AccountId,
-    pub to: AccountId,
-    pub amount: Amount,
-    pub kind: TransferKind,
+pub(crate) enum Op {
+    /// A new transfer, deposit or withdrawal: posted at once, or held (`pending`).
+    Place {
+        id: TransferId,
+        from: AccountId,
+        to: AccountId,
+        amount: Amount,
+        kind: TransferKind,
+        pending: Option<TransferTimeout>,
+    },
+    /// The post or void of a hold.
+    Settle { id: TransferId, how: Settle },
 }
 
 impl Op {
-    pub fn of(m: &Movement<'_>) -> Op {
-        Op {
+    pub fn place(t: &NewTransfer<'_>) -> Op {
+        let m = &t.movement;
+        Op::Place {
             id: m.id.clone(),
             from: m.from,
             to: m.to,
             amount: m.amount,
             kind: m.kind,
+            pending: t.pending,
         }
     }
 
-    pub fn movement(&self) -> Movement<'_> {
-        Movement {
-            id: &self.id,
-            from: self.from,
-            to: self.to,
-            amount: self.amount,
-            kind: self.kind,
+    pub fn id(&self) -> &TransferId {
+        match self {
+            Op::Place { id, .. } | Op::Settle { id, .. } => id,
+        }
+    }
+
+    /// The new transfer a `Place` asks for.
+    pub fn new_transfer(&self) -> Option<NewTransfer<'_>> {
+        match self {
+            Op::Place {
+                id,
+                from,
+                to,
+                amount,
+                kind,
+                pending,
+            } => Some(NewTransfer {
+                movement: Movement {
+                    id,
+                    from: *from,
+                    to: *to,
+                    amount: *amount,
+                    kind: *kind,
+                },
+                pending: *pending,
+            }),
+            Op::Settle { .. } => None,
+        }
+    }
+
+    /// The operation's name in metrics and in "not applied" answers.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Op::Place { .. } => match self.new_transfer() {
+                Some(t) => crate::ledger::operation(&t),
+                None => "transfer",
+            },
+            Op::Settle {
+                how: Settle::Post(_),
+                ..
+            } => "post",
+            Op::Settle { .. } => "void",
         }
     }
 }
 
-/// A queued movement with the deadline it carries from its caller (see [`crate::deadline`]).
+/// A queued operation with the deadline it carries from its caller (see [`crate::deadline`]).
 pub(crate) struct Job {
     pub op: Op,
     pub reply: oneshot::Sender<Result<Transfer, Error>>,
@@ -55,17 +99,23 @@ pub(crate) struct Job {
 }
 
 impl Batchable for Job {
-    /// Every movement (transfer, deposit, withdrawal) is the same transaction shape: one kind.
+    /// Placements and settles share one transaction shape (lock accounts, decide in memory,
+    /// write once): one kind.
     type Kind = ();
 
-    /// Both accounts the movement locks.
+    /// The accounts a placement locks. A settle's accounts are unknown until its transfer is
+    /// read; it is kept apart by its transfer id alone (as the stock engine's confirms are).
     fn rows(&self) -> impl Iterator<Item = i64> + '_ {
-        [self.op.from.get(), self.op.to.get()].into_iter()
+        let accounts = match &self.op {
+            Op::Place { from, to, .. } => Some([from.get(), to.get()]),
+            Op::Settle { .. } => None,
+        };
+        accounts.into_iter().flatten()
     }
 
-    /// The transfer id: a replay is never in a second batch in flight.
+    /// The transfer id: operations on one transfer are never in two batches in flight.
     fn key(&self) -> &str {
-        self.op.id.as_str()
+        self.op.id().as_str()
     }
 
     fn kind(&self) {}

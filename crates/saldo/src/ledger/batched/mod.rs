@@ -23,18 +23,20 @@
 mod job;
 mod worker;
 
-pub use worker::{LEDGER_BATCH_MOVEMENTS, LEDGER_BATCH_SECONDS};
+pub use worker::{LEDGER_BATCH_OPERATIONS, LEDGER_BATCH_SECONDS};
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
 
-use crate::batch::lane::{partition_for, Admission, Counters, Lanes};
+use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
 use crate::batch::schedule::Pace;
 use crate::deadline;
+use crate::domain::TransferId;
 use crate::error::Error;
-use crate::ledger::types::{Movement, Transfer};
+use crate::ledger::apply::{NewTransfer, Settle};
+use crate::ledger::types::Transfer;
 use crate::stock::batched::{BatchedConfig, BatchedStats};
 use crate::stock::Store;
 use job::{Job, Op};
@@ -97,27 +99,47 @@ impl BatchedLedger {
         Arc::downgrade(&self.alive)
     }
 
-    /// Applies one validated movement: alone on an idle partition, else through its
-    /// partition's queue and a batch.
-    pub(crate) async fn apply(&self, m: &Movement<'_>) -> Result<Transfer, Error> {
+    /// Places one validated transfer, deposit, withdrawal or hold. It goes to the partition of
+    /// its smaller account id (the system account for every deposit and withdrawal).
+    pub(crate) async fn place(&self, t: &NewTransfer<'_>) -> Result<Transfer, Error> {
+        let m = &t.movement;
+        let partition = partition_for(m.from.get().min(m.to.get()), self.lanes.len());
+        self.submit(partition, Op::place(t)).await
+    }
+
+    /// Posts or voids a hold. Its accounts are unknown until its row is read, so settles spread
+    /// by transfer id (as the stock engine's confirms spread by order id).
+    pub(crate) async fn settle(&self, id: &TransferId, how: Settle) -> Result<Transfer, Error> {
+        let partition = partition_for_key(id.as_str(), self.lanes.len());
+        self.submit(
+            partition,
+            Op::Settle {
+                id: id.clone(),
+                how,
+            },
+        )
+        .await
+    }
+
+    /// Runs `op` alone on an idle partition, else through the partition's queue and a batch.
+    async fn submit(&self, partition: usize, op: Op) -> Result<Transfer, Error> {
         self.start_workers();
         let (reply, answer) = oneshot::channel();
+        let operation = op.operation();
         let job = Job {
-            op: Op::of(m),
+            op: op.clone(),
             reply,
             deadline: deadline::current(),
             ticket: Arc::default(),
         };
         let ticket = job.ticket.clone();
-        let partition = partition_for(m.from.get().min(m.to.get()), self.lanes.len());
         match self.lanes.admit(partition, job)? {
             Admission::Direct(claim) => {
-                let outcome = worker::apply_alone(&self.store, &self.counters, m).await;
+                let outcome = worker::apply_alone(&self.store, &self.counters, &op).await;
                 drop(claim);
                 outcome
             }
             Admission::Queued => {
-                let operation = m.kind.as_str();
                 self.lanes
                     .answer(partition, operation, &ticket, answer)
                     .await
