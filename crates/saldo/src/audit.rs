@@ -2,8 +2,10 @@
 //! - `reserved = Σ active reservations`, and
 //! - `available + reserved = last count + adjustments since − confirmed since the count`.
 //!
-//! [`audit_ledger`] checks the ledger the same way: all balances sum to zero, and each equals
-//! its credits minus its debits in the transfers journal.
+//! [`audit_ledger`] checks the ledger the same way: all balances sum to zero and all `held`
+//! equal all `pending_credits` (the double entry, for posted and pending amounts separately),
+//! each balance equals its posted credits minus its posted debits in the transfers journal, and
+//! each `held` / `pending_credits` equals the sum of its live pending debits / credits.
 //!
 //! Each audit reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some
 //! path wrote stock or balances without going through the engine.
@@ -127,7 +129,15 @@ pub enum LedgerInvariant {
     TotalIsZero,
     /// An account's balance differs from its credits minus its debits in the journal (every
     /// account, the system one included, starts at zero; opening balances are journal rows).
+    /// Only posted transfers count, with what they posted.
     BalanceMatchesJournal,
+    /// The sum of all `held` differs from the sum of all `pending_credits`: a pending amount
+    /// has one side only.
+    PendingTotalsMatch,
+    /// An account's `held` differs from the sum of its live pending debits.
+    HeldMatchesPending,
+    /// An account's `pending_credits` differs from the sum of its live pending credits.
+    PendingCreditsMatchPending,
 }
 
 /// One broken ledger invariant; `account` is `None` for the total.
@@ -139,30 +149,63 @@ pub struct LedgerDivergence {
     pub actual: i64,
 }
 
-const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::bigint AS total FROM accounts";
+/// Sums in numeric (a sum of bigints cannot overflow the audit itself), read as text:
+/// tokio-postgres has no numeric type without another crate, and [`sum_i64`] parses them.
+const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::text AS total, \
+     coalesce(sum(held), 0)::text AS held, \
+     coalesce(sum(pending_credits), 0)::text AS pending_credits FROM accounts";
 
+/// Posted rows move `posted_amount` (NULL: the whole amount); pending rows move nothing yet
+/// but count in `held` / `pending_credits`; voided and expired rows count nowhere.
 const LEDGER_AUDIT: &str = "
 WITH moves AS (
-    SELECT to_account AS id, amount FROM transfers
+    SELECT to_account AS id, coalesce(posted_amount, amount) AS amount
+      FROM transfers WHERE status = 'posted'
     UNION ALL
-    SELECT from_account AS id, -amount FROM transfers),
+    SELECT from_account AS id, -coalesce(posted_amount, amount)
+      FROM transfers WHERE status = 'posted'),
 journal AS (
-    SELECT id, sum(amount)::bigint AS net FROM moves GROUP BY id)
-SELECT a.id, a.balance, coalesce(j.net, 0) AS expected
-  FROM accounts a LEFT JOIN journal j USING (id)
+    SELECT id, sum(amount) AS net FROM moves GROUP BY id),
+held AS (
+    SELECT from_account AS id, sum(amount) AS held
+      FROM transfers WHERE status = 'pending' GROUP BY from_account),
+credits AS (
+    SELECT to_account AS id, sum(amount) AS credits
+      FROM transfers WHERE status = 'pending' GROUP BY to_account)
+SELECT a.id, a.balance::text AS balance, coalesce(j.net, 0)::text AS expected,
+       a.held::text AS held, coalesce(h.held, 0)::text AS expected_held,
+       a.pending_credits::text AS pending_credits,
+       coalesce(c.credits, 0)::text AS expected_pending_credits
+  FROM accounts a
+  LEFT JOIN journal j USING (id)
+  LEFT JOIN held h USING (id)
+  LEFT JOIN credits c USING (id)
  WHERE a.balance <> coalesce(j.net, 0)
+    OR a.held <> coalesce(h.held, 0)
+    OR a.pending_credits <> coalesce(c.credits, 0)
  ORDER BY a.id
  LIMIT $1";
+
+/// A numeric sum as an `i64` for the report, saturated: a sum beyond `i64` is a divergence
+/// whatever its exact value.
+fn sum_i64(row: &tokio_postgres::Row, column: &str) -> Result<i64, Error> {
+    let text: String = row.try_get(column)?;
+    Ok(match text.parse::<i128>() {
+        Ok(v) => i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX }),
+        Err(_) => i64::MAX,
+    })
+}
 
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
 /// zero and every balance equals its journal.
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let mut client = checkout(pool, "audit_ledger").await?;
     let tx = snapshot(&mut client).await?;
-    let total: i64 = tx.query_one(LEDGER_TOTAL, &[]).await?.try_get("total")?;
+    let totals = tx.query_one(LEDGER_TOTAL, &[]).await?;
     let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
+    let total = sum_i64(&totals, "total")?;
     if total != 0 {
         out.push(LedgerDivergence {
             account: None,
@@ -171,13 +214,43 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
             actual: total,
         });
     }
-    for r in rows {
+    let (held, credits) = (
+        sum_i64(&totals, "held")?,
+        sum_i64(&totals, "pending_credits")?,
+    );
+    if held != credits {
         out.push(LedgerDivergence {
-            account: Some(crate::ledger::types::account_from_db(r.try_get("id")?)?),
-            invariant: LedgerInvariant::BalanceMatchesJournal,
-            expected: r.try_get("expected")?,
-            actual: r.try_get("balance")?,
+            account: None,
+            invariant: LedgerInvariant::PendingTotalsMatch,
+            expected: credits,
+            actual: held,
         });
+    }
+    for r in rows {
+        let account = Some(crate::ledger::types::account_from_db(r.try_get("id")?)?);
+        for (invariant, actual, expected) in [
+            (
+                LedgerInvariant::BalanceMatchesJournal,
+                "balance",
+                "expected",
+            ),
+            (LedgerInvariant::HeldMatchesPending, "held", "expected_held"),
+            (
+                LedgerInvariant::PendingCreditsMatchPending,
+                "pending_credits",
+                "expected_pending_credits",
+            ),
+        ] {
+            let (actual, expected) = (sum_i64(&r, actual)?, sum_i64(&r, expected)?);
+            if actual != expected {
+                out.push(LedgerDivergence {
+                    account,
+                    invariant,
+                    expected,
+                    actual,
+                });
+            }
+        }
     }
     Ok(out)
 }

@@ -13,7 +13,8 @@ use crate::error::Error;
 use crate::retry::checkout;
 
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
-const EMPTY_ALL: &str = "TRUNCATE reservations, stock_movements, stock, transfers; \
+const EMPTY_ALL: &str = "TRUNCATE reservations, stock_movements, stock, transfers, \
+     transfer_groups; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 
 /// Empties the stock tables (the ledger is left alone).
@@ -24,13 +25,26 @@ const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, qua
      SELECT g, 'count', $1, 'bench' FROM generate_series(1, $2::bigint) g";
 
 /// Empties the ledger (keeping the system account).
-const EMPTY_LEDGER: &str = "TRUNCATE transfers; DELETE FROM accounts WHERE id <> 0; \
+const EMPTY_LEDGER: &str =
+    "TRUNCATE transfers, transfer_groups; DELETE FROM accounts WHERE id <> 0; \
      UPDATE accounts SET balance = 0 WHERE id = 0";
 const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
 const OPENING_ROWS: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
      SELECT 'opening:' || g, 0, g, $1, 'opening' FROM generate_series(1, $2::bigint) g";
 const SYSTEM_DEBIT: &str = "UPDATE accounts SET balance = -($1::bigint * $2::bigint) WHERE id = 0";
+
+/// Moves the deadline of these pending transfers into the past, so the next sweep expires them:
+/// how the lab and the tests make a hold due without waiting out its (at least one second)
+/// timeout. Only the deadline changes; the sweeper does the expiring.
+const MAKE_HOLDS_DUE: &str = "UPDATE transfers SET expires_at = now() - interval '1 second' \
+     WHERE id = ANY($1) AND status = 'pending'";
+
+/// See [`MAKE_HOLDS_DUE`]; returns how many holds are now due.
+pub async fn make_holds_due(pool: &Pool, ids: &[&str]) -> Result<u64, Error> {
+    let client = checkout(pool, "fixtures_make_holds_due").await?;
+    Ok(client.execute(MAKE_HOLDS_DUE, &[&ids]).await?)
+}
 
 /// Back to empty tables (stock, reservations, movements, journal, accounts but the system
 /// account, whose balance goes back to 0): the fresh state every lab run starts from.

@@ -20,6 +20,8 @@ mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/ledger.rs"]
 mod ledger;
 

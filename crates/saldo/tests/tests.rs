@@ -20,6 +20,8 @@ mod stock;
 
 #[path = "suite/batched.rs"]
 mod batched;
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/ledger.rs"]
 mod ledger;
 

@@ -1,0 +1,445 @@
+//! Issue 14 through the library: holds (pending → post whole or partial / void / expiry, one
+//! winner, the winner's replay), balance limits counted with pending amounts, linked groups
+//! (all or none, idempotent by group id) and the ledger audit catching a planted divergence of
+//! each kind. Every scenario ends with a clean audit.
+
+use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
+use saldo::domain::{
+    AccountId, Amount, BalanceLimits, GroupId, TransferId, TransferStatus, TransferTimeout,
+};
+use saldo::fixtures::make_holds_due;
+use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest, TransferStrategy};
+use saldo::{Error, InputError};
+
+use crate::harness::{test_db, TestDb};
+
+fn acc(n: i64) -> AccountId {
+    AccountId::new(n).expect("account id")
+}
+
+fn tid(s: &str) -> TransferId {
+    TransferId::new(s).expect("transfer id")
+}
+
+fn amount(n: i64) -> Amount {
+    Amount::new(n).expect("amount")
+}
+
+fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
+    TransferRequest {
+        id: tid(id),
+        from: acc(from),
+        to: acc(to),
+        amount: amount(n),
+    }
+}
+
+fn timeout() -> TransferTimeout {
+    TransferTimeout::from_secs(60).expect("timeout")
+}
+
+async fn clean(db: &TestDb) {
+    let divergences = audit_ledger(&db.pool).await.expect("audit");
+    assert!(divergences.is_empty(), "ledger audit found {divergences:?}");
+}
+
+/// (balance, held, available, pending_credits)
+async fn state(ledger: &Ledger, n: i64) -> (i64, i64, i64, i64) {
+    let a = ledger.account(acc(n)).await.expect("account");
+    (a.balance, a.held, a.available, a.pending_credits)
+}
+
+async fn two_accounts(db: &TestDb, opening: i64) -> Ledger {
+    let ledger = Ledger::new(db.store());
+    ledger.open_account(acc(1), opening).await.expect("open 1");
+    ledger.open_account(acc(2), 0).await.expect("open 2");
+    ledger
+}
+
+#[tokio::test]
+async fn a_hold_holds_then_a_partial_post_moves_part_and_releases_the_rest() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    let h = ledger
+        .hold(&request("h1", 1, 2, 60), timeout())
+        .await
+        .expect("hold");
+    assert_eq!(h.status, TransferStatus::Pending);
+    assert!(h.expires_at.is_some() && h.posted_amount.is_none());
+    assert_eq!(state(&ledger, 1).await, (100, 60, 40, 0));
+    assert_eq!(state(&ledger, 2).await, (0, 0, 0, 60));
+    clean(&db).await;
+    // The hold counts against the minimum: 41 more is refused, naming the amounts.
+    let refused = ledger
+        .transfer(TransferStrategy::Ordered, &request("t1", 1, 2, 41))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InsufficientFunds {
+                requested: 41,
+                balance: 100,
+                held: 60,
+                min_balance: 0,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // Replaying the hold changes nothing; the same id as a one-shot transfer conflicts.
+    let again = ledger
+        .hold(&request("h1", 1, 2, 60), timeout())
+        .await
+        .expect("replay");
+    assert!(again.replayed);
+    assert!(matches!(
+        ledger
+            .transfer(TransferStrategy::Ordered, &request("h1", 1, 2, 60))
+            .await,
+        Err(Error::TransferConflict(_))
+    ));
+    let posted = ledger
+        .post(&tid("h1"), Some(amount(25)))
+        .await
+        .expect("post 25");
+    assert_eq!(
+        (posted.status, posted.posted_amount, posted.replayed),
+        (TransferStatus::Posted, Some(25), false)
+    );
+    assert_eq!(state(&ledger, 1).await, (75, 0, 75, 0));
+    assert_eq!(state(&ledger, 2).await, (25, 0, 25, 0));
+    let replay = ledger
+        .post(&tid("h1"), Some(amount(25)))
+        .await
+        .expect("same post");
+    assert!(replay.replayed);
+    for lost in [
+        ledger.void(&tid("h1")).await,
+        ledger.post(&tid("h1"), None).await,
+    ] {
+        assert!(
+            matches!(
+                lost,
+                Err(Error::TransferNotPending {
+                    status: TransferStatus::Posted,
+                    posted_amount: Some(25),
+                    ..
+                })
+            ),
+            "{lost:?}"
+        );
+    }
+    assert_eq!(state(&ledger, 1).await, (75, 0, 75, 0));
+    clean(&db).await;
+}
+
+#[tokio::test]
+async fn void_and_expiry_release_the_hold_and_settle_it_for_good() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    ledger
+        .hold(&request("v", 1, 2, 30), timeout())
+        .await
+        .expect("hold v");
+    ledger
+        .hold(&request("e", 1, 2, 50), timeout())
+        .await
+        .expect("hold e");
+    assert_eq!(state(&ledger, 1).await, (100, 80, 20, 0));
+    let voided = ledger.void(&tid("v")).await.expect("void");
+    assert_eq!(voided.status, TransferStatus::Voided);
+    assert!(ledger.void(&tid("v")).await.expect("void again").replayed);
+    // Not due yet: the sweeper leaves it.
+    assert_eq!(ledger.expire_due().await.expect("sweep"), 0);
+    assert_eq!(make_holds_due(&db.pool, &["e", "v"]).await.expect("due"), 1);
+    assert_eq!(ledger.expire_due().await.expect("sweep"), 1);
+    assert_eq!(ledger.expire_due().await.expect("sweep"), 0);
+    let e = ledger.get_transfer(&tid("e")).await.expect("get");
+    assert_eq!(e.status, TransferStatus::Expired);
+    assert!(e.settled_at.is_some());
+    assert!(matches!(
+        ledger.post(&tid("e"), None).await,
+        Err(Error::TransferNotPending {
+            status: TransferStatus::Expired,
+            ..
+        })
+    ));
+    assert!(matches!(
+        ledger.post(&tid("v"), None).await,
+        Err(Error::TransferNotPending {
+            status: TransferStatus::Voided,
+            ..
+        })
+    ));
+    assert_eq!(state(&ledger, 1).await, (100, 0, 100, 0));
+    assert_eq!(state(&ledger, 2).await, (0, 0, 0, 0));
+    // A one-shot transfer was never pending: it cannot be posted or voided.
+    ledger
+        .transfer(TransferStrategy::Ordered, &request("once", 1, 2, 5))
+        .await
+        .expect("transfer");
+    assert!(matches!(
+        ledger.void(&tid("once")).await,
+        Err(Error::TransferNotPending {
+            status: TransferStatus::Posted,
+            ..
+        })
+    ));
+    assert!(matches!(
+        ledger.post(&tid("nope"), None).await,
+        Err(Error::UnknownTransfer(_))
+    ));
+    assert!(matches!(
+        ledger.post(&tid("e"), Some(amount(51))).await,
+        Err(Error::TransferNotPending { .. })
+    ));
+    clean(&db).await;
+}
+
+#[tokio::test]
+async fn a_post_above_the_hold_is_refused_and_moves_nothing() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    ledger
+        .hold(&request("h", 1, 2, 30), timeout())
+        .await
+        .expect("hold");
+    assert!(matches!(
+        ledger.post(&tid("h"), Some(amount(31))).await,
+        Err(Error::PostExceedsHold {
+            requested: 31,
+            held: 30,
+            ..
+        })
+    ));
+    assert_eq!(state(&ledger, 1).await, (100, 30, 70, 0));
+    clean(&db).await;
+}
+
+#[tokio::test]
+async fn limits_count_pending_amounts_and_refusals_write_nothing() {
+    let db = test_db().await;
+    let ledger = Ledger::new(db.store());
+    let credit_line = BalanceLimits::new(-50, None).expect("limits");
+    let capped = BalanceLimits::new(0, Some(100)).expect("limits");
+    ledger
+        .open_account_with_limits(acc(1), 0, credit_line)
+        .await
+        .expect("open 1");
+    ledger
+        .open_account_with_limits(acc(2), 60, capped)
+        .await
+        .expect("open 2");
+    assert!(matches!(
+        ledger.open_account_with_limits(acc(3), 101, capped).await,
+        Err(Error::Input(InputError::OpeningOutsideLimits { .. }))
+    ));
+    assert!(matches!(
+        BalanceLimits::new(10, Some(5)),
+        Err(InputError::LimitsInverted { .. })
+    ));
+    // 30 pending to account 2 (60 + 30 of its 100), then 11 more posted is over its maximum.
+    ledger
+        .hold(&request("h", 1, 2, 30), timeout())
+        .await
+        .expect("hold within the credit line");
+    let over = ledger
+        .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 11))
+        .await;
+    assert!(
+        matches!(
+            over,
+            Err(Error::MaxBalanceExceeded {
+                requested: 11,
+                balance: 60,
+                pending_credits: 30,
+                max_balance: 100,
+                ..
+            })
+        ),
+        "{over:?}"
+    );
+    ledger
+        .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 10))
+        .await
+        .expect("down to -40 of -50");
+    assert!(matches!(
+        ledger
+            .transfer(TransferStrategy::Ordered, &request("t2", 1, 2, 11))
+            .await,
+        Err(Error::InsufficientFunds {
+            min_balance: -50,
+            ..
+        })
+    ));
+    let a = ledger.account(acc(1)).await.expect("account 1");
+    assert_eq!((a.balance, a.held, a.available), (-10, 30, -40));
+    assert_eq!((a.min_balance, a.max_balance), (Some(-50), None));
+    ledger.post(&tid("h"), None).await.expect("post");
+    assert_eq!(state(&ledger, 1).await, (-40, 0, -40, 0));
+    assert_eq!(state(&ledger, 2).await, (100, 0, 100, 0));
+    // The system account has no limits.
+    let system = ledger.account(AccountId::SYSTEM).await.expect("system");
+    assert_eq!((system.min_balance, system.max_balance), (None, None));
+    clean(&db).await;
+}
+
+fn group(id: &str, transfers: Vec<(TransferRequest, bool)>) -> GroupRequest {
+    GroupRequest {
+        id: GroupId::new(id).expect("group id"),
+        transfers: transfers
+            .into_iter()
+            .map(|(transfer, pending)| LinkedTransfer {
+                transfer,
+                pending: pending.then(timeout),
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn a_linked_group_applies_all_or_none_and_replays_by_its_id() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    ledger.open_account(acc(3), 0).await.expect("open 3");
+    // The third transfer needs what the first moved away: the whole group is refused.
+    let bad = group(
+        "g-bad",
+        vec![
+            (request("b1", 1, 2, 70), false),
+            (request("b2", 2, 3, 10), true),
+            (request("b3", 1, 3, 40), false),
+        ],
+    );
+    match ledger.transfer_group(&bad).await {
+        Err(Error::GroupRefused {
+            index,
+            transfer,
+            source,
+            ..
+        }) => {
+            assert_eq!((index, transfer.as_str()), (2, "b3"));
+            assert!(
+                matches!(*source, Error::InsufficientFunds { .. }),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(state(&ledger, 1).await, (100, 0, 100, 0));
+    assert!(matches!(
+        ledger.get_transfer(&tid("b1")).await,
+        Err(Error::UnknownTransfer(_))
+    ));
+    let good = group(
+        "g",
+        vec![
+            (request("g1", 1, 2, 70), false),
+            (request("g2", 2, 3, 50), true),
+            (request("g3", 1, 3, 30), false),
+        ],
+    );
+    let applied = ledger.transfer_group(&good).await.expect("group");
+    assert!(!applied.replayed);
+    let ids: Vec<&str> = applied.transfers.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["g1", "g2", "g3"]);
+    assert_eq!(applied.transfers[1].status, TransferStatus::Pending);
+    assert_eq!(state(&ledger, 1).await, (0, 0, 0, 0));
+    assert_eq!(state(&ledger, 2).await, (70, 50, 20, 0));
+    assert_eq!(state(&ledger, 3).await, (30, 0, 30, 50));
+    let replay = ledger.transfer_group(&good).await.expect("replay");
+    assert!(replay.replayed);
+    assert_eq!(replay.transfers.len(), 3);
+    let mut other = good.clone();
+    other.transfers.pop();
+    assert!(matches!(
+        ledger.transfer_group(&other).await,
+        Err(Error::GroupConflict(_))
+    ));
+    // A transfer id already used elsewhere refuses the group, naming it.
+    let reused = group("g-reused", vec![(request("g2", 2, 3, 1), false)]);
+    assert!(matches!(
+        ledger.transfer_group(&reused).await,
+        Err(Error::GroupRefused { index: 0, source, .. }) if matches!(*source, Error::TransferConflict(_))
+    ));
+    assert!(matches!(
+        ledger.transfer_group(&group("empty", vec![])).await,
+        Err(Error::Input(InputError::GroupSize { len: 0, .. }))
+    ));
+    let many = (0..101)
+        .map(|i| (request(&format!("m{i}"), 1, 2, 1), false))
+        .collect();
+    assert!(matches!(
+        ledger.transfer_group(&group("many", many)).await,
+        Err(Error::Input(InputError::GroupSize { len: 101, .. }))
+    ));
+    let twice = group(
+        "twice",
+        vec![
+            (request("d", 2, 1, 1), false),
+            (request("d", 2, 1, 1), false),
+        ],
+    );
+    assert!(matches!(
+        ledger.transfer_group(&twice).await,
+        Err(Error::Input(InputError::GroupDuplicateTransfer(_)))
+    ));
+    clean(&db).await;
+}
+
+#[tokio::test]
+async fn the_audit_catches_a_planted_divergence_of_each_kind() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    ledger
+        .hold(&request("h", 1, 2, 30), timeout())
+        .await
+        .expect("hold");
+    clean(&db).await;
+    let client = db.pool.get().await.expect("client");
+    let plant = |sql: &'static str| {
+        let client = &client;
+        async move { client.batch_execute(sql).await.expect("plant") }
+    };
+    let audit = || async { audit_ledger(&db.pool).await.expect("audit") };
+    let d = |account: Option<i64>, invariant, expected, actual| LedgerDivergence {
+        account: account.map(acc),
+        invariant,
+        expected,
+        actual,
+    };
+    // held behind the ledger's back: the account's held and the pending totals diverge.
+    plant("UPDATE accounts SET held = held + 5 WHERE id = 1").await;
+    assert_eq!(
+        audit().await,
+        [
+            d(None, LedgerInvariant::PendingTotalsMatch, 30, 35),
+            d(Some(1), LedgerInvariant::HeldMatchesPending, 30, 35),
+        ]
+    );
+    plant(
+        "UPDATE accounts SET held = 30 WHERE id = 1; \
+           UPDATE accounts SET pending_credits = 0 WHERE id = 2",
+    )
+    .await;
+    assert_eq!(
+        audit().await,
+        [
+            d(None, LedgerInvariant::PendingTotalsMatch, 0, 30),
+            d(Some(2), LedgerInvariant::PendingCreditsMatchPending, 30, 0),
+        ]
+    );
+    plant("UPDATE accounts SET pending_credits = 30 WHERE id = 2").await;
+    clean(&db).await;
+    // A hold marked posted without moving the balances: the posted journal disagrees.
+    plant("UPDATE transfers SET status = 'posted' WHERE id = 'h'").await;
+    assert_eq!(
+        audit().await,
+        [
+            d(Some(1), LedgerInvariant::BalanceMatchesJournal, 70, 100),
+            d(Some(1), LedgerInvariant::HeldMatchesPending, 0, 30),
+            d(Some(2), LedgerInvariant::BalanceMatchesJournal, 30, 0),
+            d(Some(2), LedgerInvariant::PendingCreditsMatchPending, 0, 30),
+        ]
+    );
+}
