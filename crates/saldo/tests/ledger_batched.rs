@@ -1,4 +1,4 @@
-//! The ledger and model suites again on the batched ledger engine (`TransferStrategy::Batched`,
+//! The ledger, holds and model suites again on the batched ledger engine (`TransferStrategy::Batched`,
 //! deposits and withdrawals included), on the default cluster and on the SERIALIZABLE one, plus
 //! the engine's own suite (`suite/ledger_engine.rs`: batch-mates, overload, crossed race).
 //!
@@ -16,6 +16,9 @@ mod default_cluster {
         pub const TRANSFER: saldo::ledger::TransferStrategy =
             saldo::ledger::TransferStrategy::Batched;
     }
+
+    #[path = "holds.rs"]
+    mod holds;
 
     #[path = "ledger.rs"]
     mod ledger;
@@ -38,6 +41,9 @@ mod serializable {
         pub const TRANSFER: saldo::ledger::TransferStrategy =
             saldo::ledger::TransferStrategy::Batched;
     }
+
+    #[path = "holds.rs"]
+    mod holds;
 
     #[path = "ledger.rs"]
     mod ledger;
