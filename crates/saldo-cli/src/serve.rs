@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
 use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
+use saldo::ledger::TransferStrategy;
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
 use saldo_http::config::{
@@ -37,6 +38,13 @@ pub struct Args {
     /// (BENCHMARKS.md).
     #[arg(long, env = "SALDO_STRATEGY", default_value = "batched", value_parser = strategy)]
     strategy: StrategyName,
+    /// Transfer strategy of the ledger (transfers, deposits, withdrawals, holds, posts, voids):
+    /// `ordered` (one transaction each, accounts locked in id order) or `batched` (the ledger
+    /// engine: movements that meet on a hot account share one transaction; a lone one runs as
+    /// `ordered`). BENCHMARKS.md compares them.
+    #[arg(long, env = "SALDO_TRANSFER_STRATEGY", default_value = "ordered",
+          value_parser = transfer_strategy)]
+    transfer_strategy: TransferStrategy,
     /// Lifetime of a reservation whose request gives no `ttl_s`.
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
           value_parser = clap::value_parser!(u64).range(MIN_TTL_S..=MAX_TTL_S))]
@@ -118,12 +126,24 @@ fn strategy(s: &str) -> Result<StrategyName, String> {
     serving_strategy(s).map_err(|e| e.to_string())
 }
 
+/// Flag parser: the served transfer strategies only (the lab's naive one is not among them).
+fn transfer_strategy(s: &str) -> Result<TransferStrategy, String> {
+    TransferStrategy::parse(s).ok_or_else(|| {
+        let known: Vec<&str> = TransferStrategy::ALL.iter().map(|t| t.as_str()).collect();
+        format!(
+            "unknown transfer strategy {s:?}; known: {}",
+            known.join(", ")
+        )
+    })
+}
+
 pub async fn run(args: Args, database: &Database) -> Result<()> {
     let token_dir = crate::database::try_state_dir()?;
     let config = ServiceConfig {
         database_url: database.url.clone(),
         listen: args.listen,
         strategy: args.strategy,
+        transfer_strategy: args.transfer_strategy,
         pool: PoolOptions {
             max_size: usize::try_from(args.pool_size)?,
             wait_timeout_ms: args.pool_wait_timeout_ms,
@@ -176,9 +196,11 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
     // graceful stop, not the default kill.
     let shutdown = saldo_http::server::shutdown_signal();
     println!(
-        "saldo listening on http://{} (strategy {}, sweeping every {}s); Ctrl-C to stop",
+        "saldo listening on http://{} (strategy {}, transfers {}, sweeping every {}s); Ctrl-C \
+         to stop",
         app.local_addr(),
         app.strategy(),
+        app.transfer_strategy(),
         args.sweep_interval_s
     );
     // An embedded PostgreSQL that dies is restarted; one that cannot be kept up ends the

@@ -1,6 +1,7 @@
 //! Money routes (seed 002): open an account (admin), read it and its latest transfers, and move
-//! money between two accounts. Transfers always lock both accounts in id order
-//! (`TransferStrategy::Ordered`); the naive order exists for the lab only. A replayed transfer id
+//! money between two accounts. Transfers always lock both accounts in id order, with the
+//! served transfer strategy (`ordered`, or the `batched` engine that groups the movements of a
+//! hot account into one transaction); the naive order exists for the lab only. A replayed transfer id
 //! answers 200 with the original transfer and `"replayed": true`.
 
 use axum::extract::State;
@@ -8,7 +9,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use saldo::domain::{AccountId, Amount, TransferId};
-use saldo::ledger::{Account, Transfer, TransferKind, TransferRequest, TransferStrategy, MAX_LIST};
+use saldo::ledger::{Account, Transfer, TransferKind, TransferRequest, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -227,7 +228,7 @@ pub async fn transfer(
     };
     let ledger = state.ledger.clone();
     let transfer =
-        detached(async move { ledger.transfer(TransferStrategy::Ordered, &request).await }).await?;
+        detached(async move { ledger.transfer(ledger.strategy(), &request).await }).await?;
     Ok(created_or_replayed(transfer))
 }
 
