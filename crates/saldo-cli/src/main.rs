@@ -38,7 +38,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the database (embedded by default), migrate it, and sweep expired reservations
+    /// Run the database (embedded by default), migrate it, and sweep expired reservations and holds
     /// every `--sweep-interval-s` until Ctrl-C.
     Db {
         #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
@@ -49,7 +49,7 @@ enum Command {
     Migrate,
     /// Run the divergence audits (stock and ledger); exits 1 when anything diverges.
     Audit,
-    /// Expire due reservations once (bounded batches) and print how many.
+    /// Expire due reservations and pending transfers once (bounded batches) and print how many.
     Sweep,
     /// Rerun a seed's race against strategies side by side and check every invariant.
     Race(race::Args),
@@ -117,7 +117,13 @@ async fn main() -> Result<()> {
         Command::Migrate => println!("migrations applied"),
         // Returned above, before the migration.
         Command::Race(_) | Command::Bench(_) | Command::Serve(_) | Command::Token(_) => {}
-        Command::Sweep => println!("expired {}", sweeper::sweep(&store).await?),
+        Command::Sweep => {
+            let expired = sweeper::sweep(&store).await?;
+            let holds = saldo::ledger::Ledger::new(store.clone())
+                .expire_due()
+                .await?;
+            println!("expired {expired} reservations and {holds} pending transfers");
+        }
         Command::Locks(args) => locks::run(args, &pool).await?,
         Command::Audit => {
             let stock = saldo::audit::audit_stock(&pool).await?;
@@ -139,7 +145,10 @@ async fn main() -> Result<()> {
                 std::process::exit(1);
             }
             println!("audit clean: every product matches its history");
-            println!("audit clean: balances sum to zero and every account matches its journal");
+            println!(
+                "audit clean: balances sum to zero, every account matches its journal, every \
+                 held and pending credit matches the live pending transfers"
+            );
         }
         Command::Db { sweep_interval_s } => {
             println!("saldo database ready at {}", database.shown_url);
@@ -152,11 +161,18 @@ async fn main() -> Result<()> {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => break,
                     gave_up = &mut watch => return Err(gave_up),
-                    _ = tick.tick() => match sweeper::sweep(&store).await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(expired = n, "sweep"),
-                        Err(e) => tracing::warn!(error = %e, "sweep failed"),
-                    },
+                    _ = tick.tick() => {
+                        match sweeper::sweep(&store).await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::info!(expired = n, "sweep"),
+                            Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                        }
+                        match saldo::ledger::Ledger::new(store.clone()).expire_due().await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::info!(expired_transfers = n, "sweep holds"),
+                            Err(e) => tracing::warn!(error = %e, "sweep of holds failed"),
+                        }
+                    }
                 }
             }
             println!("stopping");

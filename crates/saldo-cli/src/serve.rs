@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
-use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
+use saldo::domain::{
+    DEFAULT_TTL_S, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+};
 use saldo::ledger::TransferStrategy;
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
@@ -49,6 +51,10 @@ pub struct Args {
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
           value_parser = clap::value_parser!(u64).range(MIN_TTL_S..=MAX_TTL_S))]
     reservation_ttl_s: u64,
+    /// Life of a pending transfer (a hold) whose request gives no `timeout_s`, as a duration
+    /// (`90s`, `15m`, `2h`, `7days`): 1 s to 30 days, whole seconds.
+    #[arg(long, env = "SALDO_TRANSFER_TIMEOUT", default_value = "15m", value_parser = transfer_timeout)]
+    transfer_timeout: u64,
     /// Seconds between sweeper rounds.
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(MIN_SWEEP_INTERVAL_S..=MAX_SWEEP_INTERVAL_S))]
@@ -164,6 +170,7 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
             },
             token_dir: Some(token_dir.clone()),
             reservation_ttl_s: args.reservation_ttl_s,
+            transfer_timeout_s: args.transfer_timeout,
             request_timeout_ms: args.request_timeout_ms,
             header_read_timeout_ms: args.header_read_timeout_ms,
             idle_timeout_ms: args.idle_timeout_ms,
@@ -211,4 +218,36 @@ pub async fn run(args: Args, database: &Database) -> Result<()> {
     }
     println!("stopped");
     Ok(())
+}
+
+/// `--transfer-timeout`: a humantime duration of whole seconds within the hold limits.
+fn transfer_timeout(raw: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(raw).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{raw} is not a whole number of seconds"));
+    }
+    let secs = d.as_secs();
+    let range = u64::from(MIN_TRANSFER_TIMEOUT_S)..=u64::from(MAX_TRANSFER_TIMEOUT_S);
+    if range.contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(format!(
+            "{raw} is outside {MIN_TRANSFER_TIMEOUT_S}s..={MAX_TRANSFER_TIMEOUT_S}s (30 days)"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod transfer_timeout_tests {
+    use super::transfer_timeout;
+
+    #[test]
+    fn whole_seconds_within_thirty_days() {
+        assert_eq!(transfer_timeout("15m"), Ok(900));
+        assert_eq!(transfer_timeout("30days"), Ok(2_592_000));
+        assert!(transfer_timeout("31days").is_err());
+        assert!(transfer_timeout("0s").is_err());
+        assert!(transfer_timeout("1500ms").is_err());
+        assert!(transfer_timeout("soon").is_err());
+    }
 }

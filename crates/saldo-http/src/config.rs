@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::domain::{Ttl, DEFAULT_TTL_S};
+use saldo::domain::{TransferTimeout, Ttl, DEFAULT_TRANSFER_TIMEOUT_S, DEFAULT_TTL_S};
 use saldo::stock::StrategyName;
 
 use crate::credentials::{Credentials, Source};
@@ -58,6 +58,8 @@ pub enum ConfigError {
     TokenStore(#[from] StoreError),
     #[error("reservation ttl: {0}")]
     Ttl(saldo::InputError),
+    #[error("transfer timeout: {0}")]
+    TransferTimeout(saldo::InputError),
     #[error(
         "request timeout {0} ms is outside {MIN_REQUEST_TIMEOUT_MS}..={MAX_REQUEST_TIMEOUT_MS}"
     )]
@@ -83,6 +85,8 @@ pub struct Settings {
     pub credentials: Arc<Credentials>,
     /// TTL of a reservation whose request gives none.
     pub default_ttl: Ttl,
+    /// Life of a pending transfer whose request gives no `timeout_s`.
+    pub default_transfer_timeout: TransferTimeout,
     pub request_timeout: Duration,
     /// Time a request's headers may take to arrive (see [`DEFAULT_HEADER_READ_TIMEOUT_MS`]).
     pub header_read_timeout: Duration,
@@ -106,6 +110,8 @@ pub struct RawSettings {
     /// generated for this process only (embedders, tests).
     pub token_dir: Option<PathBuf>,
     pub reservation_ttl_s: u64,
+    /// `--transfer-timeout`: a hold's life when its request names none.
+    pub transfer_timeout_s: u64,
     pub request_timeout_ms: u64,
     pub header_read_timeout_ms: u64,
     pub idle_timeout_ms: u64,
@@ -121,6 +127,7 @@ impl Default for RawSettings {
             api_auth: ApiAuth::Required,
             token_dir: None,
             reservation_ttl_s: DEFAULT_TTL_S,
+            transfer_timeout_s: u64::from(DEFAULT_TRANSFER_TIMEOUT_S),
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
@@ -177,6 +184,9 @@ impl RawSettings {
             return Err(ConfigError::ApiTokenWithAuthDisabled);
         }
         let default_ttl = Ttl::from_secs(self.reservation_ttl_s).map_err(ConfigError::Ttl)?;
+        let default_transfer_timeout =
+            TransferTimeout::from_secs(i64::try_from(self.transfer_timeout_s).unwrap_or(i64::MAX))
+                .map_err(ConfigError::TransferTimeout)?;
         if !(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS).contains(&self.request_timeout_ms) {
             return Err(ConfigError::RequestTimeout(self.request_timeout_ms));
         }
@@ -243,6 +253,7 @@ impl RawSettings {
             settings: Settings {
                 credentials: Arc::new(credentials),
                 default_ttl,
+                default_transfer_timeout,
                 request_timeout: Duration::from_millis(self.request_timeout_ms),
                 header_read_timeout,
                 idle_timeout,

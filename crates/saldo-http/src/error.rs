@@ -257,7 +257,7 @@ fn domain(e: &Error) -> Parts {
             detail,
         )
         .with("transfer_id", json!(id))
-        .with("status", json!(status))
+        .with("transfer_status", json!(status))
         .with("posted_amount", json!(posted_amount)),
         Error::PostExceedsHold {
             id,
@@ -776,10 +776,59 @@ mod tests {
                 Some("balance"),
             ),
             (
-                Error::TransferConflict(t),
+                Error::TransferConflict(t.clone()),
                 409,
                 "idempotency-conflict",
                 Some("transfer_id"),
+            ),
+            (
+                Error::MaxBalanceExceeded {
+                    account: a,
+                    requested: 5,
+                    balance: 1,
+                    pending_credits: 2,
+                    max_balance: 3,
+                },
+                409,
+                "max-balance-exceeded",
+                Some("pending_credits"),
+            ),
+            (
+                Error::UnknownTransfer(t.clone()),
+                404,
+                "unknown-transfer",
+                Some("transfer_id"),
+            ),
+            (
+                Error::TransferNotPending {
+                    id: t.clone(),
+                    status: saldo::domain::TransferStatus::Voided,
+                    posted_amount: None,
+                },
+                409,
+                "transfer-not-pending",
+                Some("transfer_status"),
+            ),
+            (
+                Error::PostExceedsHold {
+                    id: t.clone(),
+                    requested: 2,
+                    held: 1,
+                },
+                422,
+                "post-exceeds-hold",
+                Some("held"),
+            ),
+            (
+                Error::GroupRefused {
+                    group: saldo::domain::GroupId::new("g").expect("group id"),
+                    index: 3,
+                    transfer: t.clone(),
+                    source: Box::new(Error::UnknownAccount(a)),
+                },
+                404,
+                "unknown-account",
+                Some("failed_index"),
             ),
             (
                 pool_error("secret host:5432 refused"),

@@ -97,7 +97,7 @@ pub fn spawn_metrics_upkeep(
     })
 }
 
-/// Expires due reservations every `every` until `stop` turns true (or its sender is dropped).
+/// Expires due reservations and pending transfers (holds) every `every` until `stop` turns true (or its sender is dropped).
 pub fn spawn_sweeper(
     store: Store,
     every: Duration,
@@ -107,17 +107,25 @@ pub fn spawn_sweeper(
         Duration::from_secs(MIN_SWEEP_INTERVAL_S),
         Duration::from_secs(MAX_SWEEP_INTERVAL_S),
     );
+    let ledger = saldo::ledger::Ledger::new(store.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 changed = stop.changed() => if changed.is_err() || *stop.borrow() { break },
-                _ = tick.tick() => match sweeper::sweep(&store).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(expired = n, "sweep"),
-                    Err(e) => tracing::warn!(error = %e, "sweep failed"),
-                },
+                _ = tick.tick() => {
+                    match sweeper::sweep(&store).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(expired = n, "sweep"),
+                        Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                    }
+                    match ledger.expire_due().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(expired_transfers = n, "sweep holds"),
+                        Err(e) => tracing::warn!(error = %e, "sweep of holds failed"),
+                    }
+                }
             }
         }
         tracing::info!("sweeper stopped");

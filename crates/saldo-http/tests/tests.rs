@@ -29,6 +29,8 @@ mod auth;
 mod connections;
 #[path = "suite/errors.rs"]
 mod errors;
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/inputs.rs"]
 mod inputs;
 #[path = "suite/live.rs"]

@@ -1,15 +1,19 @@
-//! Money routes (seed 002): open an account (admin), read it and its latest transfers, and move
-//! money between two accounts. Transfers always lock both accounts in id order, with the
-//! served transfer strategy (`ordered`, or the `batched` engine that groups the movements of a
-//! hot account into one transaction); the naive order exists for the lab only. A replayed transfer id
-//! answers 200 with the original transfer and `"replayed": true`.
+//! Money routes (seed 002, issue 14): open an account with its limits (admin), read it (balance,
+//! held, available, pending credits) and its latest transfers, and move money between two
+//! accounts at once or as a hold (`"pending": true`). Transfers always lock both accounts in id
+//! order, with the served transfer strategy (`ordered`, or the batched ledger engine that
+//! groups the movements of a hot account into one transaction); the naive order exists for the
+//! lab only. A replayed transfer id answers 200 with the original transfer and
+//! `"replayed": true`. Settling a hold and linked groups are in [`super::transfers`].
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use saldo::domain::{AccountId, Amount, TransferId};
-use saldo::ledger::{Account, Transfer, TransferKind, TransferRequest, MAX_LIST};
+use saldo::domain::{
+    AccountId, Amount, BalanceLimits, TransferId, TransferStatus, TransferTimeout,
+};
+use saldo::ledger::{Account, LinkedTransfer, Transfer, TransferKind, TransferRequest, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -21,21 +25,40 @@ use crate::AppState;
 /// Transfers listed by `GET /v1/accounts/{id}/transfers` when `limit` is absent.
 pub const DEFAULT_LIST: i64 = 50;
 
-/// Open an account with an opening balance moved from the system account.
+/// Open an account with an opening balance moved from the system account, and its limits.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAccount {
-    /// > 0
+    #[schema(minimum = 1)]
     pub id: i64,
-    /// 0..=1000000000000 minor units (default 0).
+    /// Minor units (default 0); within the account's limits.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1000000000000_i64)]
     pub opening_balance: i64,
+    /// `balance - held` may not go below it: 0 (the default) allows no overdraft, a negative
+    /// value is a credit line.
+    #[serde(default)]
+    #[schema(minimum = -1000000000000000_i64, maximum = 1000000000000000_i64)]
+    pub min_balance: i64,
+    /// `balance + pending_credits` may not go above it; absent: no ceiling.
+    #[schema(minimum = -1000000000000000_i64, maximum = 1000000000000000_i64)]
+    pub max_balance: Option<i64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AccountView {
     pub id: i64,
+    /// Posted money.
     pub balance: i64,
+    /// The sum of the account's live pending debits (holds against it).
+    pub held: i64,
+    /// `balance - held`.
+    pub available: i64,
+    /// The sum of the account's live pending credits.
+    pub pending_credits: i64,
+    /// Absent (null) only for the system account, which has no limits.
+    pub min_balance: Option<i64>,
+    pub max_balance: Option<i64>,
 }
 
 impl From<Account> for AccountView {
@@ -43,29 +66,72 @@ impl From<Account> for AccountView {
         AccountView {
             id: a.id.get(),
             balance: a.balance,
+            held: a.held,
+            available: a.available,
+            pending_credits: a.pending_credits,
+            min_balance: a.min_balance,
+            max_balance: a.max_balance,
         }
     }
 }
 
-/// Move `amount` from one account to another.
-#[derive(Debug, Deserialize, ToSchema)]
+/// Move `amount` from one account to another, at once or as a hold (`pending`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransferBody {
-    /// 1-64 characters from `[A-Za-z0-9._:-]`; the idempotency key.
+    /// The idempotency key.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")]
     pub id: String,
+    #[schema(minimum = 1)]
     pub from: i64,
+    #[schema(minimum = 1)]
     pub to: i64,
-    /// 1..=1000000000000 minor units.
+    /// Minor units.
+    #[schema(minimum = 1, maximum = 1000000000000_i64)]
     pub amount: i64,
+    /// Hold `amount` against `from` until posted, voided or expired, instead of moving it now.
+    #[serde(default)]
+    pub pending: bool,
+    /// Seconds the hold lives (only with `pending`; default: the service's
+    /// `--transfer-timeout`).
+    #[schema(minimum = 1, maximum = 2592000)]
+    pub timeout_s: Option<i64>,
+}
+
+impl TransferBody {
+    /// The validated transfer; `default_timeout` for a hold that names none.
+    pub fn parse(self, default_timeout: TransferTimeout) -> Result<LinkedTransfer, ApiError> {
+        let pending = match (self.pending, self.timeout_s) {
+            (false, Some(_)) => {
+                return Err(ApiError::InvalidBody(
+                    "timeout_s is only for a pending transfer (\"pending\": true)".into(),
+                ))
+            }
+            (false, None) => None,
+            (true, None) => Some(default_timeout),
+            (true, Some(s)) => Some(TransferTimeout::from_secs(s)?),
+        };
+        Ok(LinkedTransfer {
+            transfer: TransferRequest {
+                id: TransferId::new(self.id)?,
+                from: AccountId::new(self.from)?,
+                to: AccountId::new(self.to)?,
+                amount: Amount::new(self.amount)?,
+            },
+            pending,
+        })
+    }
 }
 
 /// Money entering or leaving the ledger through the system account.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MovementBody {
-    /// 1-64 characters from `[A-Za-z0-9._:-]`; the idempotency key (shared with transfers).
+    /// The idempotency key (shared with transfers).
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")]
     pub id: String,
-    /// 1..=1000000000000 minor units.
+    /// Minor units.
+    #[schema(minimum = 1, maximum = 1000000000000_i64)]
     pub amount: i64,
 }
 
@@ -79,6 +145,26 @@ pub enum KindView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusView {
+    Pending,
+    Posted,
+    Voided,
+    Expired,
+}
+
+impl From<TransferStatus> for StatusView {
+    fn from(s: TransferStatus) -> Self {
+        match s {
+            TransferStatus::Pending => StatusView::Pending,
+            TransferStatus::Posted => StatusView::Posted,
+            TransferStatus::Voided => StatusView::Voided,
+            TransferStatus::Expired => StatusView::Expired,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TransferView {
     pub id: String,
     /// 0 is the system account (openings, deposits).
@@ -87,8 +173,20 @@ pub struct TransferView {
     pub amount: i64,
     pub kind: KindView,
     pub created_at: DateTime<Utc>,
-    /// True when this id was already journalled with the same payload.
+    /// True when this id was already journalled with the same payload (for a post or void:
+    /// when that same call had already won).
     pub replayed: bool,
+    /// `posted` at once, or `pending` until posted, voided or expired.
+    pub status: StatusView,
+    /// What moved, once posted.
+    pub posted_amount: Option<i64>,
+    /// A transfer created pending: its timeout and deadline.
+    pub timeout_s: Option<u32>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When a hold was posted, voided or expired.
+    pub settled_at: Option<DateTime<Utc>>,
+    /// The linked group it was applied in.
+    pub group_id: Option<String>,
 }
 
 impl From<Transfer> for TransferView {
@@ -106,6 +204,12 @@ impl From<Transfer> for TransferView {
             },
             created_at: t.created_at,
             replayed: t.replayed,
+            status: t.status.into(),
+            posted_amount: t.posted_amount,
+            timeout_s: t.timeout_s,
+            expires_at: t.expires_at,
+            settled_at: t.settled_at,
+            group_id: t.group_id.map(|g| g.as_str().to_owned()),
         }
     }
 }
@@ -131,8 +235,9 @@ pub struct ListQuery {
     responses(
         (status = 201, description = "Opened", body = AccountView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
         (status = 409, description = "The account exists (`account`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id or opening balance", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id, opening balance or limits", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn open_account(
     _: Admin,
@@ -140,13 +245,18 @@ pub async fn open_account(
     ApiJson(body): ApiJson<OpenAccount>,
 ) -> Result<(StatusCode, Json<AccountView>), ApiError> {
     let id = AccountId::new(body.id)?;
+    let limits = BalanceLimits::new(body.min_balance, body.max_balance)?;
     let ledger = state.ledger.clone();
-    let account =
-        detached(async move { ledger.open_account(id, body.opening_balance).await }).await?;
+    let account = detached(async move {
+        ledger
+            .open_account_with_limits(id, body.opening_balance, limits)
+            .await
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(account.into())))
 }
 
-/// Read an account's balance.
+/// Read an account: posted balance, held, available, pending credits and limits.
 #[utoipa::path(get, path = "/v1/accounts/{id}", tag = "accounts",
     params(("id" = i64, Path, description = "Account id (> 0)")),
     security(("api_token" = []), ("admin_token" = [])),
@@ -201,18 +311,19 @@ pub async fn list_transfers(
     }))
 }
 
-/// Move money between two accounts, locking both in id order. Idempotent by `id`.
+/// Move money between two accounts, locking both in id order: posted at once, or held
+/// (`"pending": true`) until posted, voided or expired. Idempotent by `id`.
 #[utoipa::path(post, path = "/v1/transfers", tag = "accounts",
     request_body = TransferBody,
     security(("api_token" = []), ("admin_token" = [])),
     responses(
-        (status = 201, description = "Transferred", body = TransferView),
+        (status = 201, description = "Transferred (`status: posted`) or held (`status: pending`, `expires_at`)", body = TransferView),
         (status = 200, description = "Replay of an existing transfer (`replayed: true`)", body = TransferView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown account (`account`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient funds (`account`) or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Same account, bad amount or id", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "A limit refused it (`insufficient-funds` / `max-balance-exceeded`: `account`, `limit`, the amounts), the balance would leave 64 bits (`balance-out-of-range`), or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Same account, bad amount, id or timeout", body = Problem, content_type = PROBLEM),
         (status = 503, description = "Contention or database unavailable; retry with the same id", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn transfer(
@@ -220,20 +331,20 @@ pub async fn transfer(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<TransferBody>,
 ) -> Result<(StatusCode, Json<TransferView>), ApiError> {
-    let request = TransferRequest {
-        id: TransferId::new(body.id)?,
-        from: AccountId::new(body.from)?,
-        to: AccountId::new(body.to)?,
-        amount: Amount::new(body.amount)?,
-    };
+    let linked = body.parse(state.settings.default_transfer_timeout)?;
     let ledger = state.ledger.clone();
-    let transfer =
-        detached(async move { ledger.transfer(ledger.strategy(), &request).await }).await?;
+    let transfer = detached(async move {
+        match linked.pending {
+            Some(timeout) => ledger.hold(&linked.transfer, timeout).await,
+            None => ledger.transfer(ledger.strategy(), &linked.transfer).await,
+        }
+    })
+    .await?;
     Ok(created_or_replayed(transfer))
 }
 
 /// 201 for a new journal row, 200 for a replay.
-fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView>) {
+pub(super) fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView>) {
     let code = if t.replayed {
         StatusCode::OK
     } else {

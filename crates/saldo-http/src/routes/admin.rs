@@ -23,6 +23,8 @@ pub const DEFAULT_TOP: usize = 10;
 pub struct SweepView {
     /// Reservations expired by this round.
     pub expired: u64,
+    /// Pending transfers (holds) expired by this round.
+    pub expired_transfers: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -62,7 +64,8 @@ pub struct AuditView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LedgerDivergenceView {
     pub account: Option<i64>,
-    /// `total_is_zero` or `balance_matches_journal`.
+    /// `total_is_zero`, `balance_matches_journal`, `pending_totals_match`,
+    /// `held_matches_pending` or `pending_credits_match_pending`.
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -75,6 +78,9 @@ impl From<&LedgerDivergence> for LedgerDivergenceView {
             invariant: match d.invariant {
                 LedgerInvariant::TotalIsZero => "total_is_zero",
                 LedgerInvariant::BalanceMatchesJournal => "balance_matches_journal",
+                LedgerInvariant::PendingTotalsMatch => "pending_totals_match",
+                LedgerInvariant::HeldMatchesPending => "held_matches_pending",
+                LedgerInvariant::PendingCreditsMatchPending => "pending_credits_match_pending",
             }
             .to_owned(),
             expected: d.expected,
@@ -120,17 +126,23 @@ pub struct TopQuery {
     pub top: Option<usize>,
 }
 
-/// Expire due reservations now (one sweeper round).
+/// Expire due reservations and pending transfers now (one sweeper round).
 #[utoipa::path(post, path = "/v1/admin/sweep", tag = "admin",
     security(("admin_token" = [])),
     responses(
-        (status = 200, description = "How many reservations expired", body = SweepView),
+        (status = 200, description = "How many reservations and holds expired", body = SweepView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<SweepView>, ApiError> {
     let store = state.store().clone();
-    let expired = detached(async move { sweeper::sweep(&store).await }).await?;
-    Ok(Json(SweepView { expired }))
+    let ledger = state.ledger.clone();
+    let (expired, expired_transfers) =
+        detached(async move { Ok((sweeper::sweep(&store).await?, ledger.expire_due().await?)) })
+            .await?;
+    Ok(Json(SweepView {
+        expired,
+        expired_transfers,
+    }))
 }
 
 /// Run the stock and ledger divergence audits; `ok` must be true.

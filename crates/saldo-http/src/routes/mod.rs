@@ -6,6 +6,7 @@ pub mod admin;
 pub mod health;
 pub mod orders;
 pub mod stock;
+pub mod transfers;
 
 use axum::extract::{FromRequest, FromRequestParts};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -122,6 +123,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::deposit))
         .routes(routes!(accounts::withdraw))
         .routes(routes!(accounts::transfer))
+        .routes(routes!(transfers::get_transfer))
+        .routes(routes!(transfers::post_transfer))
+        .routes(routes!(transfers::void_transfer))
+        .routes(routes!(transfers::transfer_group))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))
         .routes(routes!(admin::locks))

@@ -15,6 +15,12 @@ async fn open(app: &TestApp, id: i64, opening_balance: i64) -> crate::support::A
     .await
 }
 
+/// An account with nothing pending and the default limits.
+fn account_body(id: i64, balance: i64) -> Value {
+    json!({"id": id, "balance": balance, "held": 0, "available": balance,
+           "pending_credits": 0, "min_balance": 0, "max_balance": null})
+}
+
 fn transfer(id: &str, from: i64, to: i64, amount: i64) -> Value {
     json!({"id": id, "from": from, "to": to, "amount": amount})
 }
@@ -24,7 +30,7 @@ async fn open_and_read_accounts() {
     let app = spawn_app().await;
     let a = open(&app, 1, 100_000).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
-    assert_eq!(a.body, json!({"id": 1, "balance": 100_000}));
+    assert_eq!(a.body, account_body(1, 100_000));
     let a = open(&app, 1, 5).await;
     a.assert_problem(409, "account-exists");
     assert_eq!(a.body["account"], 1);
@@ -56,7 +62,7 @@ async fn open_and_read_accounts() {
     let a = app.get("/v1/accounts/1").await;
     assert_eq!(
         (a.status, a.body.clone()),
-        (StatusCode::OK, json!({"id": 1, "balance": 100_000}))
+        (StatusCode::OK, account_body(1, 100_000))
     );
     let a = app.get("/v1/accounts/9").await;
     a.assert_problem(404, "unknown-account");
