@@ -20,6 +20,8 @@ mod accounts;
 mod admin;
 #[path = "suite/errors.rs"]
 mod errors;
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/inputs.rs"]
 mod inputs;
 #[path = "suite/live.rs"]
