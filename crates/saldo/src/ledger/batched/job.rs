@@ -27,8 +27,13 @@ pub(crate) enum Op {
         kind: TransferKind,
         pending: Option<TransferTimeout>,
     },
-    /// The post or void of a hold.
-    Settle { id: TransferId, how: Settle },
+    /// The post or void of a hold; `sides` are its two accounts when the engine placed the hold
+    /// (transfer rows never change accounts), so it can queue and lock with them.
+    Settle {
+        id: TransferId,
+        how: Settle,
+        sides: Option<(AccountId, AccountId)>,
+    },
 }
 
 impl Op {
@@ -103,12 +108,17 @@ impl Batchable for Job {
     /// write once): one kind.
     type Kind = ();
 
-    /// The accounts a placement locks. A settle's accounts are unknown until its transfer is
-    /// read; it is kept apart by its transfer id alone (as the stock engine's confirms are).
+    /// The accounts the operation locks. A settle's accounts are unknown until its transfer is
+    /// read, unless the engine placed the hold; an unknown one is kept apart by its transfer id
+    /// alone (as the stock engine's confirms are).
     fn rows(&self) -> impl Iterator<Item = i64> + '_ {
         let accounts = match &self.op {
             Op::Place { from, to, .. } => Some([from.get(), to.get()]),
-            Op::Settle { .. } => None,
+            Op::Settle {
+                sides: Some((from, to)),
+                ..
+            } => Some([from.get(), to.get()]),
+            Op::Settle { sides: None, .. } => None,
         };
         accounts.into_iter().flatten()
     }

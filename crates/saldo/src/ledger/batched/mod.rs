@@ -25,6 +25,7 @@ mod worker;
 
 pub use worker::{LEDGER_BATCH_OPERATIONS, LEDGER_BATCH_SECONDS};
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -33,7 +34,7 @@ use tokio::sync::oneshot;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
 use crate::batch::schedule::Pace;
 use crate::deadline;
-use crate::domain::TransferId;
+use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
 use crate::ledger::apply::{NewTransfer, Settle};
 use crate::ledger::types::Transfer;
@@ -49,8 +50,34 @@ pub struct BatchedLedger {
     config: BatchedConfig,
     lanes: Arc<Lanes<Job>>,
     counters: Arc<Counters>,
+    /// The accounts of holds this engine placed, so their settles can be routed.
+    holds: Arc<HoldSides>,
     /// Every worker holds a clone; a dead [`Weak`] proves they all ended.
     alive: Arc<()>,
+}
+
+/// Most holds whose accounts the engine remembers; when full it forgets them all (a settle it
+/// cannot route is only routed by id instead: correctness never depends on this).
+const MAX_REMEMBERED_HOLDS: usize = 100_000;
+
+/// The accounts of recently placed holds, bounded by [`MAX_REMEMBERED_HOLDS`].
+#[derive(Default)]
+struct HoldSides(std::sync::Mutex<HashMap<String, (AccountId, AccountId)>>);
+
+impl HoldSides {
+    fn remember(&self, id: &TransferId, from: AccountId, to: AccountId) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_REMEMBERED_HOLDS {
+            map.clear();
+        }
+        map.insert(id.as_str().to_owned(), (from, to));
+    }
+
+    /// The hold's accounts, forgotten once asked for (a repeated settle is routed by id).
+    fn sides(&self, id: &TransferId) -> Option<(AccountId, AccountId)> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(id.as_str())
+    }
 }
 
 impl BatchedLedger {
@@ -69,6 +96,7 @@ impl BatchedLedger {
             config,
             lanes: Arc::new(lanes),
             counters: Arc::new(Counters::default()),
+            holds: Arc::default(),
             alive: Arc::new(()),
         }
     }
@@ -104,21 +132,31 @@ impl BatchedLedger {
     pub(crate) async fn place(&self, t: &NewTransfer<'_>) -> Result<Transfer, Error> {
         let m = &t.movement;
         let partition = partition_for(m.from.get().min(m.to.get()), self.lanes.len());
-        self.submit(partition, Op::place(t)).await
+        let placed = self.submit(partition, Op::place(t)).await;
+        if let Ok(hold) = &placed {
+            if t.pending.is_some() {
+                self.holds.remember(&hold.id, hold.from, hold.to);
+            }
+        }
+        placed
     }
 
-    /// Posts or voids a hold. Its accounts are unknown until its row is read, so settles spread
-    /// by transfer id (as the stock engine's confirms spread by order id).
+    /// Posts or voids a hold. When this engine placed it, the settle goes to the hold's
+    /// partition with its accounts (hold and post then meet in one batch on a hot account);
+    /// otherwise its accounts are unknown until its row is read, and settles spread by transfer
+    /// id (as the stock engine's confirms spread by order id).
     pub(crate) async fn settle(&self, id: &TransferId, how: Settle) -> Result<Transfer, Error> {
-        let partition = partition_for_key(id.as_str(), self.lanes.len());
-        self.submit(
-            partition,
-            Op::Settle {
-                id: id.clone(),
-                how,
-            },
-        )
-        .await
+        let sides = self.holds.sides(id);
+        let partition = match sides {
+            Some((from, to)) => partition_for(from.get().min(to.get()), self.lanes.len()),
+            None => partition_for_key(id.as_str(), self.lanes.len()),
+        };
+        let op = Op::Settle {
+            id: id.clone(),
+            how,
+            sides,
+        };
+        self.submit(partition, op).await
     }
 
     /// Runs `op` alone on an idle partition, else through the partition's queue and a batch.

@@ -176,7 +176,7 @@ async fn one_transaction(store: &Store, op: &Op) -> Result<Transfer, Error> {
     let operation = op.operation();
     match (op, op.new_transfer()) {
         (_, Some(t)) => crate::ledger::place_alone(store, operation, t).await,
-        (Op::Settle { id, how }, None) => {
+        (Op::Settle { id, how, .. }, None) => {
             crate::ledger::settle_alone(store, operation, id, *how).await
         }
         (Op::Place { .. }, None) => Err(Error::invariant("a placement without its transfer")),
@@ -215,19 +215,32 @@ struct Plan {
 /// The batch transaction: (settles' accounts), lock, read, decide in arrival order, write
 /// once, per-operation answers.
 async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer, Error>>, Error> {
-    let settle_ids: Vec<&str> = ops
-        .iter()
-        .filter(|o| matches!(o, Op::Settle { .. }))
-        .map(|o| o.id().as_str())
-        .collect();
     let mut accounts: Vec<AccountId> = ops
         .iter()
         .filter_map(|o| o.new_transfer())
         .flat_map(|t| [t.movement.from, t.movement.to])
         .collect();
-    // Settles: which accounts, known before the locks (the state is read again under them).
-    // An id without a row here is unknown to this batch, whatever commits meanwhile.
+    // Settles: which accounts, known before the locks (the state is read again under them),
+    // from the engine's memory of the holds it placed or else from the journal. An id without
+    // a row then is unknown to this batch, whatever commits meanwhile.
     let mut known: Vec<String> = Vec::new();
+    let mut settle_ids: Vec<&str> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Settle {
+                id,
+                sides: Some((from, to)),
+                ..
+            } => {
+                accounts.extend([*from, *to]);
+                known.push(id.as_str().to_owned());
+            }
+            Op::Settle {
+                id, sides: None, ..
+            } => settle_ids.push(id.as_str()),
+            Op::Place { .. } => {}
+        }
+    }
     if !settle_ids.is_empty() {
         let stmt = client.prepare_cached(SIDES_MANY).await?;
         for row in client.query(&stmt, &[&settle_ids]).await? {
@@ -370,7 +383,7 @@ fn decide(
                     }
                 }
             }
-            Op::Settle { id, how } => match states.get_mut(id.as_str()) {
+            Op::Settle { id, how, .. } => match states.get_mut(id.as_str()) {
                 None => Decision::Done(Err(Error::UnknownTransfer(id.clone()))),
                 Some(state) => match apply::settle(locked, state, *how) {
                     Err(refusal) => Decision::Done(Err(refusal)),
@@ -515,6 +528,7 @@ mod tests {
         Op::Settle {
             id: TransferId::new(id).expect("id"),
             how,
+            sides: None,
         }
     }
 
