@@ -41,10 +41,11 @@ pub struct Args {
     #[arg(long, env = "SALDO_STRATEGY", default_value = "batched", value_parser = strategy)]
     strategy: StrategyName,
     /// Transfer strategy of the ledger (transfers, deposits, withdrawals, holds, posts, voids):
-    /// `ordered` (one transaction each, accounts locked in id order) or `batched` (the ledger
-    /// engine: movements that meet on a hot account share one transaction; a lone one runs as
-    /// `ordered`). BENCHMARKS.md compares them.
-    #[arg(long, env = "SALDO_TRANSFER_STRATEGY", default_value = "ordered",
+    /// `batched` (the default: the ledger engine, movements that meet on a hot account share one
+    /// transaction; a lone one runs as `ordered`, so it is level with it at low load and far
+    /// ahead on a hot account, BENCHMARKS.md) or `ordered` (one transaction each, accounts locked
+    /// in id order).
+    #[arg(long, env = "SALDO_TRANSFER_STRATEGY", default_value = "batched",
           value_parser = transfer_strategy)]
     transfer_strategy: TransferStrategy,
     /// Lifetime of a reservation whose request gives no `ttl_s`.
