@@ -17,6 +17,7 @@ use saldo::stock::batched::BatchedConfig;
 use saldo::Error;
 
 use super::harness::{test_db, TestDb};
+use saldo_lab::testing::RowLock;
 
 /// Upper bound of every wait loop in this module.
 const WAIT_LIMIT: Duration = Duration::from_secs(30);
@@ -69,48 +70,11 @@ async fn assert_ledger_clean(db: &TestDb) {
     assert!(divergences.is_empty(), "ledger audit found {divergences:?}");
 }
 
-/// A second session holding account rows until released.
-struct RowLock(deadpool_postgres::Object);
+const LOCK_ACCOUNTS: &str = "SELECT 1 FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE";
 
-impl RowLock {
-    async fn take(db: &TestDb, accounts: &[i64]) -> RowLock {
-        let client = db.pool.get().await.expect("client");
-        client.batch_execute("BEGIN").await.expect("begin");
-        client
-            .query(
-                "SELECT 1 FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-                &[&accounts],
-            )
-            .await
-            .expect("lock");
-        RowLock(client)
-    }
-
-    async fn release(self) {
-        self.0.batch_execute("ROLLBACK").await.expect("rollback");
-    }
-}
-
-/// Waits (bounded) until some session of this database waits for a row lock.
-async fn until_lock_waiter(db: &TestDb) {
-    let client = db.pool.get().await.expect("client");
-    let started = std::time::Instant::now();
-    loop {
-        let n: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .expect("pg_stat_activity")
-            .get(0);
-        if n > 0 {
-            return;
-        }
-        assert!(started.elapsed() < WAIT_LIMIT, "no session ever waited");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// A second session holding these accounts' rows until released.
+async fn lock_rows(db: &TestDb, ids: &[i64]) -> RowLock {
+    RowLock::take(db, LOCK_ACCOUNTS, ids).await
 }
 
 /// Waits (bounded) until exactly `n` movements are queued.
@@ -153,9 +117,9 @@ async fn one_batch_of(
     blocked: (i64, i64),
     next: &[(&str, i64, i64, i64)],
 ) -> Vec<Result<Transfer, Error>> {
-    let lock = RowLock::take(db, &[blocked.0]).await;
+    let lock = lock_rows(db, &[blocked.0]).await;
     let first = spawn_move(ledger, "blocked", blocked.0, blocked.1, 1);
-    until_lock_waiter(db).await;
+    db.until_lock_waiter().await;
     let mut answers = Vec::new();
     for (i, &(id, from, to, n)) in next.iter().enumerate() {
         answers.push(spawn_move(ledger, id, from, to, n));
@@ -244,9 +208,9 @@ async fn deposits_meet_on_the_system_account_in_one_batch() {
     let db = test_db().await;
     let ledger = single_partition(&db, 256);
     open(&ledger, &[(1, 0), (2, 0), (3, 0)]).await;
-    let lock = RowLock::take(&db, &[0]).await;
+    let lock = lock_rows(&db, &[0]).await;
     let first = spawn_move(&ledger, "first", 0, 1, 1);
-    until_lock_waiter(&db).await;
+    db.until_lock_waiter().await;
     let mut answers = Vec::new();
     for i in 0..100i64 {
         let to = 1 + i % 3;
@@ -284,7 +248,7 @@ async fn a_full_queue_answers_overloaded_at_once() {
     };
     let ledger = Ledger::serving(db.store(), TransferStrategy::Batched, &config);
     open(&ledger, &[(1, 100), (2, 0)]).await;
-    let lock = RowLock::take(&db, &[1]).await;
+    let lock = lock_rows(&db, &[1]).await;
     let mut set = tokio::task::JoinSet::new();
     for i in 0..10 {
         let ledger = ledger.clone();
@@ -325,9 +289,9 @@ async fn a_queued_transfer_past_its_deadline_is_never_applied() {
     let db = test_db().await;
     let ledger = single_partition(&db, 64);
     open(&ledger, &[(1, 100), (2, 0), (3, 10), (4, 0)]).await;
-    let lock = RowLock::take(&db, &[3]).await;
+    let lock = lock_rows(&db, &[3]).await;
     let first = spawn_move(&ledger, "blocked", 3, 4, 1);
-    until_lock_waiter(&db).await;
+    db.until_lock_waiter().await;
     let late = {
         let ledger = ledger.clone();
         tokio::spawn(async move {
@@ -407,9 +371,9 @@ async fn holds_posts_and_voids_share_a_batch_and_one_settle_wins() {
         .expect("h0 held before the batch");
     assert_eq!(held.status, saldo::domain::TransferStatus::Pending);
 
-    let lock = RowLock::take(&db, &[3]).await;
+    let lock = lock_rows(&db, &[3]).await;
     let first = spawn_move(&ledger, "blocked", 3, 4, 1);
-    until_lock_waiter(&db).await;
+    db.until_lock_waiter().await;
     let mut answers: Vec<Answer> = Vec::new();
     let ops: Vec<Box<dyn Fn(Ledger) -> Answer>> = vec![
         // Post and void of the same hold race inside the batch: the first in line wins.

@@ -32,7 +32,6 @@ use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
-use crate::batch::schedule::Pace;
 use crate::deadline;
 use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
@@ -191,11 +190,7 @@ impl BatchedLedger {
                 partition,
                 store: self.store.clone(),
                 tx: self.store.tx.clone().with_index_paths_only(),
-                pace: Pace {
-                    max_batch: self.config.max_batch,
-                    linger: self.config.linger,
-                    in_flight: self.config.in_flight,
-                },
+                pace: self.config.pace(),
                 shared,
                 counters: self.counters.clone(),
                 _alive: self.alive.clone(),

@@ -249,17 +249,22 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
             known.push(row.try_get("id")?);
         }
     }
-    let mut locked = holds::lock(client, &accounts).await?;
     let place_ids: Vec<&str> = ops
         .iter()
         .filter(|o| matches!(o, Op::Place { .. }))
         .map(|o| o.id().as_str())
         .collect();
-    let found = if place_ids.is_empty() {
-        Vec::new()
-    } else {
-        journal::find_many(client, &place_ids).await?
-    };
+    // Pipelined: the lock goes out first and the server runs one connection's statements in
+    // order, so the journal is read under the locks. (Were it read before them, a concurrent
+    // copy committing in between would make our INSERT hit the key, and the batch would rerun
+    // as a replay: still correct.)
+    let (mut locked, found) = futures::try_join!(holds::lock(client, &accounts), async {
+        if place_ids.is_empty() {
+            Ok(Vec::new())
+        } else {
+            journal::find_many(client, &place_ids).await
+        }
+    })?;
     let found: HashMap<String, Transfer> = found
         .into_iter()
         .map(|t| (t.id.as_str().to_owned(), t))
@@ -441,19 +446,8 @@ async fn read_states(client: &Client, ids: &[String]) -> Result<States, Error> {
     let stmt = client.prepare_cached(STATE_MANY).await?;
     let mut states = States::with_capacity(ids.len());
     for row in client.query(&stmt, &[&ids]).await? {
-        let status: String = row.try_get("status")?;
-        let status = TransferStatus::parse(&status)
-            .ok_or_else(|| Error::invariant(format!("transfer status {status:?} unknown")))?;
         let id: String = row.try_get("id")?;
-        let state = TransferState {
-            id: TransferId::new(id.clone())?,
-            from: account_from_db(row.try_get("from_account")?)?,
-            to: account_from_db(row.try_get("to_account")?)?,
-            amount: row.try_get("amount")?,
-            status,
-            posted_amount: row.try_get("posted_amount")?,
-            was_pending: row.try_get("was_pending")?,
-        };
+        let state = holds::state_of(&row, TransferId::new(id.clone())?)?;
         states.insert(id, state);
     }
     Ok(states)

@@ -95,6 +95,15 @@ impl Default for BatchedConfig {
 }
 
 impl BatchedConfig {
+    /// How the workers form batches.
+    pub(crate) fn pace(&self) -> Pace {
+        Pace {
+            max_batch: self.max_batch,
+            linger: self.linger,
+            in_flight: self.in_flight,
+        }
+    }
+
     pub(crate) fn clamped(&self) -> BatchedConfig {
         BatchedConfig {
             partitions: self.partitions.clamp(1, MAX_PARTITIONS),
@@ -193,11 +202,7 @@ impl Batched {
                 partition,
                 store: self.store.clone(),
                 tx: self.store.tx.clone().with_index_paths_only(),
-                pace: Pace {
-                    max_batch: self.config.max_batch,
-                    linger: self.config.linger,
-                    in_flight: self.config.in_flight,
-                },
+                pace: self.config.pace(),
                 shared,
                 counters: self.counters.clone(),
                 _alive: self.alive.clone(),
