@@ -17,6 +17,19 @@ use crate::error::Error;
 /// batch runs under that deadline, so only a COMMIT in flight (or a bug) can take longer.
 const ANSWER_GRACE: Duration = Duration::from_secs(deadline::COMMIT_GRACE.as_secs() + 1);
 
+/// Counters of what the workers did, for the benchmark and for tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchedStats {
+    /// Batch transactions committed.
+    pub batches: u64,
+    /// Requests answered (reservations and confirms; ledger operations).
+    pub orders: u64,
+    /// Batches that failed with a non-retryable error and were replayed one by one.
+    pub fallbacks: u64,
+    /// Largest batch seen.
+    pub largest_batch: u64,
+}
+
 /// What an engine's transactions did, for the benchmark and for tests.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -27,6 +40,15 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    pub(crate) fn stats(&self) -> BatchedStats {
+        BatchedStats {
+            batches: self.batches.load(Ordering::Relaxed),
+            orders: self.requests.load(Ordering::Relaxed),
+            fallbacks: self.fallbacks.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
     /// One transaction of the engine answered `requests` requests.
     pub(crate) fn committed(&self, requests: usize) {
         self.batches.fetch_add(1, Ordering::Relaxed);

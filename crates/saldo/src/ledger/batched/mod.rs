@@ -26,7 +26,6 @@ mod worker;
 pub use worker::{LEDGER_BATCH_OPERATIONS, LEDGER_BATCH_SECONDS};
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
@@ -107,13 +106,7 @@ impl BatchedLedger {
 
     /// What the engine did so far (`orders` counts movements).
     pub fn stats(&self) -> BatchedStats {
-        let c = &self.counters;
-        BatchedStats {
-            batches: c.batches.load(Ordering::Relaxed),
-            orders: c.requests.load(Ordering::Relaxed),
-            fallbacks: c.fallbacks.load(Ordering::Relaxed),
-            largest_batch: c.largest_batch.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 
     /// Movements waiting in the queues (not yet taken into a batch).

@@ -28,12 +28,12 @@ mod worker;
 
 pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+pub use crate::batch::lane::BatchedStats;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
 use crate::batch::schedule::Pace;
 use crate::deadline;
@@ -115,19 +115,6 @@ impl BatchedConfig {
     }
 }
 
-/// Counters of what the workers did, for the benchmark and for tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BatchedStats {
-    /// Batch transactions committed.
-    pub batches: u64,
-    /// Reservations and confirms answered by committed batches.
-    pub orders: u64,
-    /// Batches that failed with a non-retryable error and were replayed order by order.
-    pub fallbacks: u64,
-    /// Largest batch seen.
-    pub largest_batch: u64,
-}
-
 /// The batched strategy. Cheap to clone; clones share the queues and workers.
 #[derive(Clone)]
 pub struct Batched {
@@ -166,13 +153,7 @@ impl Batched {
 
     /// What the workers did so far.
     pub fn stats(&self) -> BatchedStats {
-        let c = &self.counters;
-        BatchedStats {
-            batches: c.batches.load(Ordering::Relaxed),
-            orders: c.requests.load(Ordering::Relaxed),
-            fallbacks: c.fallbacks.load(Ordering::Relaxed),
-            largest_batch: c.largest_batch.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 
     /// Requests waiting in the queues (not yet taken into a batch).
