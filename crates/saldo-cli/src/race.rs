@@ -7,6 +7,7 @@
 //! ones do — their failure is the expected demonstration and is printed as such.
 
 use anyhow::{bail, Result};
+use saldo_lab::race::holds::{HoldRace, LabHolds};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
 use saldo_lab::race::{self as lab, explain, Report, Scenario, Verdict};
@@ -32,6 +33,11 @@ pub const DEFAULT_TRANSFER_RUNS: u32 = 1;
 pub const DEFAULT_SEED: u64 = 42;
 /// late-retry runs per strategy by default: the naive rule fails every run.
 pub const DEFAULT_LATE_RUNS: u32 = 2;
+/// Holds (or groups) per run of the issue-14 scenarios, and their runs.
+pub const DEFAULT_HOLDS: u32 = 20;
+pub const DEFAULT_HOLD_RUNS: u32 = 3;
+/// The naive holds' read–write window.
+pub const DEFAULT_HOLD_THINK_MS: u64 = 50;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -45,6 +51,12 @@ pub enum ScenarioArg {
     CrossedTransfers,
     /// --buyers (50) reserve, cancel or let expire, then retry late: a retry must take nothing.
     LateRetry,
+    /// Issue 14: post, void and expiry race for each of --holds (20) due holds; one winner each.
+    HoldSettle,
+    /// Issue 14: --holds (20) holds of 10 race for the last 100 of one account.
+    HoldLastFunds,
+    /// Issue 14: --holds (20) linked groups crossing between accounts 1 and 2, no retry.
+    CrossedGroups,
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,8 +64,8 @@ pub struct Args {
     #[arg(value_enum)]
     scenario: ScenarioArg,
     /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
-    /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers:
-    /// ordered, naive.
+    /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers and
+    /// the hold scenarios: ordered, naive.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -65,6 +77,9 @@ pub struct Args {
     /// Units stocked per product.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_STOCK)))]
     stock: Option<u32>,
+    /// hold-settle, hold-last-funds, crossed-groups: holds (or groups) per run.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=i64::from(saldo_lab::race::holds::MAX_HOLDS)))]
+    holds: Option<u32>,
     /// crossed-transfers: transfers per run, half each way.
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=i64::from(lab::MAX_TRANSFERS)))]
     transfers: Option<u32>,
@@ -100,6 +115,10 @@ pub enum Race {
         buyers: u32,
         runs: u32,
         strategies: Vec<LabStrategy>,
+    },
+    Holds {
+        race: HoldRace,
+        strategies: Vec<LabHolds>,
     },
 }
 
@@ -145,8 +164,44 @@ impl Config {
             ScenarioArg::MultiItem => Scenario::MultiItem,
             ScenarioArg::CrossedTransfers => Scenario::CrossedTransfers,
             ScenarioArg::LateRetry => Scenario::LateRetry,
+            ScenarioArg::HoldSettle => Scenario::HoldSettle,
+            ScenarioArg::HoldLastFunds => Scenario::HoldLastFunds,
+            ScenarioArg::CrossedGroups => Scenario::CrossedGroups,
         };
-        let race = if scenario == Scenario::LateRetry {
+        let holds_scenario = matches!(
+            scenario,
+            Scenario::HoldSettle | Scenario::HoldLastFunds | Scenario::CrossedGroups
+        );
+        if args.holds.is_some() && !holds_scenario {
+            bail!("--holds applies to hold-settle, hold-last-funds and crossed-groups");
+        }
+        let race = if holds_scenario {
+            if args.buyers.is_some()
+                || args.stock.is_some()
+                || args.transfers.is_some()
+                || args.no_retry
+                || args.explain
+            {
+                bail!(
+                    "{} takes --holds, --runs, --think-ms and --strategy only (never a retry)",
+                    scenario.as_str()
+                );
+            }
+            Race::Holds {
+                race: HoldRace::new(
+                    scenario,
+                    args.holds.unwrap_or(DEFAULT_HOLDS),
+                    args.runs.unwrap_or(DEFAULT_HOLD_RUNS),
+                    args.think_ms.unwrap_or(DEFAULT_HOLD_THINK_MS),
+                )?,
+                strategies: strategies(
+                    &args.strategy,
+                    LabHolds::ALL,
+                    LabHolds::parse,
+                    LabHolds::as_str,
+                )?,
+            }
+        } else if scenario == Scenario::LateRetry {
             if args.stock.is_some()
                 || args.think_ms.is_some()
                 || args.transfers.is_some()
@@ -244,6 +299,7 @@ pub async fn run(args: Args, server_url: &str) -> Result<()> {
                 runs,
                 strategies,
             } => lab::late::run(&scratch, *buyers, *runs, strategies).await,
+            Race::Holds { race, strategies } => lab::holds::run(&scratch, race, strategies).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.
@@ -313,7 +369,14 @@ pub fn table(reports: &[Report]) -> String {
     let Some(first) = reports.first() else {
         return String::new();
     };
-    let transfers = first.scenario == Scenario::CrossedTransfers.as_str();
+    let transfers = [
+        Scenario::CrossedTransfers,
+        Scenario::HoldSettle,
+        Scenario::HoldLastFunds,
+        Scenario::CrossedGroups,
+    ]
+    .iter()
+    .any(|s| first.scenario == s.as_str());
     let late = first.scenario == Scenario::LateRetry.as_str();
     let mut out = if late {
         format!(
@@ -323,8 +386,16 @@ pub fn table(reports: &[Report]) -> String {
         )
     } else if transfers {
         format!(
-            "{} — {} transfers per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
-            first.scenario, first.buyers_per_run, first.runs,
+            "{} — {} {} per run, {} run(s)\n{:<18} {:>5} {:>9} {:>8} {:>16} {:>10} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run,
+            if first.scenario == Scenario::CrossedGroups.as_str() {
+                "linked groups"
+            } else if first.scenario == Scenario::CrossedTransfers.as_str() {
+                "transfers"
+            } else {
+                "holds"
+            },
+            first.runs,
             "strategy", "runs", "done/run", "refused", "errors", "retries", "drift", "violations", "verdict", "time"
         )
     } else {
@@ -377,6 +448,16 @@ pub fn conclusion(r: &Report) -> String {
     if r.oversold > 0 && r.scenario == Scenario::LateRetry.as_str() {
         broke.push(format!(
             "late retries of cancelled or expired orders took {} units again in {} of {} runs",
+            r.oversold, r.runs_oversold, r.runs
+        ));
+    } else if r.oversold > 0 && r.scenario == Scenario::HoldSettle.as_str() {
+        broke.push(format!(
+            "{} holds had more than one winner (post, void and expiry all \"won\") in {} of {} runs",
+            r.oversold, r.runs_oversold, r.runs
+        ));
+    } else if r.oversold > 0 && r.scenario == Scenario::HoldLastFunds.as_str() {
+        broke.push(format!(
+            "{} holds were placed beyond the funds (below min_balance) in {} of {} runs",
             r.oversold, r.runs_oversold, r.runs
         ));
     } else if r.oversold > 0 {

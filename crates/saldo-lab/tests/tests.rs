@@ -15,3 +15,6 @@ mod naive_stock;
 
 #[path = "suite/naive_ledger.rs"]
 mod naive_ledger;
+
+#[path = "suite/holds_race.rs"]
+mod holds_race;

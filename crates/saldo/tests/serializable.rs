@@ -24,6 +24,8 @@ mod stock;
 mod holds;
 #[path = "suite/ledger.rs"]
 mod ledger;
+#[path = "suite/ledger_model.rs"]
+mod ledger_model;
 
 #[path = "suite/retry.rs"]
 mod retry;

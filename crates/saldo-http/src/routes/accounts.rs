@@ -363,7 +363,7 @@ pub(super) fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView
         (status = 200, description = "Replay (`replayed: true`)", body = TransferView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "The account's max_balance (`max-balance-exceeded`), a balance out of 64 bits, or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn deposit(
@@ -382,7 +382,8 @@ pub async fn deposit(
     Ok(created_or_replayed(t))
 }
 
-/// Withdraw from an account (to the system account); the balance may not go negative.
+/// Withdraw from an account (to the system account); `balance - held` may not go below the
+/// account's `min_balance`.
 #[utoipa::path(post, path = "/v1/accounts/{id}/withdrawals", tag = "accounts",
     params(("id" = i64, Path, description = "Account id (> 0)")),
     request_body = MovementBody,
@@ -392,7 +393,7 @@ pub async fn deposit(
         (status = 200, description = "Replay (`replayed: true`)", body = TransferView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient funds or idempotency conflict", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Insufficient funds (`account`, `limit`, the amounts) or idempotency conflict", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn withdraw(

@@ -11,13 +11,22 @@ use axum::Json;
 use saldo::domain::{Amount, GroupId, TransferId, MAX_GROUP_TRANSFERS};
 use saldo::ledger::{Group, GroupRequest};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::accounts::{TransferBody, TransferView};
 use super::{detached, ApiJson, ApiPath, PROBLEM};
 use crate::auth::Client;
 use crate::error::{ApiError, Problem};
 use crate::AppState;
+
+/// The transfer a route names.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TransferPath {
+    /// Transfer id.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")]
+    pub id: String,
+}
 
 /// What to post of a hold.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -61,8 +70,8 @@ impl From<Group> for GroupView {
 
 /// Post a pending transfer: `amount` (default: all of it) moves, the rest of the hold is released.
 #[utoipa::path(post, path = "/v1/transfers/{id}/post", tag = "accounts",
-    params(("id" = String, Path, description = "Transfer id", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")),
-    request_body(content = Option<PostBody>, description = "Optional; absent or `{}` posts the whole amount"),
+    params(TransferPath),
+    request_body(content = Option<PostBody>, description = "Optional; absent, `null` or `{}` posts the whole amount"),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Posted (`status: posted`, `posted_amount`); `replayed: true` when this same post had already won", body = TransferView),
@@ -76,16 +85,16 @@ impl From<Group> for GroupView {
 pub async fn post_transfer(
     _: Client,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(TransferPath { id }): ApiPath<TransferPath>,
     body: Bytes,
 ) -> Result<Json<TransferView>, ApiError> {
     let id = TransferId::new(id)?;
-    // The body is optional: nothing (or only whitespace) means the whole amount.
+    // The body is optional: nothing (or only whitespace), `null` or `{}` mean the whole amount.
     let amount = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let axum::Json(PostBody { amount }) = axum::Json::<PostBody>::from_bytes(&body)?;
-        amount.map(Amount::new).transpose()?
+        let axum::Json(parsed) = axum::Json::<Option<PostBody>>::from_bytes(&body)?;
+        parsed.and_then(|p| p.amount).map(Amount::new).transpose()?
     };
     let ledger = state.ledger.clone();
     let t = detached(async move { ledger.post(&id, amount).await }).await?;
@@ -94,7 +103,7 @@ pub async fn post_transfer(
 
 /// Void a pending transfer: the hold is released.
 #[utoipa::path(post, path = "/v1/transfers/{id}/void", tag = "accounts",
-    params(("id" = String, Path, description = "Transfer id", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")),
+    params(TransferPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Voided (`status: voided`); `replayed: true` when already voided by a void", body = TransferView),
@@ -107,7 +116,7 @@ pub async fn post_transfer(
 pub async fn void_transfer(
     _: Client,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(TransferPath { id }): ApiPath<TransferPath>,
 ) -> Result<Json<TransferView>, ApiError> {
     let id = TransferId::new(id)?;
     let ledger = state.ledger.clone();
@@ -117,7 +126,7 @@ pub async fn void_transfer(
 
 /// Read a transfer with its status.
 #[utoipa::path(get, path = "/v1/transfers/{id}", tag = "accounts",
-    params(("id" = String, Path, description = "Transfer id", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._:-]{1,64}$")),
+    params(TransferPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The transfer", body = TransferView),
@@ -128,7 +137,7 @@ pub async fn void_transfer(
 pub async fn get_transfer(
     _: Client,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(TransferPath { id }): ApiPath<TransferPath>,
 ) -> Result<Json<TransferView>, ApiError> {
     let id = TransferId::new(id)?;
     let ledger = state.ledger.clone();

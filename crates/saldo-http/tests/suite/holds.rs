@@ -157,6 +157,9 @@ async fn void_and_expiry_release_and_a_post_without_body_posts_everything() {
     post_hold(&app, "v", Some(json!({})))
         .await
         .assert_problem(409, "transfer-not-pending");
+    post_hold(&app, "v", Some(Value::Null))
+        .await
+        .assert_problem(409, "transfer-not-pending");
     assert_eq!(money(&app, 1).await, (80, 0, 80, 0));
     audit_clean(&app).await;
 }

@@ -37,6 +37,12 @@ pub enum Scenario {
     CrossedTransfers,
     /// Issue 11: late retries of cancelled and expired orders take nothing.
     LateRetry,
+    /// Issue 14: post, void and expiry race for each hold; exactly one wins.
+    HoldSettle,
+    /// Issue 14: holds race for the last available funds of one account.
+    HoldLastFunds,
+    /// Issue 14: linked groups crossing between two accounts; no deadlock reaches a caller.
+    CrossedGroups,
 }
 
 impl Scenario {
@@ -46,6 +52,9 @@ impl Scenario {
         Scenario::MultiItem,
         Scenario::CrossedTransfers,
         Scenario::LateRetry,
+        Scenario::HoldSettle,
+        Scenario::HoldLastFunds,
+        Scenario::CrossedGroups,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +64,9 @@ impl Scenario {
             Scenario::MultiItem => "multi-item",
             Scenario::CrossedTransfers => "crossed-transfers",
             Scenario::LateRetry => "late-retry",
+            Scenario::HoldSettle => "hold-settle",
+            Scenario::HoldLastFunds => "hold-last-funds",
+            Scenario::CrossedGroups => "crossed-groups",
         }
     }
 

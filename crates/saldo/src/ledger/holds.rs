@@ -82,12 +82,15 @@ pub(crate) async fn write(client: &Client, locked: &Locked) -> Result<(), Error>
     Ok(())
 }
 
-/// One new transfer (posted or held): replay if its id is journalled, else lock, place, write.
+/// One new transfer (posted or held): lock, replay if its id is journalled, else place, write.
+/// The id is looked up under the account locks: a concurrent copy of the same request that
+/// committed while we waited for them is found and answered as a replay, never refused for the
+/// funds it took itself.
 pub(super) async fn place_one(client: &Client, t: NewTransfer<'_>) -> Result<Transfer, Error> {
+    let mut locked = lock(client, &[t.movement.from, t.movement.to]).await?;
     if let Some(existing) = journal::find(client, t.movement.id).await? {
         return journal::replay(existing, &t);
     }
-    let mut locked = lock(client, &[t.movement.from, t.movement.to]).await?;
     apply::place(&mut locked, &t)?;
     write(client, &locked).await?;
     let mut rows = journal::insert_many(client, &[t], None).await?;
@@ -101,6 +104,12 @@ pub(super) async fn place_group(
     group: &GroupId,
     ts: &[NewTransfer<'_>],
 ) -> Result<Group, Error> {
+    // Locked first, then the ids looked up: see `place_one`.
+    let accounts: Vec<AccountId> = ts
+        .iter()
+        .flat_map(|t| [t.movement.from, t.movement.to])
+        .collect();
+    let mut locked = lock(client, &accounts).await?;
     if let Some(existing) = journal::find_group(client, group).await? {
         let same = existing.len() == ts.len()
             && existing
@@ -132,11 +141,6 @@ pub(super) async fn place_group(
         let id = ts[index].movement.id.clone();
         return Err(refused(index, Error::TransferConflict(id)));
     }
-    let accounts: Vec<AccountId> = ts
-        .iter()
-        .flat_map(|t| [t.movement.from, t.movement.to])
-        .collect();
-    let mut locked = lock(client, &accounts).await?;
     for (index, t) in ts.iter().enumerate() {
         apply::place(&mut locked, t).map_err(|e| refused(index, e))?;
     }

@@ -4,36 +4,14 @@
 //! each kind. Every scenario ends with a clean audit.
 
 use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
-use saldo::domain::{
-    AccountId, Amount, BalanceLimits, GroupId, TransferId, TransferStatus, TransferTimeout,
-};
+use saldo::domain::{AccountId, BalanceLimits, GroupId, TransferStatus, TransferTimeout};
 use saldo::fixtures::make_holds_due;
 use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest};
 use saldo::{Error, InputError};
 
 use super::harness::{test_db, TestDb, TRANSFER};
+use super::ledger::{acc, amount, request, tid};
 use saldo::stock::batched::BatchedConfig;
-
-fn acc(n: i64) -> AccountId {
-    AccountId::new(n).expect("account id")
-}
-
-fn tid(s: &str) -> TransferId {
-    TransferId::new(s).expect("transfer id")
-}
-
-fn amount(n: i64) -> Amount {
-    Amount::new(n).expect("amount")
-}
-
-fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
-    TransferRequest {
-        id: tid(id),
-        from: acc(from),
-        to: acc(to),
-        amount: amount(n),
-    }
-}
 
 fn timeout() -> TransferTimeout {
     TransferTimeout::from_secs(60).expect("timeout")
@@ -435,4 +413,37 @@ async fn the_audit_catches_a_planted_divergence_of_each_kind() {
             d(Some(2), LedgerInvariant::PendingCreditsMatchPending, 0, 30),
         ]
     );
+}
+
+#[tokio::test]
+async fn simultaneous_copies_of_a_hold_or_group_taking_all_funds_apply_once_and_replay() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    ledger.open_account(acc(3), 100).await.expect("open 3");
+    // Each copy needs every unit of its source: a copy that missed the first one's commit and
+    // decided on the funds would be refused; found under the locks, it is a replay.
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                ledger
+                    .hold(&request("all", 1, 2, 100), timeout())
+                    .await
+                    .map(|t| t.replayed)
+            } else {
+                let g = group("gall", vec![(request("gall-1", 3, 2, 100), false)]);
+                ledger.transfer_group(&g).await.map(|g| g.replayed)
+            }
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        let replayed = t.await.expect("task").expect("every copy succeeds");
+        applied += usize::from(!replayed);
+    }
+    assert_eq!(applied, 2, "one hold and one group applied");
+    assert_eq!(state(&ledger, 1).await, (100, 100, 0, 0));
+    assert_eq!(state(&ledger, 2).await, (100, 0, 100, 100));
+    clean(&db).await;
 }

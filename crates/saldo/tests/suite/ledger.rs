@@ -16,19 +16,19 @@ use saldo_lab::LabTransfer;
 
 use super::harness::{test_db, TestDb, TRANSFER};
 
-fn acc(n: i64) -> AccountId {
+pub(crate) fn acc(n: i64) -> AccountId {
     AccountId::new(n).expect("account id")
 }
 
-fn tid(s: &str) -> TransferId {
+pub(crate) fn tid(s: &str) -> TransferId {
     TransferId::new(s).expect("transfer id")
 }
 
-fn amount(n: i64) -> Amount {
+pub(crate) fn amount(n: i64) -> Amount {
     Amount::new(n).expect("amount")
 }
 
-fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
+pub(crate) fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
     TransferRequest {
         id: tid(id),
         from: acc(from),

@@ -11,37 +11,17 @@
 use std::time::Duration;
 
 use saldo::audit::audit_ledger;
-use saldo::domain::{AccountId, Amount, TransferId};
+use saldo::domain::AccountId;
 use saldo::ledger::{Ledger, Transfer, TransferRequest, TransferStrategy};
 use saldo::stock::batched::BatchedConfig;
 use saldo::Error;
 
 use super::harness::{test_db, TestDb};
+use super::ledger::{acc, amount, request, tid};
 use saldo_lab::testing::RowLock;
 
 /// Upper bound of every wait loop in this module.
 const WAIT_LIMIT: Duration = Duration::from_secs(30);
-
-fn acc(n: i64) -> AccountId {
-    AccountId::new(n).expect("account id")
-}
-
-fn tid(s: &str) -> TransferId {
-    TransferId::new(s).expect("transfer id")
-}
-
-fn amount(n: i64) -> Amount {
-    Amount::new(n).expect("amount")
-}
-
-fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
-    TransferRequest {
-        id: tid(id),
-        from: acc(from),
-        to: acc(to),
-        amount: amount(n),
-    }
-}
 
 /// One partition running one transaction at a time: every movement shares one queue and the
 /// next batch is exactly what queued while the previous one ran.

@@ -1,0 +1,56 @@
+//! Issue 14's races, each run on a fresh database: saldo's ledger holds every invariant (one
+//! winner per hold; never below min_balance; no deadlock from crossed groups), and the naive
+//! variants of `saldo_lab::naive::holds` break the same checks (proof the checks can fail).
+//! No retry on either side: a deadlock or a serialization failure must show.
+
+use saldo::ledger::Ledger;
+use saldo::retry::{RetryPolicy, TxOptions};
+use saldo::stock::Store;
+use saldo_lab::race::holds::{one_run, HoldRace, LabHolds, RunOutcome};
+use saldo_lab::race::Scenario;
+
+use crate::harness::test_db;
+
+/// The naive read–write window: every racer reads before the first one writes.
+const THINK_MS: u64 = 50;
+
+async fn race(scenario: Scenario, holds: u32, strategy: LabHolds) -> RunOutcome {
+    let db = test_db().await;
+    let tx = TxOptions::default().with_retry(RetryPolicy::none());
+    let ledger = Ledger::new(Store::new(db.pool.clone(), tx));
+    let race = HoldRace::new(scenario, holds, 1, THINK_MS).expect("race");
+    one_run(&ledger, &race, strategy, 0).await.expect("run")
+}
+
+#[tokio::test]
+async fn post_void_and_expiry_have_exactly_one_winner() {
+    let ordered = race(Scenario::HoldSettle, 10, LabHolds::Ordered).await;
+    assert!(ordered.held(), "{ordered:?}");
+    assert_eq!(ordered.done, 10);
+    let naive = race(Scenario::HoldSettle, 10, LabHolds::Naive).await;
+    assert!(!naive.held(), "naive settle was not caught: {naive:?}");
+}
+
+#[tokio::test]
+async fn holds_for_the_last_funds_never_go_below_min_balance() {
+    let ordered = race(Scenario::HoldLastFunds, 30, LabHolds::Ordered).await;
+    assert!(ordered.held(), "{ordered:?}");
+    assert_eq!((ordered.done, ordered.refused), (10, 20));
+    let naive = race(Scenario::HoldLastFunds, 30, LabHolds::Naive).await;
+    assert!(naive.broken && naive.divergences > 0, "{naive:?}");
+}
+
+#[tokio::test]
+async fn crossed_groups_never_deadlock_a_caller() {
+    let ordered = race(Scenario::CrossedGroups, 20, LabHolds::Ordered).await;
+    assert!(ordered.held(), "{ordered:?}");
+    assert_eq!(ordered.done, 20);
+    let naive = race(Scenario::CrossedGroups, 20, LabHolds::Naive).await;
+    assert!(
+        naive
+            .errors
+            .iter()
+            .any(|e| e.sqlstate().is_some_and(|s| s.code() == "40P01")),
+        "{naive:?}"
+    );
+}
