@@ -1,4 +1,4 @@
-//! The ledger, holds and model suites again on the batched ledger engine (`TransferStrategy::Batched`,
+//! The ledger, holds and model suites (the stock-and-money model and the ledger model) again on the batched ledger engine (`TransferStrategy::Batched`,
 //! deposits and withdrawals included), on the default cluster and on the SERIALIZABLE one, plus
 //! the engine's own suite (`suite/ledger_engine.rs`: batch-mates, overload, crossed race).
 //!
@@ -26,6 +26,9 @@ mod default_cluster {
     #[path = "model.rs"]
     mod model;
 
+    #[path = "ledger_model.rs"]
+    mod ledger_model;
+
     #[path = "ledger_engine.rs"]
     mod ledger_engine;
 }
@@ -50,6 +53,9 @@ mod serializable {
 
     #[path = "model.rs"]
     mod model;
+
+    #[path = "ledger_model.rs"]
+    mod ledger_model;
 
     #[path = "ledger_engine.rs"]
     mod ledger_engine;

@@ -72,7 +72,15 @@ pub struct NewTransfer<'r> {
     pub pending: Option<TransferTimeout>,
 }
 
-impl NewTransfer<'_> {
+impl<'r> NewTransfer<'r> {
+    /// A transfer posted at once.
+    pub fn posted(movement: Movement<'r>) -> Self {
+        NewTransfer {
+            movement,
+            pending: None,
+        }
+    }
+
     /// The status its journal row is written with.
     pub fn status(&self) -> TransferStatus {
         if self.pending.is_some() {

@@ -214,13 +214,7 @@ impl Ledger {
         strategy: TransferStrategy,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        let movement = Movement {
-            id: &request.id,
-            from: request.from,
-            to: request.to,
-            amount: request.amount,
-            kind: TransferKind::Transfer,
-        };
+        let movement = request.movement();
         self.apply(strategy, movement).await
     }
 
@@ -231,13 +225,7 @@ impl Ledger {
         strategy: &dyn MoveFunds,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        let movement = Movement {
-            id: &request.id,
-            from: request.from,
-            to: request.to,
-            amount: request.amount,
-            kind: TransferKind::Transfer,
-        };
+        let movement = request.movement();
         let result = apply_one(&self.store, strategy, "transfer", movement).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
@@ -252,13 +240,7 @@ impl Ledger {
         timeout: TransferTimeout,
     ) -> Result<Transfer, Error> {
         let t = NewTransfer {
-            movement: Movement {
-                id: &request.id,
-                from: request.from,
-                to: request.to,
-                amount: request.amount,
-                kind: TransferKind::Transfer,
-            },
+            movement: request.movement(),
             pending: Some(timeout),
         };
         let result = self.place(self.strategy, t).await;
@@ -311,13 +293,7 @@ impl Ledger {
             .transfers
             .iter()
             .map(|l| NewTransfer {
-                movement: Movement {
-                    id: &l.transfer.id,
-                    from: l.transfer.from,
-                    to: l.transfer.to,
-                    amount: l.transfer.amount,
-                    kind: TransferKind::Transfer,
-                },
+                movement: l.transfer.movement(),
                 pending: l.pending,
             })
             .collect();
@@ -449,11 +425,7 @@ impl Ledger {
         strategy: TransferStrategy,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
-        let t = NewTransfer {
-            movement,
-            pending: None,
-        };
-        let result = self.place(strategy, t).await;
+        let result = self.place(strategy, NewTransfer::posted(movement)).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }

@@ -2,7 +2,9 @@
 //! `SELECT … WHERE id = ANY($1) ORDER BY id FOR UPDATE` before any decision, so every transfer
 //! takes its locks in ascending id and no two can wait on each other in a cycle. The decision
 //! ([`apply::place`]: limits with what is held, overflow) is made on the locked rows, so it
-//! cannot race the debit either.
+//! cannot race the debit either. The served transfer, deposit and withdrawal run the same
+//! steps through `holds::place_one`, which also looks the id up under the locks; this
+//! [`MoveFunds`](crate::ledger::MoveFunds) form is what `Ledger::transfer_with` offers the lab.
 
 use deadpool_postgres::Client;
 

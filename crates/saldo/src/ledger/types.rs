@@ -106,6 +106,19 @@ pub struct TransferRequest {
     pub amount: Amount,
 }
 
+impl TransferRequest {
+    /// The movement it asks for (kind `transfer`).
+    pub fn movement(&self) -> Movement<'_> {
+        Movement {
+            id: &self.id,
+            from: self.from,
+            to: self.to,
+            amount: self.amount,
+            kind: TransferKind::Transfer,
+        }
+    }
+}
+
 /// A transfer of a linked group, or a lone one: posted at once (`pending: None`) or held for
 /// `pending: Some(timeout)` until posted, voided or expired.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

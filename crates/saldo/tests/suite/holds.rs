@@ -447,3 +447,27 @@ async fn simultaneous_copies_of_a_hold_or_group_taking_all_funds_apply_once_and_
     assert_eq!(state(&ledger, 2).await, (100, 0, 100, 100));
     clean(&db).await;
 }
+
+#[tokio::test]
+async fn simultaneous_copies_of_a_transfer_taking_all_funds_replay_not_refuse() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            ledger
+                .transfer(TRANSFER, &request("all", 1, 2, 100))
+                .await
+                .map(|t| t.replayed)
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        let replayed = t.await.expect("task").expect("every copy succeeds");
+        applied += usize::from(!replayed);
+    }
+    assert_eq!(applied, 1);
+    assert_eq!(state(&ledger, 1).await, (0, 0, 0, 0));
+    clean(&db).await;
+}
