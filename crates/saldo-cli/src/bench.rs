@@ -141,7 +141,7 @@ impl Config {
         let scenario = args.scenario;
         let mut strategies = Vec::new();
         let defaults = if scenario.is_transfers() {
-            vec!["ordered".to_owned()]
+            vec!["ordered".to_owned(), "batched".to_owned()]
         } else {
             vec!["atomic".to_owned(), "batched".to_owned()]
         };

@@ -15,6 +15,7 @@ use saldo::db::{self, PoolOptions};
 use saldo::domain::{
     DEFAULT_TTL_S, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
 };
+use saldo::ledger::TransferStrategy;
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
 use saldo_http::config::{
@@ -43,6 +44,14 @@ pub struct Args {
     /// (BENCHMARKS.md).
     #[arg(long, env = "SALDO_STRATEGY", default_value = "batched", value_parser = strategy)]
     strategy: StrategyName,
+    /// Transfer strategy of the ledger (transfers, deposits, withdrawals, holds, posts, voids):
+    /// `batched` (the default: the ledger engine, movements that meet on a hot account share one
+    /// transaction; a lone one runs as `ordered`, so it is level with it at low load and far
+    /// ahead on a hot account, BENCHMARKS.md) or `ordered` (one transaction each, accounts locked
+    /// in id order).
+    #[arg(long, env = "SALDO_TRANSFER_STRATEGY", default_value = "batched",
+          value_parser = transfer_strategy)]
+    transfer_strategy: TransferStrategy,
     /// Lifetime of a reservation whose request gives no `ttl_s` (seconds, or 90s, 15m, 2h).
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
           value_parser = duration::secs(MIN_TTL_S, MAX_TTL_S))]
@@ -191,6 +200,17 @@ impl Prepared {
     }
 }
 
+/// Flag parser: the served transfer strategies only (the lab's naive one is not among them).
+fn transfer_strategy(s: &str) -> Result<TransferStrategy, String> {
+    TransferStrategy::parse(s).ok_or_else(|| {
+        let known: Vec<&str> = TransferStrategy::ALL.iter().map(|t| t.as_str()).collect();
+        format!(
+            "unknown transfer strategy {s:?}; known: {}",
+            known.join(", ")
+        )
+    })
+}
+
 /// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
 pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
     let Prepared { args, listener } = prepared;
@@ -199,6 +219,7 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
         database_url: database.url.clone(),
         listen: args.listen,
         strategy: args.strategy,
+        transfer_strategy: args.transfer_strategy,
         pool: PoolOptions {
             max_size: usize::try_from(args.pool_size)?,
             wait_timeout_ms: args.pool_wait_timeout_ms,
@@ -261,9 +282,11 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
     // graceful stop, not the default kill.
     let shutdown = saldo_http::server::shutdown_signal();
     println!(
-        "saldo listening on http://{} (strategy {}, sweeping every {}s); Ctrl-C to stop",
+        "saldo listening on http://{} (strategy {}, transfers {}, sweeping every {}s); Ctrl-C \
+         to stop",
         app.local_addr(),
         app.strategy(),
+        app.transfer_strategy(),
         args.sweep_interval_s
     );
     // An embedded PostgreSQL that dies is restarted; one that cannot be kept up ends the

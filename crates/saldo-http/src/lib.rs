@@ -28,7 +28,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::{middleware, Extension, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use saldo::ledger::Ledger;
+use saldo::ledger::{Ledger, TransferStrategy};
+use saldo::stock::batched::BatchedConfig;
 use saldo::stock::{StockStrategy, Store};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -66,6 +67,15 @@ impl AppState {
             prometheus,
             refusals: Arc::new(metrics::Refusals::default()),
         }
+    }
+
+    /// The same state with the ledger serving `strategy` (its deposits, withdrawals, holds,
+    /// posts and voids too); `ordered` otherwise.
+    pub fn with_transfer_strategy(mut self, strategy: TransferStrategy) -> Self {
+        let store = self.stock.store().clone();
+        let config = BatchedConfig::default();
+        self.ledger = Arc::new(Ledger::serving(store, strategy, &config));
+        self
     }
 
     /// The database the strategy runs on.

@@ -1,11 +1,14 @@
 //! The HTTP suites about stock, orders, money and errors again, on `batched` (the strategy
-//! `saldo serve` runs by default) instead of `atomic`: same routes, same answers.
+//! `saldo serve` runs by default) instead of `atomic`, and the money routes on the batched
+//! ledger engine instead of `ordered`: same routes, same answers.
 
 mod harness {
     #![allow(unused_imports)]
     pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
     /// The strategy the suites' apps run.
     pub const STRATEGY: saldo::stock::StrategyName = saldo::stock::StrategyName::Batched;
+    /// The transfer strategy the suites' ledgers run.
+    pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Batched;
 }
 
 #[path = "suite/support.rs"]
@@ -17,6 +20,8 @@ mod accounts;
 mod admin;
 #[path = "suite/errors.rs"]
 mod errors;
+#[path = "suite/holds.rs"]
+mod holds;
 #[path = "suite/inputs.rs"]
 mod inputs;
 #[path = "suite/live.rs"]

@@ -9,6 +9,8 @@ mod harness {
     pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
     /// The strategy the suites' apps run (`tests/batched.rs` reruns them on `batched`).
     pub const STRATEGY: saldo::stock::StrategyName = saldo::stock::StrategyName::Atomic;
+    /// The transfer strategy of the suites' ledgers (`tests/batched.rs`: `batched`).
+    pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
 }
 
 #[path = "suite/startup.rs"]

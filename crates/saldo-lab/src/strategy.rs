@@ -114,18 +114,26 @@ impl std::fmt::Display for LabStrategy {
     }
 }
 
-/// A transfer strategy the lab can race: saldo's `ordered`, or the naive arrival order.
+/// A transfer strategy the lab can race: saldo's `ordered` and `batched`, or the naive arrival
+/// order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LabTransfer {
     /// Seed 002: both rows locked in ascending id by one statement, then the decision.
     Ordered,
+    /// Group commit for a hot account (`saldo::ledger::batched`); a lone transfer runs as
+    /// `ordered`.
+    Batched,
     /// Debit then credit in arrival order; crossed transfers deadlock (40P01).
     Naive,
 }
 
 impl LabTransfer {
     /// Every strategy, the safe one first.
-    pub const ALL: &'static [LabTransfer] = &[LabTransfer::Ordered, LabTransfer::Naive];
+    pub const ALL: &'static [LabTransfer] = &[
+        LabTransfer::Ordered,
+        LabTransfer::Batched,
+        LabTransfer::Naive,
+    ];
 
     pub fn parse(s: &str) -> Option<LabTransfer> {
         LabTransfer::ALL.iter().copied().find(|t| t.as_str() == s)
@@ -134,13 +142,23 @@ impl LabTransfer {
     pub fn as_str(self) -> &'static str {
         match self {
             LabTransfer::Ordered => TransferStrategy::Ordered.as_str(),
+            LabTransfer::Batched => TransferStrategy::Batched.as_str(),
             LabTransfer::Naive => "naive",
         }
     }
 
-    /// True for the strategy that cannot deadlock against itself.
+    /// The served strategy behind it; `None` for the naive one.
+    pub fn served(self) -> Option<TransferStrategy> {
+        match self {
+            LabTransfer::Ordered => Some(TransferStrategy::Ordered),
+            LabTransfer::Batched => Some(TransferStrategy::Batched),
+            LabTransfer::Naive => None,
+        }
+    }
+
+    /// True for the strategies that cannot deadlock against themselves (the served ones).
     pub fn is_safe(self) -> bool {
-        self == LabTransfer::Ordered
+        self.served().is_some()
     }
 
     /// Moves the money with this strategy through `ledger` (validation, idempotency, journal
@@ -150,13 +168,22 @@ impl LabTransfer {
         ledger: &Ledger,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        match self {
-            LabTransfer::Ordered => ledger.transfer(TransferStrategy::Ordered, request).await,
-            LabTransfer::Naive => {
+        match self.served() {
+            Some(served) => ledger.transfer(served, request).await,
+            None => {
                 ledger
                     .transfer_with(&naive::ledger::NaiveTransfer, request)
                     .await
             }
+        }
+    }
+}
+
+impl From<TransferStrategy> for LabTransfer {
+    fn from(served: TransferStrategy) -> Self {
+        match served {
+            TransferStrategy::Ordered => LabTransfer::Ordered,
+            TransferStrategy::Batched => LabTransfer::Batched,
         }
     }
 }
@@ -185,6 +212,7 @@ mod tests {
             assert_eq!(LabTransfer::parse(s.as_str()), Some(*s));
         }
         assert!(LabTransfer::Ordered.is_safe());
+        assert!(LabTransfer::Batched.is_safe());
         assert!(!LabTransfer::Naive.is_safe());
     }
 }

@@ -65,6 +65,56 @@ impl TestDb {
     }
 }
 
+/// How long [`TestDb::until_lock_waiter`] waits at most.
+const LOCK_WAITER_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A second session holding rows locked inside an open transaction until released: it makes an
+/// engine's batch wait inside its transaction, so a test can queue exactly the next batch
+/// without timing.
+pub struct RowLock(deadpool_postgres::Object);
+
+impl RowLock {
+    /// Opens a transaction and runs `lock_sql` (a `SELECT … FOR UPDATE` taking the ids as a
+    /// bigint array `$1`).
+    pub async fn take(db: &TestDb, lock_sql: &str, ids: &[i64]) -> RowLock {
+        let client = db.pool.get().await.expect("client");
+        client.batch_execute("BEGIN").await.expect("begin");
+        client.query(lock_sql, &[&ids]).await.expect("lock");
+        RowLock(client)
+    }
+
+    pub async fn release(self) {
+        self.0.batch_execute("ROLLBACK").await.expect("rollback");
+    }
+}
+
+impl TestDb {
+    /// Waits (bounded) until some session of this database waits for a row lock.
+    pub async fn until_lock_waiter(&self) {
+        let client = self.pool.get().await.expect("client");
+        let started = std::time::Instant::now();
+        loop {
+            let n: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .expect("pg_stat_activity")
+                .get(0);
+            if n > 0 {
+                return;
+            }
+            assert!(
+                started.elapsed() < LOCK_WAITER_LIMIT,
+                "no session ever waited"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+}
+
 fn pool_for(url: &str, max_size: usize) -> Pool {
     let options = PoolOptions {
         max_size,

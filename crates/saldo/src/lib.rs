@@ -44,6 +44,7 @@
 //! ```
 
 pub mod audit;
+mod batch;
 pub mod db;
 pub mod deadline;
 pub mod domain;

@@ -10,6 +10,9 @@ mod harness {
         test_db_serializable as test_db, test_db_serializable_with_pool as test_db_with_pool,
         TestDb,
     };
+    /// The transfer strategy of the ledger and model suites (`tests/ledger_batched.rs`
+    /// reruns them on `batched`).
+    pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
 }
 
 #[path = "suite/contract.rs"]

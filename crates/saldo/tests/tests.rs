@@ -8,6 +8,9 @@
 mod harness {
     #![allow(unused_imports)]
     pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
+    /// The transfer strategy of the ledger and model suites (`tests/ledger_batched.rs`
+    /// reruns them on `batched`).
+    pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
 }
 
 #[path = "suite/contract.rs"]

@@ -1,9 +1,10 @@
 //! Money routes (seed 002, issue 14): open an account with its limits (admin), read it (balance,
 //! held, available, pending credits) and its latest transfers, and move money between two
 //! accounts at once or as a hold (`"pending": true`). Transfers always lock both accounts in id
-//! order (`TransferStrategy::Ordered`); the naive order exists for the lab only. A replayed
-//! transfer id answers 200 with the original transfer and `"replayed": true`. Settling a hold and
-//! linked groups are in [`super::transfers`].
+//! order, with the served transfer strategy (`ordered`, or the batched ledger engine that
+//! groups the movements of a hot account into one transaction); the naive order exists for the
+//! lab only. A replayed transfer id answers 200 with the original transfer and
+//! `"replayed": true`. Settling a hold and linked groups are in [`super::transfers`].
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -12,9 +13,7 @@ use chrono::{DateTime, Utc};
 use saldo::domain::{
     AccountId, Amount, BalanceLimits, TransferId, TransferStatus, TransferTimeout,
 };
-use saldo::ledger::{
-    Account, LinkedTransfer, Transfer, TransferKind, TransferRequest, TransferStrategy, MAX_LIST,
-};
+use saldo::ledger::{Account, LinkedTransfer, Transfer, TransferKind, TransferRequest, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -344,11 +343,7 @@ pub async fn transfer(
     let transfer = detached(async move {
         match linked.pending {
             Some(timeout) => ledger.hold(&linked.transfer, timeout).await,
-            None => {
-                ledger
-                    .transfer(TransferStrategy::Ordered, &linked.transfer)
-                    .await
-            }
+            None => ledger.transfer(ledger.strategy(), &linked.transfer).await,
         }
     })
     .await?;

@@ -19,6 +19,7 @@ fn config(url: &str, strategy: StrategyName) -> ServiceConfig {
         database_url: url.to_owned(),
         listen: "127.0.0.1:0".parse().expect("address"),
         strategy,
+        transfer_strategy: crate::harness::TRANSFER,
         pool: PoolOptions {
             max_size: 4,
             ..PoolOptions::default()

@@ -127,7 +127,8 @@ fn state_built(
     let engine = stock::build(strategy, store, &StrategyConfig::default());
     let prometheus = saldo_http::metrics::install().expect("recorder");
     (
-        AppState::new(engine, validated.settings, prometheus),
+        AppState::new(engine, validated.settings, prometheus)
+            .with_transfer_strategy(crate::harness::TRANSFER),
         validated.generated,
     )
 }

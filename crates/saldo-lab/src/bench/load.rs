@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
-use saldo::domain::{AccountId, Amount, OrderId, TransferId, Ttl};
+use saldo::domain::{AccountId, Amount, OrderId, TransferId, TransferTimeout, Ttl};
 use saldo::ledger::{Ledger, TransferRequest};
 use saldo::stock::{ReserveRequest, StockStrategy};
 use saldo::Error;
@@ -131,6 +131,9 @@ pub enum Target {
     Stock(Arc<dyn StockStrategy>),
     /// One transfer of 1 between two accounts per operation.
     Ledger(Ledger, LabTransfer),
+    /// One hold of 1 between two accounts, then its post, per operation (the ledger's served
+    /// strategy).
+    Holds(Ledger),
     /// One reservation (or sale) per operation through a running `saldo serve`.
     Http(Arc<HttpTarget>),
 }
@@ -144,6 +147,16 @@ fn describe(e: &Error) -> String {
     match db {
         Some(d) => format!("{e} [{}: {}]", d.code().code(), d.message()),
         None => e.to_string(),
+    }
+}
+
+/// A ledger answer as the tally counts it: refusals (funds, a reused id) are expected answers.
+fn ledger_outcome(answer: Result<saldo::ledger::Transfer, Error>) -> Outcome {
+    match answer {
+        Ok(_) => Outcome::Ok(1),
+        Err(Error::InsufficientFunds { .. }) | Err(Error::TransferConflict(_)) => Outcome::Refused,
+        Err(Error::Overloaded(_)) => Outcome::Overloaded,
+        Err(e) => Outcome::Error(describe(&e)),
     }
 }
 
@@ -185,28 +198,38 @@ impl Shared {
                 }
             }
             Target::Ledger(ledger, strategy) => {
-                let (from, to) = self.picker.pick_pair(rng);
-                let request = match (|| -> Result<TransferRequest, saldo::InputError> {
-                    Ok(TransferRequest {
-                        id: TransferId::new(id)?,
-                        from: AccountId::new(from)?,
-                        to: AccountId::new(to)?,
-                        amount: Amount::new(1)?,
-                    })
-                })() {
+                let request = match self.transfer_request(id, rng) {
                     Ok(r) => r,
                     Err(e) => return Outcome::Error(e.to_string()),
                 };
-                match strategy.transfer(ledger, &request).await {
-                    Ok(_) => Outcome::Ok(1),
-                    Err(Error::InsufficientFunds { .. }) | Err(Error::TransferConflict(_)) => {
-                        Outcome::Refused
-                    }
-                    Err(Error::Overloaded(_)) => Outcome::Overloaded,
-                    Err(e) => Outcome::Error(describe(&e)),
+                ledger_outcome(strategy.transfer(ledger, &request).await)
+            }
+            Target::Holds(ledger) => {
+                let request = match self.transfer_request(id, rng) {
+                    Ok(r) => r,
+                    Err(e) => return Outcome::Error(e.to_string()),
+                };
+                match ledger.hold(&request, TransferTimeout::default()).await {
+                    Ok(_) => ledger_outcome(ledger.post(&request.id, None).await),
+                    Err(e) => ledger_outcome(Err(e)),
                 }
             }
         }
+    }
+
+    /// A transfer of 1 between the next pair of accounts.
+    fn transfer_request(
+        &self,
+        id: String,
+        rng: &mut rand::rngs::StdRng,
+    ) -> Result<TransferRequest, saldo::InputError> {
+        let (from, to) = self.picker.pick_pair(rng);
+        Ok(TransferRequest {
+            id: TransferId::new(id)?,
+            from: AccountId::new(from)?,
+            to: AccountId::new(to)?,
+            amount: Amount::new(1)?,
+        })
     }
 
     async fn reserve(

@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use saldo::ledger::Ledger;
+use saldo::ledger::{Ledger, TransferStrategy};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig, BatchedStats};
 use saldo::stock::StrategyConfig;
@@ -93,6 +93,9 @@ impl Contender {
 
     /// A strategy name of `scenario`'s kind (transfer strategies for the ledger scenarios).
     pub fn parse(scenario: Scenario, s: &str) -> Result<Contender> {
+        if scenario == Scenario::HoldsHot && LabTransfer::parse(s) == Some(LabTransfer::Naive) {
+            bail!("holds-hot runs the served transfer strategies only (ordered, batched)");
+        }
         if scenario.is_transfers() {
             return LabTransfer::parse(s)
                 .map(Contender::Transfer)
@@ -137,7 +140,7 @@ impl BenchConfig {
             None => format!("{} buyers", self.plan.concurrency),
         };
         let products = match self.scenario {
-            Scenario::Hot | Scenario::TransfersHot => String::new(),
+            Scenario::Hot | Scenario::TransfersHot | Scenario::HoldsHot => String::new(),
             Scenario::TransfersUniform => format!(", {} accounts", self.products),
             _ => format!(", {} products", self.products),
         };
@@ -243,11 +246,23 @@ async fn one_run(
     let pool = scratch.pool();
     let store = scratch.store(TxOptions::default());
     let mut batched = None;
+    let mut ledger_engine = None;
     let target = match name {
         Contender::Http => bail!("HTTP runs go through http_run"),
         Contender::Transfer(strategy) => {
             saldo::fixtures::open_accounts(pool, config.products, OPENING_BALANCE).await?;
-            Target::Ledger(Ledger::new(store), strategy)
+            // The naive strategy moves money through `transfer_with`; the ledger serves
+            // `ordered` for everything else it does.
+            let served = strategy.served().unwrap_or(TransferStrategy::Ordered);
+            let ledger = Ledger::serving(store, served, &config.batched);
+            if served == TransferStrategy::Batched {
+                ledger_engine = Some(ledger.clone());
+            }
+            if config.scenario == Scenario::HoldsHot {
+                Target::Holds(ledger)
+            } else {
+                Target::Ledger(ledger, strategy)
+            }
         }
         Contender::Stock(LabStrategy::Batched) => {
             saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
@@ -268,8 +283,12 @@ async fn one_run(
     let tag = format!("r{round}{}", name.as_str());
     let tally = load::drive(target, picker.clone(), &config.plan, tag, on_tick).await?;
     let peak_rss_kib = peak_rss_kib();
-    let stats = batched.as_ref().map(Batched::stats);
+    let stats = batched
+        .as_ref()
+        .map(Batched::stats)
+        .or_else(|| ledger_engine.as_ref().map(|l| l.engine().stats()));
     drop(batched);
+    drop(ledger_engine);
     let invariants = if config.scenario.is_transfers() {
         let expected_total = OPENING_BALANCE * i64::from(config.products);
         checks::ledger_checks(pool, expected_total, tally.units_granted, tally.errors).await?

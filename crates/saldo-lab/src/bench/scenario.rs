@@ -1,5 +1,6 @@
 //! What a benchmark operation does: the scenarios (`hot`, `uniform`, `zipf`, `multi-item`
-//! reserve stock; `transfers-hot`, `transfers-uniform` move money), how each picks the items or
+//! reserve stock; `transfers-hot`, `transfers-uniform` move money; `holds-hot` holds money and
+//! posts the hold), how each picks the items or
 //! accounts of the next operation, and how much stock and money a run starts with (laid out by
 //! `saldo::fixtures`). Stock and balances are large enough that a run never runs out: what is
 //! measured is the engine, not the refusal path.
@@ -25,6 +26,9 @@ pub enum Scenario {
     TransfersHot,
     /// Transfers of 1 between two distinct accounts of `--products` accounts.
     TransfersUniform,
+    /// Holds of 1 between two accounts in random directions, each posted once it is placed:
+    /// hold + post count as one operation.
+    HoldsHot,
 }
 
 impl Scenario {
@@ -36,19 +40,23 @@ impl Scenario {
             Scenario::MultiItem => "multi-item",
             Scenario::TransfersHot => "transfers-hot",
             Scenario::TransfersUniform => "transfers-uniform",
+            Scenario::HoldsHot => "holds-hot",
         }
     }
 
     /// True for the ledger scenarios (their strategies are transfer strategies).
     pub fn is_transfers(self) -> bool {
-        matches!(self, Scenario::TransfersHot | Scenario::TransfersUniform)
+        matches!(
+            self,
+            Scenario::TransfersHot | Scenario::TransfersUniform | Scenario::HoldsHot
+        )
     }
 
     /// Products (or accounts) the scenario creates.
     pub fn products(self, requested: u32) -> u32 {
         match self {
             Scenario::Hot => 1,
-            Scenario::TransfersHot => 2,
+            Scenario::TransfersHot | Scenario::HoldsHot => 2,
             Scenario::TransfersUniform => requested.max(2),
             _ => requested,
         }
@@ -78,9 +86,10 @@ impl Picker {
     pub fn new(scenario: Scenario, products: u32, skew: f64, items: u32) -> Picker {
         match scenario {
             Scenario::Hot => Picker::Hot,
-            Scenario::Uniform | Scenario::TransfersHot | Scenario::TransfersUniform => {
-                Picker::Uniform { products }
-            }
+            Scenario::Uniform
+            | Scenario::TransfersHot
+            | Scenario::TransfersUniform
+            | Scenario::HoldsHot => Picker::Uniform { products },
             Scenario::Zipf => {
                 let weights: Vec<f64> = (1..=products)
                     .map(|k| 1.0 / f64::from(k).powf(skew))

@@ -203,11 +203,16 @@ async fn read_state(client: &Client, id: &TransferId) -> Result<TransferState, E
         .query_opt(&stmt, &[&id.as_str()])
         .await?
         .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
+    state_of(&row, id.clone())
+}
+
+/// A transfer's settle state from a row of `STATE`'s columns (the batched engine reads many).
+pub(crate) fn state_of(row: &tokio_postgres::Row, id: TransferId) -> Result<TransferState, Error> {
     let status: String = row.try_get("status")?;
     let status = TransferStatus::parse(&status)
         .ok_or_else(|| Error::invariant(format!("transfer status {status:?} unknown")))?;
     Ok(TransferState {
-        id: id.clone(),
+        id,
         from: account_from_db(row.try_get("from_account")?)?,
         to: account_from_db(row.try_get("to_account")?)?,
         amount: row.try_get("amount")?,

@@ -65,7 +65,7 @@ const INSERT_OPENING: &str = "INSERT INTO transfers (id, from_account, to_accoun
 const INSERT_GROUP: &str = "INSERT INTO transfer_groups (id, size) VALUES ($1, $2)";
 const FIND_GROUP: &str = "SELECT size FROM transfer_groups WHERE id = $1";
 
-fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfer, Error> {
+pub(super) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfer, Error> {
     let kind: String = row.try_get("kind")?;
     // The table's CHECK admits only the four kinds: another one means the schema and the code
     // disagree, an error, never a guess.

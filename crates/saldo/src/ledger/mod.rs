@@ -47,6 +47,7 @@
 //! offers it.
 
 pub mod apply;
+pub mod batched;
 pub mod holds;
 pub(crate) mod journal;
 mod ordered;
@@ -64,7 +65,9 @@ use crate::domain::{
 };
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::stock::batched::BatchedConfig;
 use crate::stock::Store;
+use batched::BatchedLedger;
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
 pub const MAX_LIST: i64 = 1_000;
@@ -81,15 +84,39 @@ pub const EXPIRE_BATCH: i64 = 500;
 /// Batches per sweeper round at most, so one round is bounded even under a flood of expiries.
 pub const MAX_EXPIRE_BATCHES_PER_ROUND: usize = 1_000;
 
-/// The ledger over one database.
+/// The ledger over one database, with the transfer strategy it serves deposits and
+/// withdrawals with (and the batched engine, whose workers start only if it is used).
 #[derive(Clone)]
 pub struct Ledger {
     store: Store,
+    strategy: TransferStrategy,
+    engine: BatchedLedger,
 }
 
 impl Ledger {
+    /// A ledger serving `ordered`.
     pub fn new(store: Store) -> Self {
-        Ledger { store }
+        Ledger::serving(store, TransferStrategy::Ordered, &BatchedConfig::default())
+    }
+
+    /// A ledger whose deposits and withdrawals use `strategy`; `batched` is the engine
+    /// configured by `config` (also used by [`Ledger::transfer`] with `Batched`).
+    pub fn serving(store: Store, strategy: TransferStrategy, config: &BatchedConfig) -> Self {
+        Ledger {
+            engine: BatchedLedger::new(store.clone(), config),
+            store,
+            strategy,
+        }
+    }
+
+    /// The strategy this ledger serves.
+    pub fn strategy(&self) -> TransferStrategy {
+        self.strategy
+    }
+
+    /// The batched engine (its counters; the bench reads them).
+    pub fn engine(&self) -> &BatchedLedger {
+        &self.engine
     }
 
     pub fn store(&self) -> &Store {
@@ -161,12 +188,7 @@ impl Ledger {
             amount,
             kind: TransferKind::Deposit,
         };
-        self.place(
-            "deposit",
-            movement.kind.as_str(),
-            NewTransfer::posted(movement),
-        )
-        .await
+        self.apply(self.strategy, movement).await
     }
 
     /// Moves `amount` from `from` to the system account; the balance may not go negative.
@@ -183,12 +205,7 @@ impl Ledger {
             amount,
             kind: TransferKind::Withdrawal,
         };
-        self.place(
-            "withdraw",
-            movement.kind.as_str(),
-            NewTransfer::posted(movement),
-        )
-        .await
+        self.apply(self.strategy, movement).await
     }
 
     /// Moves `request.amount` between two customer accounts with `strategy`.
@@ -197,17 +214,8 @@ impl Ledger {
         strategy: TransferStrategy,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        match strategy {
-            // The served path: the id is looked up under the account locks (`holds::place_one`).
-            TransferStrategy::Ordered => {
-                self.place(
-                    "transfer",
-                    "transfer",
-                    NewTransfer::posted(request.movement()),
-                )
-                .await
-            }
-        }
+        let movement = request.movement();
+        self.apply(strategy, movement).await
     }
 
     /// [`Ledger::transfer`] with any [`MoveFunds`]: for the race lab's naive strategy. The
@@ -217,7 +225,10 @@ impl Ledger {
         strategy: &dyn MoveFunds,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        self.apply(strategy, "transfer", request.movement()).await
+        let movement = request.movement();
+        let result = apply_one(&self.store, strategy, "transfer", movement).await;
+        observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
+        result
     }
 
     /// Places a hold: `request.amount` is held against `request.from` (counted against its
@@ -232,7 +243,9 @@ impl Ledger {
             movement: request.movement(),
             pending: Some(timeout),
         };
-        self.place("hold", "hold", t).await
+        let result = self.place(self.strategy, t).await;
+        observe("hold", &result.as_ref().map(|t| t.replayed));
+        result
     }
 
     /// Posts a hold: `amount` (the whole hold when `None`; at most the hold) moves, the rest is
@@ -378,74 +391,107 @@ impl Ledger {
         checkout(&self.store.pool, "ledger_read").await
     }
 
+    /// Post or void with the served strategy: one transaction, or through the engine.
     async fn settle(
         &self,
         operation: &'static str,
         id: &TransferId,
         how: Settle,
     ) -> Result<Transfer, Error> {
-        let result = in_transaction(
-            &self.store.pool,
-            &self.store.tx,
-            operation,
-            |client| crate::tx_body!(client => holds::settle_one(client, id, how)),
-        )
-        .await;
+        let result = match self.strategy {
+            TransferStrategy::Ordered => settle_alone(&self.store, operation, id, how).await,
+            TransferStrategy::Batched => self.engine.settle(id, how).await,
+        };
         observe(operation, &result.as_ref().map(|t| t.replayed));
         result
     }
 
-    /// One new transfer (posted or held) through [`holds::place_one`], counted under `kind`.
+    /// A new transfer (posted or held) with `strategy`: one transaction, or through the engine.
     async fn place(
         &self,
-        operation: &'static str,
-        kind: &'static str,
+        strategy: TransferStrategy,
         t: NewTransfer<'_>,
     ) -> Result<Transfer, Error> {
-        let result = match validate(&t.movement) {
-            Err(e) => Err(e.into()),
-            Ok(()) => {
-                in_idempotent_transaction(
-                    &self.store.pool,
-                    &self.store.tx,
-                    operation,
-                    TRANSFERS_KEY,
-                    |client| crate::tx_body!(client => holds::place_one(client, t)),
-                )
-                .await
-            }
-        };
-        observe(kind, &result.as_ref().map(|t| t.replayed));
-        result
+        validate(&t.movement)?;
+        match strategy {
+            TransferStrategy::Ordered => place_alone(&self.store, operation(&t), t).await,
+            TransferStrategy::Batched => self.engine.place(&t).await,
+        }
     }
 
+    /// A transfer, deposit or withdrawal, posted at once.
     async fn apply(
         &self,
-        strategy: &dyn MoveFunds,
-        operation: &'static str,
+        strategy: TransferStrategy,
         movement: Movement<'_>,
     ) -> Result<Transfer, Error> {
-        let result = self.apply_checked(strategy, operation, movement).await;
+        let result = self.place(strategy, NewTransfer::posted(movement)).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }
+}
 
-    async fn apply_checked(
-        &self,
-        strategy: &dyn MoveFunds,
-        operation: &'static str,
-        movement: Movement<'_>,
-    ) -> Result<Transfer, Error> {
-        validate(&movement)?;
-        in_idempotent_transaction(
-            &self.store.pool,
-            &self.store.tx,
-            operation,
-            TRANSFERS_KEY,
-            |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
-        )
-        .await
+/// The name an operation on a new transfer runs under (metrics, "not applied" answers).
+pub(crate) fn operation(t: &NewTransfer<'_>) -> &'static str {
+    match (t.pending, t.movement.kind) {
+        (Some(_), _) => "hold",
+        (None, TransferKind::Deposit) => "deposit",
+        (None, TransferKind::Withdrawal) => "withdraw",
+        (None, TransferKind::Opening) => "open_account",
+        (None, TransferKind::Transfer) => "transfer",
     }
+}
+
+/// One new transfer (posted or held) as its own transaction, the `ordered` way: its accounts
+/// locked in id order by one statement, decided by [`apply::place`], idempotent, retried.
+/// Validated by the caller.
+pub(crate) async fn place_alone(
+    store: &Store,
+    operation: &'static str,
+    t: NewTransfer<'_>,
+) -> Result<Transfer, Error> {
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        TRANSFERS_KEY,
+        |client| crate::tx_body!(client => holds::place_one(client, t)),
+    )
+    .await
+}
+
+/// One post or void as its own transaction.
+pub(crate) async fn settle_alone(
+    store: &Store,
+    operation: &'static str,
+    id: &TransferId,
+    how: Settle,
+) -> Result<Transfer, Error> {
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        |client| crate::tx_body!(client => holds::settle_one(client, id, how)),
+    )
+    .await
+}
+
+/// A movement through any [`MoveFunds`] (the lab's naive strategy), as its own transaction.
+async fn apply_one(
+    store: &Store,
+    strategy: &dyn MoveFunds,
+    operation: &'static str,
+    movement: Movement<'_>,
+) -> Result<Transfer, Error> {
+    validate(&movement)?;
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        TRANSFERS_KEY,
+        |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
+    )
+    .await
 }
 
 /// Input checks that need no database: distinct customer accounts, no reserved id.
@@ -494,7 +540,10 @@ impl MoveFunds for TransferStrategy {
         m: &Movement<'_>,
     ) -> Result<(), Error> {
         match self {
-            TransferStrategy::Ordered => ordered::move_funds(client, m).await,
+            // A batch of one is an `ordered` transaction.
+            TransferStrategy::Ordered | TransferStrategy::Batched => {
+                ordered::move_funds(client, m).await
+            }
         }
     }
 }

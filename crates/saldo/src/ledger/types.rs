@@ -17,11 +17,15 @@ use crate::error::Error;
 pub enum TransferStrategy {
     /// Seed 002: both rows locked in ascending id by one statement, then the decision.
     Ordered,
+    /// Group commit for a hot account (`ledger::batched`): movements that meet on a partition
+    /// are applied by one transaction; a lone one runs as `ordered`.
+    Batched,
 }
 
 impl TransferStrategy {
     /// Every strategy.
-    pub const ALL: &'static [TransferStrategy] = &[TransferStrategy::Ordered];
+    pub const ALL: &'static [TransferStrategy] =
+        &[TransferStrategy::Ordered, TransferStrategy::Batched];
 
     pub fn parse(s: &str) -> Option<TransferStrategy> {
         TransferStrategy::ALL
@@ -33,6 +37,7 @@ impl TransferStrategy {
     pub fn as_str(self) -> &'static str {
         match self {
             TransferStrategy::Ordered => "ordered",
+            TransferStrategy::Batched => "batched",
         }
     }
 }

@@ -20,6 +20,7 @@ use saldo::stock::{
     StrategyName,
 };
 use saldo::Error;
+use saldo_lab::testing::RowLock;
 
 /// Upper bound of every wait loop in this module.
 const WAIT_LIMIT: Duration = Duration::from_secs(30);
@@ -96,47 +97,12 @@ async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize, tag: &
     sold
 }
 
-/// A second session holding the lock of some stock rows until released.
-struct RowLock(deadpool_postgres::Object);
+const LOCK_STOCK: &str =
+    "SELECT 1 FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
 
-impl RowLock {
-    async fn take(db: &TestDb, products: &[i64]) -> RowLock {
-        let client = db.pool.get().await.expect("client");
-        client.batch_execute("BEGIN").await.expect("begin");
-        client
-            .query(
-                "SELECT 1 FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE",
-                &[&products],
-            )
-            .await
-            .expect("lock");
-        RowLock(client)
-    }
-    async fn release(self) {
-        self.0.batch_execute("ROLLBACK").await.expect("rollback");
-    }
-}
-
-/// Waits (bounded) until some session of this database waits for a row lock.
-async fn until_lock_waiter(db: &TestDb) {
-    let client = db.pool.get().await.expect("client");
-    let started = std::time::Instant::now();
-    loop {
-        let n: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .expect("pg_stat_activity")
-            .get(0);
-        if n > 0 {
-            return;
-        }
-        assert!(started.elapsed() < WAIT_LIMIT, "no session ever waited");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// A second session holding these products' rows until released.
+async fn lock_rows(db: &TestDb, ids: &[i64]) -> RowLock {
+    RowLock::take(db, LOCK_STOCK, ids).await
 }
 
 /// Waits (bounded) until exactly `n` requests are queued.
@@ -164,9 +130,9 @@ async fn one_batch_of(
     blocked: i64,
     next: &[(&str, Vec<(i64, i64)>)],
 ) -> Vec<Result<saldo::stock::Reservation, Error>> {
-    let lock = RowLock::take(db, &[blocked]).await;
+    let lock = lock_rows(db, &[blocked]).await;
     let first = spawn_reserve(engine, "blocked-order", &[(blocked, 1)]);
-    until_lock_waiter(db).await;
+    db.until_lock_waiter().await;
     let mut answers = Vec::new();
     for (i, (order, items)) in next.iter().enumerate() {
         answers.push(spawn_reserve(engine, order, items));
@@ -425,7 +391,7 @@ async fn a_failed_batch_still_answers_each_order_on_its_own() {
         },
     );
     let engine = single_partition(store);
-    let held = RowLock::take(&db, &[1]).await;
+    let held = lock_rows(&db, &[1]).await;
     let connection = pool.get().await.expect("the only connection");
     let first = spawn_reserve(&engine, "first", &[(2, 1)]);
     let started = std::time::Instant::now();
@@ -472,9 +438,9 @@ async fn a_stuck_product_does_not_hold_up_other_products_but_holds_its_own_queue
             ..BatchedConfig::default()
         },
     );
-    let lock = RowLock::take(&db, &[1]).await;
+    let lock = lock_rows(&db, &[1]).await;
     let first = spawn_reserve(&engine, "first", &[(1, 1)]);
-    until_lock_waiter(&db).await;
+    db.until_lock_waiter().await;
     // Queued behind `first` on product 1, and (through it) product 3.
     let second = spawn_reserve(&engine, "second", &[(1, 1), (3, 1)]);
     until_queued(&engine, 1).await;
@@ -523,7 +489,7 @@ async fn a_full_queue_answers_overloaded_at_once() {
             ..BatchedConfig::default()
         },
     );
-    let lock = RowLock::take(&db, &[1]).await;
+    let lock = lock_rows(&db, &[1]).await;
     let mut set = tokio::task::JoinSet::new();
     for i in 0..10 {
         let engine = engine.clone();
@@ -670,11 +636,11 @@ async fn a_locked_product_holds_up_its_batch_mates_one_lock_timeout_at_most() {
         TxOptions::default().with_lock_timeout_ms(LOCK_TIMEOUT_MS),
     );
     let engine = single_partition(store);
-    let held = RowLock::take(&db, &[1]).await;
+    let held = lock_rows(&db, &[1]).await;
     // One batch: the orders on the locked product 1, then one on product 2.
-    let blocker = RowLock::take(&db, &[9]).await;
+    let blocker = lock_rows(&db, &[9]).await;
     let first = spawn_reserve(&engine, "blocked-order", &[(9, 1)]);
-    until_lock_waiter(&db).await;
+    db.until_lock_waiter().await;
     let mut on_locked = Vec::new();
     for i in 0..ON_LOCKED {
         on_locked.push(spawn_reserve(&engine, &format!("locked-{i}"), &[(1, 1)]));
@@ -718,9 +684,9 @@ async fn a_job_whose_deadline_passes_in_the_queue_is_never_applied() {
     let db = test_db().await;
     stock_up(&db.store(), &[(2, 10), (9, 10)]).await;
     let engine = single_partition(db.store());
-    let blocker = RowLock::take(&db, &[9]).await;
+    let blocker = lock_rows(&db, &[9]).await;
     let first = spawn_reserve(&engine, "blocked-order", &[(9, 1)]);
-    until_lock_waiter(&db).await;
+    db.until_lock_waiter().await;
     let late = {
         let engine = engine.clone();
         tokio::spawn(async move {

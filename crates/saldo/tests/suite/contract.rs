@@ -605,27 +605,6 @@ async fn confirms_racing_sweepers_have_exactly_one_winner() {
     }
 }
 
-/// Waits (bounded) until some session of `db` waits on a lock.
-async fn until_someone_waits_for_a_lock(db: &TestDb) {
-    let client = db.pool.get().await.expect("client");
-    for _ in 0..500 {
-        let waiting: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .expect("activity")
-            .get(0);
-        if waiting > 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("nobody waited for the lock within 5 s");
-}
-
 /// Deterministic seed 004 conflict: the buyer reads version v, another session writes v+1 while
 /// the buyer's UPDATE waits, and the UPDATE then matches no row.
 async fn optimistic_buyer_against_a_concurrent_writer(
@@ -657,7 +636,7 @@ async fn optimistic_buyer_against_a_concurrent_writer(
                 .await
         })
     };
-    until_someone_waits_for_a_lock(&db).await;
+    db.until_lock_waiter().await;
     tx.commit().await.expect("commit");
     let result = buyer.await.expect("join");
     (db, result)

@@ -6,11 +6,12 @@
 use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
 use saldo::domain::{AccountId, BalanceLimits, GroupId, TransferStatus, TransferTimeout};
 use saldo::fixtures::make_holds_due;
-use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest, TransferStrategy};
+use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest};
 use saldo::{Error, InputError};
 
-use crate::harness::{test_db, TestDb};
-use crate::ledger::{acc, amount, request, tid};
+use super::harness::{test_db, TestDb, TRANSFER};
+use super::ledger::{acc, amount, request, tid};
+use saldo::stock::batched::BatchedConfig;
 
 fn timeout() -> TransferTimeout {
     TransferTimeout::from_secs(60).expect("timeout")
@@ -28,7 +29,7 @@ async fn state(ledger: &Ledger, n: i64) -> (i64, i64, i64, i64) {
 }
 
 async fn two_accounts(db: &TestDb, opening: i64) -> Ledger {
-    let ledger = Ledger::new(db.store());
+    let ledger = Ledger::serving(db.store(), TRANSFER, &BatchedConfig::default());
     ledger.open_account(acc(1), opening).await.expect("open 1");
     ledger.open_account(acc(2), 0).await.expect("open 2");
     ledger
@@ -48,9 +49,7 @@ async fn a_hold_holds_then_a_partial_post_moves_part_and_releases_the_rest() {
     assert_eq!(state(&ledger, 2).await, (0, 0, 0, 60));
     clean(&db).await;
     // The hold counts against the minimum: 41 more is refused, naming the amounts.
-    let refused = ledger
-        .transfer(TransferStrategy::Ordered, &request("t1", 1, 2, 41))
-        .await;
+    let refused = ledger.transfer(TRANSFER, &request("t1", 1, 2, 41)).await;
     assert!(
         matches!(
             refused,
@@ -71,9 +70,7 @@ async fn a_hold_holds_then_a_partial_post_moves_part_and_releases_the_rest() {
         .expect("replay");
     assert!(again.replayed);
     assert!(matches!(
-        ledger
-            .transfer(TransferStrategy::Ordered, &request("h1", 1, 2, 60))
-            .await,
+        ledger.transfer(TRANSFER, &request("h1", 1, 2, 60)).await,
         Err(Error::TransferConflict(_))
     ));
     let posted = ledger
@@ -153,7 +150,7 @@ async fn void_and_expiry_release_the_hold_and_settle_it_for_good() {
     assert_eq!(state(&ledger, 2).await, (0, 0, 0, 0));
     // A one-shot transfer was never pending: it cannot be posted or voided.
     ledger
-        .transfer(TransferStrategy::Ordered, &request("once", 1, 2, 5))
+        .transfer(TRANSFER, &request("once", 1, 2, 5))
         .await
         .expect("transfer");
     assert!(matches!(
@@ -197,7 +194,7 @@ async fn a_post_above_the_hold_is_refused_and_moves_nothing() {
 #[tokio::test]
 async fn limits_count_pending_amounts_and_refusals_write_nothing() {
     let db = test_db().await;
-    let ledger = Ledger::new(db.store());
+    let ledger = Ledger::serving(db.store(), TRANSFER, &BatchedConfig::default());
     let credit_line = BalanceLimits::new(-50, None).expect("limits");
     let capped = BalanceLimits::new(0, Some(100)).expect("limits");
     ledger
@@ -221,9 +218,7 @@ async fn limits_count_pending_amounts_and_refusals_write_nothing() {
         .hold(&request("h", 1, 2, 30), timeout())
         .await
         .expect("hold within the credit line");
-    let over = ledger
-        .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 11))
-        .await;
+    let over = ledger.transfer(TRANSFER, &request("t", 1, 2, 11)).await;
     assert!(
         matches!(
             over,
@@ -238,13 +233,11 @@ async fn limits_count_pending_amounts_and_refusals_write_nothing() {
         "{over:?}"
     );
     ledger
-        .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 10))
+        .transfer(TRANSFER, &request("t", 1, 2, 10))
         .await
         .expect("down to -40 of -50");
     assert!(matches!(
-        ledger
-            .transfer(TransferStrategy::Ordered, &request("t2", 1, 2, 11))
-            .await,
+        ledger.transfer(TRANSFER, &request("t2", 1, 2, 11)).await,
         Err(Error::InsufficientFunds {
             min_balance: -50,
             ..
@@ -464,7 +457,7 @@ async fn simultaneous_copies_of_a_transfer_taking_all_funds_replay_not_refuse() 
         let ledger = ledger.clone();
         tasks.push(tokio::spawn(async move {
             ledger
-                .transfer(TransferStrategy::Ordered, &request("all", 1, 2, 100))
+                .transfer(TRANSFER, &request("all", 1, 2, 100))
                 .await
                 .map(|t| t.replayed)
         }));

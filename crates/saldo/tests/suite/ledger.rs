@@ -6,14 +6,15 @@
 
 use saldo::audit::{audit_ledger, LedgerDivergence, LedgerInvariant};
 use saldo::domain::{AccountId, Amount, TransferId, MAX_AMOUNT};
-use saldo::ledger::{Ledger, Transfer, TransferKind, TransferRequest, TransferStrategy};
+use saldo::ledger::{Ledger, Transfer, TransferKind, TransferRequest};
 use saldo::retry::{TxOptions, TxStats};
+use saldo::stock::batched::BatchedConfig;
 use saldo::stock::Store;
 use saldo::{Error, InputError};
 use saldo_lab::race::transfers::{crossed, OPENING_BALANCE as OPENING};
 use saldo_lab::LabTransfer;
 
-use crate::harness::{test_db, TestDb};
+use super::harness::{test_db, TestDb, TRANSFER};
 
 pub(crate) fn acc(n: i64) -> AccountId {
     AccountId::new(n).expect("account id")
@@ -36,8 +37,11 @@ pub(crate) fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
     }
 }
 
+/// A ledger serving this binary's transfer strategy (`harness::TRANSFER`) for deposits and
+/// withdrawals too.
 fn ledger_with(db: &TestDb, tx: TxOptions) -> Ledger {
-    Ledger::new(Store::new(db.pool.clone(), tx))
+    let store = Store::new(db.pool.clone(), tx);
+    Ledger::serving(store, TRANSFER, &BatchedConfig::default())
 }
 
 async fn assert_ledger_clean(db: &TestDb) {
@@ -74,7 +78,7 @@ async fn open_deposit_withdraw_transfer_and_list() {
         (acc(1), AccountId::SYSTEM, TransferKind::Withdrawal)
     );
     let t = ledger
-        .transfer(TransferStrategy::Ordered, &request("t1", 1, 2, 300))
+        .transfer(TRANSFER, &request("t1", 1, 2, 300))
         .await
         .expect("transfer");
     assert!(!t.replayed);
@@ -134,11 +138,11 @@ async fn assert_total_unchanged(ledger: &Ledger) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crossed_transfers_ordered_never_fail() {
+async fn crossed_transfers_of_the_served_strategy_never_fail() {
     let db = test_db().await;
     let stats = TxStats::new();
     let ledger = ledger_with(&db, db.tx.clone().with_stats(stats.clone()));
-    let crossed = crossed_transfers(&ledger, LabTransfer::Ordered).await;
+    let crossed = crossed_transfers(&ledger, LabTransfer::from(TRANSFER)).await;
     let codes: Vec<String> = crossed.errors.iter().map(ToString::to_string).collect();
     assert_eq!(crossed.ok, 2 * CROSSED_EACH_WAY, "failures: {codes:?}");
     // Same number each way: each balance is back exactly where it started.
@@ -148,7 +152,7 @@ async fn crossed_transfers_ordered_never_fail() {
     assert_eq!(
         stats.deadlock_retries(),
         0,
-        "ordered locking cannot deadlock"
+        "{TRANSFER}: locking in id order cannot deadlock"
     );
     assert_ledger_clean(&db).await;
 }
@@ -191,7 +195,7 @@ async fn insufficient_funds_is_refused_once_and_never_retried() {
     assert_eq!(balance(&ledger, 2).await, 0);
     // A refused transfer journals nothing: its id is still free, and exactly the balance works.
     let t = ledger
-        .transfer(TransferStrategy::Ordered, &request("too-much", 1, 2, 100))
+        .transfer(TRANSFER, &request("too-much", 1, 2, 100))
         .await
         .expect("the whole balance");
     assert!(!t.replayed);
@@ -256,12 +260,13 @@ async fn twenty_simultaneous_replays_apply_once() {
         applied += usize::from(!t.await.expect("join").expect("copy").replayed);
     }
     assert_eq!(applied, 2);
-    assert_eq!(balance(&ledger, 1).await, 1_000 - 200 - 3);
-    assert_eq!(balance(&ledger, 2).await, 200 + 7);
+    let moved = 100 * LabTransfer::ALL.len() as i64;
+    assert_eq!(balance(&ledger, 1).await, 1_000 - moved - 3);
+    assert_eq!(balance(&ledger, 2).await, moved + 7);
     // Journal: one row per id.
     assert_eq!(
         ledger.transfers_of(acc(2), 100).await.expect("list").len(),
-        3
+        LabTransfer::ALL.len() + 1
     );
     assert_ledger_clean(&db).await;
 }
@@ -273,7 +278,7 @@ async fn same_id_with_another_payload_conflicts() {
     ledger.open_account(acc(1), 1_000).await.expect("open 1");
     ledger.open_account(acc(2), 1_000).await.expect("open 2");
     let first = ledger
-        .transfer(TransferStrategy::Ordered, &request("t", 1, 2, 100))
+        .transfer(TRANSFER, &request("t", 1, 2, 100))
         .await
         .expect("first");
     let replay = LabTransfer::Naive
@@ -289,7 +294,7 @@ async fn same_id_with_another_payload_conflicts() {
         first
     );
     for other in [request("t", 1, 2, 101), request("t", 2, 1, 100)] {
-        let result = ledger.transfer(TransferStrategy::Ordered, &other).await;
+        let result = ledger.transfer(TRANSFER, &other).await;
         assert!(
             matches!(&result, Err(Error::TransferConflict(id)) if id.as_str() == "t"),
             "{other:?}: {result:?}"
@@ -471,7 +476,7 @@ async fn simultaneous_openings_of_one_account_open_it_once() {
 /// strategies now refuse it as [`Error::BalanceOutOfRange`] and write nothing.
 #[tokio::test]
 async fn movements_past_bigint_are_refused_typed() {
-    let db = crate::harness::test_db().await;
+    let db = test_db().await;
     let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 10).await.expect("open 1");
     ledger.open_account(acc(2), 0).await.expect("open 2");

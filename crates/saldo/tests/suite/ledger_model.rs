@@ -16,12 +16,11 @@ use saldo::domain::{
     AccountId, Amount, BalanceLimits, GroupId, TransferId, TransferStatus, TransferTimeout,
 };
 use saldo::fixtures::make_holds_due;
-use saldo::ledger::{
-    Group, GroupRequest, Ledger, LinkedTransfer, Transfer, TransferRequest, TransferStrategy,
-};
+use saldo::ledger::{Group, GroupRequest, Ledger, LinkedTransfer, Transfer, TransferRequest};
 use saldo::{Error, InputError};
 
-use crate::harness::test_db;
+use super::harness::{test_db, TRANSFER};
+use saldo::stock::batched::BatchedConfig;
 
 /// Cases per run and steps per case: bounded so the property stays a few seconds.
 pub const CASES: u32 = 24;
@@ -136,18 +135,15 @@ pub trait Applier {
     async fn group(&self, ledger: &Ledger, g: &GroupRequest) -> Result<Group, Error>;
 }
 
-/// The ledger's own transactions (`TransferStrategy::Ordered`).
+/// The ledger's own operations, with the strategy it serves (`harness::TRANSFER`: `ordered`,
+/// or the batched ledger engine in `tests/ledger_batched.rs`).
 pub struct Ordered;
 
 impl Applier for Ordered {
     async fn transfer(&self, ledger: &Ledger, t: &LinkedTransfer) -> Result<Transfer, Error> {
         match t.pending {
             Some(timeout) => ledger.hold(&t.transfer, timeout).await,
-            None => {
-                ledger
-                    .transfer(TransferStrategy::Ordered, &t.transfer)
-                    .await
-            }
+            None => ledger.transfer(ledger.strategy(), &t.transfer).await,
         }
     }
     async fn post(
@@ -460,7 +456,7 @@ async fn check(ledger: &Ledger, model: &Model, step: usize) {
 /// applied by `applier` and by the model, compared step by step.
 pub async fn run_case<A: Applier>(applier: &A, balances: Vec<i64>, ops: Vec<Op>) {
     let db = test_db().await;
-    let ledger = Ledger::new(db.store());
+    let ledger = Ledger::serving(db.store(), TRANSFER, &BatchedConfig::default());
     let mut model = Model::default();
     for (i, (balance, (min, max))) in balances.iter().zip(LIMITS).enumerate() {
         let a = i as i64 + 1;

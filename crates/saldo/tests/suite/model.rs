@@ -10,14 +10,15 @@ use saldo::audit::{audit_ledger, audit_stock};
 use saldo::domain::{
     AccountId, Amount, OrderId, OrderItems, ProductId, Reason, RequestKey, TransferId, Ttl,
 };
-use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
+use saldo::ledger::{Ledger, TransferRequest};
+use saldo::stock::batched::BatchedConfig;
 use saldo::stock::{
     admin, build, sweeper, RereserveRequest, ReserveRequest, ReservedItem, Status, StockStrategy,
     StrategyConfig, StrategyName,
 };
 use saldo::Error;
 
-use crate::harness::{test_db, TestDb};
+use super::harness::{test_db, TestDb, TRANSFER};
 
 /// Cases per run and steps per case: bounded so the property stays a few seconds.
 const CASES: u32 = 24;
@@ -523,7 +524,7 @@ impl Engine {
                     amount: Amount::new(*amount).expect("amount"),
                 };
                 self.ledger
-                    .transfer(TransferStrategy::Ordered, &request)
+                    .transfer(TRANSFER, &request)
                     .await
                     .map(transferred)
             }
@@ -583,7 +584,7 @@ async fn run_case(counts: Vec<i64>, balances: Vec<i64>, ops: Vec<Op>) {
             .expect("count");
         model.stock.insert(p, (*count as i32, 0));
     }
-    let ledger = Ledger::new(store.clone());
+    let ledger = Ledger::serving(store.clone(), TRANSFER, &BatchedConfig::default());
     for (i, balance) in balances.iter().enumerate() {
         let a = i as i64 + 1;
         ledger

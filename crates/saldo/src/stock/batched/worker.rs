@@ -5,11 +5,8 @@
 //! so one bad order never takes its batch-mates down with it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -19,10 +16,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::StreamExt;
 
-use super::job::{Counters, Job, Work};
-use super::schedule::{Queue, Shared};
+use super::job::{Job, Work};
+use crate::batch::lane::Counters;
+use crate::batch::schedule::{drive, Pace, Shared};
 use crate::deadline;
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
@@ -52,9 +50,7 @@ pub(super) struct Worker {
     /// The store's transaction options with `index_paths_only`: every statement of a batch
     /// transaction has an index path, and a sequential scan is never the right plan for it.
     pub tx: TxOptions,
-    pub max_batch: usize,
-    pub linger: Duration,
-    pub in_flight: usize,
+    pub pace: Pace,
     /// What this partition's callers and worker share: queue count, claims, wake-up.
     pub shared: Arc<Shared>,
     pub counters: Arc<Counters>,
@@ -63,70 +59,10 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Runs until every sender is dropped, the queue is drained and every batch has ended.
-    ///
-    /// Batches run concurrently inside this task (up to `in_flight` transactions on the
-    /// partition, counting callers' own, each on its own pooled connection); [`Queue`] decides
-    /// which queued jobs may start while others are in flight.
-    pub async fn run(self, mut rx: mpsc::Receiver<Job>) {
-        let mut queue = Queue::new();
-        let mut flights: FuturesUnordered<Pin<Box<dyn Future<Output = u64> + Send + '_>>> =
-            FuturesUnordered::new();
-        let mut receiving = true;
-        // The channel plus `queue` never hold more than the queue capacity: callers reserve a
-        // slot in `waiting` before sending, and the slot is given back here when the job leaves
-        // the queue (into a batch, or dropped because its caller went away).
-        let mut received = Vec::with_capacity(self.max_batch);
-        let mut linger_until: Option<tokio::time::Instant> = None;
-        let this = &self;
-        loop {
-            let lingering = linger_until.is_some_and(|t| tokio::time::Instant::now() < t)
-                && queue.len() < self.max_batch;
-            if !lingering && !queue.is_empty() {
-                let mut claims = self.shared.claims();
-                while claims.len() < self.in_flight && !queue.is_empty() {
-                    let before = queue.len();
-                    let next = queue.next_batch(&claims, self.max_batch);
-                    self.shared
-                        .waiting
-                        .fetch_sub(before - queue.len(), Ordering::AcqRel);
-                    let Some((jobs, claim)) = next else {
-                        break;
-                    };
-                    let id = claims.insert(claim);
-                    flights.push(Box::pin(async move {
-                        this.process(jobs).await;
-                        id
-                    }));
-                }
-            }
-            if queue.is_empty() {
-                linger_until = None;
-            }
-            if !receiving && queue.is_empty() && flights.is_empty() {
-                break;
-            }
-            tokio::select! {
-                Some(id) = flights.next(), if !flights.is_empty() => {
-                    self.shared.claims().remove(id);
-                }
-                n = rx.recv_many(&mut received, self.max_batch), if receiving => {
-                    if n == 0 {
-                        receiving = false;
-                    }
-                    if queue.is_empty() && !self.linger.is_zero() && n > 0 {
-                        linger_until = Some(tokio::time::Instant::now() + self.linger);
-                    }
-                    for job in received.drain(..) {
-                        queue.push(job);
-                    }
-                }
-                // A caller's own transaction ended while jobs waited: they may start now.
-                () = self.shared.wake.notified() => {}
-                () = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)),
-                    if lingering => {}
-            }
-        }
+    /// Runs until every sender is dropped, the queue is drained and every batch has ended
+    /// (the shared loop, [`drive`]).
+    pub async fn run(self, rx: mpsc::Receiver<Job>) {
+        drive(&self.shared, rx, self.pace, |jobs| self.process(jobs)).await;
         tracing::debug!(partition = self.partition, "batched worker stopped");
     }
 

@@ -1,64 +1,77 @@
-//! Which queued jobs form a partition's next batch while other batches are still in flight.
+//! Which queued jobs form a partition's next batch while other batches are still in flight, and
+//! the worker loop that starts them.
 //!
-//! A partition may run several batch transactions at once, so that two buyers of different
-//! products never wait for each other's batch (at low load a batch is one order, and a single
+//! A partition may run several batch transactions at once, so that two requests on different
+//! rows never wait for each other's batch (at low load a batch is one request, and a single
 //! in-flight batch per partition would serialise them). Concurrency must not cost the contract:
 //!
-//! - **FIFO per product**: a new batch never takes a product that a batch in flight holds or is
-//!   locking, and once a queued job is passed over, every later job sharing one of its products
-//!   is passed over too, so no later order can overtake an earlier one on a product.
-//! - **One order at a time**: an order id (a reserve, its replays, its confirm) is never in two
+//! - **FIFO per row**: a new batch never takes a row (a product, an account) that a batch in
+//!   flight holds or is locking, and once a queued job is passed over, every later job sharing
+//!   one of its rows is passed over too, so no later request can overtake an earlier one on a
+//!   row.
+//! - **One key at a time**: an idempotency key (an order id, a transfer id) is never in two
 //!   batches in flight, so idempotency is still decided by one transaction that sees the other's
 //!   commit.
-//! - **One kind per batch**: a batch holds reserves or confirms, never both, so each is one
+//! - **One kind per batch**: a batch holds one kind of job (reserves or confirms), so each is one
 //!   transaction; passing over a job of the other kind blocks its keys like any other.
 //!
 //! The scan is incremental: while nothing in flight changes, newly queued jobs are checked
 //! against the sets the last fruitless scan built instead of rescanning the whole queue (a hot
-//! product keeps hundreds of blocked jobs queued while its batch runs).
+//! row keeps hundreds of blocked jobs queued while its batch runs).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-
-use std::sync::atomic::AtomicUsize;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, Notify};
 
-use super::job::Job;
-#[cfg(test)]
-use super::job::Kind;
+/// What the scheduler needs to know of a queued job.
+pub(crate) trait Batchable {
+    type Kind: Copy + PartialEq;
+    /// The rows the job's transaction locks (product ids, account ids).
+    fn rows(&self) -> impl Iterator<Item = i64> + '_;
+    /// Its idempotency key: no two batches in flight share one.
+    fn key(&self) -> &str;
+    /// Jobs of one kind only form a batch.
+    fn kind(&self) -> Self::Kind;
+    /// True when the caller stopped waiting (went away, or withdrew at its deadline).
+    fn abandoned(&self) -> bool;
+}
 
 /// The keys of a batch in flight: what no other batch may take until it ends.
 #[derive(Debug, Default)]
-pub(super) struct Claim {
-    pub products: HashSet<i64>,
-    pub orders: HashSet<String>,
+pub(crate) struct Claim {
+    pub rows: HashSet<i64>,
+    pub keys: HashSet<String>,
 }
 
 impl Claim {
-    /// The keys of one job alone (a caller's own one-order transaction).
-    pub fn of(job: &Job) -> Claim {
+    /// The keys of one job alone (a caller's own one-request transaction).
+    pub fn of<J: Batchable>(job: &J) -> Claim {
         let mut claim = Claim::default();
         claim.add(job);
         claim
     }
 
-    fn add(&mut self, job: &Job) {
-        self.products.extend(job.products());
-        self.orders.insert(job.order().to_owned());
+    fn add<J: Batchable>(&mut self, job: &J) {
+        self.rows.extend(job.rows());
+        self.keys.insert(job.key().to_owned());
     }
 
-    fn touches(&self, job: &Job) -> bool {
-        self.orders.contains(job.order()) || job.products().any(|p| self.products.contains(&p))
+    fn touches<J: Batchable>(&self, job: &J) -> bool {
+        self.keys.contains(job.key()) || job.rows().any(|p| self.rows.contains(&p))
     }
 }
 
-/// The transactions in flight on one partition: the worker's batches and the one-order
+/// The transactions in flight on one partition: the worker's batches and the one-request
 /// transactions callers run themselves when their partition is idle. Shared under a mutex by
 /// the worker and the callers; every change bumps `generation`, so the worker's cached scan
 /// knows when it is stale.
 #[derive(Debug, Default)]
-pub(super) struct Claims {
+pub(crate) struct Claims {
     by_id: HashMap<u64, Claim>,
     next_id: u64,
     generation: u64,
@@ -69,7 +82,7 @@ impl Claims {
         self.by_id.len()
     }
 
-    pub fn touches(&self, job: &Job) -> bool {
+    pub fn touches<J: Batchable>(&self, job: &J) -> bool {
         self.by_id.values().any(|c| c.touches(job))
     }
 
@@ -88,8 +101,8 @@ impl Claims {
 }
 
 /// The queue of one partition and the scheduler's memory of its last scan.
-pub(super) struct Queue {
-    pending: VecDeque<Job>,
+pub(crate) struct Queue<J> {
+    pending: VecDeque<J>,
     /// Keys of every batch in flight, plus those of jobs passed over by the last scan.
     blocked: Claim,
     /// Jobs at the front of `pending` the last scan passed over, and the claims generation it
@@ -97,7 +110,7 @@ pub(super) struct Queue {
     scanned: Option<(usize, u64)>,
 }
 
-impl Queue {
+impl<J: Batchable> Queue<J> {
     pub fn new() -> Self {
         Queue {
             pending: VecDeque::new(),
@@ -114,26 +127,22 @@ impl Queue {
         self.pending.is_empty()
     }
 
-    pub fn push(&mut self, job: Job) {
+    pub fn push(&mut self, job: J) {
         self.pending.push_back(job);
     }
 
     /// The next batch: up to `max_batch` jobs of one kind, in arrival order, none touching a key
     /// in `in_flight` or a key of a job passed over before it, and the keys it claims. `None`
     /// when nothing can start. Callers that went away are dropped on the way: nothing is
-    /// reserved in their name.
-    pub fn next_batch(
-        &mut self,
-        in_flight: &Claims,
-        max_batch: usize,
-    ) -> Option<(Vec<Job>, Claim)> {
+    /// done in their name.
+    pub fn next_batch(&mut self, in_flight: &Claims, max_batch: usize) -> Option<(Vec<J>, Claim)> {
         let start = match self.scanned {
             Some((n, generation)) if generation == in_flight.generation => n,
             _ => {
                 self.blocked = Claim::default();
                 for claim in in_flight.by_id.values() {
-                    self.blocked.products.extend(claim.products.iter().copied());
-                    self.blocked.orders.extend(claim.orders.iter().cloned());
+                    self.blocked.rows.extend(claim.rows.iter().copied());
+                    self.blocked.keys.extend(claim.keys.iter().cloned());
                 }
                 0
             }
@@ -186,9 +195,9 @@ impl Queue {
 
 /// What a partition's callers and its worker share.
 #[derive(Default)]
-pub(super) struct Shared {
+pub(crate) struct Shared {
     /// Requests accepted and not yet taken into a batch (in the channel or in the worker's
-    /// queue). Bounded by `queue_capacity`; beyond it callers get `Overloaded`.
+    /// queue). Bounded by the queue capacity; beyond it callers get `Overloaded`.
     pub waiting: AtomicUsize,
     /// Every transaction in flight on this partition, the worker's and the callers' own.
     claims: Mutex<Claims>,
@@ -204,11 +213,95 @@ impl Shared {
     }
 }
 
+/// How a worker forms batches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pace {
+    pub max_batch: usize,
+    /// Waiting for more requests before starting a batch (zero: never).
+    pub linger: Duration,
+    /// Transactions in flight on the partition at once, callers' own included.
+    pub in_flight: usize,
+}
+
+/// A partition's worker loop: runs until every sender is dropped, the queue is drained and
+/// every batch has ended. Batches run concurrently inside the calling task (up to
+/// `pace.in_flight` transactions on the partition, counting callers' own, each on its own
+/// pooled connection); [`Queue`] decides which queued jobs may start while others are in
+/// flight, and `process` runs one batch.
+pub(crate) async fn drive<J, F, Fut>(
+    shared: &Shared,
+    mut rx: mpsc::Receiver<J>,
+    pace: Pace,
+    process: F,
+) where
+    J: Batchable,
+    F: Fn(Vec<J>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut queue = Queue::new();
+    let mut flights = FuturesUnordered::new();
+    let mut receiving = true;
+    // The channel plus `queue` never hold more than the queue capacity: callers reserve a
+    // slot in `waiting` before sending, and the slot is given back here when the job leaves
+    // the queue (into a batch, or dropped because its caller went away).
+    let mut received = Vec::with_capacity(pace.max_batch);
+    let mut linger_until: Option<tokio::time::Instant> = None;
+    let process = &process;
+    loop {
+        let lingering = linger_until.is_some_and(|t| tokio::time::Instant::now() < t)
+            && queue.len() < pace.max_batch;
+        if !lingering && !queue.is_empty() {
+            let mut claims = shared.claims();
+            while claims.len() < pace.in_flight && !queue.is_empty() {
+                let before = queue.len();
+                let next = queue.next_batch(&claims, pace.max_batch);
+                shared
+                    .waiting
+                    .fetch_sub(before - queue.len(), Ordering::AcqRel);
+                let Some((jobs, claim)) = next else {
+                    break;
+                };
+                let id = claims.insert(claim);
+                flights.push(async move {
+                    process(jobs).await;
+                    id
+                });
+            }
+        }
+        if queue.is_empty() {
+            linger_until = None;
+        }
+        if !receiving && queue.is_empty() && flights.is_empty() {
+            break;
+        }
+        tokio::select! {
+            Some(id) = flights.next(), if !flights.is_empty() => {
+                shared.claims().remove(id);
+            }
+            n = rx.recv_many(&mut received, pace.max_batch), if receiving => {
+                if n == 0 {
+                    receiving = false;
+                }
+                if queue.is_empty() && !pace.linger.is_zero() && n > 0 {
+                    linger_until = Some(tokio::time::Instant::now() + pace.linger);
+                }
+                for job in received.drain(..) {
+                    queue.push(job);
+                }
+            }
+            // A caller's own transaction ended while jobs waited: they may start now.
+            () = shared.wake.notified() => {}
+            () = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)),
+                if lingering => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::{OrderId, OrderItems, Ttl};
-    use crate::stock::batched::job::Work;
+    use crate::stock::batched::job::{Job, Kind, Work};
     use crate::stock::types::ReserveRequest;
     use tokio::sync::oneshot;
 
@@ -234,30 +327,30 @@ mod tests {
     }
 
     fn orders(jobs: &[Job]) -> Vec<&str> {
-        jobs.iter().map(Job::order).collect()
+        jobs.iter().map(|j| j.key()).collect()
     }
 
     #[test]
     fn a_batch_takes_jobs_in_arrival_order_up_to_its_size() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         for (i, p) in [1, 2, 1, 3].iter().enumerate() {
             q.push(reserve(&mut keep, &format!("o{i}"), &[*p]));
         }
         let (jobs, claim) = q.next_batch(&Claims::default(), 3).expect("a batch");
         assert!(jobs.iter().all(|j| j.kind() == Kind::Reserve));
         assert_eq!(orders(&jobs), ["o0", "o1", "o2"]);
-        assert_eq!(claim.products, HashSet::from([1, 2]));
+        assert_eq!(claim.rows, HashSet::from([1, 2]));
         assert_eq!(q.len(), 1);
     }
 
     #[test]
     fn products_in_flight_are_not_taken_and_later_jobs_keep_their_place() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         let mut busy = Claims::default();
         let mut product_1 = Claim::default();
-        product_1.products.insert(1);
+        product_1.rows.insert(1);
         let held = busy.insert(product_1);
         // o0 waits for product 1; o1 wants 1 and 2, so product 2 is blocked behind it; o2 wants
         // only 2 and must not overtake o1; o3 is free.
@@ -281,17 +374,17 @@ mod tests {
     #[test]
     fn a_claim_taken_from_outside_invalidates_the_cached_scan() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         let mut busy = Claims::default();
         let mut product_1 = Claim::default();
-        product_1.products.insert(1);
+        product_1.rows.insert(1);
         let held = busy.insert(product_1);
         q.push(reserve(&mut keep, "o0", &[1]));
         assert!(q.next_batch(&busy, 10).is_none(), "product 1 is busy");
         // A caller runs its own transaction on product 2 (the partition's queue had nothing for
         // product 2 then); a job for product 2 queued after it must wait for it.
         let mut product_2 = Claim::default();
-        product_2.products.insert(2);
+        product_2.rows.insert(2);
         busy.insert(product_2);
         q.push(reserve(&mut keep, "o1", &[2]));
         assert!(q.next_batch(&busy, 10).is_none(), "product 2 is busy too");
@@ -303,10 +396,10 @@ mod tests {
     #[test]
     fn an_order_in_flight_is_never_in_a_second_batch() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         let mut busy = Claims::default();
         let mut order_0 = Claim::default();
-        order_0.orders.insert("o0".into());
+        order_0.keys.insert("o0".into());
         busy.insert(order_0);
         q.push(confirm(&mut keep, "o0"));
         q.push(reserve(&mut keep, "o0", &[5]));
@@ -319,7 +412,7 @@ mod tests {
     #[test]
     fn a_batch_holds_one_kind_and_the_other_kind_waits_its_turn() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         q.push(confirm(&mut keep, "a"));
         q.push(reserve(&mut keep, "b", &[1]));
         q.push(confirm(&mut keep, "c"));
@@ -335,7 +428,7 @@ mod tests {
     #[test]
     fn abandoned_jobs_are_dropped_before_they_are_batched() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         q.push(reserve(&mut keep, "gone", &[1]));
         keep.clear();
         q.push(reserve(&mut keep, "kept", &[1]));
@@ -347,10 +440,10 @@ mod tests {
     #[test]
     fn a_caller_leaving_from_the_scanned_part_does_not_hide_later_jobs() {
         let mut keep = Keep::new();
-        let mut q = Queue::new();
+        let mut q: Queue<Job> = Queue::new();
         let mut busy = Claims::default();
         let mut product_1 = Claim::default();
-        product_1.products.insert(1);
+        product_1.rows.insert(1);
         busy.insert(product_1);
         q.push(reserve(&mut keep, "a", &[1]));
         q.push(reserve(&mut keep, "b", &[1]));
