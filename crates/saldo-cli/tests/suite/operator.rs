@@ -100,8 +100,9 @@ async fn tools_attach_to_a_running_serve_and_start_their_own_only_when_none_runs
         expired += text(&out.stdout)
             .trim()
             .strip_prefix("expired ")
+            .and_then(|rest| rest.split_whitespace().next())
             .and_then(|n| n.parse::<u64>().ok())
-            .expect("`expired N`");
+            .expect("`expired N reservations and M pending transfers`");
         if expired > 0 {
             break;
         }
