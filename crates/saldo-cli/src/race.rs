@@ -7,6 +7,7 @@
 //! ones do — their failure is the expected demonstration and is printed as such.
 
 use anyhow::{bail, Result};
+use saldo_lab::race::extend::{Extender, MAX_EXTEND_ORDERS};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
 use saldo_lab::race::{self as lab, explain, Report, RunDone, Scenario, Verdict};
@@ -32,6 +33,9 @@ pub const DEFAULT_TRANSFER_RUNS: u32 = 1;
 pub const DEFAULT_SEED: u64 = 42;
 /// late-retry runs per strategy by default: the naive rule fails every run.
 pub const DEFAULT_LATE_RUNS: u32 = 2;
+/// extend-vs-sweeper: orders per run and runs per strategy by default.
+pub const DEFAULT_EXTEND_ORDERS: u32 = 60;
+pub const DEFAULT_EXTEND_RUNS: u32 = 2;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -45,6 +49,9 @@ pub enum ScenarioArg {
     CrossedTransfers,
     /// --buyers (50) reserve, cancel or let expire, then retry late: a retry must take nothing.
     LateRetry,
+    /// --buyers (60) orders hold a unit for 200 ms and are extended, some before and some
+    /// after the hold lapses, while the sweeper runs: each answer must match the hold's fate.
+    ExtendVsSweeper,
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,7 +60,7 @@ pub struct Args {
     scenario: ScenarioArg,
     /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
     /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers:
-    /// ordered, naive.
+    /// ordered, naive; extend-vs-sweeper: atomic, pessimistic, optimistic, batched, naive-extend.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -102,6 +109,11 @@ pub enum Race {
         runs: u32,
         strategies: Vec<LabStrategy>,
     },
+    Extend {
+        orders: u32,
+        runs: u32,
+        extenders: Vec<Extender>,
+    },
 }
 
 /// The validated configuration of one `saldo race`.
@@ -146,8 +158,30 @@ impl Config {
             ScenarioArg::MultiItem => Scenario::MultiItem,
             ScenarioArg::CrossedTransfers => Scenario::CrossedTransfers,
             ScenarioArg::LateRetry => Scenario::LateRetry,
+            ScenarioArg::ExtendVsSweeper => Scenario::ExtendVsSweeper,
         };
-        let race = if scenario == Scenario::LateRetry {
+        let race = if scenario == Scenario::ExtendVsSweeper {
+            if args.stock.is_some()
+                || args.think_ms.is_some()
+                || args.transfers.is_some()
+                || args.no_retry
+                || args.explain
+            {
+                bail!("extend-vs-sweeper takes --buyers (orders), --runs and --strategy only");
+            }
+            let orders = args.buyers.unwrap_or(DEFAULT_EXTEND_ORDERS);
+            lab::bounded("--buyers", orders.into(), 1, MAX_EXTEND_ORDERS.into())?;
+            Race::Extend {
+                orders,
+                runs: args.runs.unwrap_or(DEFAULT_EXTEND_RUNS),
+                extenders: strategies(
+                    &args.strategy,
+                    &Extender::all(),
+                    Extender::parse,
+                    Extender::as_str,
+                )?,
+            }
+        } else if scenario == Scenario::LateRetry {
             if args.stock.is_some()
                 || args.think_ms.is_some()
                 || args.transfers.is_some()
@@ -254,6 +288,11 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
                 runs,
                 strategies,
             } => lab::late::run_with_progress(&scratch, *buyers, *runs, strategies, &on_run).await,
+            Race::Extend {
+                orders,
+                runs,
+                extenders,
+            } => lab::extend::run_with_progress(&scratch, *orders, *runs, extenders, &on_run).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.
@@ -339,7 +378,14 @@ pub fn table(reports: &[Report]) -> String {
     };
     let transfers = first.scenario == Scenario::CrossedTransfers.as_str();
     let late = first.scenario == Scenario::LateRetry.as_str();
-    let mut out = if late {
+    let extend = first.scenario == Scenario::ExtendVsSweeper.as_str();
+    let mut out = if extend {
+        format!(
+            "{} — {} orders hold one unit each for {} ms and are extended while the sweeper runs; {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run, lab::extend::HOLD.as_millis(), first.runs,
+            "extender", "runs", "ext/run", "expired", "conflicts", "errors", "final a/r", "wrong", "violations", "verdict", "time"
+        )
+    } else if late {
         format!(
             "{} — {} buyers reserve {} unit(s), cancel or let expire, then retry late; {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.stock_per_run, first.runs,
@@ -385,7 +431,7 @@ pub fn table(reports: &[Report]) -> String {
                 r.conflicts,
                 errors(r),
                 format!("{}/{}", r.final_available, r.final_reserved),
-                r.oversold,
+                r.wrong_answers.unwrap_or(r.oversold),
                 violations,
                 verdict(r),
                 time
@@ -407,6 +453,12 @@ pub fn conclusion(r: &Report) -> String {
         broke.push(format!(
             "oversold {} units in {} of {} runs",
             r.oversold, r.runs_oversold, r.runs
+        ));
+    }
+    if let Some(wrong) = r.wrong_answers.filter(|w| *w > 0) {
+        broke.push(format!(
+            "{wrong} extensions answered against the hold's fate (granted on a hold the sweeper \
+             expired, or refused on one still active)"
         ));
     }
     if r.check_violations > 0 {

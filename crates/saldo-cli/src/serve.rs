@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
-use saldo::domain::{DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S};
+use saldo::domain::{
+    DEFAULT_MAX_HOLD_S, DEFAULT_TTL_S, MAX_MAX_HOLD_S, MAX_TTL_S, MIN_MAX_HOLD_S, MIN_TTL_S,
+};
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
 use saldo::stock::StrategyName;
 use saldo_http::config::{
@@ -45,6 +47,11 @@ pub struct Args {
     #[arg(long, env = "SALDO_RESERVATION_TTL_S", default_value_t = DEFAULT_TTL_S,
           value_parser = duration::secs(MIN_TTL_S, MAX_TTL_S))]
     reservation_ttl_s: u64,
+    /// Longest a reservation may be held since it was made, extensions
+    /// (`POST /v1/orders/{id}/extend`) included (seconds, or 90m, 24h, 2d).
+    #[arg(long, env = "SALDO_MAX_HOLD", default_value_t = DEFAULT_MAX_HOLD_S,
+          value_parser = duration::secs(MIN_MAX_HOLD_S, MAX_MAX_HOLD_S))]
+    max_hold: u64,
     /// Time between sweeper rounds (seconds, or 30s, 5m).
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = duration::secs(MIN_SWEEP_INTERVAL_S, MAX_SWEEP_INTERVAL_S))]
@@ -211,6 +218,7 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             },
             token_dir: Some(token_dir.clone()),
             reservation_ttl_s: args.reservation_ttl_s,
+            max_hold_s: args.max_hold,
             request_timeout_ms: args.request_timeout_ms,
             header_read_timeout_ms: args.header_read_timeout_ms,
             idle_timeout_ms: args.idle_timeout_ms,

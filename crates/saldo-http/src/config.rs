@@ -59,6 +59,8 @@ pub enum ConfigError {
     TokenStore(#[from] StoreError),
     #[error("reservation ttl: {0}")]
     Ttl(saldo::InputError),
+    #[error("maximum hold: {0}")]
+    MaxHold(saldo::InputError),
     #[error(
         "request timeout {0} ms is outside {MIN_REQUEST_TIMEOUT_MS}..={MAX_REQUEST_TIMEOUT_MS}"
     )]
@@ -84,6 +86,8 @@ pub struct Settings {
     pub credentials: Arc<Credentials>,
     /// TTL of a reservation whose request gives none.
     pub default_ttl: Ttl,
+    /// Longest a reservation may be held since it was made, extensions included.
+    pub max_hold: saldo::domain::MaxHold,
     pub request_timeout: Duration,
     /// Time a request's headers may take to arrive (see [`DEFAULT_HEADER_READ_TIMEOUT_MS`]).
     pub header_read_timeout: Duration,
@@ -107,6 +111,7 @@ pub struct RawSettings {
     /// generated for this process only (embedders, tests).
     pub token_dir: Option<PathBuf>,
     pub reservation_ttl_s: u64,
+    pub max_hold_s: u64,
     pub request_timeout_ms: u64,
     pub header_read_timeout_ms: u64,
     pub idle_timeout_ms: u64,
@@ -122,6 +127,7 @@ impl Default for RawSettings {
             api_auth: ApiAuth::Required,
             token_dir: None,
             reservation_ttl_s: DEFAULT_TTL_S,
+            max_hold_s: saldo::domain::DEFAULT_MAX_HOLD_S,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
@@ -178,6 +184,8 @@ impl RawSettings {
             return Err(ConfigError::ApiTokenWithAuthDisabled);
         }
         let default_ttl = Ttl::from_secs(self.reservation_ttl_s).map_err(ConfigError::Ttl)?;
+        let max_hold =
+            saldo::domain::MaxHold::from_secs(self.max_hold_s).map_err(ConfigError::MaxHold)?;
         if !(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS).contains(&self.request_timeout_ms) {
             return Err(ConfigError::RequestTimeout(self.request_timeout_ms));
         }
@@ -244,6 +252,7 @@ impl RawSettings {
             settings: Settings {
                 credentials: Arc::new(credentials),
                 default_ttl,
+                max_hold,
                 request_timeout: Duration::from_millis(self.request_timeout_ms),
                 header_read_timeout,
                 idle_timeout,

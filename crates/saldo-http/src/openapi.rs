@@ -362,6 +362,20 @@ pub mod schema {
         .into()
     }
 
+    pub fn extend_ttl_s() -> Schema {
+        let max = i64::try_from(MAX_TTL_S).unwrap_or(i64::MAX);
+        let min = i64::try_from(MIN_TTL_S).unwrap_or(1);
+        integer(
+            min,
+            max,
+            false,
+            "Seconds from now until the hold lapses; the server's maximum hold since the \
+             reservation was made still applies (422 `hold-limit`)",
+        )
+        .build()
+        .into()
+    }
+
     pub fn amount() -> Schema {
         integer(1, MAX_AMOUNT, false, "Minor units (e.g. cents)")
             .examples([100])

@@ -41,3 +41,6 @@ mod orders;
 mod stock;
 #[path = "suite/telemetry.rs"]
 mod telemetry;
+
+#[path = "suite/shop.rs"]
+mod shop;

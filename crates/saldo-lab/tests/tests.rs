@@ -15,3 +15,6 @@ mod naive_stock;
 
 #[path = "suite/naive_ledger.rs"]
 mod naive_ledger;
+
+#[path = "suite/shop_races.rs"]
+mod shop_races;

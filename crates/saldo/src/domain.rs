@@ -48,6 +48,8 @@ pub enum InputError {
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]
     SameAccount,
+    #[error("maximum hold {max_hold_s}s is outside {min}..={max}s")]
+    MaxHoldOutOfRange { max_hold_s: u64, min: u64, max: u64 },
 }
 
 /// Most distinct items one order may hold.
@@ -59,6 +61,11 @@ pub const MAX_STOCK_COUNT: i32 = 1_000_000_000;
 /// Longest and shortest reservation time-to-live.
 pub const MAX_TTL_S: u64 = 24 * 60 * 60;
 pub const MIN_TTL_S: u64 = 1;
+/// How long a reservation may be held in all, extensions included, counted from when it was
+/// made: the default, and the bounds of what an operator may set (`serve --max-hold`).
+pub const DEFAULT_MAX_HOLD_S: u64 = 24 * 60 * 60;
+pub const MIN_MAX_HOLD_S: u64 = 60;
+pub const MAX_MAX_HOLD_S: u64 = 7 * 24 * 60 * 60;
 /// Default reservation time-to-live (seed 000: fifteen minutes covers card payments).
 pub const DEFAULT_TTL_S: u64 = 15 * 60;
 /// Longest adjustment reason.
@@ -226,6 +233,35 @@ impl Ttl {
     }
     pub fn as_duration(self) -> Duration {
         self.0
+    }
+}
+
+/// The longest a reservation may be held since it was made, extensions included:
+/// [`MIN_MAX_HOLD_S`]..=[`MAX_MAX_HOLD_S`] seconds. Bounds what an extension may ask for, so a
+/// slow payment can keep its units for a while but a forgotten order never keeps them forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxHold(Duration);
+
+impl MaxHold {
+    pub fn from_secs(s: u64) -> Result<Self, InputError> {
+        if (MIN_MAX_HOLD_S..=MAX_MAX_HOLD_S).contains(&s) {
+            Ok(MaxHold(Duration::from_secs(s)))
+        } else {
+            Err(InputError::MaxHoldOutOfRange {
+                max_hold_s: s,
+                min: MIN_MAX_HOLD_S,
+                max: MAX_MAX_HOLD_S,
+            })
+        }
+    }
+    pub fn as_duration(self) -> Duration {
+        self.0
+    }
+}
+
+impl Default for MaxHold {
+    fn default() -> Self {
+        MaxHold(Duration::from_secs(DEFAULT_MAX_HOLD_S))
     }
 }
 

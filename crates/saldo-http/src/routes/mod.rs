@@ -82,6 +82,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(stock::adjust))
         .routes(routes!(orders::reserve))
         .routes(routes!(orders::rereserve))
+        .routes(routes!(orders::extend))
         .routes(routes!(orders::confirm))
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))

@@ -37,6 +37,8 @@ pub enum Scenario {
     CrossedTransfers,
     /// Issue 11: late retries of cancelled and expired orders take nothing.
     LateRetry,
+    /// Issue 15: hold extensions racing the sweeper; every answer matches the hold's fate.
+    ExtendVsSweeper,
 }
 
 impl Scenario {
@@ -46,6 +48,7 @@ impl Scenario {
         Scenario::MultiItem,
         Scenario::CrossedTransfers,
         Scenario::LateRetry,
+        Scenario::ExtendVsSweeper,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Scenario {
             Scenario::MultiItem => "multi-item",
             Scenario::CrossedTransfers => "crossed-transfers",
             Scenario::LateRetry => "late-retry",
+            Scenario::ExtendVsSweeper => "extend-vs-sweeper",
         }
     }
 
@@ -185,6 +189,10 @@ pub struct Report {
     /// Ledger: deadlock victims rerun from BEGIN (40P01 retries), over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock_retries: Option<u64>,
+    /// extend-vs-sweeper: answers that disagree with what became of the hold (an extension
+    /// "granted" on a hold that expired, or refused on one still active), over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wrong_answers: Option<u64>,
     /// Runs in which at least one invariant broke.
     pub violations: u32,
     pub verdict: Verdict,

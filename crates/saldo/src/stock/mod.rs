@@ -16,6 +16,7 @@ pub mod admin;
 pub mod atomic;
 pub mod batched;
 pub mod engine;
+pub mod extend;
 mod lifecycle;
 pub mod optimistic;
 pub mod pessimistic;
@@ -25,6 +26,7 @@ pub mod trace;
 pub mod types;
 
 pub use engine::{build, StockEngine, StrategyConfig};
+pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
 pub use types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,

@@ -1,0 +1,136 @@
+//! Issue 15's routes: `POST /v1/orders/{id}/extend` (200, 409 `reservation-expired` whether or
+//! not the sweeper ran, 409 `nothing-to-extend`, 422 `hold-limit` and bad `ttl_s`, 404).
+//! Run on `atomic` (tests.rs) and `batched` (batched.rs).
+
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use saldo_http::app;
+use saldo_http::config::RawSettings;
+use serde_json::json;
+
+use crate::harness::test_db_with_pool;
+use crate::support::{spawn_app, state_with, TestApp};
+
+fn extend_path(order: &str) -> String {
+    format!("/v1/orders/{order}/extend")
+}
+
+#[tokio::test]
+async fn extend_moves_the_expiry_of_active_items() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    app.stock(2, 10).await;
+    let r = app.reserve("o-slow", &[(1, 1), (2, 2)]).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let before = r.body["expires_at"].as_str().expect("expiry").to_owned();
+    let e = app
+        .post(&extend_path("o-slow"), json!({"ttl_s": 3600}))
+        .await;
+    assert_eq!(e.status, StatusCode::OK, "{}", e.text);
+    assert_eq!(e.body["order_id"], "o-slow");
+    let extended = e.body["extended"].as_array().expect("items");
+    assert_eq!(extended.len(), 2);
+    let after = e.body["expires_at"].as_str().expect("expiry");
+    // RFC 3339 in UTC from the same serializer: later strings are later instants.
+    assert!(after > before.as_str(), "{after} after {before}");
+    let order = app.get("/v1/orders/o-slow").await;
+    for item in order.body["items"].as_array().expect("items") {
+        assert_eq!(item["status"], "active");
+        assert_eq!(item["expires_at"].as_str(), Some(after));
+    }
+    // Units stay reserved: nothing moved in stock.
+    let s = app.get("/v1/products/2/stock").await;
+    assert_eq!(
+        (s.body["available"].as_i64(), s.body["reserved"].as_i64()),
+        (Some(8), Some(2))
+    );
+}
+
+#[tokio::test]
+async fn extending_a_lapsed_hold_is_409_before_and_after_the_sweep() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    let r = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "o-lapsed", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Due but not swept yet: already expired for an extension.
+    let due = app
+        .post(&extend_path("o-lapsed"), json!({"ttl_s": 600}))
+        .await;
+    due.assert_problem(409, "reservation-expired");
+    assert_eq!(due.body["product_id"], 1);
+    let swept = app.admin(Method::POST, "/v1/admin/sweep", None).await;
+    assert_eq!(swept.status, StatusCode::OK, "{}", swept.text);
+    app.post(&extend_path("o-lapsed"), json!({"ttl_s": 600}))
+        .await
+        .assert_problem(409, "reservation-expired");
+    let order = app.get("/v1/orders/o-lapsed").await;
+    assert_eq!(order.body["items"][0]["status"], "expired");
+}
+
+#[tokio::test]
+async fn extend_refusals() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    app.reserve("o-paid", &[(1, 1)]).await;
+    let c = app.post("/v1/orders/o-paid/confirm", json!({})).await;
+    assert_eq!(c.status, StatusCode::OK, "{}", c.text);
+    app.post(&extend_path("o-paid"), json!({"ttl_s": 60}))
+        .await
+        .assert_problem(409, "nothing-to-extend");
+    app.post(&extend_path("nobody"), json!({"ttl_s": 60}))
+        .await
+        .assert_problem(404, "unknown-order");
+    app.reserve("o-held", &[(1, 1)]).await;
+    for bad in [
+        json!({"ttl_s": 0}),
+        json!({"ttl_s": -5}),
+        json!({"ttl_s": 86_401}),
+        json!({"ttl_s": 1.5}),
+        json!({"ttl_s": "60"}),
+        json!({}),
+        json!({"ttl_s": 60, "extra": 1}),
+    ] {
+        let a = app.post(&extend_path("o-held"), bad.clone()).await;
+        assert_eq!(
+            a.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{bad}: {}",
+            a.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn extend_past_the_maximum_hold_is_422() {
+    let db = test_db_with_pool(8).await;
+    let state = state_with(
+        db.pool.clone(),
+        RawSettings {
+            max_hold_s: 600,
+            ..RawSettings::default()
+        },
+    );
+    let app = TestApp {
+        router: app(state.clone()),
+        state,
+        db,
+    };
+    app.stock(1, 10).await;
+    app.reserve("o-long", &[(1, 1)]).await;
+    let ok = app
+        .post(&extend_path("o-long"), json!({"ttl_s": 590}))
+        .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    let past = app
+        .post(&extend_path("o-long"), json!({"ttl_s": 610}))
+        .await;
+    past.assert_problem(422, "hold-limit");
+    assert_eq!(past.body["max_hold_s"], 600);
+}

@@ -1,0 +1,49 @@
+//! Issue 15's races, safe side and naive side in one place, on the same checks the lab runs:
+//! hold extensions racing the sweeper (every served strategy holds; the naive
+//! read-decide-write extender tells customers their units are held when the sweeper took them).
+
+use saldo::retry::{RetryPolicy, TxOptions};
+use saldo::stock::{Store, StrategyName};
+use saldo_lab::race::extend::{run_on, Extender};
+
+use crate::harness::{test_db, TestDb};
+
+/// Orders per run: enough that some extensions land before their hold lapses and some after.
+const EXTEND_ORDERS: u32 = 60;
+
+fn store(db: &TestDb) -> Store {
+    Store::new(
+        db.pool.clone(),
+        TxOptions::default().with_retry(RetryPolicy::default().with_max_attempts(12)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extensions_racing_the_sweeper_have_exactly_one_winner() {
+    for &name in StrategyName::ALL {
+        let db = test_db().await;
+        let outcome = run_on(&store(&db), EXTEND_ORDERS, Extender::Served(name), 0)
+            .await
+            .expect("run");
+        assert!(!outcome.violated(), "{name}: {outcome:?}");
+        assert_eq!(
+            outcome.extended + outcome.refused_expired,
+            u64::from(EXTEND_ORDERS),
+            "{name}: every extension answered extended or expired: {outcome:?}"
+        );
+        // Some of each, or the race was not a race (the first extensions start at once, the
+        // last ones twice the hold later).
+        assert!(outcome.extended > 0, "{name}: {outcome:?}");
+        assert!(outcome.refused_expired > 0, "{name}: {outcome:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_naive_extender_loses_extensions_to_the_sweeper() {
+    let db = test_db().await;
+    let outcome = run_on(&store(&db), EXTEND_ORDERS, Extender::Naive, 0)
+        .await
+        .expect("run");
+    assert!(outcome.lost_extensions > 0, "{outcome:?}");
+    assert!(outcome.violated());
+}
