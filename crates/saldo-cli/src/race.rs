@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Result};
 use saldo_lab::race::extend::{Extender, MAX_EXTEND_ORDERS};
+use saldo_lab::race::sales::{Seller, MAX_SALE_BUYERS};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
 use saldo_lab::race::{self as lab, explain, Report, RunDone, Scenario, Verdict};
@@ -36,6 +37,8 @@ pub const DEFAULT_LATE_RUNS: u32 = 2;
 /// extend-vs-sweeper: orders per run and runs per strategy by default.
 pub const DEFAULT_EXTEND_ORDERS: u32 = 60;
 pub const DEFAULT_EXTEND_RUNS: u32 = 2;
+/// sales-vs-reservations: requests per run (half reserve, half buy) by default.
+pub const DEFAULT_SALE_BUYERS: u32 = 50;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -52,6 +55,8 @@ pub enum ScenarioArg {
     /// --buyers (60) orders hold a unit for 200 ms and are extended, some before and some
     /// after the hold lapses, while the sweeper runs: each answer must match the hold's fate.
     ExtendVsSweeper,
+    /// --buyers (50) for the last unit, half reserving it, half buying it directly (no hold).
+    SalesVsReservations,
 }
 
 #[derive(Debug, clap::Args)]
@@ -60,7 +65,8 @@ pub struct Args {
     scenario: ScenarioArg,
     /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
     /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers:
-    /// ordered, naive; extend-vs-sweeper: atomic, pessimistic, optimistic, batched, naive-extend.
+    /// ordered, naive; extend-vs-sweeper: the served four and naive-extend;
+    /// sales-vs-reservations: the served four and naive-sale.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -114,6 +120,11 @@ pub enum Race {
         runs: u32,
         extenders: Vec<Extender>,
     },
+    Sales {
+        buyers: u32,
+        runs: u32,
+        sellers: Vec<Seller>,
+    },
 }
 
 /// The validated configuration of one `saldo race`.
@@ -159,16 +170,38 @@ impl Config {
             ScenarioArg::CrossedTransfers => Scenario::CrossedTransfers,
             ScenarioArg::LateRetry => Scenario::LateRetry,
             ScenarioArg::ExtendVsSweeper => Scenario::ExtendVsSweeper,
+            ScenarioArg::SalesVsReservations => Scenario::SalesVsReservations,
         };
-        let race = if scenario == Scenario::ExtendVsSweeper {
-            if args.stock.is_some()
+        let shop = matches!(
+            scenario,
+            Scenario::ExtendVsSweeper | Scenario::SalesVsReservations
+        );
+        if shop
+            && (args.stock.is_some()
                 || args.think_ms.is_some()
                 || args.transfers.is_some()
                 || args.no_retry
-                || args.explain
-            {
-                bail!("extend-vs-sweeper takes --buyers (orders), --runs and --strategy only");
+                || args.explain)
+        {
+            bail!(
+                "{} takes --buyers, --runs and --strategy only",
+                scenario.as_str()
+            );
+        }
+        let race = if scenario == Scenario::SalesVsReservations {
+            let buyers = args.buyers.unwrap_or(DEFAULT_SALE_BUYERS);
+            lab::bounded("--buyers", buyers.into(), 2, MAX_SALE_BUYERS.into())?;
+            Race::Sales {
+                buyers,
+                runs: args.runs.unwrap_or(DEFAULT_RUNS),
+                sellers: strategies(
+                    &args.strategy,
+                    &Seller::all(),
+                    Seller::parse,
+                    Seller::as_str,
+                )?,
             }
+        } else if scenario == Scenario::ExtendVsSweeper {
             let orders = args.buyers.unwrap_or(DEFAULT_EXTEND_ORDERS);
             lab::bounded("--buyers", orders.into(), 1, MAX_EXTEND_ORDERS.into())?;
             Race::Extend {
@@ -293,6 +326,11 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
                 runs,
                 extenders,
             } => lab::extend::run_with_progress(&scratch, *orders, *runs, extenders, &on_run).await,
+            Race::Sales {
+                buyers,
+                runs,
+                sellers,
+            } => lab::sales::run_with_progress(&scratch, *buyers, *runs, sellers, &on_run).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.

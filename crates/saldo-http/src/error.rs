@@ -283,6 +283,13 @@ fn domain(e: &Error) -> Parts {
         )
         .with("order_id", json!(order_id))
         .with("product_id", json!(product_id)),
+        Error::SaleConflict(sale) => Parts::new(
+            S::CONFLICT,
+            "idempotency-conflict",
+            "Idempotency conflict",
+            detail,
+        )
+        .with("sale_id", json!(sale)),
         Error::ReservationExpired {
             order_id,
             product_id,
@@ -781,6 +788,12 @@ mod tests {
                 409,
                 "reservation-expired",
                 Some("product_id"),
+            ),
+            (
+                Error::SaleConflict(saldo::domain::SaleId::new("s-1").expect("id")),
+                409,
+                "idempotency-conflict",
+                Some("sale_id"),
             ),
             (
                 Error::NothingToExtend(OrderId::new("o-3").expect("id")),

@@ -295,6 +295,10 @@ pub mod schema {
         )
     }
 
+    pub fn sale_id() -> Schema {
+        id("Sale id: the idempotency key of a direct sale", "sale-1")
+    }
+
     pub fn rereserve_id() -> Schema {
         id("This re-reserve's own idempotency key", "order-1-again")
     }

@@ -1,6 +1,7 @@
 //! The divergence audit (seed 000): it must come back empty. For every product it checks
 //! - `reserved = Σ active reservations`, and
-//! - `available + reserved = last count + adjustments since − confirmed since the count`.
+//! - `available + reserved = last count + adjustments since − confirmed since the count − sold
+//!   directly since the count` (direct sales, `stock::sales`, take from `available` only).
 //!
 //! [`audit_ledger`] checks the ledger the same way: all balances sum to zero, and each equals
 //! its credits minus its debits in the transfers journal.
@@ -52,6 +53,11 @@ confirmed AS (
       FROM reservations r JOIN last_count c USING (product_id)
      WHERE r.status = 'confirmed' AND r.settled_at > c.created_at
      GROUP BY r.product_id),
+sold AS (
+    SELECT i.product_id, sum(i.quantity)::bigint AS quantity
+      FROM sale_items i JOIN last_count c USING (product_id)
+     WHERE i.sold_at > c.created_at
+     GROUP BY i.product_id),
 active AS (
     SELECT product_id, sum(quantity)::bigint AS quantity
       FROM reservations WHERE status = 'active' GROUP BY product_id)
@@ -60,15 +66,17 @@ SELECT s.product_id,
        coalesce(a.quantity, 0)                               AS active_reserved,
        (s.available + s.reserved)::bigint                    AS on_hand,
        coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
-                                                             AS expected_on_hand
+         - coalesce(sd.quantity, 0)                          AS expected_on_hand
   FROM stock s
   LEFT JOIN last_count c USING (product_id)
   LEFT JOIN adjusted adj USING (product_id)
   LEFT JOIN confirmed cf USING (product_id)
+  LEFT JOIN sold sd USING (product_id)
   LEFT JOIN active a USING (product_id)
  WHERE s.reserved <> coalesce(a.quantity, 0)
     OR s.available + s.reserved <>
        coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
+         - coalesce(sd.quantity, 0)
  ORDER BY s.product_id
  LIMIT $1";
 

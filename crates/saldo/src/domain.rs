@@ -48,6 +48,8 @@ pub enum InputError {
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]
     SameAccount,
+    #[error("sale id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    SaleIdInvalid,
     #[error("maximum hold {max_hold_s}s is outside {min}..={max}s")]
     MaxHoldOutOfRange { max_hold_s: u64, min: u64, max: u64 },
 }
@@ -89,6 +91,7 @@ macro_rules! deserialize_via {
 deserialize_via!(ProductId, i64, ProductId::new);
 deserialize_via!(OrderId, String, OrderId::new);
 deserialize_via!(RequestKey, String, RequestKey::new);
+deserialize_via!(SaleId, String, SaleId::new);
 deserialize_via!(Quantity, i64, Quantity::new);
 deserialize_via!(AccountId, i64, AccountId::new);
 deserialize_via!(TransferId, String, TransferId::new);
@@ -166,6 +169,31 @@ impl RequestKey {
 }
 
 impl fmt::Display for RequestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A direct sale's id (`POST /v1/sales`): its idempotency key, in the order id alphabet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SaleId(String);
+
+impl SaleId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(SaleId(raw))
+        } else {
+            Err(InputError::SaleIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SaleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }

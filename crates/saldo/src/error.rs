@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 // `InputError` lives with the newtypes that raise it, so `domain` imports nothing from here
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
-use crate::domain::{AccountId, OrderId, ProductId, TransferId};
+use crate::domain::{AccountId, OrderId, ProductId, SaleId, TransferId};
 
 /// Everything a library operation can return.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +37,9 @@ pub enum Error {
         product_id: ProductId,
         why: &'static str,
     },
+    /// The sale id was used before with other items.
+    #[error("sale {0} was already made with different items")]
+    SaleConflict(SaleId),
     /// An extension found the order's hold already lapsed (expired, or past its expiry and not
     /// yet swept): the sweeper won; re-reserve to take the units again.
     #[error("the reservation of product {product_id} in order {order_id} has already expired")]

@@ -19,6 +19,7 @@ pub const CHECK_VIOLATIONS: &str = "saldo_check_violations_total";
 pub const RESERVATIONS: &str = "saldo_reservations_total";
 pub const SETTLED: &str = "saldo_reservations_settled_total";
 pub const EXTENSIONS: &str = "saldo_reservation_extensions_total";
+pub const SALES: &str = "saldo_sales_total";
 pub const CONFIRMED_WITH_MISSING: &str = "saldo_orders_confirmed_with_missing_total";
 pub const STOCK_LOCK_WAIT: &str = "saldo_stock_lock_wait_seconds";
 pub const VERSION_CONFLICTS: &str = "saldo_stock_version_conflicts_total";
@@ -48,6 +49,7 @@ pub const OPERATIONS: &[&str] = &[
     "withdraw",
     "transfer",
     "extend",
+    "sell",
 ];
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
@@ -74,6 +76,15 @@ pub const EXTENSION_OUTCOMES: &[&str] = &[
     "hold_limit",
     "nothing_to_extend",
     "unknown_order",
+    "error",
+];
+/// `outcome` values of [`SALES`] (see `stock::sales::sell`).
+pub const SALE_OUTCOMES: &[&str] = &[
+    "sold",
+    "replayed",
+    "insufficient_stock",
+    "unknown_product",
+    "idempotency_conflict",
     "error",
 ];
 /// `status` values of [`SETTLED`].
@@ -126,6 +137,11 @@ pub fn describe() {
         "COMMITs whose answer was lost: the caller was told to replay."
     );
     describe_counter!(RESERVATIONS, Unit::Count, "Reserve requests by outcome.");
+    describe_counter!(
+        SALES,
+        Unit::Count,
+        "Direct sales (available straight to sold) by outcome."
+    );
     describe_counter!(
         EXTENSIONS,
         Unit::Count,
@@ -181,6 +197,9 @@ pub fn describe() {
     for &outcome in RESERVATION_OUTCOMES {
         metrics::counter!(RESERVATIONS, "outcome" => outcome).increment(0);
     }
+    for &outcome in SALE_OUTCOMES {
+        metrics::counter!(SALES, "outcome" => outcome).increment(0);
+    }
     for &outcome in EXTENSION_OUTCOMES {
         metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(0);
     }
@@ -221,6 +240,10 @@ pub(crate) fn observe_error(operation: &'static str, e: &Error) {
 
 pub(crate) fn reservation_outcome(outcome: &'static str) {
     metrics::counter!(RESERVATIONS, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn sale_outcome(outcome: &'static str) {
+    metrics::counter!(SALES, "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn extension_outcome(outcome: &'static str) {

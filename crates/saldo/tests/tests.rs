@@ -28,3 +28,6 @@ mod retry;
 
 #[path = "suite/model.rs"]
 mod model;
+
+#[path = "suite/sales.rs"]
+mod sales;

@@ -9,6 +9,7 @@ pub mod health;
 pub mod lists;
 pub(crate) mod numbers;
 pub mod orders;
+pub mod sales;
 pub mod stock;
 
 use axum::extract::{FromRequest, FromRequestParts};
@@ -83,6 +84,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::reserve))
         .routes(routes!(orders::rereserve))
         .routes(routes!(orders::extend))
+        .routes(routes!(sales::sell))
         .routes(routes!(orders::confirm))
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))

@@ -151,7 +151,7 @@ pub struct OrderView {
     pub items: Vec<ItemView>,
 }
 
-fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError> {
+pub(crate) fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError> {
     Ok(OrderItems::new(
         items.iter().map(|i| (i.product_id, i.quantity)),
     )?)
@@ -210,20 +210,7 @@ fn reservation_response(
     state: &AppState,
     outcome: Result<Reservation, ApiError>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
-    let reservation = match outcome {
-        Ok(r) => r,
-        Err(e) => {
-            if let ApiError::Domain(Error::InsufficientStock {
-                product_id,
-                requested,
-                available,
-            }) = &e
-            {
-                state.refusals.record(*product_id, *requested, *available);
-            }
-            return Err(e);
-        }
-    };
+    let reservation = outcome.inspect_err(|e| note_refusal(state, e))?;
     let items = views(&reservation.items);
     let status = order_status(&items);
     let expires_at = items
@@ -246,6 +233,19 @@ fn reservation_response(
             replayed: reservation.replayed,
         }),
     ))
+}
+
+/// Counts a refusal for lack of stock in the per-product refusal map (reservations and direct
+/// sales alike).
+pub(crate) fn note_refusal(state: &AppState, e: &ApiError) {
+    if let ApiError::Domain(Error::InsufficientStock {
+        product_id,
+        requested,
+        available,
+    }) = e
+    {
+        state.refusals.record(*product_id, *requested, *available);
+    }
 }
 
 /// The order's status from its items' (see [`ReservationView::status`]).

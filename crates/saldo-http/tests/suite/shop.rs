@@ -1,5 +1,6 @@
 //! Issue 15's routes: `POST /v1/orders/{id}/extend` (200, 409 `reservation-expired` whether or
-//! not the sweeper ran, 409 `nothing-to-extend`, 422 `hold-limit` and bad `ttl_s`, 404).
+//! not the sweeper ran, 409 `nothing-to-extend`, 422 `hold-limit` and bad `ttl_s`, 404) and
+//! `POST /v1/sales` (201, replay 200, 409 conflict and stock, 404, 422; the audit stays clean).
 //! Run on `atomic` (tests.rs) and `batched` (batched.rs).
 
 use std::time::Duration;
@@ -133,4 +134,80 @@ async fn extend_past_the_maximum_hold_is_422() {
         .await;
     past.assert_problem(422, "hold-limit");
     assert_eq!(past.body["max_hold_s"], 600);
+}
+
+#[tokio::test]
+async fn a_direct_sale_sells_once_and_replays() {
+    let app = spawn_app().await;
+    app.stock(1, 3).await;
+    app.stock(2, 1).await;
+    let body = json!({"sale_id": "sale-1", "items": [
+        {"product_id": 2, "quantity": 1}, {"product_id": 1, "quantity": 1}, {"product_id": 1, "quantity": 1}
+    ]});
+    let first = app.post("/v1/sales", body.clone()).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    assert_eq!(first.body["sale_id"], "sale-1");
+    assert_eq!(first.body["replayed"], false);
+    assert_eq!(
+        first.body["items"],
+        json!([{"product_id": 1, "quantity": 2}, {"product_id": 2, "quantity": 1}])
+    );
+    let replay = app.post("/v1/sales", body).await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text);
+    let mut same = replay.body.clone();
+    same["replayed"] = json!(false);
+    assert_eq!(same, first.body, "a replay answers the original result");
+    app.post(
+        "/v1/sales",
+        json!({"sale_id": "sale-1", "items": [{"product_id": 1, "quantity": 1}]}),
+    )
+    .await
+    .assert_problem(409, "idempotency-conflict");
+    // Sold units left available, never passed through reserved.
+    let s = app.get("/v1/products/1/stock").await;
+    assert_eq!(
+        (s.body["available"].as_i64(), s.body["reserved"].as_i64()),
+        (Some(1), Some(0))
+    );
+    let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
+    assert_eq!(audit.status, StatusCode::OK, "{}", audit.text);
+    assert_eq!(audit.body["ok"], true, "{}", audit.text);
+}
+
+#[tokio::test]
+async fn direct_sale_refusals_are_a_reservations() {
+    let app = spawn_app().await;
+    app.stock(1, 1).await;
+    let short = app
+        .post(
+            "/v1/sales",
+            json!({"sale_id": "s-short", "items": [{"product_id": 1, "quantity": 2}]}),
+        )
+        .await;
+    short.assert_problem(409, "insufficient-stock");
+    assert_eq!(short.body["product_id"], 1);
+    app.post(
+        "/v1/sales",
+        json!({"sale_id": "s-none", "items": [{"product_id": 1, "quantity": 1}, {"product_id": 7, "quantity": 1}]}),
+    )
+    .await
+    .assert_problem(404, "unknown-product");
+    for bad in [
+        json!({"sale_id": "bad id", "items": [{"product_id": 1, "quantity": 1}]}),
+        json!({"sale_id": "s", "items": []}),
+        json!({"sale_id": "s", "items": [{"product_id": 1, "quantity": 0}]}),
+        json!({"sale_id": "s", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 5}),
+        json!({"items": [{"product_id": 1, "quantity": 1}]}),
+    ] {
+        let a = app.post("/v1/sales", bad.clone()).await;
+        assert_eq!(
+            a.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{bad}: {}",
+            a.text
+        );
+    }
+    // Nothing was taken by the refusals.
+    let s = app.get("/v1/products/1/stock").await;
+    assert_eq!(s.body["available"].as_i64(), Some(1));
 }

@@ -9,7 +9,7 @@
 //!
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
-//! [`late`], [`extend`]); [`explain`] renders `--explain` timelines. This file only declares and re-exports.
+//! [`late`], [`extend`], [`sales`]); [`explain`] renders `--explain` timelines. This file only declares and re-exports.
 //!
 //! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
 //! deadlocks reach the caller):
@@ -35,6 +35,7 @@ pub mod buyers;
 pub mod explain;
 pub mod extend;
 pub mod late;
+pub mod sales;
 pub mod stock;
 pub mod transfers;
 pub mod types;

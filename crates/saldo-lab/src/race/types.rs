@@ -39,6 +39,8 @@ pub enum Scenario {
     LateRetry,
     /// Issue 15: hold extensions racing the sweeper; every answer matches the hold's fate.
     ExtendVsSweeper,
+    /// Issue 15: direct sales racing reservations for the last unit.
+    SalesVsReservations,
 }
 
 impl Scenario {
@@ -49,6 +51,7 @@ impl Scenario {
         Scenario::CrossedTransfers,
         Scenario::LateRetry,
         Scenario::ExtendVsSweeper,
+        Scenario::SalesVsReservations,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +62,7 @@ impl Scenario {
             Scenario::CrossedTransfers => "crossed-transfers",
             Scenario::LateRetry => "late-retry",
             Scenario::ExtendVsSweeper => "extend-vs-sweeper",
+            Scenario::SalesVsReservations => "sales-vs-reservations",
         }
     }
 

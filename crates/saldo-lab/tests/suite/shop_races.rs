@@ -1,10 +1,13 @@
 //! Issue 15's races, safe side and naive side in one place, on the same checks the lab runs:
 //! hold extensions racing the sweeper (every served strategy holds; the naive
-//! read-decide-write extender tells customers their units are held when the sweeper took them).
+//! read-decide-write extender tells customers their units are held when the sweeper took them),
+//! and direct sales racing reservations for the last unit (sold once; the naive seller
+//! oversells and the audit, which counts sold units, sees it).
 
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::{Store, StrategyName};
 use saldo_lab::race::extend::{run_on, Extender};
+use saldo_lab::race::sales::{self, Seller};
 
 use crate::harness::{test_db, TestDb};
 
@@ -46,4 +49,38 @@ async fn the_naive_extender_loses_extensions_to_the_sweeper() {
         .expect("run");
     assert!(outcome.lost_extensions > 0, "{outcome:?}");
     assert!(outcome.violated());
+}
+
+/// Requests per sales run: half reserve the last unit, half buy it directly.
+const SALE_BUYERS: u32 = 40;
+/// Runs per served strategy.
+const SALE_RUNS: u32 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn direct_sales_racing_reservations_sell_the_last_unit_once() {
+    for &name in StrategyName::ALL {
+        let db = test_db().await;
+        let store = store(&db);
+        for run in 0..SALE_RUNS {
+            if run > 0 {
+                saldo::fixtures::empty_all(&db.pool).await.expect("reset");
+            }
+            let outcome = sales::run_on(&store, SALE_BUYERS, Seller::Served(name), run)
+                .await
+                .expect("run");
+            assert!(!outcome.violated(), "{name}: {outcome:?}");
+            assert_eq!(outcome.reserved + outcome.sold, 1, "{name}: {outcome:?}");
+            assert_eq!(outcome.refused, u64::from(SALE_BUYERS) - 1, "{name}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_naive_seller_oversells_the_last_unit() {
+    let db = test_db().await;
+    let outcome = sales::run_on(&store(&db), SALE_BUYERS, Seller::Naive, 0)
+        .await
+        .expect("run");
+    assert!(outcome.oversold() > 0, "{outcome:?}");
+    assert!(outcome.audit_divergences > 0, "{outcome:?}");
 }

@@ -20,6 +20,7 @@ pub mod extend;
 mod lifecycle;
 pub mod optimistic;
 pub mod pessimistic;
+pub mod sales;
 mod sql;
 pub mod sweeper;
 pub mod trace;
@@ -28,6 +29,7 @@ pub mod types;
 pub use engine::{build, StockEngine, StrategyConfig};
 pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
+pub use sales::{Sale, SaleRequest, SoldItem};
 pub use types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
     Status, Stock, StockStrategy, Store, StrategyName,

@@ -193,6 +193,12 @@ pub trait StockStrategy: Send + Sync {
     ) -> Result<super::extend::ExtendOutcome, Error> {
         super::extend::extend(self.store(), order_id, ttl, max_hold).await
     }
+    /// Sells every item straight from `available`, or none; idempotent by `sale_id`. Every
+    /// strategy (`batched` included: a sale is never queued) runs the one transaction of
+    /// [`super::sales::sell`], whose take is `atomic`'s conditional UPDATE.
+    async fn sell(&self, request: &super::sales::SaleRequest) -> Result<super::sales::Sale, Error> {
+        super::sales::sell(self.store(), request).await
+    }
 }
 
 /// Counts a reservation outcome; shared by every strategy so the metric means the same thing.
