@@ -50,6 +50,7 @@ pub const OPERATIONS: &[&str] = &[
     "transfer",
     "extend",
     "sell",
+    "repair",
 ];
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];

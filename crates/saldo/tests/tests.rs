@@ -31,3 +31,6 @@ mod model;
 
 #[path = "suite/sales.rs"]
 mod sales;
+
+#[path = "suite/repair.rs"]
+mod repair;

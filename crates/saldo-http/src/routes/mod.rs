@@ -9,6 +9,7 @@ pub mod health;
 pub mod lists;
 pub(crate) mod numbers;
 pub mod orders;
+pub mod repair;
 pub mod sales;
 pub mod stock;
 
@@ -96,6 +97,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::transfer))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))
+        .routes(routes!(repair::repair))
         .routes(routes!(admin::locks))
         .routes(routes!(admin::refusals))
         .routes(routes!(health::healthz))

@@ -1,6 +1,7 @@
 //! Issue 15's routes: `POST /v1/orders/{id}/extend` (200, 409 `reservation-expired` whether or
 //! not the sweeper ran, 409 `nothing-to-extend`, 422 `hold-limit` and bad `ttl_s`, 404) and
-//! `POST /v1/sales` (201, replay 200, 409 conflict and stock, 404, 422; the audit stays clean).
+//! `POST /v1/sales` (201, replay 200, 409 conflict and stock, 404, 422; the audit stays clean)
+//! and `POST /v1/admin/repair` (dry run by default, `{"apply": true}` fixes, admin only).
 //! Run on `atomic` (tests.rs) and `batched` (batched.rs).
 
 use std::time::Duration;
@@ -210,4 +211,54 @@ async fn direct_sale_refusals_are_a_reservations() {
     // Nothing was taken by the refusals.
     let s = app.get("/v1/products/1/stock").await;
     assert_eq!(s.body["available"].as_i64(), Some(1));
+}
+
+#[tokio::test]
+async fn admin_repair_is_a_dry_run_unless_applied() {
+    let app = spawn_app().await;
+    app.stock(1, 10).await;
+    app.reserve("o-r", &[(1, 2)]).await;
+    let client = app.db.pool.get().await.expect("client");
+    client
+        .batch_execute("UPDATE stock SET available = available - 1, reserved = reserved + 1")
+        .await
+        .expect("plant");
+    // The API token is not enough.
+    let denied = app.post("/v1/admin/repair", json!({})).await;
+    assert_eq!(denied.status, StatusCode::UNAUTHORIZED, "{}", denied.text);
+
+    let dry = app
+        .admin(Method::POST, "/v1/admin/repair", Some(json!({})))
+        .await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
+    assert_eq!(dry.body["applied"], false);
+    let product = &dry.body["products"][0];
+    assert_eq!(product["action"], "planned");
+    assert_eq!(product["before"], json!({"available": 7, "reserved": 3}));
+    assert_eq!(product["after"], json!({"available": 8, "reserved": 2}));
+    assert_eq!(dry.body["remaining"].as_array().map(Vec::len), Some(1));
+
+    let applied = app
+        .admin(
+            Method::POST,
+            "/v1/admin/repair",
+            Some(json!({"apply": true})),
+        )
+        .await;
+    assert_eq!(applied.status, StatusCode::OK, "{}", applied.text);
+    assert_eq!(applied.body["products"][0]["action"], "applied");
+    assert_eq!(applied.body["remaining"], json!([]));
+    let s = app.get("/v1/products/1/stock").await;
+    assert_eq!(
+        (s.body["available"].as_i64(), s.body["reserved"].as_i64()),
+        (Some(8), Some(2))
+    );
+    let bad = app
+        .admin(
+            Method::POST,
+            "/v1/admin/repair",
+            Some(json!({"apply": "yes"})),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.text);
 }

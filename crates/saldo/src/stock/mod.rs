@@ -20,6 +20,7 @@ pub mod extend;
 mod lifecycle;
 pub mod optimistic;
 pub mod pessimistic;
+pub mod repair;
 pub mod sales;
 mod sql;
 pub mod sweeper;
