@@ -7,10 +7,11 @@
 //! ones do — their failure is the expected demonstration and is printed as such.
 
 use anyhow::{bail, Result};
-use saldo_lab::race::extend::{Extender, MAX_EXTEND_ORDERS};
-use saldo_lab::race::sales::{Seller, MAX_SALE_BUYERS};
+use saldo_lab::race::extend::{MAX_EXTEND_ORDERS, NAIVE_EXTEND};
+use saldo_lab::race::sales::{MAX_SALE_BUYERS, NAIVE_SALE};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
+use saldo_lab::race::Contender;
 use saldo_lab::race::{self as lab, explain, Report, RunDone, Scenario, Verdict};
 use saldo_lab::scratch::Scratch;
 use saldo_lab::{LabStrategy, LabTransfer};
@@ -115,15 +116,12 @@ pub enum Race {
         runs: u32,
         strategies: Vec<LabStrategy>,
     },
-    Extend {
-        orders: u32,
-        runs: u32,
-        extenders: Vec<Extender>,
-    },
-    Sales {
+    /// extend-vs-sweeper or sales-vs-reservations.
+    Shop {
+        scenario: Scenario,
         buyers: u32,
         runs: u32,
-        sellers: Vec<Seller>,
+        contenders: Vec<Contender>,
     },
 }
 
@@ -161,6 +159,16 @@ fn strategies<T: Copy + PartialEq>(
     Ok(out)
 }
 
+/// `--strategy` of an issue-15 scenario: the served strategies and its naive variant.
+fn contenders(raw: &str, naive: &'static str) -> Result<Vec<Contender>> {
+    strategies(
+        raw,
+        &Contender::all(naive),
+        |name| Contender::parse(name, naive),
+        Contender::as_str,
+    )
+}
+
 impl Config {
     pub fn from_args(args: &Args) -> Result<Config> {
         let scenario = match args.scenario {
@@ -172,57 +180,48 @@ impl Config {
             ScenarioArg::ExtendVsSweeper => Scenario::ExtendVsSweeper,
             ScenarioArg::SalesVsReservations => Scenario::SalesVsReservations,
         };
-        let shop = matches!(
+        // The scenarios that race one operation take no stock, window or transfer flags.
+        if matches!(
             scenario,
-            Scenario::ExtendVsSweeper | Scenario::SalesVsReservations
-        );
-        if shop
-            && (args.stock.is_some()
-                || args.think_ms.is_some()
-                || args.transfers.is_some()
-                || args.no_retry
-                || args.explain)
+            Scenario::LateRetry | Scenario::ExtendVsSweeper | Scenario::SalesVsReservations
+        ) && (args.stock.is_some()
+            || args.think_ms.is_some()
+            || args.transfers.is_some()
+            || args.no_retry
+            || args.explain)
         {
             bail!(
                 "{} takes --buyers, --runs and --strategy only",
                 scenario.as_str()
             );
         }
-        let race = if scenario == Scenario::SalesVsReservations {
-            let buyers = args.buyers.unwrap_or(DEFAULT_SALE_BUYERS);
-            lab::bounded("--buyers", buyers.into(), 2, MAX_SALE_BUYERS.into())?;
-            Race::Sales {
+        let shop = match scenario {
+            Scenario::SalesVsReservations => Some((
+                DEFAULT_SALE_BUYERS,
+                2,
+                MAX_SALE_BUYERS,
+                DEFAULT_RUNS,
+                NAIVE_SALE,
+            )),
+            Scenario::ExtendVsSweeper => Some((
+                DEFAULT_EXTEND_ORDERS,
+                1,
+                MAX_EXTEND_ORDERS,
+                DEFAULT_EXTEND_RUNS,
+                NAIVE_EXTEND,
+            )),
+            _ => None,
+        };
+        let race = if let Some((buyers, min, max, runs, naive)) = shop {
+            let buyers = args.buyers.unwrap_or(buyers);
+            lab::bounded("--buyers", buyers.into(), min, max.into())?;
+            Race::Shop {
+                scenario,
                 buyers,
-                runs: args.runs.unwrap_or(DEFAULT_RUNS),
-                sellers: strategies(
-                    &args.strategy,
-                    &Seller::all(),
-                    Seller::parse,
-                    Seller::as_str,
-                )?,
-            }
-        } else if scenario == Scenario::ExtendVsSweeper {
-            let orders = args.buyers.unwrap_or(DEFAULT_EXTEND_ORDERS);
-            lab::bounded("--buyers", orders.into(), 1, MAX_EXTEND_ORDERS.into())?;
-            Race::Extend {
-                orders,
-                runs: args.runs.unwrap_or(DEFAULT_EXTEND_RUNS),
-                extenders: strategies(
-                    &args.strategy,
-                    &Extender::all(),
-                    Extender::parse,
-                    Extender::as_str,
-                )?,
+                runs: args.runs.unwrap_or(runs),
+                contenders: contenders(&args.strategy, naive)?,
             }
         } else if scenario == Scenario::LateRetry {
-            if args.stock.is_some()
-                || args.think_ms.is_some()
-                || args.transfers.is_some()
-                || args.no_retry
-                || args.explain
-            {
-                bail!("late-retry takes --buyers, --runs and --strategy only");
-            }
             // The scenario races the idempotency rule, not the take: the naive takers corrupt
             // the counts on their own (a lost update of `reserved`) before any retry is sent.
             let late: Vec<LabStrategy> = LabStrategy::ALL
@@ -321,16 +320,20 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
                 runs,
                 strategies,
             } => lab::late::run_with_progress(&scratch, *buyers, *runs, strategies, &on_run).await,
-            Race::Extend {
-                orders,
-                runs,
-                extenders,
-            } => lab::extend::run_with_progress(&scratch, *orders, *runs, extenders, &on_run).await,
-            Race::Sales {
+            Race::Shop {
+                scenario,
                 buyers,
                 runs,
-                sellers,
-            } => lab::sales::run_with_progress(&scratch, *buyers, *runs, sellers, &on_run).await,
+                contenders,
+            } if *scenario == Scenario::ExtendVsSweeper => {
+                lab::extend::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await
+            }
+            Race::Shop {
+                buyers,
+                runs,
+                contenders,
+                ..
+            } => lab::sales::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.

@@ -18,16 +18,16 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use saldo::audit::audit_stock;
 use saldo::domain::{MaxHold, OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
-use saldo::retry::{checkout, TxOptions};
-use saldo::stock::{admin, build, sweeper, ReserveRequest, StrategyConfig, StrategyName};
+use saldo::retry::checkout;
+use saldo::stock::{admin, build, sweeper, ReserveRequest, StrategyConfig};
 
-use crate::race::types::{error_kind, join_bounded, LabError, Report, Scenario};
-use crate::race::RunDone;
+use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
+use crate::race::types::{error_kind, join_bounded, LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
 
 /// How long each reservation is held before it is due.
@@ -47,43 +47,8 @@ const SWEEP_EVERY: Duration = Duration::from_millis(20);
 /// Most orders per run.
 pub const MAX_EXTEND_ORDERS: u32 = 2_000;
 
-/// Who extends: a served strategy (through the library) or the naive read-decide-write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Extender {
-    Served(StrategyName),
-    Naive,
-}
-
-impl Extender {
-    pub const NAIVE: &'static str = "naive-extend";
-
-    /// Every served strategy, then the naive extender.
-    pub fn all() -> Vec<Extender> {
-        StrategyName::ALL
-            .iter()
-            .map(|&n| Extender::Served(n))
-            .chain([Extender::Naive])
-            .collect()
-    }
-
-    pub fn parse(s: &str) -> Option<Extender> {
-        if s == Self::NAIVE {
-            return Some(Extender::Naive);
-        }
-        StrategyName::parse(s).map(Extender::Served)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Extender::Served(n) => n.as_str(),
-            Extender::Naive => Self::NAIVE,
-        }
-    }
-
-    pub fn is_safe(self) -> bool {
-        matches!(self, Extender::Served(_))
-    }
-}
+/// The naive extender's name in `--strategy` and the reports.
+pub const NAIVE_EXTEND: &str = "naive-extend";
 
 /// What one run found.
 #[derive(Debug, Clone, Default)]
@@ -159,17 +124,13 @@ fn order_id(run: u32, i: u32) -> Result<OrderId, Error> {
 pub async fn run_on(
     store: &saldo::stock::Store,
     orders: u32,
-    extender: Extender,
+    extender: Contender,
     run: u32,
 ) -> Result<ExtendOutcome, LabError> {
     crate::race::types::bounded("orders", orders.into(), 1, MAX_EXTEND_ORDERS.into())?;
     let product = ProductId::new(1).map_err(Error::from)?;
     admin::set_count(store, product, orders.into()).await?;
-    let name = match extender {
-        Extender::Served(n) => n,
-        Extender::Naive => StrategyName::Atomic,
-    };
-    let engine = build(name, store.clone(), &StrategyConfig::default());
+    let engine = build(extender.engine(), store.clone(), &StrategyConfig::default());
     let hold = Ttl::from_millis(HOLD.as_millis() as u64).map_err(Error::from)?;
     for i in 0..orders {
         engine
@@ -203,11 +164,11 @@ pub async fn run_on(
                 tokio::time::sleep(STAGGER_STEP * (i % STAGGER_SLOTS)).await;
                 let id = order_id(run, i)?;
                 match extender {
-                    Extender::Served(_) => engine
+                    Contender::Served(_) => engine
                         .extend(&id, ttl, MaxHold::default())
                         .await
                         .map(|_| ()),
-                    Extender::Naive => naive_extend(&pool, &id, EXTEND_TTL_S as f64).await,
+                    Contender::Naive(_) => naive_extend(&pool, &id, EXTEND_TTL_S as f64).await,
                 }
             })
         })
@@ -257,50 +218,40 @@ pub async fn run_on(
     Ok(outcome)
 }
 
-/// Runs `runs` runs for each extender, one after the other, on `scratch`, telling `on_run`
-/// after every run.
+impl RunOutcome for ExtendOutcome {
+    /// "Sold" is extensions granted, "refused" those refused as expired.
+    fn add_to(&self, report: &mut Report, run: u32) {
+        report.add_sold(run, self.extended);
+        report.refused += self.refused_expired;
+        *report.wrong_answers.get_or_insert(0) += self.lost_extensions + self.wrong_refusals;
+        report.add_errors(&self.errors);
+        report.final_available = self.final_available;
+        report.final_reserved = self.final_reserved;
+        report.audit_divergences += self.audit_divergences;
+        report.violations += u32::from(self.violated());
+    }
+}
+
+/// Runs `runs` runs for each extender on `scratch`, telling `on_run` after every run.
 pub async fn run_with_progress(
     scratch: &Scratch,
     orders: u32,
     runs: u32,
-    extenders: &[Extender],
+    extenders: &[Contender],
     on_run: &(dyn Fn(RunDone<'_>) + Sync),
 ) -> Result<Vec<Report>, LabError> {
-    let mut reports = Vec::with_capacity(extenders.len());
-    for &extender in extenders {
-        let started = Instant::now();
-        let mut report = Report {
-            scenario: Scenario::ExtendVsSweeper.as_str().into(),
-            strategy: extender.as_str().into(),
-            safe: extender.is_safe(),
-            runs,
-            buyers_per_run: orders,
-            stock_per_run: orders.into(),
-            ..Report::default()
-        };
-        for run in 0..runs {
-            scratch.reset().await?;
-            let store = scratch.store(TxOptions::default());
-            let outcome = run_on(&store, orders, extender, run).await?;
-            on_run(RunDone {
-                strategy: extender.as_str(),
-                run: run + 1,
-                runs,
-                elapsed: started.elapsed(),
-            });
-            // "Sold" is extensions granted, "refused" those refused as expired.
-            report.add_sold(run, outcome.extended);
-            report.refused += outcome.refused_expired;
-            let wrong = outcome.lost_extensions + outcome.wrong_refusals;
-            *report.wrong_answers.get_or_insert(0) += wrong;
-            report.add_errors(&outcome.errors);
-            report.final_available = outcome.final_available;
-            report.final_reserved = outcome.final_reserved;
-            report.audit_divergences += outcome.audit_divergences;
-            report.violations += u32::from(outcome.violated());
-        }
-        report.finish(started);
-        reports.push(report);
-    }
-    Ok(reports)
+    let runs = Runs {
+        scenario: Scenario::ExtendVsSweeper,
+        buyers: orders,
+        stock_per_run: orders.into(),
+        runs,
+    };
+    run_contenders(
+        scratch,
+        runs,
+        extenders,
+        on_run,
+        |store, extender, run| async move { run_on(&store, orders, extender, run).await },
+    )
+    .await
 }

@@ -9,7 +9,7 @@
 //!
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
-//! [`late`], [`extend`], [`sales`]); [`explain`] renders `--explain` timelines. This file only declares and re-exports.
+//! [`late`], [`extend`] and [`sales`], which share [`contender`]); [`explain`] renders `--explain` timelines. This file only declares and re-exports.
 //!
 //! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
 //! deadlocks reach the caller):
@@ -32,6 +32,7 @@
 //! ```
 
 pub mod buyers;
+pub mod contender;
 pub mod explain;
 pub mod extend;
 pub mod late;
@@ -40,4 +41,5 @@ pub mod stock;
 pub mod transfers;
 pub mod types;
 
+pub use contender::Contender;
 pub use types::*;

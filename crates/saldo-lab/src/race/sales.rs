@@ -10,17 +10,17 @@
 //! read the unit before anyone took it "sells" it, and overwrites what the others took.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, SaleId, Ttl};
 use saldo::error::Error;
-use saldo::retry::{checkout, TxOptions};
-use saldo::stock::{admin, build, ReserveRequest, SaleRequest, StrategyConfig, StrategyName};
+use saldo::retry::checkout;
+use saldo::stock::{admin, build, ReserveRequest, SaleRequest, StrategyConfig};
 use tokio_postgres::error::SqlState;
 
-use crate::race::types::{bounded, error_kind, join_bounded, LabError, Report, Scenario};
-use crate::race::RunDone;
+use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
+use crate::race::types::{bounded, error_kind, join_bounded, LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
 
 /// The naive seller's pause between its read and its write (a payment provider's callback).
@@ -28,43 +28,8 @@ pub const NAIVE_THINK: Duration = Duration::from_millis(50);
 /// Most concurrent requests per run.
 pub const MAX_SALE_BUYERS: u32 = 2_000;
 
-/// Who sells: a served strategy (through the library) or the naive read-decide-write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seller {
-    Served(StrategyName),
-    Naive,
-}
-
-impl Seller {
-    pub const NAIVE: &'static str = "naive-sale";
-
-    /// Every served strategy, then the naive seller.
-    pub fn all() -> Vec<Seller> {
-        StrategyName::ALL
-            .iter()
-            .map(|&n| Seller::Served(n))
-            .chain([Seller::Naive])
-            .collect()
-    }
-
-    pub fn parse(s: &str) -> Option<Seller> {
-        if s == Self::NAIVE {
-            return Some(Seller::Naive);
-        }
-        StrategyName::parse(s).map(Seller::Served)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Seller::Served(n) => n.as_str(),
-            Seller::Naive => Self::NAIVE,
-        }
-    }
-
-    pub fn is_safe(self) -> bool {
-        matches!(self, Seller::Served(_))
-    }
-}
+/// The naive seller's name in `--strategy` and the reports.
+pub const NAIVE_SALE: &str = "naive-sale";
 
 /// What one run found.
 #[derive(Debug, Clone, Default)]
@@ -138,17 +103,13 @@ async fn naive_sell(pool: &deadpool_postgres::Pool, request: &SaleRequest) -> Re
 pub async fn run_on(
     store: &saldo::stock::Store,
     buyers: u32,
-    seller: Seller,
+    seller: Contender,
     run: u32,
 ) -> Result<SalesOutcome, LabError> {
     bounded("buyers", buyers.into(), 2, MAX_SALE_BUYERS.into())?;
     let product = ProductId::new(1).map_err(Error::from)?;
     admin::set_count(store, product, 1).await?;
-    let name = match seller {
-        Seller::Served(n) => n,
-        Seller::Naive => StrategyName::Atomic,
-    };
-    let engine = build(name, store.clone(), &StrategyConfig::default());
+    let engine = build(seller.engine(), store.clone(), &StrategyConfig::default());
     let one = OrderItems::new([(1, 1)]).map_err(Error::from)?;
     let tasks: Vec<_> = (0..buyers)
         .map(|i| {
@@ -167,8 +128,8 @@ pub async fn run_on(
                         items: one,
                     };
                     match seller {
-                        Seller::Served(_) => engine.sell(&request).await.map(|_| true),
-                        Seller::Naive => naive_sell(&pool, &request).await.map(|_| true),
+                        Contender::Served(_) => engine.sell(&request).await.map(|_| true),
+                        Contender::Naive(_) => naive_sell(&pool, &request).await.map(|_| true),
                     }
                 }
             })
@@ -190,54 +151,45 @@ pub async fn run_on(
     Ok(outcome)
 }
 
-/// Runs `runs` runs for each seller, one after the other, on `scratch`, telling `on_run` after
-/// every run.
+impl RunOutcome for SalesOutcome {
+    fn add_to(&self, report: &mut Report, run: u32) {
+        report.add_sold(run, self.reserved + self.sold);
+        report.refused += self.refused;
+        report.oversold += self.oversold();
+        report.runs_oversold += u32::from(self.oversold() > 0);
+        report.check_violations += self
+            .errors
+            .get(SqlState::CHECK_VIOLATION.code())
+            .copied()
+            .unwrap_or(0);
+        report.add_errors(&self.errors);
+        report.final_available = self.final_available;
+        report.final_reserved = self.final_reserved;
+        report.audit_divergences += self.audit_divergences;
+        report.violations += u32::from(self.violated());
+    }
+}
+
+/// Runs `runs` runs for each seller on `scratch`, telling `on_run` after every run.
 pub async fn run_with_progress(
     scratch: &Scratch,
     buyers: u32,
     runs: u32,
-    sellers: &[Seller],
+    sellers: &[Contender],
     on_run: &(dyn Fn(RunDone<'_>) + Sync),
 ) -> Result<Vec<Report>, LabError> {
-    let mut reports = Vec::with_capacity(sellers.len());
-    for &seller in sellers {
-        let started = Instant::now();
-        let mut report = Report {
-            scenario: Scenario::SalesVsReservations.as_str().into(),
-            strategy: seller.as_str().into(),
-            safe: seller.is_safe(),
-            runs,
-            buyers_per_run: buyers,
-            stock_per_run: 1,
-            ..Report::default()
-        };
-        for run in 0..runs {
-            scratch.reset().await?;
-            let store = scratch.store(TxOptions::default());
-            let outcome = run_on(&store, buyers, seller, run).await?;
-            on_run(RunDone {
-                strategy: seller.as_str(),
-                run: run + 1,
-                runs,
-                elapsed: started.elapsed(),
-            });
-            report.add_sold(run, outcome.reserved + outcome.sold);
-            report.refused += outcome.refused;
-            report.oversold += outcome.oversold();
-            report.runs_oversold += u32::from(outcome.oversold() > 0);
-            report.check_violations += outcome
-                .errors
-                .get(SqlState::CHECK_VIOLATION.code())
-                .copied()
-                .unwrap_or(0);
-            report.add_errors(&outcome.errors);
-            report.final_available = outcome.final_available;
-            report.final_reserved = outcome.final_reserved;
-            report.audit_divergences += outcome.audit_divergences;
-            report.violations += u32::from(outcome.violated());
-        }
-        report.finish(started);
-        reports.push(report);
-    }
-    Ok(reports)
+    let runs = Runs {
+        scenario: Scenario::SalesVsReservations,
+        buyers,
+        stock_per_run: 1,
+        runs,
+    };
+    run_contenders(
+        scratch,
+        runs,
+        sellers,
+        on_run,
+        |store, seller, run| async move { run_on(&store, buyers, seller, run).await },
+    )
+    .await
 }

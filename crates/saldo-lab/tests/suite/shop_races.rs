@@ -6,8 +6,9 @@
 
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::{Store, StrategyName};
-use saldo_lab::race::extend::{run_on, Extender};
-use saldo_lab::race::sales::{self, Seller};
+use saldo_lab::race::extend::{run_on, NAIVE_EXTEND};
+use saldo_lab::race::sales::{self, NAIVE_SALE};
+use saldo_lab::race::Contender;
 
 use crate::harness::{test_db, TestDb};
 
@@ -25,7 +26,7 @@ fn store(db: &TestDb) -> Store {
 async fn extensions_racing_the_sweeper_have_exactly_one_winner() {
     for &name in StrategyName::ALL {
         let db = test_db().await;
-        let outcome = run_on(&store(&db), EXTEND_ORDERS, Extender::Served(name), 0)
+        let outcome = run_on(&store(&db), EXTEND_ORDERS, Contender::Served(name), 0)
             .await
             .expect("run");
         assert!(!outcome.violated(), "{name}: {outcome:?}");
@@ -44,9 +45,14 @@ async fn extensions_racing_the_sweeper_have_exactly_one_winner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_naive_extender_loses_extensions_to_the_sweeper() {
     let db = test_db().await;
-    let outcome = run_on(&store(&db), EXTEND_ORDERS, Extender::Naive, 0)
-        .await
-        .expect("run");
+    let outcome = run_on(
+        &store(&db),
+        EXTEND_ORDERS,
+        Contender::Naive(NAIVE_EXTEND),
+        0,
+    )
+    .await
+    .expect("run");
     assert!(outcome.lost_extensions > 0, "{outcome:?}");
     assert!(outcome.violated());
 }
@@ -65,7 +71,7 @@ async fn direct_sales_racing_reservations_sell_the_last_unit_once() {
             if run > 0 {
                 saldo::fixtures::empty_all(&db.pool).await.expect("reset");
             }
-            let outcome = sales::run_on(&store, SALE_BUYERS, Seller::Served(name), run)
+            let outcome = sales::run_on(&store, SALE_BUYERS, Contender::Served(name), run)
                 .await
                 .expect("run");
             assert!(!outcome.violated(), "{name}: {outcome:?}");
@@ -78,7 +84,7 @@ async fn direct_sales_racing_reservations_sell_the_last_unit_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_naive_seller_oversells_the_last_unit() {
     let db = test_db().await;
-    let outcome = sales::run_on(&store(&db), SALE_BUYERS, Seller::Naive, 0)
+    let outcome = sales::run_on(&store(&db), SALE_BUYERS, Contender::Naive(NAIVE_SALE), 0)
         .await
         .expect("run");
     assert!(outcome.oversold() > 0, "{outcome:?}");
