@@ -53,7 +53,7 @@ pub enum ScenarioArg {
     CrossedTransfers,
     /// --buyers (50) reserve, cancel or let expire, then retry late: a retry must take nothing.
     LateRetry,
-    /// --buyers (60) orders hold a unit for 200 ms and are extended, some before and some
+    /// --buyers (60) orders hold a unit for 400 ms and are extended, some before and some
     /// after the hold lapses, while the sweeper runs: each answer must match the hold's fate.
     ExtendVsSweeper,
     /// --buyers (50) for the last unit, half reserving it, half buying it directly (no hold).

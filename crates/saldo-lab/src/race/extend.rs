@@ -26,19 +26,20 @@ use saldo::error::Error;
 use saldo::retry::checkout;
 use saldo::stock::{admin, build, sweeper, ReserveRequest, StrategyConfig};
 
+use crate::race::buyers::buy_all;
 use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
 use crate::race::types::{error_kind, join_bounded, LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
 
 /// How long each reservation is held before it is due.
-pub const HOLD: Duration = Duration::from_millis(200);
+pub const HOLD: Duration = Duration::from_millis(400);
 /// Extensions start at `(i % STAGGER_SLOTS) × STAGGER_STEP` after the reservations: from well
 /// before [`HOLD`] lapses to well after it.
-const STAGGER_STEP: Duration = Duration::from_millis(40);
+const STAGGER_STEP: Duration = Duration::from_millis(80);
 const STAGGER_SLOTS: u32 = 10;
 /// The naive extender's pause between its read and its write; longer than [`HOLD`], so a hold
 /// read as live is due (and swept) before the write.
-pub const NAIVE_THINK: Duration = Duration::from_millis(400);
+pub const NAIVE_THINK: Duration = Duration::from_millis(600);
 /// What each extension asks for.
 const EXTEND_TTL_S: u64 = 600;
 /// Sweeper rounds per run at most, [`SWEEP_EVERY`] apart (bounded: 10 s).
@@ -132,14 +133,19 @@ pub async fn run_on(
     admin::set_count(store, product, orders.into()).await?;
     let engine = build(extender.engine(), store.clone(), &StrategyConfig::default());
     let hold = Ttl::from_millis(HOLD.as_millis() as u64).map_err(Error::from)?;
-    for i in 0..orders {
-        engine
-            .reserve(&ReserveRequest {
+    // All at once, so the holds are made close together and the first extensions find them
+    // live even on a busy machine.
+    let requests: Vec<ReserveRequest> = (0..orders)
+        .map(|i| {
+            Ok(ReserveRequest {
                 order_id: order_id(run, i)?,
-                items: OrderItems::new([(1, 1)]).map_err(Error::from)?,
+                items: OrderItems::new([(1, 1)])?,
                 ttl: hold,
             })
-            .await?;
+        })
+        .collect::<Result<_, Error>>()?;
+    for answer in buy_all(&engine, &requests).await? {
+        answer?;
     }
 
     let done = Arc::new(AtomicBool::new(false));
