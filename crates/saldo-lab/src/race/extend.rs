@@ -26,7 +26,6 @@ use saldo::error::Error;
 use saldo::retry::checkout;
 use saldo::stock::{admin, build, sweeper, ReserveRequest, StrategyConfig};
 
-use crate::race::buyers::buy_all;
 use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
 use crate::race::types::{error_kind, join_bounded, LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
@@ -133,19 +132,16 @@ pub async fn run_on(
     admin::set_count(store, product, orders.into()).await?;
     let engine = build(extender.engine(), store.clone(), &StrategyConfig::default());
     let hold = Ttl::from_millis(HOLD.as_millis() as u64).map_err(Error::from)?;
-    // All at once, so the holds are made close together and the first extensions find them
-    // live even on a busy machine.
-    let requests: Vec<ReserveRequest> = (0..orders)
-        .map(|i| {
-            Ok(ReserveRequest {
+    // One after the other: each hold starts when it is granted (no wait on the row lock inside
+    // its transaction), so the last ones are fresh when the first extensions start.
+    for i in 0..orders {
+        engine
+            .reserve(&ReserveRequest {
                 order_id: order_id(run, i)?,
-                items: OrderItems::new([(1, 1)])?,
+                items: OrderItems::new([(1, 1)]).map_err(Error::from)?,
                 ttl: hold,
             })
-        })
-        .collect::<Result<_, Error>>()?;
-    for answer in buy_all(&engine, &requests).await? {
-        answer?;
+            .await?;
     }
 
     let done = Arc::new(AtomicBool::new(false));
