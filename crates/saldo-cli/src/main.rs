@@ -74,7 +74,16 @@ enum Command {
     /// Apply the migrations and exit (on the running serve/db's cluster when there is one).
     Migrate,
     /// Run the divergence audits (stock and ledger); exits 1 when anything diverges.
-    Audit,
+    /// `--repair` prints what it would change per divergent product; `--repair --apply`
+    /// changes it (products that change meanwhile are left alone) and audits again.
+    Audit {
+        /// Print, per divergent product, what a repair would write (nothing is written).
+        #[arg(long)]
+        repair: bool,
+        /// With --repair: write it (a `repair: …` movement per product) and re-audit.
+        #[arg(long, requires = "repair")]
+        apply: bool,
+    },
     /// Expire due reservations and pending transfers once (bounded batches) and print how many.
     Sweep,
     /// Rerun a seed's race against strategies side by side and check every invariant.
@@ -192,7 +201,11 @@ async fn run() -> Result<ExitCode> {
             println!("expired {expired} reservations and {holds} pending transfers");
         }
         Command::Locks(args) => locks::run(args, &pool).await?,
-        Command::Audit => {
+        Command::Audit { repair, apply } => {
+            if repair && !print_repair(&store, apply).await? {
+                pool.close();
+                return Ok(ExitCode::FAILURE);
+            }
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;
             for d in &stock {
@@ -248,4 +261,42 @@ async fn run() -> Result<ExitCode> {
     }
     pool.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// `saldo audit --repair [--apply]`: one line per divergent product, what it would change (or
+/// what became of it). False when a product was left alone (changed meanwhile, or its history
+/// cannot be met): the exit status then says so.
+async fn print_repair(store: &Store, apply: bool) -> anyhow::Result<bool> {
+    use saldo::stock::repair::{self, RepairAction};
+    let report = repair::repair(store, apply).await?;
+    let mut all_done = true;
+    for p in &report.products {
+        let what = match p.action {
+            RepairAction::Planned => "would set",
+            RepairAction::Applied => "repaired:",
+            RepairAction::Changed => {
+                all_done = false;
+                "LEFT ALONE (changed during the repair; run it again):"
+            }
+            RepairAction::Unrepairable => {
+                all_done = false;
+                "LEFT ALONE (history below what is reserved; count the product):"
+            }
+        };
+        println!(
+            "product {} {what} available {} -> {}, reserved {} -> {} (version {})",
+            p.product_id,
+            p.before.available,
+            p.after.available,
+            p.before.reserved,
+            p.after.reserved,
+            p.version
+        );
+    }
+    if report.products.is_empty() {
+        println!("repair: nothing to repair");
+    } else if !apply {
+        println!("repair: dry run, nothing written; add --apply to write it");
+    }
+    Ok(all_done)
 }

@@ -7,9 +7,12 @@
 //! ones do — their failure is the expected demonstration and is printed as such.
 
 use anyhow::{bail, Result};
+use saldo_lab::race::extend::{MAX_EXTEND_ORDERS, NAIVE_EXTEND};
 use saldo_lab::race::holds::{HoldRace, LabHolds};
+use saldo_lab::race::sales::{MAX_SALE_BUYERS, NAIVE_SALE};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
+use saldo_lab::race::Contender;
 use saldo_lab::race::{self as lab, explain, Report, RunDone, Scenario, Verdict};
 use saldo_lab::scratch::Scratch;
 use saldo_lab::{LabStrategy, LabTransfer};
@@ -38,6 +41,11 @@ pub const DEFAULT_HOLDS: u32 = 20;
 pub const DEFAULT_HOLD_RUNS: u32 = 3;
 /// The naive holds' read–write window.
 pub const DEFAULT_HOLD_THINK_MS: u64 = 50;
+/// extend-vs-sweeper: orders per run and runs per strategy by default.
+pub const DEFAULT_EXTEND_ORDERS: u32 = 60;
+pub const DEFAULT_EXTEND_RUNS: u32 = 2;
+/// sales-vs-reservations: requests per run (half reserve, half buy) by default.
+pub const DEFAULT_SALE_BUYERS: u32 = 50;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -57,6 +65,11 @@ pub enum ScenarioArg {
     HoldLastFunds,
     /// Issue 14: --holds (20) linked groups crossing between accounts 1 and 2, no retry.
     CrossedGroups,
+    /// --buyers (60) orders hold a unit for 400 ms and are extended, some before and some
+    /// after the hold lapses, while the sweeper runs: each answer must match the hold's fate.
+    ExtendVsSweeper,
+    /// --buyers (50) for the last unit, half reserving it, half buying it directly (no hold).
+    SalesVsReservations,
 }
 
 #[derive(Debug, clap::Args)]
@@ -65,7 +78,8 @@ pub struct Args {
     scenario: ScenarioArg,
     /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
     /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers and
-    /// the hold scenarios: ordered, naive.
+    /// the hold scenarios: ordered, naive; extend-vs-sweeper: the served four and naive-extend;
+    /// sales-vs-reservations: the served four and naive-sale.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -121,6 +135,13 @@ pub enum Race {
         race: HoldRace,
         strategies: Vec<LabHolds>,
     },
+    /// extend-vs-sweeper or sales-vs-reservations.
+    Shop {
+        scenario: Scenario,
+        buyers: u32,
+        runs: u32,
+        contenders: Vec<Contender>,
+    },
 }
 
 /// The validated configuration of one `saldo race`.
@@ -157,6 +178,16 @@ fn strategies<T: Copy + PartialEq>(
     Ok(out)
 }
 
+/// `--strategy` of an issue-15 scenario: the served strategies and its naive variant.
+fn contenders(raw: &str, naive: &'static str) -> Result<Vec<Contender>> {
+    strategies(
+        raw,
+        &Contender::all(naive),
+        |name| Contender::parse(name, naive),
+        Contender::as_str,
+    )
+}
+
 impl Config {
     pub fn from_args(args: &Args) -> Result<Config> {
         let scenario = match args.scenario {
@@ -168,6 +199,8 @@ impl Config {
             ScenarioArg::HoldSettle => Scenario::HoldSettle,
             ScenarioArg::HoldLastFunds => Scenario::HoldLastFunds,
             ScenarioArg::CrossedGroups => Scenario::CrossedGroups,
+            ScenarioArg::ExtendVsSweeper => Scenario::ExtendVsSweeper,
+            ScenarioArg::SalesVsReservations => Scenario::SalesVsReservations,
         };
         let holds_scenario = matches!(
             scenario,
@@ -176,6 +209,38 @@ impl Config {
         if args.holds.is_some() && !holds_scenario {
             bail!("--holds applies to hold-settle, hold-last-funds and crossed-groups");
         }
+        // The scenarios that race one operation take no stock, window or transfer flags.
+        if matches!(
+            scenario,
+            Scenario::LateRetry | Scenario::ExtendVsSweeper | Scenario::SalesVsReservations
+        ) && (args.stock.is_some()
+            || args.think_ms.is_some()
+            || args.transfers.is_some()
+            || args.no_retry
+            || args.explain)
+        {
+            bail!(
+                "{} takes --buyers, --runs and --strategy only",
+                scenario.as_str()
+            );
+        }
+        let shop = match scenario {
+            Scenario::SalesVsReservations => Some((
+                DEFAULT_SALE_BUYERS,
+                2,
+                MAX_SALE_BUYERS,
+                DEFAULT_RUNS,
+                NAIVE_SALE,
+            )),
+            Scenario::ExtendVsSweeper => Some((
+                DEFAULT_EXTEND_ORDERS,
+                1,
+                MAX_EXTEND_ORDERS,
+                DEFAULT_EXTEND_RUNS,
+                NAIVE_EXTEND,
+            )),
+            _ => None,
+        };
         let race = if holds_scenario {
             if args.buyers.is_some()
                 || args.stock.is_some()
@@ -202,15 +267,16 @@ impl Config {
                     LabHolds::as_str,
                 )?,
             }
-        } else if scenario == Scenario::LateRetry {
-            if args.stock.is_some()
-                || args.think_ms.is_some()
-                || args.transfers.is_some()
-                || args.no_retry
-                || args.explain
-            {
-                bail!("late-retry takes --buyers, --runs and --strategy only");
+        } else if let Some((buyers, min, max, runs, naive)) = shop {
+            let buyers = args.buyers.unwrap_or(buyers);
+            lab::bounded("--buyers", buyers.into(), min, max.into())?;
+            Race::Shop {
+                scenario,
+                buyers,
+                runs: args.runs.unwrap_or(runs),
+                contenders: contenders(&args.strategy, naive)?,
             }
+        } else if scenario == Scenario::LateRetry {
             // The scenario races the idempotency rule, not the take: the naive takers corrupt
             // the counts on their own (a lost update of `reserved`) before any retry is sent.
             let late: Vec<LabStrategy> = LabStrategy::ALL
@@ -310,6 +376,20 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
                 strategies,
             } => lab::late::run_with_progress(&scratch, *buyers, *runs, strategies, &on_run).await,
             Race::Holds { race, strategies } => lab::holds::run(&scratch, race, strategies).await,
+            Race::Shop {
+                scenario,
+                buyers,
+                runs,
+                contenders,
+            } if *scenario == Scenario::ExtendVsSweeper => {
+                lab::extend::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await
+            }
+            Race::Shop {
+                buyers,
+                runs,
+                contenders,
+                ..
+            } => lab::sales::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.
@@ -402,7 +482,14 @@ pub fn table(reports: &[Report]) -> String {
     .iter()
     .any(|s| first.scenario == s.as_str());
     let late = first.scenario == Scenario::LateRetry.as_str();
-    let mut out = if late {
+    let extend = first.scenario == Scenario::ExtendVsSweeper.as_str();
+    let mut out = if extend {
+        format!(
+            "{} — {} orders hold one unit each for {} ms and are extended while the sweeper runs; {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
+            first.scenario, first.buyers_per_run, lab::extend::HOLD.as_millis(), first.runs,
+            "extender", "runs", "ext/run", "expired", "conflicts", "errors", "final a/r", "wrong", "violations", "verdict", "time"
+        )
+    } else if late {
         format!(
             "{} — {} buyers reserve {} unit(s), cancel or let expire, then retry late; {} run(s)\n{:<16} {:>5} {:>9} {:>8} {:>9} {:>12} {:>9} {:>8} {:>11}  {:<18} {:>8}\n",
             first.scenario, first.buyers_per_run, first.stock_per_run, first.runs,
@@ -456,7 +543,7 @@ pub fn table(reports: &[Report]) -> String {
                 r.conflicts,
                 errors(r),
                 format!("{}/{}", r.final_available, r.final_reserved),
-                r.oversold,
+                r.wrong_answers.unwrap_or(r.oversold),
                 violations,
                 verdict(r),
                 time
@@ -488,6 +575,12 @@ pub fn conclusion(r: &Report) -> String {
         broke.push(format!(
             "oversold {} units in {} of {} runs",
             r.oversold, r.runs_oversold, r.runs
+        ));
+    }
+    if let Some(wrong) = r.wrong_answers.filter(|w| *w > 0) {
+        broke.push(format!(
+            "{wrong} extensions answered against the hold's fate (granted on a hold the sweeper \
+             expired, or refused on one still active)"
         ));
     }
     if r.check_violations > 0 {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use saldo::db::{self, PoolOptions};
 use saldo::domain::{
-    DEFAULT_TTL_S, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+    DEFAULT_MAX_HOLD_S, DEFAULT_TTL_S, MAX_MAX_HOLD_S, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S,
+    MIN_MAX_HOLD_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
 };
 use saldo::ledger::TransferStrategy;
 use saldo::retry::{self, RetryPolicy, TxOptions, MAX_ATTEMPTS_LIMIT};
@@ -62,6 +63,11 @@ pub struct Args {
           value_parser = duration::secs(MIN_TRANSFER_TIMEOUT_S as u64,
                                         MAX_TRANSFER_TIMEOUT_S as u64))]
     transfer_timeout: u64,
+    /// Longest a reservation may be held since it was made, extensions
+    /// (`POST /v1/orders/{id}/extend`) included (seconds, or 90m, 24h, 2d).
+    #[arg(long, env = "SALDO_MAX_HOLD", default_value_t = DEFAULT_MAX_HOLD_S,
+          value_parser = duration::secs(MIN_MAX_HOLD_S, MAX_MAX_HOLD_S))]
+    max_hold: u64,
     /// Time between sweeper rounds (seconds, or 30s, 5m).
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = duration::secs(MIN_SWEEP_INTERVAL_S, MAX_SWEEP_INTERVAL_S))]
@@ -241,6 +247,7 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             token_dir: Some(token_dir.clone()),
             reservation_ttl_s: args.reservation_ttl_s,
             transfer_timeout_s: args.transfer_timeout,
+            max_hold_s: args.max_hold,
             request_timeout_ms: args.request_timeout_ms,
             header_read_timeout_ms: args.header_read_timeout_ms,
             idle_timeout_ms: args.idle_timeout_ms,

@@ -7,7 +7,7 @@
 //! request or response bodies. Path ids are logged only when they look like ids (the domain's
 //! alphabet, bounded length): a path is client input, and a log line is no place for whatever a
 //! client typed. Ids that travel in a body (a reservation's order id, a transfer's id) are noted
-//! by their handler once validated ([`note_order_id`], [`note_transfer_id`]), through a
+//! by their handler once validated ([`note_order_id`], [`note_transfer_id`], [`note_sale_id`]), through a
 //! task-local the middleware scopes around the request: the body itself is never read here.
 
 use std::sync::{Arc, Mutex};
@@ -30,6 +30,7 @@ pub const NOT_AN_ID: &str = "(not an id)";
 struct Ids {
     order_id: Option<String>,
     transfer_id: Option<String>,
+    sale_id: Option<String>,
     product_id: Option<String>,
     account_id: Option<String>,
 }
@@ -47,6 +48,11 @@ pub fn note_order_id(id: &saldo::domain::OrderId) {
 /// Records the (validated) transfer id of a request that carries it in its body.
 pub fn note_transfer_id(id: &saldo::domain::TransferId) {
     note(|ids| ids.transfer_id = Some(id.as_str().to_owned()));
+}
+
+/// Records the (validated) sale id of a direct sale (`POST /v1/sales`).
+pub fn note_sale_id(id: &saldo::domain::SaleId) {
+    note(|ids| ids.sale_id = Some(id.as_str().to_owned()));
 }
 
 fn note(set: impl FnOnce(&mut Ids)) {
@@ -79,6 +85,7 @@ pub async fn log(mut request: Request, next: Next) -> Response {
         latency_us,
         order_id = ids.order_id.as_deref(),
         transfer_id = ids.transfer_id.as_deref(),
+        sale_id = ids.sale_id.as_deref(),
         product_id = ids.product_id.as_deref(),
         account_id = ids.account_id.as_deref(),
         "request"

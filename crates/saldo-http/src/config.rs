@@ -61,6 +61,8 @@ pub enum ConfigError {
     Ttl(saldo::InputError),
     #[error("transfer timeout: {0}")]
     TransferTimeout(saldo::InputError),
+    #[error("maximum hold: {0}")]
+    MaxHold(saldo::InputError),
     #[error(
         "request timeout {0} ms is outside {MIN_REQUEST_TIMEOUT_MS}..={MAX_REQUEST_TIMEOUT_MS}"
     )]
@@ -88,6 +90,8 @@ pub struct Settings {
     pub default_ttl: Ttl,
     /// Life of a pending transfer whose request gives no `timeout_s`.
     pub default_transfer_timeout: TransferTimeout,
+    /// Longest a reservation may be held since it was made, extensions included.
+    pub max_hold: saldo::domain::MaxHold,
     pub request_timeout: Duration,
     /// Time a request's headers may take to arrive (see [`DEFAULT_HEADER_READ_TIMEOUT_MS`]).
     pub header_read_timeout: Duration,
@@ -113,6 +117,7 @@ pub struct RawSettings {
     pub reservation_ttl_s: u64,
     /// `--transfer-timeout`: a hold's life when its request names none.
     pub transfer_timeout_s: u64,
+    pub max_hold_s: u64,
     pub request_timeout_ms: u64,
     pub header_read_timeout_ms: u64,
     pub idle_timeout_ms: u64,
@@ -129,6 +134,7 @@ impl Default for RawSettings {
             token_dir: None,
             reservation_ttl_s: DEFAULT_TTL_S,
             transfer_timeout_s: u64::from(DEFAULT_TRANSFER_TIMEOUT_S),
+            max_hold_s: saldo::domain::DEFAULT_MAX_HOLD_S,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
@@ -188,6 +194,8 @@ impl RawSettings {
         let default_transfer_timeout =
             TransferTimeout::from_secs(i64::try_from(self.transfer_timeout_s).unwrap_or(i64::MAX))
                 .map_err(ConfigError::TransferTimeout)?;
+        let max_hold =
+            saldo::domain::MaxHold::from_secs(self.max_hold_s).map_err(ConfigError::MaxHold)?;
         if !(MIN_REQUEST_TIMEOUT_MS..=MAX_REQUEST_TIMEOUT_MS).contains(&self.request_timeout_ms) {
             return Err(ConfigError::RequestTimeout(self.request_timeout_ms));
         }
@@ -255,6 +263,7 @@ impl RawSettings {
                 credentials: Arc::new(credentials),
                 default_ttl,
                 default_transfer_timeout,
+                max_hold,
                 request_timeout: Duration::from_millis(self.request_timeout_ms),
                 header_read_timeout,
                 idle_timeout,

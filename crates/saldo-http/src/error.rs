@@ -357,6 +357,44 @@ fn domain(e: &Error) -> Parts {
         )
         .with("order_id", json!(order_id))
         .with("product_id", json!(product_id)),
+        Error::SaleConflict(sale) => Parts::new(
+            S::CONFLICT,
+            "idempotency-conflict",
+            "Idempotency conflict",
+            detail,
+        )
+        .with("sale_id", json!(sale)),
+        Error::ReservationExpired {
+            order_id,
+            product_id,
+        } => Parts::new(
+            S::CONFLICT,
+            "reservation-expired",
+            "Reservation expired",
+            detail,
+        )
+        .with("order_id", json!(order_id))
+        .with("product_id", json!(product_id)),
+        Error::NothingToExtend(o) => Parts::new(
+            S::CONFLICT,
+            "nothing-to-extend",
+            "Nothing to extend",
+            detail,
+        )
+        .with("order_id", json!(o)),
+        Error::HoldLimitExceeded {
+            order_id,
+            product_id,
+            max_hold_s,
+        } => Parts::new(
+            S::UNPROCESSABLE_ENTITY,
+            "hold-limit",
+            "Past the maximum hold",
+            detail,
+        )
+        .with("order_id", json!(order_id))
+        .with("product_id", json!(product_id))
+        .with("max_hold_s", json!(max_hold_s)),
         Error::ProductLocked(p) => Parts::new(
             S::SERVICE_UNAVAILABLE,
             "database-timeout",
@@ -866,6 +904,37 @@ mod tests {
                 409,
                 "balance-out-of-range",
                 Some("account"),
+            ),
+            (
+                Error::ReservationExpired {
+                    order_id: OrderId::new("o-2").expect("id"),
+                    product_id: p,
+                },
+                409,
+                "reservation-expired",
+                Some("product_id"),
+            ),
+            (
+                Error::SaleConflict(saldo::domain::SaleId::new("s-1").expect("id")),
+                409,
+                "idempotency-conflict",
+                Some("sale_id"),
+            ),
+            (
+                Error::NothingToExtend(OrderId::new("o-3").expect("id")),
+                409,
+                "nothing-to-extend",
+                Some("order_id"),
+            ),
+            (
+                Error::HoldLimitExceeded {
+                    order_id: OrderId::new("o-4").expect("id"),
+                    product_id: p,
+                    max_hold_s: 86_400,
+                },
+                422,
+                "hold-limit",
+                Some("max_hold_s"),
             ),
             (Error::Migration("V9 failed".into()), 500, "internal", None),
         ];

@@ -295,6 +295,10 @@ pub mod schema {
         )
     }
 
+    pub fn sale_id() -> Schema {
+        id("Sale id: the idempotency key of a direct sale", "sale-1")
+    }
+
     pub fn rereserve_id() -> Schema {
         id("This re-reserve's own idempotency key", "order-1-again")
     }
@@ -357,6 +361,20 @@ pub mod schema {
             max,
             true,
             "Reservation lifetime in seconds; the server's default when absent or null",
+        )
+        .build()
+        .into()
+    }
+
+    pub fn extend_ttl_s() -> Schema {
+        let max = i64::try_from(MAX_TTL_S).unwrap_or(i64::MAX);
+        let min = i64::try_from(MIN_TTL_S).unwrap_or(1);
+        integer(
+            min,
+            max,
+            false,
+            "Seconds from now until the hold lapses; the server's maximum hold since the \
+             reservation was made still applies (422 `hold-limit`)",
         )
         .build()
         .into()

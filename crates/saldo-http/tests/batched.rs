@@ -32,3 +32,6 @@ mod ops;
 mod orders;
 #[path = "suite/stock.rs"]
 mod stock;
+
+#[path = "suite/shop.rs"]
+mod shop;

@@ -45,3 +45,6 @@ mod orders;
 mod stock;
 #[path = "suite/telemetry.rs"]
 mod telemetry;
+
+#[path = "suite/shop.rs"]
+mod shop;

@@ -18,3 +18,5 @@ mod naive_ledger;
 
 #[path = "suite/holds_race.rs"]
 mod holds_race;
+#[path = "suite/shop_races.rs"]
+mod shop_races;

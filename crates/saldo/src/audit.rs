@@ -1,6 +1,7 @@
 //! The divergence audit (seed 000): it must come back empty. For every product it checks
 //! - `reserved = Σ active reservations`, and
-//! - `available + reserved = last count + adjustments since − confirmed since the count`.
+//! - `available + reserved = last count + adjustments since − confirmed since the count − sold
+//!   directly since the count` (direct sales, `stock::sales`, take from `available` only).
 //!
 //! [`audit_ledger`] checks the ledger the same way: all balances sum to zero and all `held`
 //! equal all `pending_credits` (the double entry, for posted and pending amounts separately),
@@ -39,10 +40,16 @@ pub struct Divergence {
     pub actual: i64,
 }
 
-const STOCK_AUDIT: &str = "
+/// Per product: its row and what reservations and history say it should hold. `$1` names one
+/// product, or NULL for all. Shared by the audit (which keeps the divergent rows) and the
+/// repair (which reads one product's targets under its row lock).
+macro_rules! stock_state {
+    () => {
+        "
 WITH last_count AS (
     SELECT DISTINCT ON (product_id) product_id, id, quantity, created_at
-      FROM stock_movements WHERE kind = 'count'
+      FROM stock_movements
+     WHERE kind = 'count' AND ($1::bigint IS NULL OR product_id = $1)
      ORDER BY product_id, id DESC),
 adjusted AS (
     SELECT m.product_id, sum(m.quantity)::bigint AS delta
@@ -54,25 +61,43 @@ confirmed AS (
       FROM reservations r JOIN last_count c USING (product_id)
      WHERE r.status = 'confirmed' AND r.settled_at > c.created_at
      GROUP BY r.product_id),
+sold AS (
+    SELECT i.product_id, sum(i.quantity)::bigint AS quantity
+      FROM sale_items i JOIN last_count c USING (product_id)
+     WHERE i.sold_at > c.created_at
+     GROUP BY i.product_id),
 active AS (
     SELECT product_id, sum(quantity)::bigint AS quantity
-      FROM reservations WHERE status = 'active' GROUP BY product_id)
+      FROM reservations
+     WHERE status = 'active' AND ($1::bigint IS NULL OR product_id = $1)
+     GROUP BY product_id)
 SELECT s.product_id,
+       s.available::bigint                                   AS available,
        s.reserved::bigint                                    AS reserved,
+       s.version,
        coalesce(a.quantity, 0)                               AS active_reserved,
        (s.available + s.reserved)::bigint                    AS on_hand,
        coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
-                                                             AS expected_on_hand
+         - coalesce(sd.quantity, 0)                          AS expected_on_hand
   FROM stock s
   LEFT JOIN last_count c USING (product_id)
   LEFT JOIN adjusted adj USING (product_id)
   LEFT JOIN confirmed cf USING (product_id)
+  LEFT JOIN sold sd USING (product_id)
   LEFT JOIN active a USING (product_id)
- WHERE s.reserved <> coalesce(a.quantity, 0)
-    OR s.available + s.reserved <>
-       coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
- ORDER BY s.product_id
- LIMIT $1";
+ WHERE ($1::bigint IS NULL OR s.product_id = $1)"
+    };
+}
+
+/// One product's [`stock_state!`] row (the repair, under the product's row lock).
+pub(crate) const PRODUCT_STATE: &str = stock_state!();
+
+const STOCK_AUDIT: &str = concat!(
+    "SELECT * FROM (",
+    stock_state!(),
+    ") st WHERE reserved <> active_reserved OR on_hand <> expected_on_hand \
+     ORDER BY product_id LIMIT $2"
+);
 
 /// One consistent, read-only view of the database for an audit: every invariant of one audit is
 /// checked against the same snapshot, whatever commits meanwhile.
@@ -87,37 +112,74 @@ async fn snapshot(
         .await?)
 }
 
-/// Runs the stock audit; an empty answer means every product is consistent with its history.
-pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
-    let mut client = checkout(pool, "audit_stock").await?;
-    let tx = snapshot(&mut client).await?;
-    let rows = tx.query(STOCK_AUDIT, &[&MAX_DIVERGENCES]).await?;
-    tx.commit().await?;
-    let mut out = Vec::new();
-    for r in rows {
-        let product_id = ProductId::new(r.try_get("product_id")?)?;
-        let reserved: i64 = r.try_get("reserved")?;
-        let active: i64 = r.try_get("active_reserved")?;
-        let on_hand: i64 = r.try_get("on_hand")?;
-        let expected: i64 = r.try_get("expected_on_hand")?;
-        if reserved != active {
+/// One product's row and what its reservations and history say it should hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProductState {
+    pub product_id: ProductId,
+    pub available: i64,
+    pub reserved: i64,
+    pub version: i64,
+    /// Σ active reservations: what `reserved` should be.
+    pub active_reserved: i64,
+    /// last count + adjustments − confirmed − sold since the count: what `available +
+    /// reserved` should be.
+    pub expected_on_hand: i64,
+}
+
+impl ProductState {
+    pub(crate) fn from_row(r: &tokio_postgres::Row) -> Result<ProductState, Error> {
+        Ok(ProductState {
+            product_id: ProductId::new(r.try_get("product_id")?)?,
+            available: r.try_get("available")?,
+            reserved: r.try_get("reserved")?,
+            version: r.try_get("version")?,
+            active_reserved: r.try_get("active_reserved")?,
+            expected_on_hand: r.try_get("expected_on_hand")?,
+        })
+    }
+
+    /// The broken invariants, if any.
+    pub fn divergences(&self) -> Vec<Divergence> {
+        let mut out = Vec::new();
+        if self.reserved != self.active_reserved {
             out.push(Divergence {
-                product_id,
+                product_id: self.product_id,
                 invariant: Invariant::ReservedMatchesActive,
-                expected: active,
-                actual: reserved,
+                expected: self.active_reserved,
+                actual: self.reserved,
             });
         }
-        if on_hand != expected {
+        let on_hand = self.available + self.reserved;
+        if on_hand != self.expected_on_hand {
             out.push(Divergence {
-                product_id,
+                product_id: self.product_id,
                 invariant: Invariant::OnHandMatchesHistory,
-                expected,
+                expected: self.expected_on_hand,
                 actual: on_hand,
             });
         }
+        out
     }
-    Ok(out)
+}
+
+/// The products that diverge (at most [`MAX_DIVERGENCES`]), read in one snapshot: what the
+/// audit reports and what a repair plans from.
+pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
+    let mut client = checkout(pool, "audit_stock").await?;
+    let tx = snapshot(&mut client).await?;
+    let all: Option<i64> = None;
+    let rows = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
+    tx.commit().await?;
+    rows.iter().map(ProductState::from_row).collect()
+}
+
+/// Runs the stock audit; an empty answer means every product is consistent with its history.
+pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
+    Ok(divergent_products(pool)
+        .await?
+        .iter()
+        .flat_map(ProductState::divergences)
+        .collect())
 }
 
 /// Which ledger invariant broke.

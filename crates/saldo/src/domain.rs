@@ -74,6 +74,10 @@ pub enum InputError {
         min_balance: i64,
         max_balance: Option<i64>,
     },
+    #[error("sale id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    SaleIdInvalid,
+    #[error("maximum hold {max_hold_s}s is outside {min}..={max}s")]
+    MaxHoldOutOfRange { max_hold_s: u64, min: u64, max: u64 },
 }
 
 /// Most distinct items one order may hold.
@@ -85,6 +89,11 @@ pub const MAX_STOCK_COUNT: i32 = 1_000_000_000;
 /// Longest and shortest reservation time-to-live.
 pub const MAX_TTL_S: u64 = 24 * 60 * 60;
 pub const MIN_TTL_S: u64 = 1;
+/// How long a reservation may be held in all, extensions included, counted from when it was
+/// made: the default, and the bounds of what an operator may set (`serve --max-hold`).
+pub const DEFAULT_MAX_HOLD_S: u64 = 24 * 60 * 60;
+pub const MIN_MAX_HOLD_S: u64 = 60;
+pub const MAX_MAX_HOLD_S: u64 = 7 * 24 * 60 * 60;
 /// Default reservation time-to-live (seed 000: fifteen minutes covers card payments).
 pub const DEFAULT_TTL_S: u64 = 15 * 60;
 /// Longest adjustment reason.
@@ -108,6 +117,7 @@ macro_rules! deserialize_via {
 deserialize_via!(ProductId, i64, ProductId::new);
 deserialize_via!(OrderId, String, OrderId::new);
 deserialize_via!(RequestKey, String, RequestKey::new);
+deserialize_via!(SaleId, String, SaleId::new);
 deserialize_via!(Quantity, i64, Quantity::new);
 deserialize_via!(AccountId, i64, AccountId::new);
 deserialize_via!(TransferId, String, TransferId::new);
@@ -190,6 +200,31 @@ impl fmt::Display for RequestKey {
     }
 }
 
+/// A direct sale's id (`POST /v1/sales`): its idempotency key, in the order id alphabet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SaleId(String);
+
+impl SaleId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(SaleId(raw))
+        } else {
+            Err(InputError::SaleIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SaleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The id alphabet shared by order ids and transfer ids.
 pub(crate) fn valid_token(s: &str) -> bool {
     !s.is_empty()
@@ -252,6 +287,35 @@ impl Ttl {
     }
     pub fn as_duration(self) -> Duration {
         self.0
+    }
+}
+
+/// The longest a reservation may be held since it was made, extensions included:
+/// [`MIN_MAX_HOLD_S`]..=[`MAX_MAX_HOLD_S`] seconds. Bounds what an extension may ask for, so a
+/// slow payment can keep its units for a while but a forgotten order never keeps them forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxHold(Duration);
+
+impl MaxHold {
+    pub fn from_secs(s: u64) -> Result<Self, InputError> {
+        if (MIN_MAX_HOLD_S..=MAX_MAX_HOLD_S).contains(&s) {
+            Ok(MaxHold(Duration::from_secs(s)))
+        } else {
+            Err(InputError::MaxHoldOutOfRange {
+                max_hold_s: s,
+                min: MIN_MAX_HOLD_S,
+                max: MAX_MAX_HOLD_S,
+            })
+        }
+    }
+    pub fn as_duration(self) -> Duration {
+        self.0
+    }
+}
+
+impl Default for MaxHold {
+    fn default() -> Self {
+        MaxHold(Duration::from_secs(DEFAULT_MAX_HOLD_S))
     }
 }
 

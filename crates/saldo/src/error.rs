@@ -6,7 +6,7 @@ use tokio_postgres::error::SqlState;
 // `InputError` lives with the newtypes that raise it, so `domain` imports nothing from here
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
-use crate::domain::{AccountId, GroupId, OrderId, ProductId, TransferId, TransferStatus};
+use crate::domain::{AccountId, GroupId, OrderId, ProductId, SaleId, TransferId, TransferStatus};
 
 /// Everything a library operation can return.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,26 @@ pub enum Error {
         order_id: OrderId,
         product_id: ProductId,
         why: &'static str,
+    },
+    /// The sale id was used before with other items.
+    #[error("sale {0} was already made with different items")]
+    SaleConflict(SaleId),
+    /// An extension found the order's hold already lapsed (expired, or past its expiry and not
+    /// yet swept): the sweeper won; re-reserve to take the units again.
+    #[error("the reservation of product {product_id} in order {order_id} has already expired")]
+    ReservationExpired {
+        order_id: OrderId,
+        product_id: ProductId,
+    },
+    /// An extension found nothing active to extend (everything confirmed or released).
+    #[error("order {0} holds nothing active to extend (confirmed or released)")]
+    NothingToExtend(OrderId),
+    /// An extension would hold a reservation past the maximum lifetime since it was made.
+    #[error("extending order {order_id} would hold product {product_id} past the maximum hold of {max_hold_s}s since it was reserved")]
+    HoldLimitExceeded {
+        order_id: OrderId,
+        product_id: ProductId,
+        max_hold_s: u64,
     },
     /// Another transaction held the product's stock row past the lock timeout: nothing was
     /// applied. (The batched engine names the product; a single transaction answers with the

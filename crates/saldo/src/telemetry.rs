@@ -18,6 +18,8 @@ pub const TX_GIVEUPS: &str = "saldo_tx_giveups_total";
 pub const CHECK_VIOLATIONS: &str = "saldo_check_violations_total";
 pub const RESERVATIONS: &str = "saldo_reservations_total";
 pub const SETTLED: &str = "saldo_reservations_settled_total";
+pub const EXTENSIONS: &str = "saldo_reservation_extensions_total";
+pub const SALES: &str = "saldo_sales_total";
 pub const CONFIRMED_WITH_MISSING: &str = "saldo_orders_confirmed_with_missing_total";
 pub const STOCK_LOCK_WAIT: &str = "saldo_stock_lock_wait_seconds";
 pub const VERSION_CONFLICTS: &str = "saldo_stock_version_conflicts_total";
@@ -46,6 +48,9 @@ pub const OPERATIONS: &[&str] = &[
     "deposit",
     "withdraw",
     "transfer",
+    "extend",
+    "sell",
+    "repair",
 ];
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
@@ -63,6 +68,24 @@ pub const RESERVATION_OUTCOMES: &[&str] = &[
     "version_conflict",
     "unknown_product",
     "invalid",
+    "error",
+];
+/// `outcome` values of [`EXTENSIONS`] (see `stock::extend::extend`).
+pub const EXTENSION_OUTCOMES: &[&str] = &[
+    "extended",
+    "expired",
+    "hold_limit",
+    "nothing_to_extend",
+    "unknown_order",
+    "error",
+];
+/// `outcome` values of [`SALES`] (see `stock::sales::sell`).
+pub const SALE_OUTCOMES: &[&str] = &[
+    "sold",
+    "replayed",
+    "insufficient_stock",
+    "unknown_product",
+    "idempotency_conflict",
     "error",
 ];
 /// `status` values of [`SETTLED`].
@@ -116,6 +139,16 @@ pub fn describe() {
     );
     describe_counter!(RESERVATIONS, Unit::Count, "Reserve requests by outcome.");
     describe_counter!(
+        SALES,
+        Unit::Count,
+        "Direct sales (available straight to sold) by outcome."
+    );
+    describe_counter!(
+        EXTENSIONS,
+        Unit::Count,
+        "Hold extensions by outcome (expired: the sweeper won the race)."
+    );
+    describe_counter!(
         SETTLED,
         Unit::Count,
         "Reservation rows settled, by status: confirmed, released or expired."
@@ -165,6 +198,12 @@ pub fn describe() {
     for &outcome in RESERVATION_OUTCOMES {
         metrics::counter!(RESERVATIONS, "outcome" => outcome).increment(0);
     }
+    for &outcome in SALE_OUTCOMES {
+        metrics::counter!(SALES, "outcome" => outcome).increment(0);
+    }
+    for &outcome in EXTENSION_OUTCOMES {
+        metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(0);
+    }
     for &status in SETTLED_STATUSES {
         metrics::counter!(SETTLED, "status" => status).increment(0);
     }
@@ -202,6 +241,14 @@ pub(crate) fn observe_error(operation: &'static str, e: &Error) {
 
 pub(crate) fn reservation_outcome(outcome: &'static str) {
     metrics::counter!(RESERVATIONS, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn sale_outcome(outcome: &'static str) {
+    metrics::counter!(SALES, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn extension_outcome(outcome: &'static str) {
+    metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn settled(status: &'static str, n: u64) {

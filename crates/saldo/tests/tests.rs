@@ -35,3 +35,9 @@ mod retry;
 
 #[path = "suite/model.rs"]
 mod model;
+
+#[path = "suite/sales.rs"]
+mod sales;
+
+#[path = "suite/repair.rs"]
+mod repair;

@@ -9,6 +9,8 @@ pub mod health;
 pub mod lists;
 pub(crate) mod numbers;
 pub mod orders;
+pub mod repair;
+pub mod sales;
 pub mod stock;
 pub mod transfers;
 
@@ -83,6 +85,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(stock::adjust))
         .routes(routes!(orders::reserve))
         .routes(routes!(orders::rereserve))
+        .routes(routes!(orders::extend))
+        .routes(routes!(sales::sell))
         .routes(routes!(orders::confirm))
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))
@@ -98,6 +102,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(transfers::transfer_group))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))
+        .routes(routes!(repair::repair))
         .routes(routes!(admin::locks))
         .routes(routes!(admin::refusals))
         .routes(routes!(health::healthz))

@@ -1,5 +1,5 @@
-//! Order routes: reserve every item of an order or none, re-reserve what it lost, confirm,
-//! release, read. A replayed reservation or re-reserve answers 200 with the order's current
+//! Order routes: reserve every item of an order or none, re-reserve what it lost, extend its
+//! hold, confirm, release, read. A replayed reservation or re-reserve answers 200 with the order's current
 //! state and `"replayed": true` instead of 201, whatever happened to the order since: the order
 //! id (and a re-reserve's `rereserve_id`) is an idempotency key for good.
 
@@ -57,6 +57,15 @@ pub struct RereserveBody {
     #[serde(default, deserialize_with = "super::numbers::opt_u64")]
     #[schema(schema_with = schema::ttl_s)]
     pub ttl_s: Option<u64>,
+}
+
+/// Extend an order's hold: its active reservations expire `ttl_s` from now.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendBody {
+    #[serde(deserialize_with = "super::numbers::i64")]
+    #[schema(schema_with = schema::extend_ttl_s)]
+    pub ttl_s: i64,
 }
 
 /// Status of a reservation row.
@@ -142,7 +151,7 @@ pub struct OrderView {
     pub items: Vec<ItemView>,
 }
 
-fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError> {
+pub(crate) fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError> {
     Ok(OrderItems::new(
         items.iter().map(|i| (i.product_id, i.quantity)),
     )?)
@@ -201,20 +210,7 @@ fn reservation_response(
     state: &AppState,
     outcome: Result<Reservation, ApiError>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
-    let reservation = match outcome {
-        Ok(r) => r,
-        Err(e) => {
-            if let ApiError::Domain(Error::InsufficientStock {
-                product_id,
-                requested,
-                available,
-            }) = &e
-            {
-                state.refusals.record(*product_id, *requested, *available);
-            }
-            return Err(e);
-        }
-    };
+    let reservation = outcome.inspect_err(|e| note_refusal(state, e))?;
     let items = views(&reservation.items);
     let status = order_status(&items);
     let expires_at = items
@@ -237,6 +233,19 @@ fn reservation_response(
             replayed: reservation.replayed,
         }),
     ))
+}
+
+/// Counts a refusal for lack of stock in the per-product refusal map (reservations and direct
+/// sales alike).
+pub(crate) fn note_refusal(state: &AppState, e: &ApiError) {
+    if let ApiError::Domain(Error::InsufficientStock {
+        product_id,
+        requested,
+        available,
+    }) = e
+    {
+        state.refusals.record(*product_id, *requested, *available);
+    }
 }
 
 /// The order's status from its items' (see [`ReservationView::status`]).
@@ -286,6 +295,59 @@ pub async fn rereserve(
     let stock = state.stock.clone();
     let reservation = detached(async move { stock.rereserve(&request).await }).await;
     reservation_response(&state, reservation)
+}
+
+/// What an extension did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtendView {
+    pub order_id: String,
+    /// The order's active items with their new expiry.
+    pub extended: Vec<ItemView>,
+    /// When the hold now lapses unless confirmed or extended again.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Extend an order's hold (a slow payment): its active reservations expire `ttl_s` from now,
+/// never past the server's maximum hold (`serve --max-hold`, default 24 h) since each was
+/// made. Races the sweeper with exactly one winner: what already expired stays expired (409
+/// `reservation-expired`; re-reserve it). All or nothing; same answer under every strategy.
+#[utoipa::path(post, path = "/v1/orders/{order_id}/extend", tag = "orders",
+    params(OrderPath),
+    request_body = ExtendBody,
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "Extended: the active items with their new expiry", body = ExtendView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "The hold already expired (`reservation-expired`: the sweeper won; re-reserve) or nothing is active (`nothing-to-extend`: confirmed or released)", body = Problem, content_type = PROBLEM),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid input, or `ttl_s` would hold past the maximum hold (`hold-limit`)", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (send it again: an extension is idempotent in effect)", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn extend(
+    _: Client,
+    State(state): State<AppState>,
+    ApiPath(raw): ApiPath<String>,
+    ApiJson(body): ApiJson<ExtendBody>,
+) -> Result<Json<ExtendView>, ApiError> {
+    let order_id = order_id(raw)?;
+    // A negative count of seconds is out of range like zero is (the same 422).
+    let ttl = Ttl::from_secs(u64::try_from(body.ttl_s).unwrap_or(0))?;
+    let (stock, max_hold) = (state.stock.clone(), state.settings.max_hold);
+    let outcome = detached(async move { stock.extend(&order_id, ttl, max_hold).await }).await?;
+    let extended = views(&outcome.extended);
+    let expires_at = extended
+        .iter()
+        .map(|i| i.expires_at)
+        .min()
+        .ok_or_else(|| ApiError::Internal("an extension without items".into()))?;
+    Ok(Json(ExtendView {
+        order_id: outcome.order_id.as_str().to_owned(),
+        extended,
+        expires_at,
+    }))
 }
 
 /// Confirm an order's active reservations (payment arrived). Idempotent.

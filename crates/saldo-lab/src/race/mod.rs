@@ -9,7 +9,8 @@
 //!
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
-//! [`late`], [`holds`]); [`explain`] renders `--explain` timelines. This file only declares and re-exports.
+//! [`late`], [`holds`], [`extend`] and [`sales`], the last two sharing [`contender`]); [`explain`]
+//! renders `--explain` timelines. This file only declares and re-exports.
 //!
 //! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
 //! deadlocks reach the caller):
@@ -32,11 +33,15 @@
 //! ```
 
 pub mod buyers;
+pub mod contender;
 pub mod explain;
+pub mod extend;
 pub mod holds;
 pub mod late;
+pub mod sales;
 pub mod stock;
 pub mod transfers;
 pub mod types;
 
+pub use contender::Contender;
 pub use types::*;

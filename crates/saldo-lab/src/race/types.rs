@@ -43,6 +43,10 @@ pub enum Scenario {
     HoldLastFunds,
     /// Issue 14: linked groups crossing between two accounts; no deadlock reaches a caller.
     CrossedGroups,
+    /// Issue 15: hold extensions racing the sweeper; every answer matches the hold's fate.
+    ExtendVsSweeper,
+    /// Issue 15: direct sales racing reservations for the last unit.
+    SalesVsReservations,
 }
 
 impl Scenario {
@@ -55,6 +59,8 @@ impl Scenario {
         Scenario::HoldSettle,
         Scenario::HoldLastFunds,
         Scenario::CrossedGroups,
+        Scenario::ExtendVsSweeper,
+        Scenario::SalesVsReservations,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +73,8 @@ impl Scenario {
             Scenario::HoldSettle => "hold-settle",
             Scenario::HoldLastFunds => "hold-last-funds",
             Scenario::CrossedGroups => "crossed-groups",
+            Scenario::ExtendVsSweeper => "extend-vs-sweeper",
+            Scenario::SalesVsReservations => "sales-vs-reservations",
         }
     }
 
@@ -197,6 +205,10 @@ pub struct Report {
     /// Ledger: deadlock victims rerun from BEGIN (40P01 retries), over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock_retries: Option<u64>,
+    /// extend-vs-sweeper: answers that disagree with what became of the hold (an extension
+    /// "granted" on a hold that expired, or refused on one still active), over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wrong_answers: Option<u64>,
     /// Runs in which at least one invariant broke.
     pub violations: u32,
     pub verdict: Verdict,

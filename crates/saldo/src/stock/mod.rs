@@ -16,16 +16,21 @@ pub mod admin;
 pub mod atomic;
 pub mod batched;
 pub mod engine;
+pub mod extend;
 mod lifecycle;
 pub mod optimistic;
 pub mod pessimistic;
+pub mod repair;
+pub mod sales;
 mod sql;
 pub mod sweeper;
 pub mod trace;
 pub mod types;
 
 pub use engine::{build, StockEngine, StrategyConfig};
+pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
+pub use sales::{Sale, SaleRequest, SoldItem};
 pub use types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
     Status, Stock, StockStrategy, Store, StrategyName,

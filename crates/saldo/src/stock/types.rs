@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use crate::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
+use crate::domain::{MaxHold, OrderId, OrderItems, ProductId, RequestKey, Ttl};
 use crate::error::Error;
 use crate::retry::TxOptions;
 
@@ -180,6 +180,25 @@ pub trait StockStrategy: Send + Sync {
     async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error>;
     /// Every reservation row of an order.
     async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error>;
+    /// Moves the expiry of the order's active reservations to now + `ttl`, never past
+    /// `max_hold` since each was made; what already expired is
+    /// [`Error::ReservationExpired`]. No stock row moves, so every strategy (`batched`
+    /// included: its queues carry takes and confirms only) runs the one shared transaction of
+    /// [`super::extend::extend`].
+    async fn extend(
+        &self,
+        order_id: &OrderId,
+        ttl: Ttl,
+        max_hold: MaxHold,
+    ) -> Result<super::extend::ExtendOutcome, Error> {
+        super::extend::extend(self.store(), order_id, ttl, max_hold).await
+    }
+    /// Sells every item straight from `available`, or none; idempotent by `sale_id`. Every
+    /// strategy (`batched` included: a sale is never queued) runs the one transaction of
+    /// [`super::sales::sell`], whose take is `atomic`'s conditional UPDATE.
+    async fn sell(&self, request: &super::sales::SaleRequest) -> Result<super::sales::Sale, Error> {
+        super::sales::sell(self.store(), request).await
+    }
 }
 
 /// Counts a reservation outcome; shared by every strategy so the metric means the same thing.

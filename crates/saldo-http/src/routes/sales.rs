@@ -1,0 +1,105 @@
+//! Direct sales (issue 15): `POST /v1/sales` takes units from available straight to sold, all
+//! items or none, for payment methods that clear too late to hold a reservation (seed 000).
+//! 201 when sold now; 200 with the original result and `"replayed": true` when the same sale
+//! id comes again with the same items; 409 `idempotency-conflict` with other items. Refusals
+//! are a reservation's (409 `insufficient-stock`, 404 `unknown-product`), counted alike.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use saldo::domain::SaleId;
+use saldo::stock::{Sale, SaleRequest};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::orders::{note_refusal, order_items, ItemRequest};
+use super::{detached, ApiJson, PROBLEM};
+use crate::auth::Client;
+use crate::error::{ApiError, Problem};
+use crate::openapi::schema;
+use crate::AppState;
+
+/// Sell every item now, or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaleBody {
+    #[schema(schema_with = schema::sale_id)]
+    pub sale_id: String,
+    #[schema(schema_with = schema::items)]
+    pub items: Vec<ItemRequest>,
+}
+
+/// One product of a sale.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SoldItemView {
+    pub product_id: i64,
+    pub quantity: i32,
+}
+
+/// A sale as `POST /v1/sales` answers it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SaleView {
+    pub sale_id: String,
+    /// Per product (repeated products summed), ascending.
+    pub items: Vec<SoldItemView>,
+    pub sold_at: DateTime<Utc>,
+    /// True when this sale had been made before: nothing was taken now.
+    pub replayed: bool,
+}
+
+impl From<Sale> for SaleView {
+    fn from(s: Sale) -> Self {
+        SaleView {
+            sale_id: s.sale_id.as_str().to_owned(),
+            items: s
+                .items
+                .iter()
+                .map(|i| SoldItemView {
+                    product_id: i.product_id.get(),
+                    quantity: i.quantity,
+                })
+                .collect(),
+            sold_at: s.sold_at,
+            replayed: s.replayed,
+        }
+    }
+}
+
+/// Sell every item straight from available (nothing reserved), or none; idempotent by
+/// `sale_id`. Same path under every strategy (`batched` never queues a sale).
+#[utoipa::path(post, path = "/v1/sales", tag = "orders",
+    request_body = SaleBody,
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 201, description = "Sold", body = SaleView),
+        (status = 200, description = "Replay of an existing sale (`replayed: true`): nothing taken", body = SaleView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the sale id was used with other items)", body = Problem, content_type = PROBLEM),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn sell(
+    _: Client,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<SaleBody>,
+) -> Result<(StatusCode, Json<SaleView>), ApiError> {
+    let sale_id = SaleId::new(body.sale_id)?;
+    crate::access_log::note_sale_id(&sale_id);
+    let items = order_items(&body.items)?;
+    let request = SaleRequest { sale_id, items };
+    let stock = state.stock.clone();
+    let sale = detached(async move { stock.sell(&request).await })
+        .await
+        .inspect_err(|e| note_refusal(&state, e))?;
+    let code = if sale.replayed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((code, Json(sale.into())))
+}

@@ -1,0 +1,195 @@
+//! The `sales-vs-reservations` scenario (issue 15): direct sales (available straight to sold,
+//! seed 000's slow-payment path) racing reservations for the last unit. One run: stock one
+//! unit of product 1 and fire `buyers` requests at once, even ones reserving a unit, odd ones
+//! buying it directly. At most one may get it, the refusals must be clean, and the audit
+//! (which counts sold units) must come back empty.
+//!
+//! The served strategies sell through `saldo::stock::sales` (the condition inside the UPDATE,
+//! on the row the reservations lock too). The naive seller reads `available`, decides in the
+//! application, thinks and writes the value it computed from its read: every naive sale that
+//! read the unit before anyone took it "sells" it, and overwrites what the others took.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use saldo::audit::audit_stock;
+use saldo::domain::{OrderId, OrderItems, ProductId, SaleId, Ttl};
+use saldo::error::Error;
+use saldo::retry::checkout;
+use saldo::stock::{admin, build, ReserveRequest, SaleRequest, StrategyConfig};
+use tokio_postgres::error::SqlState;
+
+use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
+use crate::race::types::{bounded, error_kind, join_bounded, LabError, Report, RunDone, Scenario};
+use crate::scratch::Scratch;
+
+/// The naive seller's pause between its read and its write (a payment provider's callback).
+pub const NAIVE_THINK: Duration = Duration::from_millis(50);
+/// Most concurrent requests per run.
+pub const MAX_SALE_BUYERS: u32 = 2_000;
+
+/// The naive seller's name in `--strategy` and the reports.
+pub const NAIVE_SALE: &str = "naive-sale";
+
+/// What one run found.
+#[derive(Debug, Clone, Default)]
+pub struct SalesOutcome {
+    pub reserved: u64,
+    pub sold: u64,
+    pub refused: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub final_available: i64,
+    pub final_reserved: i64,
+    pub audit_divergences: u64,
+}
+
+impl SalesOutcome {
+    /// Units granted beyond the one in stock.
+    pub fn oversold(&self) -> u64 {
+        (self.reserved + self.sold).saturating_sub(1)
+    }
+
+    pub fn violated(&self) -> bool {
+        self.oversold() > 0 || self.audit_divergences > 0 || !self.errors.is_empty()
+    }
+}
+
+const NAIVE_READ: &str = "SELECT available FROM stock WHERE product_id = $1";
+const NAIVE_WRITE: &str = saldo::stock_update!("available = $2", "WHERE product_id = $1");
+
+/// The naive sale: an unlocked read, the decision in the application, a pause, and a write of
+/// the value computed from the read (a lost update). Its sale rows are written as saldo's.
+async fn naive_sell(pool: &deadpool_postgres::Pool, request: &SaleRequest) -> Result<(), Error> {
+    let client = checkout(pool, "naive_sell").await?;
+    let mut after = Vec::new();
+    for (product, quantity) in request.items.iter() {
+        let row = client
+            .query_opt(NAIVE_READ, &[&product.get()])
+            .await?
+            .ok_or(Error::UnknownProduct(product))?;
+        let available: i32 = row.try_get("available")?;
+        if available < quantity.get() {
+            return Err(Error::InsufficientStock {
+                product_id: product,
+                requested: quantity.get(),
+                available,
+            });
+        }
+        after.push((product, quantity, available - quantity.get()));
+    }
+    tokio::time::sleep(NAIVE_THINK).await;
+    client
+        .execute(
+            "INSERT INTO sales (sale_id) VALUES ($1)",
+            &[&request.sale_id.as_str()],
+        )
+        .await?;
+    for (product, quantity, available) in after {
+        client
+            .execute(NAIVE_WRITE, &[&product.get(), &available])
+            .await?;
+        client
+            .execute(
+                "INSERT INTO sale_items (sale_id, product_id, quantity) VALUES ($1, $2, $3)",
+                &[&request.sale_id.as_str(), &product.get(), &quantity.get()],
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Runs the scenario once with `seller` on `store`'s database, which must hold nothing of
+/// product 1 yet (a fresh or reset database).
+pub async fn run_on(
+    store: &saldo::stock::Store,
+    buyers: u32,
+    seller: Contender,
+    run: u32,
+) -> Result<SalesOutcome, LabError> {
+    bounded("buyers", buyers.into(), 2, MAX_SALE_BUYERS.into())?;
+    let product = ProductId::new(1).map_err(Error::from)?;
+    admin::set_count(store, product, 1).await?;
+    let engine = build(seller.engine(), store.clone(), &StrategyConfig::default());
+    let one = OrderItems::new([(1, 1)]).map_err(Error::from)?;
+    let tasks: Vec<_> = (0..buyers)
+        .map(|i| {
+            let (engine, pool, one) = (engine.clone(), store.pool.clone(), one.clone());
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    let request = ReserveRequest {
+                        order_id: OrderId::new(format!("sr-{run}-{i}"))?,
+                        items: one,
+                        ttl: Ttl::default(),
+                    };
+                    engine.reserve(&request).await.map(|_| false)
+                } else {
+                    let request = SaleRequest {
+                        sale_id: SaleId::new(format!("ss-{run}-{i}"))?,
+                        items: one,
+                    };
+                    match seller {
+                        Contender::Served(_) => engine.sell(&request).await.map(|_| true),
+                        Contender::Naive(_) => naive_sell(&pool, &request).await.map(|_| true),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut outcome = SalesOutcome::default();
+    for answer in join_bounded(tasks).await? {
+        match answer {
+            Ok(true) => outcome.sold += 1,
+            Ok(false) => outcome.reserved += 1,
+            Err(Error::InsufficientStock { .. }) => outcome.refused += 1,
+            Err(e) => *outcome.errors.entry(error_kind(&e)).or_default() += 1,
+        }
+    }
+    let after = admin::get(store, product).await?;
+    outcome.final_available = after.available.into();
+    outcome.final_reserved = after.reserved.into();
+    outcome.audit_divergences = audit_stock(&store.pool).await?.len() as u64;
+    Ok(outcome)
+}
+
+impl RunOutcome for SalesOutcome {
+    fn add_to(&self, report: &mut Report, run: u32) {
+        report.add_sold(run, self.reserved + self.sold);
+        report.refused += self.refused;
+        report.oversold += self.oversold();
+        report.runs_oversold += u32::from(self.oversold() > 0);
+        report.check_violations += self
+            .errors
+            .get(SqlState::CHECK_VIOLATION.code())
+            .copied()
+            .unwrap_or(0);
+        report.add_errors(&self.errors);
+        report.final_available = self.final_available;
+        report.final_reserved = self.final_reserved;
+        report.audit_divergences += self.audit_divergences;
+        report.violations += u32::from(self.violated());
+    }
+}
+
+/// Runs `runs` runs for each seller on `scratch`, telling `on_run` after every run.
+pub async fn run_with_progress(
+    scratch: &Scratch,
+    buyers: u32,
+    runs: u32,
+    sellers: &[Contender],
+    on_run: &(dyn Fn(RunDone<'_>) + Sync),
+) -> Result<Vec<Report>, LabError> {
+    let runs = Runs {
+        scenario: Scenario::SalesVsReservations,
+        buyers,
+        stock_per_run: 1,
+        runs,
+    };
+    run_contenders(
+        scratch,
+        runs,
+        sellers,
+        on_run,
+        |store, seller, run| async move { run_on(&store, buyers, seller, run).await },
+    )
+    .await
+}
