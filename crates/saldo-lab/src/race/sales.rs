@@ -10,13 +10,15 @@
 //! read the unit before anyone took it "sells" it, and overwrites what the others took.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::audit::audit_stock;
-use saldo::domain::{OrderId, OrderItems, ProductId, SaleId, Ttl};
+use saldo::domain::{OrderId, OrderItems, ProductId, Quantity, SaleId, Ttl};
 use saldo::error::Error;
 use saldo::retry::checkout;
 use saldo::stock::{admin, build, ReserveRequest, SaleRequest, StrategyConfig};
+use tokio::sync::Barrier;
 use tokio_postgres::error::SqlState;
 
 use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
@@ -59,25 +61,19 @@ const NAIVE_WRITE: &str = saldo::stock_update!("available = $2", "WHERE product_
 
 /// The naive sale: an unlocked read, the decision in the application, a pause, and a write of
 /// the value computed from the read (a lost update). Its sale rows are written as saldo's.
-async fn naive_sell(pool: &deadpool_postgres::Pool, request: &SaleRequest) -> Result<(), Error> {
-    let client = checkout(pool, "naive_sell").await?;
-    let mut after = Vec::new();
-    for (product, quantity) in request.items.iter() {
-        let row = client
-            .query_opt(NAIVE_READ, &[&product.get()])
-            .await?
-            .ok_or(Error::UnknownProduct(product))?;
-        let available: i32 = row.try_get("available")?;
-        if available < quantity.get() {
-            return Err(Error::InsufficientStock {
-                product_id: product,
-                requested: quantity.get(),
-                available,
-            });
-        }
-        after.push((product, quantity, available - quantity.get()));
-    }
+/// `start` is the run's starting line, passed after the read: every naive sale reads before any
+/// request of the run writes, so the lost update shows on every run instead of depending on
+/// which connection was set up first.
+async fn naive_sell(
+    pool: &deadpool_postgres::Pool,
+    request: &SaleRequest,
+    start: &Barrier,
+) -> Result<(), Error> {
+    let decided = naive_read(pool, request).await;
+    start.wait().await;
+    let after = decided?;
     tokio::time::sleep(NAIVE_THINK).await;
+    let client = checkout(pool, "naive_sell").await?;
     client
         .execute(
             "INSERT INTO sales (sale_id) VALUES ($1)",
@@ -98,6 +94,33 @@ async fn naive_sell(pool: &deadpool_postgres::Pool, request: &SaleRequest) -> Re
     Ok(())
 }
 
+/// The naive seller's read and decision: what each product's `available` becomes, computed in
+/// the application. The connection goes back to the pool before the run's starting line, so
+/// waiting there holds none.
+async fn naive_read(
+    pool: &deadpool_postgres::Pool,
+    request: &SaleRequest,
+) -> Result<Vec<(ProductId, Quantity, i32)>, Error> {
+    let client = checkout(pool, "naive_sell").await?;
+    let mut after = Vec::new();
+    for (product, quantity) in request.items.iter() {
+        let row = client
+            .query_opt(NAIVE_READ, &[&product.get()])
+            .await?
+            .ok_or(Error::UnknownProduct(product))?;
+        let available: i32 = row.try_get("available")?;
+        if available < quantity.get() {
+            return Err(Error::InsufficientStock {
+                product_id: product,
+                requested: quantity.get(),
+                available,
+            });
+        }
+        after.push((product, quantity, available - quantity.get()));
+    }
+    Ok(after)
+}
+
 /// Runs the scenario once with `seller` on `store`'s database, which must hold nothing of
 /// product 1 yet (a fresh or reset database).
 pub async fn run_on(
@@ -111,25 +134,43 @@ pub async fn run_on(
     admin::set_count(store, product, 1).await?;
     let engine = build(seller.engine(), store.clone(), &StrategyConfig::default());
     let one = OrderItems::new([(1, 1)]).map_err(Error::from)?;
+    // Every request waits at one starting line (the naive sales after their read), so they go
+    // at once however long each took to get a connection.
+    let start = Arc::new(Barrier::new(buyers as usize));
     let tasks: Vec<_> = (0..buyers)
         .map(|i| {
             let (engine, pool, one) = (engine.clone(), store.pool.clone(), one.clone());
+            let start = start.clone();
             tokio::spawn(async move {
                 if i % 2 == 0 {
+                    let order_id = OrderId::new(format!("sr-{run}-{i}"));
+                    start.wait().await;
                     let request = ReserveRequest {
-                        order_id: OrderId::new(format!("sr-{run}-{i}"))?,
+                        order_id: order_id?,
                         items: one,
                         ttl: Ttl::default(),
                     };
                     engine.reserve(&request).await.map(|_| false)
                 } else {
+                    let sale_id = match SaleId::new(format!("ss-{run}-{i}")) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            start.wait().await;
+                            return Err(e.into());
+                        }
+                    };
                     let request = SaleRequest {
-                        sale_id: SaleId::new(format!("ss-{run}-{i}"))?,
+                        sale_id,
                         items: one,
                     };
                     match seller {
-                        Contender::Served(_) => engine.sell(&request).await.map(|_| true),
-                        Contender::Naive(_) => naive_sell(&pool, &request).await.map(|_| true),
+                        Contender::Served(_) => {
+                            start.wait().await;
+                            engine.sell(&request).await.map(|_| true)
+                        }
+                        Contender::Naive(_) => {
+                            naive_sell(&pool, &request, &start).await.map(|_| true)
+                        }
                     }
                 }
             })
