@@ -118,6 +118,12 @@ mod tests {
             parse(r#"{"n": -9223372036854775808}"#),
             Ok((i64::MIN, None))
         );
+        // Read to the nearest f64 (serde_json's `float_roundtrip`): the default fast path is
+        // one ulp off here (…263.2), and an integral number was refused as a fraction.
+        assert_eq!(
+            parse(r#"{"n": 2090975019375263.0}"#),
+            Ok((2_090_975_019_375_263, None))
+        );
         for bad in [
             r#"{"n": 2.5}"#,
             r#"{"n": 1e19}"#,
