@@ -139,6 +139,9 @@ pub struct CitusCluster {
     workers: Vec<Cluster>,
     pgpass: PathBuf,
     password_file: PathBuf,
+    /// Makes database set-up one at a time: registering the nodes in two databases at once
+    /// fails in Citus ("tuple concurrently updated").
+    setting_up: std::sync::Mutex<()>,
     _shared: tempfile::TempDir,
 }
 
@@ -208,6 +211,7 @@ impl CitusCluster {
             workers,
             pgpass,
             password_file,
+            setting_up: std::sync::Mutex::new(()),
             _shared: shared,
         };
         cluster.distribute(DEFAULT_DATABASE)?;
@@ -253,6 +257,11 @@ impl CitusCluster {
     /// must be a plain lower-case identifier (it is spliced into `CREATE DATABASE`).
     pub fn create_database(&self, database: &str) -> Result<(), Error> {
         check_database_name(database)?;
+        // A panic elsewhere while holding it leaves nothing half-done that matters here.
+        let _one_at_a_time = self
+            .setting_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for node in self.nodes() {
             self.run_sql(
                 node,
