@@ -56,7 +56,7 @@ CREATE TABLE orders (
     products    bigint[]    NOT NULL CHECK (cardinality(products) BETWEEN 1 AND 100),
     created_at  timestamptz NOT NULL DEFAULT now()
 );
-SELECT create_distributed_table('orders', 'order_id');
+SELECT create_distributed_table('orders', 'order_id', colocate_with => 'none');
 
 CREATE TABLE stock_movements (
     id          bigserial   NOT NULL,

@@ -24,7 +24,8 @@ CREATE TABLE accounts (
     created_at  timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT balance_not_negative CHECK (id = 0 OR balance >= 0)
 );
-SELECT create_distributed_table('accounts', 'id');
+-- A co-location group of its own: accounts and products are unrelated (shards move apart).
+SELECT create_distributed_table('accounts', 'id', colocate_with => 'none');
 
 INSERT INTO accounts (id, balance) VALUES (0, 0);
 
@@ -34,7 +35,7 @@ CREATE TABLE transfer_ids (
     to_account   bigint      NOT NULL,
     CHECK (from_account <> to_account)
 );
-SELECT create_distributed_table('transfer_ids', 'id');
+SELECT create_distributed_table('transfer_ids', 'id', colocate_with => 'none');
 
 CREATE TABLE transfers (
     account_id   bigint      NOT NULL,
