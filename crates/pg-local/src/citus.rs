@@ -21,9 +21,6 @@
 //! ephemeral nodes take free ports, so a persistent cluster would need fixed ports per node
 //! (not built yet).
 
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -381,16 +378,8 @@ fn check_database_name(name: &str) -> Result<(), Error> {
 /// loopback address only (a wildcard host would offer it to any server a node is pointed at).
 /// Created exclusively with mode 0600: libpq ignores a file others can read.
 fn write_pgpass(file: &Path, password: &auth::Password) -> Result<(), Error> {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(file)
-        .map_err(io(format!("creating {}", file.display())))?;
     let pw = password.expose();
-    writeln!(f, "{HOST}:*:*:{SUPERUSER}:{pw}")
-        .and_then(|()| f.sync_all())
-        .map_err(io(format!("writing {}", file.display())))
+    auth::store_secret(file, &format!("{HOST}:*:*:{SUPERUSER}:{pw}\n"))
 }
 
 #[cfg(test)]

@@ -142,24 +142,11 @@ pub async fn migrate_as(pool: &Pool, layout: Layout) -> Result<(), Error> {
                 tracing::info!(versions = %applied.join(", "), ?layout, "migrations applied");
             }
         })
-        .map_err(|e| Error::Migration(with_causes(&e)));
+        .map_err(|e| Error::Migration(crate::error::chain(&e)));
     client
         .batch_execute("SELECT pg_advisory_unlock(724101); RESET client_min_messages")
         .await?;
     result
-}
-
-/// `error` and its sources in one line: refinery's own message says only "db error", the
-/// server's reason is in the chain.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Creates database `name` on the server of `server_url` (a URL or key=value string naming any

@@ -2,6 +2,7 @@
 //! locked down as one node, and no node outlives its owner. Without Citus these fail with the
 //! "Citus not found" error naming what to install (they are not skipped).
 
+use std::fs;
 use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
