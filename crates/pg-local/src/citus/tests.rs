@@ -234,6 +234,23 @@ fn dropping_the_cluster_stops_every_node() {
     }
 }
 
+/// A panic while the cluster is in scope (a failing test): unwinding drops it, every node stops.
+#[test]
+fn a_panic_stops_every_node() {
+    let (sender, pids) = std::sync::mpsc::channel();
+    let panicked = std::thread::spawn(move || {
+        let cluster = start();
+        let running: Vec<u32> = cluster.nodes().map(|n| n.pid().expect("pid")).collect();
+        sender.send(running).expect("send");
+        panic!("a test fails while its Citus cluster runs");
+    })
+    .join();
+    assert!(panicked.is_err());
+    let pids = pids.recv().expect("the cluster started");
+    assert_eq!(pids.len(), DEFAULT_WORKERS + 1);
+    assert!(pids.iter().all(|p| gone(*p)), "a node outlived the panic");
+}
+
 /// The owner process SIGKILLed (no drop, no unwinding): every node stops anyway, through each
 /// postmaster's parent-death signal. The owner is this test binary run again as
 /// [`citus_holder_for_the_kill_test`].
