@@ -86,13 +86,19 @@ pub(crate) fn load(file: &Path) -> Result<Option<Password>, Error> {
 /// cluster has the password, so a failure in between leaves no file and the next start
 /// re-keys again (self-healing) instead of a file the cluster does not match.
 pub(crate) fn store(file: &Path, password: &Password) -> Result<(), Error> {
+    store_secret(file, &format!("{}\n", password.expose()))
+}
+
+/// Writes `text` (a secret) to `file`, created exclusively with mode 0600: never over an
+/// existing file, never readable by others even for a moment.
+pub(crate) fn store_secret(file: &Path, text: &str) -> Result<(), Error> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(file)
         .map_err(io(format!("creating {}", file.display())))?;
-    writeln!(f, "{}", password.expose())
+    f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(io(format!("writing {}", file.display())))
 }

@@ -19,6 +19,11 @@ impl Binaries {
         Binaries::find_in(candidates())
     }
 
+    /// The binaries in `dir` exactly (an explicit choice: no fallback that would hide a typo).
+    pub fn at(dir: &Path) -> Result<Binaries, Error> {
+        Binaries::find_in(vec![dir.to_path_buf()])
+    }
+
     /// The first complete directory among `candidates`, or the one-line "what to install" error.
     fn find_in(candidates: Vec<PathBuf>) -> Result<Binaries, Error> {
         let mut searched = Vec::new();
@@ -55,13 +60,13 @@ impl Binaries {
     }
 }
 
-fn is_complete(dir: &Path) -> bool {
+pub(crate) fn is_complete(dir: &Path) -> bool {
     ["initdb", "postgres", "pg_isready"]
         .iter()
         .all(|b| dir.join(b).is_file())
 }
 
-fn candidates() -> Vec<PathBuf> {
+pub(crate) fn candidates() -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = std::env::var_os("PG_BIN") {
         // An explicit choice is the only candidate: silently falling back would hide a typo.
@@ -87,7 +92,7 @@ fn candidates() -> Vec<PathBuf> {
 }
 
 /// `/usr/lib/postgresql/<major>/bin`, newest major first.
-fn debian_versions(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn debian_versions(root: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
     };

@@ -15,6 +15,7 @@
 
 mod auth;
 mod binaries;
+pub mod citus;
 mod dirs;
 mod log;
 mod process;
@@ -23,6 +24,7 @@ mod record;
 
 pub use auth::{redact, REDACTED};
 pub use binaries::Binaries;
+pub use citus::{CitusCluster, CitusConfig};
 pub use log::{LogLimit, MAX_LINE_BYTES};
 pub use record::Record;
 
@@ -60,6 +62,16 @@ pub enum Error {
          `apt-get install -y postgresql`) or point PG_BIN at their directory ({searched})"
     )]
     BinariesNotFound { searched: String },
+    #[error(
+        "Citus not found: no PostgreSQL bin directory whose lib directory holds citus.so \
+         (searched {searched}): install Citus's own packages for this PostgreSQL (e.g. \
+         postgresql-15-citus-13.2), or on saldo's machines run `../shared/citus/build-citus \
+         /var/cache/saldo-citus` as root; point {env} at another build's bin directory",
+        env = citus::CITUS_BIN_ENV
+    )]
+    CitusNotFound { searched: String },
+    #[error("citus: {0}")]
+    Citus(String),
     #[error("running as root but there is no `postgres` system user to run PostgreSQL as: create it (`useradd -r postgres`) or run as a normal user")]
     NoPostgresUser,
     #[error("{what}: {source}")]
@@ -141,6 +153,11 @@ pub struct Config {
     /// Where the superuser's password is kept (mode 0600). `None`: next to a persistent data
     /// directory as `<dir>.password`; in the temporary directory of an ephemeral one.
     pub password_file: Option<PathBuf>,
+    /// The directory of the server binaries; `None`: found as [`Binaries::find`] says.
+    pub bin_dir: Option<PathBuf>,
+    /// Environment variables of the postmaster (inherited by its backends), e.g. the
+    /// `PGPASSFILE` a Citus node's outbound connections authenticate with.
+    pub env: Vec<(String, PathBuf)>,
 }
 
 impl Config {
@@ -154,6 +171,8 @@ impl Config {
             port: None,
             log_limit: LogLimit::default(),
             password_file: None,
+            bin_dir: None,
+            env: Vec::new(),
         }
     }
 
@@ -167,6 +186,8 @@ impl Config {
             port: None,
             log_limit: LogLimit::default(),
             password_file: None,
+            bin_dir: None,
+            env: Vec::new(),
         }
     }
 
@@ -195,6 +216,12 @@ impl Config {
         self
     }
 
+    /// Uses the server binaries in `dir` (e.g. a Citus-enabled build) instead of searching.
+    pub fn bin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.bin_dir = Some(dir.into());
+        self
+    }
+
     /// Keeps at most this much server log.
     pub fn log_limit(mut self, limit: LogLimit) -> Self {
         self.log_limit = limit;
@@ -218,6 +245,7 @@ pub struct Cluster {
     binaries: Binaries,
     run_as: process::RunAs,
     args: Vec<(String, String)>,
+    env: Vec<(String, PathBuf)>,
     server: Option<process::Guarded>,
     // Declared last so the directories are removed after the server has stopped.
     _socket_temp: Option<tempfile::TempDir>,
@@ -227,7 +255,10 @@ pub struct Cluster {
 impl Cluster {
     /// Finds the binaries, initialises the data directory if needed and starts the server.
     pub fn start(config: &Config) -> Result<Cluster, Error> {
-        let binaries = Binaries::find()?;
+        let binaries = match &config.bin_dir {
+            Some(dir) => Binaries::at(dir)?,
+            None => Binaries::find()?,
+        };
         let run_as = process::RunAs::for_current_process()?;
         let (temp, data_dir, password_file) = match &config.data_dir {
             DataDir::Ephemeral => {
@@ -312,6 +343,7 @@ impl Cluster {
             binaries,
             run_as,
             args: server_settings(config),
+            env: config.env.clone(),
             server: None,
             _socket_temp: socket_temp,
             _temp: temp,
@@ -364,6 +396,11 @@ impl Cluster {
     /// Whether the server also listens on 127.0.0.1.
     pub fn has_tcp(&self) -> bool {
         self.tcp
+    }
+
+    /// The server binaries this cluster runs.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
     }
 
     /// Process id of the postmaster.
@@ -430,6 +467,9 @@ impl Cluster {
         }
         for (name, value) in &self.args {
             cmd.arg("-c").arg(format!("{name}={value}"));
+        }
+        for (name, value) in &self.env {
+            cmd.env(name, value);
         }
         cmd.stdout(log).stderr(log_err);
 

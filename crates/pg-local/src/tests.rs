@@ -45,12 +45,12 @@ fn password_of(cluster: &Cluster) -> String {
         .to_owned()
 }
 
-fn mode_of(path: &Path) -> u32 {
+pub(crate) fn mode_of(path: &Path) -> u32 {
     fs::metadata(path).expect("metadata").permissions().mode() & 0o7777
 }
 
 /// The inodes of the TCP sockets the process `pid` holds (IPv4 and IPv6).
-fn tcp_sockets_of(pid: u32) -> Vec<String> {
+pub(crate) fn tcp_sockets_of(pid: u32) -> Vec<String> {
     let mut inodes = Vec::new();
     for entry in fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("fds")

@@ -71,8 +71,14 @@ enum Command {
               value_parser = duration::secs(1, 3600))]
         sweep_interval_s: u64,
     },
-    /// Apply the migrations and exit (on the running serve/db's cluster when there is one).
-    Migrate,
+    /// Apply the migrations and exit (on the running serve/db's cluster when there is one). On
+    /// a Citus coordinator (the `citus` extension installed) the schema is laid out distributed.
+    Migrate {
+        /// Require the distributed (Citus) layout: refused unless the database has the Citus
+        /// extension (without it, the layout follows the database).
+        #[arg(long)]
+        citus: bool,
+    },
     /// Run the divergence audits (stock and ledger); exits 1 when anything diverges.
     /// `--repair` prints what it would change per divergent product; `--repair --apply`
     /// changes it (products that change meanwhile are left alone) and audits again.
@@ -187,10 +193,25 @@ async fn run() -> Result<ExitCode> {
     };
     let database = database::open_with(cli.database_url, embedded, role).await?;
     let pool = db::connect(&database.url, &PoolOptions::default())?;
-    db::migrate(&pool).await.context("migrating the database")?;
+    if let Command::Migrate { citus } = cli.command {
+        let layout = if citus {
+            db::migrate_as(&pool, db::Layout::Citus)
+                .await
+                .map(|()| db::Layout::Citus)
+        } else {
+            db::migrate(&pool).await
+        };
+        let layout = layout.context("migrating the database")?;
+        println!("migrations applied ({} layout)", layout.as_str());
+        return Ok(ExitCode::SUCCESS);
+    }
+    db::migrate_to_serve(&pool)
+        .await
+        .context("migrating the database")?;
     let store = Store::new(pool.clone(), TxOptions::default());
     match cli.command {
-        Command::Migrate => println!("migrations applied"),
+        // Returned above.
+        Command::Migrate { .. } => {}
         // Returned above, before the migration.
         Command::Race(_) | Command::Bench(_) | Command::Serve(_) | Command::Token(_) => {}
         Command::Sweep => {

@@ -88,7 +88,7 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let validated = config.settings.validate()?;
         let pool = db::connect(&config.database_url, &config.pool)?;
-        db::migrate(&pool).await?;
+        db::migrate_to_serve(&pool).await?;
         let engine = stock::build(
             config.strategy,
             Store::new(pool.clone(), config.tx),

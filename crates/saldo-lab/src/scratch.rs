@@ -102,7 +102,7 @@ impl Scratch {
             pool: db::connect_database(server_url, name, &options.pool)?,
             name: name.to_owned(),
         };
-        if let Err(e) = db::migrate(&scratch.pool).await {
+        if let Err(e) = db::migrate_to_serve(&scratch.pool).await {
             scratch.drop_database().await?;
             return Err(e);
         }

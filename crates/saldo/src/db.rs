@@ -8,9 +8,7 @@ use tokio_postgres::NoTls;
 
 use crate::error::Error;
 
-mod embedded {
-    refinery::embed_migrations!("../../migrations");
-}
+pub use crate::schema::Layout;
 
 /// Default pool size and timeouts (the CLI's flags default to these too).
 pub const DEFAULT_POOL_SIZE: usize = 32;
@@ -81,17 +79,55 @@ fn pool_config(
     }
 }
 
-/// Applies the migrations in `migrations/`, idempotently. An advisory lock serialises several
-/// processes migrating one database at once.
-pub async fn migrate(pool: &Pool) -> Result<(), Error> {
+/// Applies the migrations in `migrations/`, idempotently, in the layout the database calls for:
+/// the distributed one ([`Layout::Citus`]) when the Citus extension is installed in it. An
+/// advisory lock serialises several processes migrating one database at once.
+pub async fn migrate(pool: &Pool) -> Result<Layout, Error> {
+    let layout = {
+        let client = pool.get().await.map_err(Error::from)?;
+        crate::schema::detect(&client).await?
+    };
+    migrate_as(pool, layout).await?;
+    Ok(layout)
+}
+
+/// [`migrate`] for a caller that is about to run saldo's operations: refused, before anything
+/// is applied, on a database with the Citus layout, whose operations are not built yet (issue
+/// 13: the distributed schema exists, reserve/confirm/transfer on it do not).
+pub async fn migrate_to_serve(pool: &Pool) -> Result<(), Error> {
+    let layout = {
+        let client = pool.get().await.map_err(Error::from)?;
+        crate::schema::detect(&client).await?
+    };
+    if layout == Layout::Citus {
+        return Err(Error::Migration(CITUS_OPERATIONS_MISSING.into()));
+    }
+    migrate_as(pool, layout).await
+}
+
+/// Why a Citus database is refused by everything but `saldo migrate`.
+pub const CITUS_OPERATIONS_MISSING: &str = "this database is a Citus coordinator: `saldo \
+     migrate` lays out the distributed schema there, but saldo's operations (reserve, confirm, \
+     transfers, sweeps, audits) do not run on it yet";
+
+/// [`migrate`] in an explicit layout (`saldo migrate --citus`): [`Layout::Citus`] on a database
+/// without the Citus extension is refused before anything is applied.
+pub async fn migrate_as(pool: &Pool, layout: Layout) -> Result<(), Error> {
     let mut client = pool.get().await.map_err(Error::from)?;
+    if layout == Layout::Citus && crate::schema::detect(&client).await? != Layout::Citus {
+        return Err(Error::Migration(
+            "--citus: this database has no Citus extension (run `CREATE EXTENSION citus` on \
+             a Citus coordinator and add its workers first)"
+                .into(),
+        ));
+    }
     // One line says what migrating did (below): refinery's own info lines and the NOTICE of its
     // `CREATE TABLE IF NOT EXISTS` said it two or three times over (the CLI filters refinery
     // to warnings).
     client
         .batch_execute("SET client_min_messages = warning; SELECT pg_advisory_lock(724101)")
         .await?;
-    let result = embedded::migrations::runner()
+    let result = refinery::Runner::new(&crate::schema::migrations(layout))
         .run_async(&mut **client)
         .await
         .map(|report| {
@@ -103,10 +139,10 @@ pub async fn migrate(pool: &Pool) -> Result<(), Error> {
             if applied.is_empty() {
                 tracing::info!("migrations: schema up to date");
             } else {
-                tracing::info!(versions = %applied.join(", "), "migrations applied");
+                tracing::info!(versions = %applied.join(", "), ?layout, "migrations applied");
             }
         })
-        .map_err(|e| Error::Migration(e.to_string()));
+        .map_err(|e| Error::Migration(crate::error::chain(&e)));
     client
         .batch_execute("SELECT pg_advisory_unlock(724101); RESET client_min_messages")
         .await?;

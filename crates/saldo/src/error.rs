@@ -256,3 +256,16 @@ impl Error {
 pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
     *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
 }
+
+/// An error and its causes on one line, `: `-separated: some libraries' own message hides the
+/// cause that says why (refinery's "db error", hyper's connection errors).
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -54,6 +54,7 @@ pub mod ledger;
 pub mod listing;
 pub mod ops;
 pub mod retry;
+pub mod schema;
 pub mod stock;
 pub mod telemetry;
 

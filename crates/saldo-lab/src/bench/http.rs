@@ -104,7 +104,7 @@ impl HttpTarget {
         let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(request))
             .await
             .map_err(|_| ConnectionFailed(format!("no response within {REQUEST_TIMEOUT:?}")))?
-            .map_err(|e| ConnectionFailed(error_chain(&e)))?;
+            .map_err(|e| ConnectionFailed(saldo::error::chain(&e)))?;
         let status = response.status().as_u16();
         let bytes = http_body_util::Limited::new(response.into_body(), MAX_BODY_BYTES)
             .collect()
@@ -222,16 +222,4 @@ fn answer(result: Result<(u16, Bytes)>) -> Answer {
         Err(e) if e.is::<ConnectionFailed>() => Answer::ConnectionError(e.to_string()),
         Err(e) => Answer::Error(e.to_string()),
     }
-}
-
-/// An error and its causes on one line (hyper's own message hides the OS error).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

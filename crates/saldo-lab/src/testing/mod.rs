@@ -175,7 +175,9 @@ fn start_shared(isolation: Option<String>) -> Result<Shared, String> {
             .await
             .map_err(|e| e.to_string())?;
         let pool = pool_for(&cluster.url(TEMPLATE), 1);
-        db::migrate(&pool).await.map_err(|e| e.to_string())?;
+        db::migrate_to_serve(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
         pool.close();
         Ok::<_, String>(())
     })?;
@@ -235,3 +237,6 @@ pub fn serializable_cluster_pid() -> Option<u32> {
         .and_then(|s| s.as_ref().ok())
         .and_then(|s| s.cluster.pid())
 }
+
+mod citus;
+pub use citus::{citus_cluster, citus_db, citus_db_with_pool};
