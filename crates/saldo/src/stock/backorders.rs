@@ -77,7 +77,7 @@ const OLDEST: &str = "SELECT id, status, backordered, backorder_arrival FROM res
      WHERE id IN (SELECT id FROM (SELECT id, sum(backordered) OVER \
                   (ORDER BY backorder_arrival, id) - backordered AS before \
                   FROM reservations WHERE product_id = $1 AND backordered > 0 \
-                  AND status IN ('active', 'confirmed')) q WHERE before < $2) \
+                  AND status IN ('active', 'confirmed')) q WHERE before < $2::int) \
        AND backordered > 0 AND status IN ('active', 'confirmed') \
      ORDER BY backorder_arrival, id FOR UPDATE";
 const FILL_ROWS: &str = "UPDATE reservations SET backordered = reservations.backordered - d.f \
