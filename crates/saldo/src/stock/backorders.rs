@@ -15,11 +15,13 @@
 //! sold or not, the movement that brought them): the audit's evidence of arrival order and of
 //! what left on hand through a backorder.
 //!
-//! Hot path: a product with limit 0 pays nothing. Every strategy takes as before; only a take
-//! refused for want of stock asks whether the product accepts backorders (one read, on the
-//! refusal path), and if so the reserve reruns here on the locked path ([`take`]: stock rows
-//! `FOR UPDATE` in product order, the decision on the locked values). `batched` reads the
-//! limit with the rows it locks anyway and routes such an order to the same path.
+//! Hot path: a product with limit 0 pays nothing. Every strategy takes as before; a take
+//! refused for want of stock reads the product's limit with the row it reads anyway to name
+//! the refusal (`lifecycle::take_refusal`, optimistic's read), and on a product with a limit
+//! answers `NeedsBackorderPath`: the reserve rolls back and reruns here on the locked path
+//! ([`take`]: stock rows `FOR UPDATE` in product order, the decision on the locked values).
+//! `batched` reads the limit with the rows it locks anyway and routes such an order to the
+//! same path.
 //!
 //! Lock order: arrival paths ([`prelock`]) lock the product's live backordered reservation rows
 //! (arrival order) before its stock row, as confirm and release lock their order's rows before
@@ -47,7 +49,6 @@ const SET_POLICY: &str = crate::stock_update!(
     "WHERE product_id = $1 \
      RETURNING available, reserved, version, backorder_limit, backordered"
 );
-const ACCEPTS: &str = "SELECT backorder_limit > 0 AS accepts FROM stock WHERE product_id = $1";
 const LOCK_FOR_BACKORDER: &str =
     "SELECT product_id, available, backorder_limit, backordered FROM stock \
      WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
@@ -120,20 +121,6 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
         })
     })
     .await
-}
-
-/// After a take was refused for want of `product`: should the reserve rerun on the backorder
-/// path? Only a product with a limit says yes. A failed read keeps the refusal.
-pub(crate) async fn route(client: &Client, refusal: Error) -> Error {
-    let Error::InsufficientStock { product_id, .. } = refusal else {
-        return refusal;
-    };
-    match client.query_opt(ACCEPTS, &[&product_id.get()]).await {
-        Ok(Some(row)) if row.try_get::<_, bool>("accepts").unwrap_or(false) => {
-            Error::NeedsBackorderPath(product_id)
-        }
-        _ => refusal,
-    }
 }
 
 /// The locked take: locks the items' stock rows in product order, allocates what is

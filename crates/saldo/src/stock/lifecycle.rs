@@ -24,7 +24,10 @@ use crate::telemetry;
 
 /// How a strategy takes units from `available` into `reserved` inside the reserve transaction.
 /// `items` come in ascending product id; the taker must lock in that order, and must fail with
-/// [`Error::InsufficientStock`] or [`Error::UnknownProduct`] naming the product that ran out.
+/// [`Error::InsufficientStock`] or [`Error::UnknownProduct`] naming the product that ran out —
+/// or, when that product accepts backorders, with [`Error::NeedsBackorderPath`] (decided from
+/// the row it read anyway, e.g. [`take_refusal`]), and the reserve reruns on the locked
+/// backorder path. A taker that never does simply never backorders.
 #[async_trait]
 pub trait UnitTaker: Send + Sync + 'static {
     fn name(&self) -> &'static str;
@@ -211,16 +214,36 @@ fn same_items(rows: &BTreeMap<ProductId, i32>, items: &OrderItems) -> bool {
 
 /// Why a conditional take found nothing: the product does not exist, or it ran out.
 pub async fn refusal(client: &Client, product: ProductId, quantity: Quantity) -> Error {
+    read_refusal(client, product, quantity, false).await
+}
+
+/// [`refusal`] for a reservation's take: a product that accepts backorders answers
+/// [`Error::NeedsBackorderPath`] instead (the limit is read by the same statement, so a
+/// product without one pays nothing more on the refusal path either).
+pub async fn take_refusal(client: &Client, product: ProductId, quantity: Quantity) -> Error {
+    read_refusal(client, product, quantity, true).await
+}
+
+async fn read_refusal(
+    client: &Client,
+    product: ProductId,
+    quantity: Quantity,
+    route: bool,
+) -> Error {
     let row = client
         .query_opt(
-            "SELECT available FROM stock WHERE product_id = $1",
+            "SELECT available, backorder_limit FROM stock WHERE product_id = $1",
             &[&product.get()],
         )
         .await;
+    let read = |r: &tokio_postgres::Row| -> Result<(i32, i32), tokio_postgres::Error> {
+        Ok((r.try_get("available")?, r.try_get("backorder_limit")?))
+    };
     match row {
         Ok(None) => Error::UnknownProduct(product),
-        Ok(Some(r)) => match r.try_get("available") {
-            Ok(available) => Error::InsufficientStock {
+        Ok(Some(r)) => match read(&r) {
+            Ok((_, limit)) if route && limit > 0 => Error::NeedsBackorderPath(product),
+            Ok((available, _)) => Error::InsufficientStock {
                 product_id: product,
                 requested: quantity.get(),
                 available,
@@ -307,16 +330,9 @@ async fn reserve_tx(
     };
     let backordered = match taken {
         Ok(backordered) => backordered,
-        Err(refusal) => {
-            let refusal = match taking {
-                Taking::By(_) => backorders::route(client, refusal).await,
-                Taking::Backordering => refusal,
-            };
-            if matches!(refusal, Error::NeedsBackorderPath(_)) {
-                return Err(refusal);
-            }
-            return replay_of_concurrent_copy(client, intent, refusal).await;
-        }
+        // Rolls back: the whole reserve reruns on the backorder path (see `reserve`).
+        Err(route @ Error::NeedsBackorderPath(_)) => return Err(route),
+        Err(refusal) => return replay_of_concurrent_copy(client, intent, refusal).await,
     };
     metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => strategy)
         .record(started.elapsed().as_secs_f64());
