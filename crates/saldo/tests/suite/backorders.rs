@@ -345,3 +345,44 @@ async fn a_policy_outside_its_bounds_or_on_an_unknown_product_is_refused() {
         .expect("at the limit");
     assert_eq!(s.backorder_limit, saldo::domain::MAX_BACKORDER_LIMIT);
 }
+
+/// The repair reads the new columns right: on a product with backorders (one pending on a
+/// confirmed order, one partly filled), drifted counters are brought back to allocated units
+/// and history, and the audit is clean again.
+#[tokio::test]
+async fn repair_restores_a_product_with_backorders() {
+    let db = test_db().await;
+    let name = StrategyName::Atomic;
+    let engine = engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 1)]).await;
+    let store = engine.store().clone();
+    set_policy(&store, pid(1), 5).await.expect("policy");
+    let paid = engine
+        .reserve(&request("o1", &[(1, 3)], Ttl::default()))
+        .await
+        .expect("o1");
+    engine.confirm(&paid.order_id).await.expect("confirm");
+    engine
+        .reserve(&request("o2", &[(1, 2)], Ttl::default()))
+        .await
+        .expect("o2");
+    admin::adjust(&store, pid(1), 3, &reason())
+        .await
+        .expect("restock");
+    let before = books(&engine, 1).await;
+    assert_eq!(before, (0, 1, 1));
+    assert_audit_clean(&db, name).await;
+    let client = db.pool.get().await.expect("client");
+    client
+        .execute(
+            "UPDATE stock SET available = available + 2, reserved = 0 WHERE product_id = 1",
+            &[],
+        )
+        .await
+        .expect("drift");
+    assert!(!audit_stock(&db.pool).await.expect("audit").is_empty());
+    let report = saldo::stock::repair::repair(&store, true)
+        .await
+        .expect("repair");
+    assert!(report.remaining.is_empty(), "{report:?}");
+    assert_eq!(books(&engine, 1).await, before);
+}
