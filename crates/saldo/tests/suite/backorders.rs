@@ -347,8 +347,8 @@ async fn a_policy_outside_its_bounds_or_on_an_unknown_product_is_refused() {
 }
 
 /// The repair reads the new columns right: on a product with backorders (one pending on a
-/// confirmed order, one partly filled), drifted counters are brought back to allocated units
-/// and history, and the audit is clean again.
+/// confirmed order, one partly filled), drifted counters (`backordered` too) are brought back
+/// to allocated units, live backorders and history, and the audit is clean again.
 #[tokio::test]
 async fn repair_restores_a_product_with_backorders() {
     let db = test_db().await;
@@ -374,7 +374,8 @@ async fn repair_restores_a_product_with_backorders() {
     let client = db.pool.get().await.expect("client");
     client
         .execute(
-            "UPDATE stock SET available = available + 2, reserved = 0 WHERE product_id = 1",
+            "UPDATE stock SET available = available + 2, reserved = 0, backordered = 0 \
+             WHERE product_id = 1",
             &[],
         )
         .await
