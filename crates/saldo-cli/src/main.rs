@@ -283,24 +283,7 @@ async fn print_repair(store: &Store, apply: bool) -> anyhow::Result<bool> {
                 "LEFT ALONE (history below what is reserved; count the product):"
             }
         };
-        // backordered only when it moves: a product without backorders prints as before.
-        let backordered = if p.before.backordered == p.after.backordered {
-            String::new()
-        } else {
-            format!(
-                ", backordered {} -> {}",
-                p.before.backordered, p.after.backordered
-            )
-        };
-        println!(
-            "product {} {what} available {} -> {}, reserved {} -> {}{backordered} (version {})",
-            p.product_id,
-            p.before.available,
-            p.after.available,
-            p.before.reserved,
-            p.after.reserved,
-            p.version
-        );
+        println!("product {} {what} {}", p.product_id, p.describe());
     }
     if report.products.is_empty() {
         println!("repair: nothing to repair");

@@ -120,21 +120,32 @@ pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
         .collect())
 }
 
-/// The movement's reason: old and new values (`backordered` only when it moves), and the
-/// version repaired.
-fn reason(p: &ProductRepair) -> Result<Reason, Error> {
-    let backordered = if p.before.backordered == p.after.backordered {
-        String::new()
-    } else {
+impl ProductRepair {
+    /// Old and new values (`backordered` only when it moves, so a product without backorders
+    /// reads as before) and the version: what the movement's reason and the CLI say.
+    pub fn describe(&self) -> String {
+        let backordered = if self.before.backordered == self.after.backordered {
+            String::new()
+        } else {
+            format!(
+                ", backordered {} -> {}",
+                self.before.backordered, self.after.backordered
+            )
+        };
         format!(
-            ", backordered {} -> {}",
-            p.before.backordered, p.after.backordered
+            "available {} -> {}, reserved {} -> {}{backordered} (version {})",
+            self.before.available,
+            self.after.available,
+            self.before.reserved,
+            self.after.reserved,
+            self.version
         )
-    };
-    Ok(Reason::new(format!(
-        "repair: available {} -> {}, reserved {} -> {}{backordered} (version {})",
-        p.before.available, p.after.available, p.before.reserved, p.after.reserved, p.version
-    ))?)
+    }
+}
+
+/// The movement's reason: `repair: ` and what changed.
+fn reason(p: &ProductRepair) -> Result<Reason, Error> {
+    Ok(Reason::new(format!("repair: {}", p.describe()))?)
 }
 
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
