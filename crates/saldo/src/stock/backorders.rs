@@ -24,8 +24,8 @@
 //! same path.
 //!
 //! Lock order: arrival paths ([`prelock`]) lock the product's live backordered reservation rows
-//! (arrival order) before its stock row, as confirm and release lock their order's rows before
-//! stock; rows that committed between the two are newer than all of those and locked after the
+//! (in order id order, as batched confirms lock many orders' rows) before its stock row, as
+//! confirm and release lock their order's rows before stock; rows that committed between the two are newer than all of those and locked after the
 //! stock row (a rare cycle with their own confirm surfaces as 40P01 and reruns).
 
 use uuid::Uuid;
@@ -69,9 +69,11 @@ const DROP: &str = crate::stock_update!(
     "FROM unnest($1::bigint[], $2::int[]) AS d(product_id, b) \
      WHERE stock.product_id = d.product_id"
 );
-/// Every live backorder of the product, in arrival order (before its stock row is locked).
+/// Every live backorder of the product, before its stock row is locked, in the order batched
+/// confirms lock many orders' rows (order id, product, created_at): two lockers of many orders'
+/// rows never wait on each other in a cycle. (The fill reads them again in arrival order.)
 const PRELOCK: &str = "SELECT id FROM reservations WHERE product_id = $1 AND backordered > 0 \
-     AND status IN ('active', 'confirmed') ORDER BY backorder_arrival, id FOR UPDATE";
+     AND status IN ('active', 'confirmed') ORDER BY order_id, product_id, created_at FOR UPDATE";
 /// The oldest live backorders that `$2` units reach (each row starts before `$2` is used up),
 /// locked; the outer conditions are checked again on the locked version.
 const OLDEST: &str = "SELECT id, status, backordered, backorder_arrival FROM reservations \
