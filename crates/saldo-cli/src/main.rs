@@ -304,15 +304,7 @@ async fn print_repair(store: &Store, apply: bool) -> anyhow::Result<bool> {
                 "LEFT ALONE (history below what is reserved; count the product):"
             }
         };
-        println!(
-            "product {} {what} available {} -> {}, reserved {} -> {} (version {})",
-            p.product_id,
-            p.before.available,
-            p.after.available,
-            p.before.reserved,
-            p.after.reserved,
-            p.version
-        );
+        println!("product {} {what} {}", p.product_id, p.describe());
     }
     if report.products.is_empty() {
         println!("repair: nothing to repair");

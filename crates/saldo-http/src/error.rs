@@ -166,6 +166,19 @@ fn domain(e: &Error) -> Parts {
         .with("product_id", json!(product_id))
         .with("count", json!(count))
         .with("reserved", json!(reserved)),
+        Error::BackorderLimitBelowBackordered {
+            product_id,
+            limit,
+            backordered,
+        } => Parts::new(
+            S::CONFLICT,
+            "backorder-limit-below-backordered",
+            "Backorder limit below the units backordered",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("backorder_limit", json!(limit))
+        .with("backordered", json!(backordered)),
         Error::AdjustmentWouldGoNegative {
             product_id,
             delta,
@@ -421,7 +434,8 @@ fn domain(e: &Error) -> Parts {
         .with("applied", Value::Null)
         .retry(),
         Error::Database(db) => database(db),
-        Error::Migration(_) | Error::Invariant(_) => internal(),
+        // NeedsBackorderPath is the engine's internal routing signal: seen here, it is a bug.
+        Error::Migration(_) | Error::Invariant(_) | Error::NeedsBackorderPath(_) => internal(),
     }
 }
 
@@ -777,6 +791,16 @@ mod tests {
                 409,
                 "count-below-reserved",
                 Some("reserved"),
+            ),
+            (
+                Error::BackorderLimitBelowBackordered {
+                    product_id: p,
+                    limit: 1,
+                    backordered: 2,
+                },
+                409,
+                "backorder-limit-below-backordered",
+                Some("backordered"),
             ),
             (
                 Error::AdjustmentWouldGoNegative {

@@ -198,8 +198,9 @@ impl IntoParams for OrderPath {
 /// Schemas of bounded inputs, each built from the constant the code checks.
 pub mod schema {
     use saldo::domain::{
-        MAX_AMOUNT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN, MAX_QUANTITY, MAX_REASON_LEN,
-        MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+        MAX_AMOUNT, MAX_BACKORDER_LIMIT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN,
+        MAX_QUANTITY, MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S,
+        MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
     };
     use saldo::ledger::{MAX_LIST, OPENING_PREFIX};
     use saldo::listing::{ListKind, MAX_PAGE_LIMIT};
@@ -452,6 +453,18 @@ pub mod schema {
             i64::from(MAX_STOCK_COUNT),
             false,
             "On-hand units (available + reserved)",
+        )
+        .build()
+        .into()
+    }
+
+    pub fn backorder_limit() -> Schema {
+        integer(
+            0,
+            i64::from(MAX_BACKORDER_LIMIT),
+            false,
+            "Most units that may be backordered at once (0: none). Not below the units \
+             backordered now (409 `backorder-limit-below-backordered`)",
         )
         .build()
         .into()

@@ -35,3 +35,6 @@ mod stock;
 
 #[path = "suite/shop.rs"]
 mod shop;
+
+#[path = "suite/backorders.rs"]
+mod backorders;

@@ -48,3 +48,6 @@ mod telemetry;
 
 #[path = "suite/shop.rs"]
 mod shop;
+
+#[path = "suite/backorders.rs"]
+mod backorders;

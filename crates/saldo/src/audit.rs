@@ -1,7 +1,12 @@
 //! The divergence audit (seed 000): it must come back empty. For every product it checks
-//! - `reserved = Σ active reservations`, and
+//! - `reserved = Σ active reservations` (their allocated units: quantity − backordered),
 //! - `available + reserved = last count + adjustments since − confirmed since the count − sold
-//!   directly since the count` (direct sales, `stock::sales`, take from `available` only).
+//!   directly since the count` (direct sales, `stock::sales`, take from `available` only; a
+//!   confirm sells the allocated units, and a backorder of a confirmed reservation filled
+//!   since the count was sold at its fill), and, for backorders (`stock::backorders`),
+//! - `backordered = Σ live reservations' backordered`, never above `backorder_limit`, and
+//! - filled in arrival order: per product, the fills in the order they were written never go
+//!   back to an older arrival, and no live backorder is older than one that got a fill.
 //!
 //! [`audit_ledger`] checks the ledger the same way: all balances sum to zero and all `held`
 //! equal all `pending_credits` (the double entry, for posted and pending amounts separately),
@@ -29,6 +34,13 @@ pub enum Invariant {
     ReservedMatchesActive,
     /// `available + reserved` differs from what the history says is on hand.
     OnHandMatchesHistory,
+    /// `backordered` differs from the sum of live reservations' backordered units.
+    BackorderedMatchesLive,
+    /// `backordered` is above `backorder_limit` (expected: the limit).
+    BackorderedWithinLimit,
+    /// Fills out of arrival order (expected 0, actual how many): a fill went back to an older
+    /// arrival than the fill before it, or a live backorder is older than one that got a fill.
+    FilledInArrivalOrder,
 }
 
 /// One broken invariant of one product.
@@ -56,35 +68,58 @@ adjusted AS (
       FROM stock_movements m JOIN last_count c USING (product_id)
      WHERE m.kind = 'adjustment' AND m.id > c.id
      GROUP BY m.product_id),
+fills_sold AS (
+    SELECT reservation_id, sum(quantity)::bigint AS quantity
+      FROM backorder_fills
+     WHERE sold AND ($1::bigint IS NULL OR product_id = $1)
+     GROUP BY reservation_id),
 confirmed AS (
-    SELECT r.product_id, sum(r.quantity)::bigint AS quantity
+    SELECT r.product_id,
+           sum(r.quantity - r.backordered - coalesce(f.quantity, 0))::bigint AS quantity
       FROM reservations r JOIN last_count c USING (product_id)
+      LEFT JOIN fills_sold f ON f.reservation_id = r.id
      WHERE r.status = 'confirmed' AND r.settled_at > c.created_at
      GROUP BY r.product_id),
+filled_sold AS (
+    SELECT f.product_id, sum(f.quantity)::bigint AS quantity
+      FROM backorder_fills f JOIN last_count c USING (product_id)
+     WHERE f.sold AND f.movement_id >= c.id
+     GROUP BY f.product_id),
 sold AS (
     SELECT i.product_id, sum(i.quantity)::bigint AS quantity
       FROM sale_items i JOIN last_count c USING (product_id)
      WHERE i.sold_at > c.created_at
      GROUP BY i.product_id),
 active AS (
-    SELECT product_id, sum(quantity)::bigint AS quantity
+    SELECT product_id, sum(quantity - backordered)::bigint AS quantity
       FROM reservations
      WHERE status = 'active' AND ($1::bigint IS NULL OR product_id = $1)
+     GROUP BY product_id),
+live_backorders AS (
+    SELECT product_id, sum(backordered)::bigint AS units
+      FROM reservations
+     WHERE backordered > 0 AND status IN ('active', 'confirmed')
+       AND ($1::bigint IS NULL OR product_id = $1)
      GROUP BY product_id)
 SELECT s.product_id,
        s.available::bigint                                   AS available,
        s.reserved::bigint                                    AS reserved,
        s.version,
        coalesce(a.quantity, 0)                               AS active_reserved,
+       s.backordered::bigint                                 AS backordered,
+       s.backorder_limit::bigint                             AS backorder_limit,
+       coalesce(lb.units, 0)                                 AS live_backordered,
        (s.available + s.reserved)::bigint                    AS on_hand,
        coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
-         - coalesce(sd.quantity, 0)                          AS expected_on_hand
+         - coalesce(sd.quantity, 0) - coalesce(fs.quantity, 0) AS expected_on_hand
   FROM stock s
   LEFT JOIN last_count c USING (product_id)
   LEFT JOIN adjusted adj USING (product_id)
   LEFT JOIN confirmed cf USING (product_id)
   LEFT JOIN sold sd USING (product_id)
+  LEFT JOIN filled_sold fs USING (product_id)
   LEFT JOIN active a USING (product_id)
+  LEFT JOIN live_backorders lb USING (product_id)
  WHERE ($1::bigint IS NULL OR s.product_id = $1)"
     };
 }
@@ -96,8 +131,69 @@ const STOCK_AUDIT: &str = concat!(
     "SELECT * FROM (",
     stock_state!(),
     ") st WHERE reserved <> active_reserved OR on_hand <> expected_on_hand \
+     OR backordered <> live_backordered \
      ORDER BY product_id LIMIT $2"
 );
+
+/// The backorder invariants that no repair can restore (the limit, the arrival order; the
+/// count of live backorders is a [`ProductState`] invariant), divergent products only. The
+/// out-of-order count: fills whose arrival is below their predecessor's (fill id order), plus
+/// live backorders older than the newest arrival any fill reached.
+const BACKORDER_AUDIT: &str = "
+WITH ordered AS (
+    SELECT product_id, arrival,
+           lag(arrival) OVER (PARTITION BY product_id ORDER BY id) AS previous
+      FROM backorder_fills),
+backwards AS (
+    SELECT product_id, count(*) AS n FROM ordered WHERE arrival < previous GROUP BY product_id),
+reached AS (
+    SELECT product_id, max(arrival) AS arrival FROM backorder_fills GROUP BY product_id),
+skipped AS (
+    SELECT r.product_id, count(*) AS n
+      FROM reservations r JOIN reached f USING (product_id)
+     WHERE r.backordered > 0 AND r.status IN ('active', 'confirmed')
+       AND r.backorder_arrival < f.arrival
+     GROUP BY r.product_id)
+SELECT s.product_id, s.backordered::bigint AS backordered,
+       s.backorder_limit::bigint AS backorder_limit,
+       coalesce(b.n, 0) + coalesce(k.n, 0) AS out_of_order
+  FROM stock s
+  LEFT JOIN backwards b USING (product_id)
+  LEFT JOIN skipped k USING (product_id)
+ WHERE s.backordered > s.backorder_limit OR coalesce(b.n, 0) + coalesce(k.n, 0) > 0
+ ORDER BY s.product_id
+ LIMIT $1";
+
+fn backorder_divergences(r: &tokio_postgres::Row) -> Result<Vec<Divergence>, Error> {
+    let product_id = ProductId::new(r.try_get("product_id")?)?;
+    let backordered: i64 = r.try_get("backordered")?;
+    let limit: i64 = r.try_get("backorder_limit")?;
+    let out_of_order: i64 = r.try_get("out_of_order")?;
+    let mut out = Vec::new();
+    let mut check = |invariant, expected: i64, actual: i64, broken: bool| {
+        if broken {
+            out.push(Divergence {
+                product_id,
+                invariant,
+                expected,
+                actual,
+            });
+        }
+    };
+    check(
+        Invariant::BackorderedWithinLimit,
+        limit,
+        backordered,
+        backordered > limit,
+    );
+    check(
+        Invariant::FilledInArrivalOrder,
+        0,
+        out_of_order,
+        out_of_order > 0,
+    );
+    Ok(out)
+}
 
 /// One consistent, read-only view of the database for an audit: every invariant of one audit is
 /// checked against the same snapshot, whatever commits meanwhile.
@@ -121,6 +217,10 @@ pub struct ProductState {
     pub version: i64,
     /// Σ active reservations: what `reserved` should be.
     pub active_reserved: i64,
+    pub backordered: i64,
+    pub backorder_limit: i64,
+    /// Σ live reservations' backorders: what `backordered` should be.
+    pub live_backordered: i64,
     /// last count + adjustments − confirmed − sold since the count: what `available +
     /// reserved` should be.
     pub expected_on_hand: i64,
@@ -134,6 +234,9 @@ impl ProductState {
             reserved: r.try_get("reserved")?,
             version: r.try_get("version")?,
             active_reserved: r.try_get("active_reserved")?,
+            backordered: r.try_get("backordered")?,
+            backorder_limit: r.try_get("backorder_limit")?,
+            live_backordered: r.try_get("live_backordered")?,
             expected_on_hand: r.try_get("expected_on_hand")?,
         })
     }
@@ -147,6 +250,14 @@ impl ProductState {
                 invariant: Invariant::ReservedMatchesActive,
                 expected: self.active_reserved,
                 actual: self.reserved,
+            });
+        }
+        if self.backordered != self.live_backordered {
+            out.push(Divergence {
+                product_id: self.product_id,
+                invariant: Invariant::BackorderedMatchesLive,
+                expected: self.live_backordered,
+                actual: self.backordered,
             });
         }
         let on_hand = self.available + self.reserved;
@@ -173,13 +284,25 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
     rows.iter().map(ProductState::from_row).collect()
 }
 
-/// Runs the stock audit; an empty answer means every product is consistent with its history.
+/// Runs the stock audit; an empty answer means every product is consistent with its history
+/// and its backorders. Both queries read one snapshot.
 pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
-    Ok(divergent_products(pool)
-        .await?
-        .iter()
-        .flat_map(ProductState::divergences)
-        .collect())
+    let mut client = checkout(pool, "audit_stock").await?;
+    let tx = snapshot(&mut client).await?;
+    let all: Option<i64> = None;
+    let states = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
+    let backorders = tx.query(BACKORDER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    tx.commit().await?;
+    let mut out = Vec::new();
+    for r in &states {
+        out.extend(ProductState::from_row(r)?.divergences());
+    }
+    for r in &backorders {
+        out.extend(backorder_divergences(r)?);
+    }
+    out.sort_by_key(|d| d.product_id);
+    out.truncate(MAX_DIVERGENCES as usize);
+    Ok(out)
 }
 
 /// Which ledger invariant broke.

@@ -78,6 +78,8 @@ pub enum InputError {
     SaleIdInvalid,
     #[error("maximum hold {max_hold_s}s is outside {min}..={max}s")]
     MaxHoldOutOfRange { max_hold_s: u64, min: u64, max: u64 },
+    #[error("backorder_limit {0} is outside 0..={max}", max = MAX_BACKORDER_LIMIT)]
+    BackorderLimitOutOfRange(i64),
 }
 
 /// Most distinct items one order may hold.
@@ -86,6 +88,9 @@ pub const MAX_ITEMS_PER_ORDER: usize = 100;
 pub const MAX_QUANTITY: i32 = 10_000;
 /// Largest physical count or adjustment magnitude.
 pub const MAX_STOCK_COUNT: i32 = 1_000_000_000;
+/// Most units of one product that may be backordered at once (its `backorder_limit` at most).
+/// Also bounds the reservation rows one arrival of units can fill (each holds at least one).
+pub const MAX_BACKORDER_LIMIT: i32 = 100_000;
 /// Longest and shortest reservation time-to-live.
 pub const MAX_TTL_S: u64 = 24 * 60 * 60;
 pub const MIN_TTL_S: u64 = 1;

@@ -102,6 +102,19 @@ pub enum Error {
         on_hand_after: i64,
         max: i32,
     },
+    /// Lowering a product's `backorder_limit` below the units it has backordered now: nothing
+    /// was written (the backorders stay; lower it once they are filled or dropped).
+    #[error("backorder_limit {limit} of product {product_id} is below the {backordered} units backordered now")]
+    BackorderLimitBelowBackordered {
+        product_id: ProductId,
+        limit: i32,
+        backordered: i32,
+    },
+    /// Internal routing signal, never returned by a public operation: a take was refused on a
+    /// product that accepts backorders, so the reserve reruns on the locked backorder path
+    /// (`stock::backorders`). Seen by a caller, it is a bug.
+    #[error("product {0} needs the backorder path (internal; never returned)")]
+    NeedsBackorderPath(ProductId),
     /// Optimistic strategy (seed 004): the version kept changing under us until attempts ran out.
     /// Distinct from insufficient stock: the units may still be there.
     #[error("version conflict on product {product_id} after {attempts} attempts")]

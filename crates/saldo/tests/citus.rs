@@ -94,7 +94,12 @@ async fn the_migrations_distribute_the_schema() {
             .clone()
     };
     let stock = find("stock");
-    for table in ["reservations", "stock_movements", "sale_items"] {
+    for table in [
+        "reservations",
+        "stock_movements",
+        "sale_items",
+        "backorder_fills",
+    ] {
         let t = find(table);
         assert_eq!((t.1.as_str(), t.2.as_str()), ("h", "product_id"), "{table}");
         assert_eq!(t.3, stock.3, "{table} co-located with stock");
@@ -239,6 +244,29 @@ async fn a_sale_item_of_an_unknown_sale_or_product_is_refused_on_both() {
         let unknown_product = "INSERT INTO sales (sale_id) VALUES ('s1'); \
              INSERT INTO sale_items (sale_id, product_id, quantity) VALUES ('s1', 999, 1)";
         assert_eq!(refusal(db, unknown_product).await, "23503");
+    }
+}
+
+/// V8's fill history: its references to the reservation and the movement name the product too
+/// on Citus (those tables are keyed by (product_id, id) there); a fill of an unknown reservation
+/// or movement is refused on both.
+#[tokio::test]
+async fn a_backorder_fill_of_an_unknown_reservation_or_movement_is_refused_on_both() {
+    let (citus, single) = citus_and_single().await;
+    for db in [&single, &citus] {
+        // Literal ids (Citus plans an INSERT … SELECT of these through the coordinator).
+        let unknown_reservation = "\
+            INSERT INTO stock_movements (id, product_id, kind, quantity) \
+              VALUES (4242, 1, 'adjustment', 1); \
+            INSERT INTO backorder_fills (product_id, reservation_id, arrival, quantity, sold, movement_id) \
+              VALUES (1, '00000000-0000-4000-8000-000000000001', 1, 1, false, 4242)";
+        assert_eq!(refusal(db, unknown_reservation).await, "23503");
+        let unknown_movement = "\
+            INSERT INTO reservations (id, order_id, product_id, quantity, expires_at) \
+              VALUES ('00000000-0000-4000-8000-000000000002', 'o9', 1, 1, now() + interval '1 minute'); \
+            INSERT INTO backorder_fills (product_id, reservation_id, arrival, quantity, sold, movement_id) \
+              VALUES (1, '00000000-0000-4000-8000-000000000002', 1, 1, false, 999999)";
+        assert_eq!(refusal(db, unknown_movement).await, "23503");
     }
 }
 

@@ -41,3 +41,9 @@ mod sales;
 
 #[path = "suite/repair.rs"]
 mod repair;
+
+#[path = "suite/backorders.rs"]
+mod backorders;
+
+#[path = "suite/backorder_model.rs"]
+mod backorder_model;

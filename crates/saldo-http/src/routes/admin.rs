@@ -31,7 +31,8 @@ pub struct SweepView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DivergenceView {
     pub product_id: i64,
-    /// `reserved_matches_active` or `on_hand_matches_history`.
+    /// `reserved_matches_active`, `on_hand_matches_history`, `backordered_matches_live`,
+    /// `backordered_within_limit` or `filled_in_arrival_order`.
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -44,6 +45,9 @@ impl From<&Divergence> for DivergenceView {
             invariant: match d.invariant {
                 Invariant::ReservedMatchesActive => "reserved_matches_active",
                 Invariant::OnHandMatchesHistory => "on_hand_matches_history",
+                Invariant::BackorderedMatchesLive => "backordered_matches_live",
+                Invariant::BackorderedWithinLimit => "backordered_within_limit",
+                Invariant::FilledInArrivalOrder => "filled_in_arrival_order",
             }
             .to_owned(),
             expected: d.expected,

@@ -96,6 +96,10 @@ pub struct ItemView {
     pub quantity: i32,
     pub status: ItemStatus,
     pub expires_at: DateTime<Utc>,
+    /// Of `quantity`, the units backordered (not on hand yet; filled oldest first when units
+    /// arrive). Absent when 0: a product without a backorder policy answers as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backordered: Option<i32>,
 }
 
 impl From<&ReservedItem> for ItemView {
@@ -105,8 +109,16 @@ impl From<&ReservedItem> for ItemView {
             quantity: i.quantity,
             status: i.status.into(),
             expires_at: i.expires_at,
+            backordered: (i.backordered > 0).then_some(i.backordered),
         }
     }
+}
+
+/// Units a confirmed order still waits for (its backorder).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PendingView {
+    pub product_id: i64,
+    pub quantity: i32,
 }
 
 fn views(items: &[ReservedItem]) -> Vec<ItemView> {
@@ -135,6 +147,10 @@ pub struct ConfirmView {
     pub confirmed: Vec<ItemView>,
     /// Items that expired or were released before the confirm: re-reserve or refund them.
     pub missing: Vec<ItemView>,
+    /// Backordered units of the confirmed items: sold, shipped when they arrive (nothing to
+    /// re-reserve or refund). Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingView>,
 }
 
 /// What a release did.
@@ -371,6 +387,14 @@ pub async fn confirm(
         order_id: outcome.order_id.as_str().to_owned(),
         confirmed: views(&outcome.confirmed),
         missing: views(&outcome.missing),
+        pending: outcome
+            .pending
+            .iter()
+            .map(|p| PendingView {
+                product_id: p.product_id.get(),
+                quantity: p.quantity,
+            })
+            .collect(),
     }))
 }
 

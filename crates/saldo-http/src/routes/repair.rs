@@ -25,11 +25,14 @@ pub struct RepairBody {
     pub apply: bool,
 }
 
-/// A product's two counters.
+/// A product's counters.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CountsView {
     pub available: i64,
     pub reserved: i64,
+    /// Units backordered; absent when 0 (a product without backorders answers as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backordered: Option<i64>,
 }
 
 impl From<Counts> for CountsView {
@@ -37,6 +40,7 @@ impl From<Counts> for CountsView {
         CountsView {
             available: c.available,
             reserved: c.reserved,
+            backordered: (c.backordered != 0).then_some(c.backordered),
         }
     }
 }

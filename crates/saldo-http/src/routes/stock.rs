@@ -1,8 +1,9 @@
-//! Stock routes: set a physical count and adjust (admin), read a product's stock.
+//! Stock routes: set a physical count, adjust and set the backorder policy (admin), read a
+//! product's stock.
 
 use axum::Json;
 use saldo::domain::{ProductId, Reason};
-use saldo::stock::{admin as stock_admin, Stock};
+use saldo::stock::{admin as stock_admin, backorders, Stock};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -33,6 +34,15 @@ pub struct Adjustment {
     pub reason: String,
 }
 
+/// A product's backorder policy.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[schema(schema_with = schema::backorder_limit)]
+    #[serde(deserialize_with = "super::numbers::i64")]
+    pub backorder_limit: i64,
+}
+
 /// A product's stock.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StockView {
@@ -41,15 +51,25 @@ pub struct StockView {
     pub reserved: i32,
     /// Bumped by every write of the row.
     pub version: i64,
+    /// Most units that may be backordered. With `backordered`, present only for a product
+    /// with a backorder policy (absent: 0), so other products answer as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backorder_limit: Option<i32>,
+    /// Units backordered now (promised to live reservations, not on hand yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backordered: Option<i32>,
 }
 
 impl From<Stock> for StockView {
     fn from(s: Stock) -> Self {
+        let policy = s.backorder_limit > 0 || s.backordered > 0;
         StockView {
             product_id: s.product_id.get(),
             available: s.available,
             reserved: s.reserved,
             version: s.version,
+            backorder_limit: policy.then_some(s.backorder_limit),
+            backordered: policy.then_some(s.backordered),
         }
     }
 }
@@ -107,6 +127,36 @@ pub async fn adjust(
     let stock =
         detached(async move { stock_admin::adjust(&store, product_id, body.delta, &reason).await })
             .await?;
+    Ok(Json(stock.into()))
+}
+
+/// Set a product's backorder policy: up to `backorder_limit` units beyond what is available
+/// may be reserved as backordered (a preorder when nothing is in stock), filled oldest first
+/// when units arrive.
+#[utoipa::path(put, path = "/v1/products/{product_id}/policy", tag = "stock",
+    params(ProductPath),
+    request_body = Policy,
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The stock under the new policy", body = StockView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`); nothing written", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn set_policy(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(product_id): ApiPath<i64>,
+    ApiJson(body): ApiJson<Policy>,
+) -> Result<Json<StockView>, ApiError> {
+    let product_id = product(product_id)?;
+    let store = state.store().clone();
+    let stock =
+        detached(
+            async move { backorders::set_policy(&store, product_id, body.backorder_limit).await },
+        )
+        .await?;
     Ok(Json(stock.into()))
 }
 

@@ -209,6 +209,11 @@ fn limits_in_the_document_are_the_codes_constants() {
         schemas["ItemRequest"]["properties"]["quantity"]["maximum"],
         json!(MAX_QUANTITY)
     );
+    let policy = &schemas["Policy"]["properties"]["backorder_limit"];
+    assert_eq!(
+        (&policy["minimum"], &policy["maximum"]),
+        (&json!(0), &json!(saldo::domain::MAX_BACKORDER_LIMIT))
+    );
     let limit = doc["paths"]["/v1/products"]["get"]["parameters"]
         .as_array()
         .expect("params")

@@ -8,6 +8,7 @@
 //! every statement that writes the schema", on purpose (the wrong SQL is the demonstration),
 //! and they reuse saldo's `stock_update!` tail so the row's version still moves.
 
+pub mod backorders;
 pub mod holds;
 pub mod ledger;
 pub mod stock;

@@ -9,7 +9,8 @@
 //!
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
-//! [`late`], [`holds`], [`extend`] and [`sales`], the last two sharing [`contender`]); [`explain`]
+//! [`late`], [`holds`], [`extend`], [`sales`] and [`backorders`], the last three sharing
+//! [`contender`]); [`explain`]
 //! renders `--explain` timelines. This file only declares and re-exports.
 //!
 //! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
@@ -32,6 +33,7 @@
 //! # }
 //! ```
 
+pub mod backorders;
 pub mod buyers;
 pub mod contender;
 pub mod explain;

@@ -6,6 +6,7 @@
 
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::{Store, StrategyName};
+use saldo_lab::race::backorders::{self, NAIVE_FILL};
 use saldo_lab::race::extend::{run_on, NAIVE_EXTEND};
 use saldo_lab::race::sales::{self, NAIVE_SALE};
 use saldo_lab::race::Contender;
@@ -88,4 +89,48 @@ async fn the_naive_seller_oversells_the_last_unit() {
         .expect("run");
     assert!(outcome.oversold() > 0, "{outcome:?}");
     assert!(outcome.audit_divergences > 0, "{outcome:?}");
+}
+
+/// Requests per backorder-fill run: half reserve a unit of the preorder, half restock one.
+const FILL_BUYERS: u32 = 40;
+/// Runs per contender (the naive one must fail every one of them).
+const FILL_RUNS: u32 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restocks_racing_preorders_fill_in_arrival_order_within_the_limit() {
+    for &name in StrategyName::ALL {
+        let db = test_db().await;
+        let store = store(&db);
+        for run in 0..FILL_RUNS {
+            if run > 0 {
+                saldo::fixtures::empty_all(&db.pool).await.expect("reset");
+            }
+            let outcome = backorders::run_on(&store, FILL_BUYERS, Contender::Served(name), run)
+                .await
+                .expect("run");
+            assert!(!outcome.violated(), "{name}: {outcome:?}");
+            assert_eq!(outcome.restocked, u64::from(FILL_BUYERS / 2), "{name}");
+            assert_eq!(
+                outcome.reserved + outcome.refused,
+                u64::from(FILL_BUYERS / 2),
+                "{name}: {outcome:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_naive_restock_fills_out_of_order_and_loses_updates_every_run() {
+    let db = test_db().await;
+    let store = store(&db);
+    for run in 0..FILL_RUNS {
+        if run > 0 {
+            saldo::fixtures::empty_all(&db.pool).await.expect("reset");
+        }
+        let outcome = backorders::run_on(&store, FILL_BUYERS, Contender::Naive(NAIVE_FILL), run)
+            .await
+            .expect("run");
+        assert!(outcome.violated(), "run {run}: {outcome:?}");
+        assert!(outcome.audit_divergences > 0, "run {run}: {outcome:?}");
+    }
 }

@@ -10,7 +10,8 @@ use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
 use crate::stock::{Status, Stock, Store};
 
-const PRODUCTS: &str = "SELECT product_id, available, reserved, version FROM stock \
+const PRODUCTS: &str = "SELECT product_id, available, reserved, version, backorder_limit, \
+                        backordered FROM stock \
                         WHERE product_id > $1 ORDER BY product_id LIMIT $2";
 
 /// Aggregated per order, in order id order: the index gives the groups already sorted, so the
@@ -56,13 +57,9 @@ pub async fn products(
         Cursor::numeric_key(cursor),
         read_rows,
         |row| {
-            Ok(Stock {
-                product_id: ProductId::new(row.try_get("product_id")?)
-                    .map_err(|e| corrupt("stock", e))?,
-                available: row.try_get("available")?,
-                reserved: row.try_get("reserved")?,
-                version: row.try_get("version")?,
-            })
+            let product_id =
+                ProductId::new(row.try_get("product_id")?).map_err(|e| corrupt("stock", e))?;
+            crate::stock::admin::stock_of(product_id, row)
         },
     )
     .await?;

@@ -1,29 +1,58 @@
 //! Operator operations on stock: a physical count, an adjustment with a reason, a read. Each
 //! writes an append-only `stock_movements` row in the same transaction, so the audit can prove
-//! the stock row against its history.
+//! the stock row against its history. Units that arrive (a count above on hand, a positive
+//! adjustment) go to the product's backorders first ([`backorders::fill_backorders`]), in the
+//! same transaction.
 
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_transaction};
+use crate::stock::backorders;
 use crate::stock::sql::STOCK_ROW;
 use crate::stock::types::{Stock, Store};
 
-const LOCK_ROW: &str =
-    "SELECT available, reserved, version FROM stock WHERE product_id = $1 FOR UPDATE";
+const LOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, backordered \
+     FROM stock WHERE product_id = $1 FOR UPDATE";
 const SET_AVAILABLE: &str = crate::stock_update!(
     "available = $2",
-    "WHERE product_id = $1 RETURNING available, reserved, version"
+    "WHERE product_id = $1 \
+     RETURNING available, reserved, version, backorder_limit, backordered"
 );
-const RECORD: &str =
-    "INSERT INTO stock_movements (product_id, kind, quantity, reason) VALUES ($1, $2, $3, $4)";
+const RECORD: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
+     VALUES ($1, $2, $3, $4) RETURNING id";
 
-fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Result<Stock, Error> {
+/// A [`Stock`] from a row with its columns by name (every stock read and `RETURNING` here).
+pub(crate) fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Result<Stock, Error> {
     Ok(Stock {
         product_id,
         available: row.try_get("available")?,
         reserved: row.try_get("reserved")?,
         version: row.try_get("version")?,
+        backorder_limit: row.try_get("backorder_limit")?,
+        backordered: row.try_get("backordered")?,
     })
+}
+
+/// After a movement raised on hand by `arrived` units: fill the backorders, and answer the
+/// row as it ends up (`written` when nothing was backordered).
+async fn after_arrival(
+    client: &deadpool_postgres::Client,
+    written: Stock,
+    arrived: i32,
+    movement_id: i64,
+) -> Result<Stock, Error> {
+    if arrived <= 0 || written.backordered == 0 {
+        return Ok(written);
+    }
+    let filled =
+        backorders::fill_backorders(client, written.product_id, arrived, movement_id).await?;
+    if filled.total() == 0 {
+        return Ok(written);
+    }
+    let row = client
+        .query_one(STOCK_ROW, &[&written.product_id.get()])
+        .await?;
+    stock_of(written.product_id, &row)
 }
 
 /// Sets the physical count: on-hand (available + reserved) becomes `count`. Creates the
@@ -42,6 +71,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
                     &[&product_id.get()],
                 )
                 .await?;
+            backorders::prelock(client, product_id).await?;
             let row = client.query_one(LOCK_ROW, &[&product_id.get()]).await?;
             let current = stock_of(product_id, &row)?;
             if count < current.reserved {
@@ -54,10 +84,12 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
             let row = client
                 .query_one(SET_AVAILABLE, &[&product_id.get(), &(count - current.reserved)])
                 .await?;
-            client
-                .execute(RECORD, &[&product_id.get(), &"count", &count, &""])
+            let movement = client
+                .query_one(RECORD, &[&product_id.get(), &"count", &count, &""])
                 .await?;
-            stock_of(product_id, &row)
+            let arrived = count - (current.available + current.reserved);
+            let written = stock_of(product_id, &row)?;
+            after_arrival(client, written, arrived, movement.try_get("id")?).await
         })
     })
     .await
@@ -78,6 +110,9 @@ pub async fn adjust(
     let delta = i32::try_from(delta).map_err(|_| InputError::DeltaOutOfRange(delta))?;
     in_transaction(&store.pool, &store.tx, "adjust", move |client| {
         crate::tx_body!(client => async {
+            if delta > 0 {
+                backorders::prelock(client, product_id).await?;
+            }
             let row = client
                 .query_opt(LOCK_ROW, &[&product_id.get()])
                 .await?
@@ -103,13 +138,14 @@ pub async fn adjust(
             let row = client
                 .query_one(SET_AVAILABLE, &[&product_id.get(), &(next as i32)])
                 .await?;
-            client
-                .execute(
+            let movement = client
+                .query_one(
                     RECORD,
                     &[&product_id.get(), &"adjustment", &delta, &reason.as_str()],
                 )
                 .await?;
-            stock_of(product_id, &row)
+            let written = stock_of(product_id, &row)?;
+            after_arrival(client, written, delta, movement.try_get("id")?).await
         })
     })
     .await

@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
-use crate::stock::lifecycle::{refusal, UnitTaker};
+use crate::stock::lifecycle::{take_refusal, UnitTaker};
 
 const TAKE_UNITS: &str = crate::stock_update!(
     "available = available - $2, reserved = reserved + $2",
@@ -31,7 +31,7 @@ impl UnitTaker for Atomic {
                 .execute(&stmt, &[&product.get(), &quantity.get()])
                 .await?;
             if rows == 0 {
-                return Err(refusal(client, product, quantity).await);
+                return Err(take_refusal(client, product, quantity).await);
             }
         }
         Ok(())

@@ -168,6 +168,7 @@ mod tests {
                 quantity: 1,
                 status,
                 expires_at: at(expires),
+                backordered: 0,
             },
         }
     }

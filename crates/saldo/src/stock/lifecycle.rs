@@ -12,18 +12,22 @@ use uuid::Uuid;
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::stock::backorders;
 use crate::stock::sql::{
     APPLY_DELTAS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS, ORDER_ROWS_FOR_UPDATE, SETTLE,
 };
 use crate::stock::types::{
-    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
-    Status, Store,
+    ConfirmOutcome, PendingItem, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
+    ReservedItem, Status, Store,
 };
 use crate::telemetry;
 
 /// How a strategy takes units from `available` into `reserved` inside the reserve transaction.
 /// `items` come in ascending product id; the taker must lock in that order, and must fail with
-/// [`Error::InsufficientStock`] or [`Error::UnknownProduct`] naming the product that ran out.
+/// [`Error::InsufficientStock`] or [`Error::UnknownProduct`] naming the product that ran out —
+/// or, when that product accepts backorders, with [`Error::NeedsBackorderPath`] (decided from
+/// the row it read anyway, e.g. [`take_refusal`]), and the reserve reruns on the locked
+/// backorder path. A taker that never does simply never backorders.
 #[async_trait]
 pub trait UnitTaker: Send + Sync + 'static {
     fn name(&self) -> &'static str;
@@ -60,6 +64,7 @@ pub(crate) fn parse_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error
                     quantity: r.try_get("quantity")?,
                     status: Status::parse(&status)?,
                     expires_at: r.try_get("expires_at")?,
+                    backordered: r.try_get("backordered")?,
                 },
             })
         })
@@ -209,16 +214,36 @@ fn same_items(rows: &BTreeMap<ProductId, i32>, items: &OrderItems) -> bool {
 
 /// Why a conditional take found nothing: the product does not exist, or it ran out.
 pub async fn refusal(client: &Client, product: ProductId, quantity: Quantity) -> Error {
+    read_refusal(client, product, quantity, false).await
+}
+
+/// [`refusal`] for a reservation's take: a product that accepts backorders answers
+/// [`Error::NeedsBackorderPath`] instead (the limit is read by the same statement, so a
+/// product without one pays nothing more on the refusal path either).
+pub async fn take_refusal(client: &Client, product: ProductId, quantity: Quantity) -> Error {
+    read_refusal(client, product, quantity, true).await
+}
+
+async fn read_refusal(
+    client: &Client,
+    product: ProductId,
+    quantity: Quantity,
+    route: bool,
+) -> Error {
     let row = client
         .query_opt(
-            "SELECT available FROM stock WHERE product_id = $1",
+            "SELECT available, backorder_limit FROM stock WHERE product_id = $1",
             &[&product.get()],
         )
         .await;
+    let read = |r: &tokio_postgres::Row| -> Result<(i32, i32), tokio_postgres::Error> {
+        Ok((r.try_get("available")?, r.try_get("backorder_limit")?))
+    };
     match row {
         Ok(None) => Error::UnknownProduct(product),
-        Ok(Some(r)) => match r.try_get("available") {
-            Ok(available) => Error::InsufficientStock {
+        Ok(Some(r)) => match read(&r) {
+            Ok((_, limit)) if route && limit > 0 => Error::NeedsBackorderPath(product),
+            Ok((available, _)) => Error::InsufficientStock {
                 product_id: product,
                 requested: quantity.get(),
                 available,
@@ -229,11 +254,41 @@ pub async fn refusal(client: &Client, product: ProductId, quantity: Quantity) ->
     }
 }
 
+/// How a reserve transaction takes its units.
+#[derive(Clone, Copy)]
+enum Taking<'a> {
+    /// The strategy's own take (the hot path; nothing about backorders).
+    By(&'a dyn UnitTaker),
+    /// The locked backorder path ([`backorders::take`]).
+    Backordering,
+}
+
 /// Reserve or re-reserve through `taker`, in one transaction (rerun as a replay when a
-/// concurrent copy of the same request committed first).
+/// concurrent copy of the same request committed first). A take refused on a product that
+/// accepts backorders rolls back and reruns once on the locked backorder path.
 pub(crate) async fn reserve(
     store: &Store,
     taker: &dyn UnitTaker,
+    intent: Intent<'_>,
+) -> Result<Reservation, Error> {
+    match reserve_with(store, Taking::By(taker), intent).await {
+        Err(Error::NeedsBackorderPath(_)) => reserve_backordering(store, intent).await,
+        other => other,
+    }
+}
+
+/// Reserve on the locked backorder path straight away (how `batched` routes an order its batch
+/// could not serve on a product with a backorder limit).
+pub(crate) async fn reserve_backordering(
+    store: &Store,
+    intent: Intent<'_>,
+) -> Result<Reservation, Error> {
+    reserve_with(store, Taking::Backordering, intent).await
+}
+
+async fn reserve_with(
+    store: &Store,
+    taking: Taking<'_>,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
     in_idempotent_transaction(
@@ -241,14 +296,14 @@ pub(crate) async fn reserve(
         &store.tx,
         "reserve",
         LIVE_INDEX,
-        move |client| crate::tx_body!(client => reserve_tx(client, taker, intent)),
+        move |client| crate::tx_body!(client => reserve_tx(client, taking, intent)),
     )
     .await
 }
 
 async fn reserve_tx(
     client: &Client,
-    taker: &dyn UnitTaker,
+    taking: Taking<'_>,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
     let order_id = intent.order_id();
@@ -266,10 +321,20 @@ async fn reserve_tx(
     };
 
     let started = Instant::now();
-    if let Err(refusal) = taker.take(client, &take).await {
-        return replay_of_concurrent_copy(client, intent, refusal).await;
-    }
-    metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => taker.name())
+    let (taken, strategy) = match taking {
+        Taking::By(taker) => (
+            taker.take(client, &take).await.map(|()| Vec::new()),
+            taker.name(),
+        ),
+        Taking::Backordering => (backorders::take(client, &take).await, "backorder"),
+    };
+    let backordered = match taken {
+        Ok(backordered) => backordered,
+        // Rolls back: the whole reserve reruns on the backorder path (see `reserve`).
+        Err(route @ Error::NeedsBackorderPath(_)) => return Err(route),
+        Err(refusal) => return replay_of_concurrent_copy(client, intent, refusal).await,
+    };
+    metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => strategy)
         .record(started.elapsed().as_secs_f64());
 
     let mut new_rows = NewRows::default();
@@ -278,7 +343,9 @@ async fn reserve_tx(
         let id = Uuid::new_v4();
         new_rows.push(id, order_id, product, quantity, ttl, intent.request_key());
     }
-    rows.extend(insert_rows(client, &new_rows).await?);
+    let mut written = insert_rows(client, &new_rows).await?;
+    backorders::mark(client, &mut written, &backordered).await?;
+    rows.extend(written);
     Ok(Reservation {
         order_id: order_id.clone(),
         items: current_items(&rows),
@@ -403,6 +470,7 @@ pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<V
                 quantity: rows.quantities[i],
                 status: Status::Active,
                 expires_at,
+                backordered: 0,
             },
         });
     }
@@ -442,7 +510,9 @@ pub(crate) async fn apply_deltas(
     Ok(())
 }
 
-/// Moves `rows` (locked, active) to `status` and applies their stock deltas.
+/// Moves `rows` (locked, active) to `status` and applies their stock deltas. Only allocated
+/// units (quantity − backordered) were reserved: a confirm sells them and leaves the backorder
+/// pending; a release or expiry gives them back and drops the backorder.
 pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Result<(), Error> {
     if rows.is_empty() {
         return Ok(());
@@ -450,15 +520,19 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
     let mut deltas: BTreeMap<ProductId, (i32, i32)> = BTreeMap::new();
     for r in rows {
         let d = deltas.entry(r.item.product_id).or_default();
+        let allocated = r.item.quantity - r.item.backordered;
         let back_to_available = if status == Status::Confirmed {
             0
         } else {
-            r.item.quantity
+            allocated
         };
         d.0 += back_to_available;
-        d.1 -= r.item.quantity;
+        d.1 -= allocated;
     }
     apply_deltas(client, &deltas).await?;
+    if status != Status::Confirmed {
+        backorders::drop_backorders(client, rows).await?;
+    }
     // settled_at is taken after the stock rows are locked, so it orders consistently with the
     // physical counts the audit compares against.
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
@@ -517,10 +591,19 @@ pub(crate) fn confirmed_outcome(order_id: &OrderId, rows: &mut [Row]) -> (Confir
         .filter(|r| r.item.status == Status::Confirmed)
         .map(|r| r.item.clone())
         .collect();
+    let pending = rows
+        .iter()
+        .filter(|r| r.item.status == Status::Confirmed && r.item.backordered > 0)
+        .map(|r| PendingItem {
+            product_id: r.item.product_id,
+            quantity: r.item.backordered,
+        })
+        .collect();
     let outcome = ConfirmOutcome {
         order_id: order_id.clone(),
         confirmed,
         missing: missing_items(rows),
+        pending,
     };
     (outcome, newly)
 }
@@ -605,6 +688,7 @@ mod tests {
                 quantity,
                 status,
                 expires_at: Utc::now(),
+                backordered: 0,
             },
         }
     }

@@ -14,6 +14,7 @@
 
 pub mod admin;
 pub mod atomic;
+pub mod backorders;
 pub mod batched;
 pub mod engine;
 pub mod extend;
@@ -32,6 +33,6 @@ pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
 pub use sales::{Sale, SaleRequest, SoldItem};
 pub use types::{
-    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
-    Status, Stock, StockStrategy, Store, StrategyName,
+    ConfirmOutcome, PendingItem, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
+    ReservedItem, Status, Stock, StockStrategy, Store, StrategyName,
 };

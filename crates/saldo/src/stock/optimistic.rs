@@ -67,6 +67,10 @@ pub async fn read_and_check(
     if seen.available < quantity.get() {
         let available = seen.available;
         session.record(product, || TraceStep::Refused { available });
+        // The same read says whether the product takes backorders (the locked path decides).
+        if row.try_get::<_, i32>("backorder_limit")? > 0 {
+            return Err(Error::NeedsBackorderPath(product));
+        }
         return Err(Error::InsufficientStock {
             product_id: product,
             requested: quantity.get(),

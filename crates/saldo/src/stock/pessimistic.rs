@@ -13,7 +13,7 @@ use deadpool_postgres::Client;
 
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
-use crate::stock::lifecycle::{refusal, UnitTaker};
+use crate::stock::lifecycle::{take_refusal, UnitTaker};
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
 const LOCK_IF_ENOUGH: &str =
@@ -44,7 +44,7 @@ impl UnitTaker for Pessimistic {
                 .query_opt(&lock, &[&product.get(), &quantity.get()])
                 .await?
             else {
-                let refused = refusal(client, product, quantity).await;
+                let refused = take_refusal(client, product, quantity).await;
                 if let Error::InsufficientStock { available, .. } = refused {
                     session.record(product, || TraceStep::Refused { available });
                 }

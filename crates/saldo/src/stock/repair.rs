@@ -2,8 +2,9 @@
 //! row back to what its reservations and history say, in two steps.
 //!
 //! [`plan`] reads the divergent products in the audit's snapshot and says, per product, what
-//! it would change: `reserved` ← Σ active reservations, `available` ← the history's on-hand
-//! (last count + adjustments − confirmed − sold since) minus that. [`apply`] then takes each
+//! it would change: `reserved` ← Σ active reservations (their allocated units), `available` ←
+//! the history's on-hand (last count + adjustments − confirmed − sold since) minus that,
+//! `backordered` ← Σ live backorders (within the limit, or the product is unrepairable). [`apply`] then takes each
 //! product alone: it locks the stock row, and if the row's version moved since the plan (an
 //! order, sale, count or sweep touched it meanwhile) it leaves the product alone and reports
 //! it; otherwise it recomputes the targets under the lock (every engine write to a product's
@@ -24,16 +25,20 @@ use crate::retry::in_transaction;
 use crate::stock::types::Store;
 
 const LOCK_ROW: &str = "SELECT version FROM stock WHERE product_id = $1 FOR UPDATE";
-const SET_ROW: &str =
-    crate::stock_update!("available = $2, reserved = $3", "WHERE product_id = $1");
+const SET_ROW: &str = crate::stock_update!(
+    "available = $2, reserved = $3, backordered = $4",
+    "WHERE product_id = $1"
+);
 const RECORD: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
      VALUES ($1, 'adjustment', 0, $2)";
 
-/// A product's two counters.
+/// A product's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Counts {
     pub available: i64,
     pub reserved: i64,
+    /// Units backordered (Σ live backorders; 0 for a product without backorders).
+    pub backordered: i64,
 }
 
 /// What became (or would become) of one product.
@@ -74,7 +79,11 @@ pub struct RepairReport {
 fn target(state: &ProductState) -> (Counts, RepairAction) {
     let reserved = state.active_reserved;
     let available = state.expected_on_hand - reserved;
-    let action = if available < 0 || state.expected_on_hand > i64::from(MAX_STOCK_COUNT) {
+    let backordered = state.live_backordered;
+    let action = if available < 0
+        || state.expected_on_hand > i64::from(MAX_STOCK_COUNT)
+        || backordered > state.backorder_limit
+    {
         RepairAction::Unrepairable
     } else {
         RepairAction::Planned
@@ -83,6 +92,7 @@ fn target(state: &ProductState) -> (Counts, RepairAction) {
         Counts {
             available,
             reserved,
+            backordered,
         },
         action,
     )
@@ -101,6 +111,7 @@ pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
                 before: Counts {
                     available: state.available,
                     reserved: state.reserved,
+                    backordered: state.backordered,
                 },
                 after,
                 action,
@@ -109,12 +120,32 @@ pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
         .collect())
 }
 
-/// The movement's reason: old and new values, and the version repaired.
+impl ProductRepair {
+    /// Old and new values (`backordered` only when it moves, so a product without backorders
+    /// reads as before) and the version: what the movement's reason and the CLI say.
+    pub fn describe(&self) -> String {
+        let backordered = if self.before.backordered == self.after.backordered {
+            String::new()
+        } else {
+            format!(
+                ", backordered {} -> {}",
+                self.before.backordered, self.after.backordered
+            )
+        };
+        format!(
+            "available {} -> {}, reserved {} -> {}{backordered} (version {})",
+            self.before.available,
+            self.after.available,
+            self.before.reserved,
+            self.after.reserved,
+            self.version
+        )
+    }
+}
+
+/// The movement's reason: `repair: ` and what changed.
 fn reason(p: &ProductRepair) -> Result<Reason, Error> {
-    Ok(Reason::new(format!(
-        "repair: available {} -> {}, reserved {} -> {} (version {})",
-        p.before.available, p.after.available, p.before.reserved, p.after.reserved, p.version
-    ))?)
+    Ok(Reason::new(format!("repair: {}", p.describe()))?)
 }
 
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
@@ -146,7 +177,11 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
                 .map_err(|_| Error::invariant("repair target available out of range"))?;
             let reserved = i32::try_from(after.reserved)
                 .map_err(|_| Error::invariant("repair target reserved out of range"))?;
-            client.execute(SET_ROW, &[&id, &available, &reserved]).await?;
+            let backordered = i32::try_from(after.backordered)
+                .map_err(|_| Error::invariant("repair target backordered out of range"))?;
+            client
+                .execute(SET_ROW, &[&id, &available, &reserved, &backordered])
+                .await?;
             client
                 .execute(RECORD, &[&id, &reason(&planned)?.as_str()])
                 .await?;

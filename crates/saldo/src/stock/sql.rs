@@ -10,7 +10,7 @@
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered"
     };
 }
 
@@ -68,11 +68,11 @@ pub(crate) const SETTLE: &str =
     "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)";
 
 /// A product's stock row, unlocked (the admin read; the optimistic and naive first read).
-pub(crate) const STOCK_ROW: &str =
-    "SELECT available, reserved, version FROM stock WHERE product_id = $1";
+pub(crate) const STOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, \
+     backordered FROM stock WHERE product_id = $1";
 
 /// Locks stock rows in the global lock order (ascending product id) and reads what they hold.
-pub(crate) const LOCK_STOCK: &str = "SELECT product_id, available FROM stock \
+pub(crate) const LOCK_STOCK: &str = "SELECT product_id, available, backorder_limit FROM stock \
      WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
 /// Of these products, those no other transaction holds locked (never waits).
 pub(crate) const PROBE_LOCKS: &str = "SELECT product_id FROM stock \

@@ -84,6 +84,23 @@ pub struct ReservedItem {
     pub quantity: i32,
     pub status: Status,
     pub expires_at: DateTime<Utc>,
+    /// Of `quantity`, the units not on hand yet (a backorder; `stock::backorders`): filled
+    /// oldest first when units arrive. Absent from the JSON when 0, so an order of a product
+    /// without a backorder policy answers exactly as before backorders existed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub backordered: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// Units a confirmed order still waits for: its backorder, filled (straight to sold) when
+/// units arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PendingItem {
+    pub product_id: ProductId,
+    pub quantity: i32,
 }
 
 /// An order's state after `reserve` or `rereserve`: per product, its latest reservation row.
@@ -103,6 +120,11 @@ pub struct ConfirmOutcome {
     pub confirmed: Vec<ReservedItem>,
     /// Products whose reservation expired or was released before the confirm: re-reserve or refund.
     pub missing: Vec<ReservedItem>,
+    /// Backordered units of the confirmed items: sold, but not on hand yet (distinct from
+    /// `missing`: nothing to re-reserve or refund, they ship when they arrive). Absent from the
+    /// JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingItem>,
 }
 
 /// What `release` did.
@@ -119,6 +141,10 @@ pub struct Stock {
     pub available: i32,
     pub reserved: i32,
     pub version: i64,
+    /// Most units that may be backordered (0: none, the default).
+    pub backorder_limit: i32,
+    /// Units backordered now: Σ backorders of live (active and confirmed) reservations.
+    pub backordered: i32,
 }
 
 /// Names of the strategies the service may run: every one keeps every invariant under

@@ -28,6 +28,7 @@ async fn counts(db: &TestDb, product: i64) -> Counts {
     Counts {
         available: row.get(0),
         reserved: row.get(1),
+        backordered: 0,
     }
 }
 
@@ -82,6 +83,7 @@ async fn repair_reports_then_fixes_every_kind_of_divergence() {
     let c = |available, reserved| Counts {
         available,
         reserved,
+        backordered: 0,
     };
     assert_eq!(
         seen,
@@ -162,7 +164,8 @@ async fn a_product_that_changes_during_the_repair_is_left_alone() {
         counts(&db, 1).await,
         Counts {
             available: 8,
-            reserved: 1
+            reserved: 1,
+            backordered: 0,
         }
     );
     let left = audit_stock(&db.pool).await.expect("audit");
@@ -204,7 +207,8 @@ async fn a_history_below_what_is_reserved_is_reported_not_written() {
         counts(&db, 1).await,
         Counts {
             available: 5,
-            reserved: 5
+            reserved: 5,
+            backordered: 0,
         }
     );
     assert!(!report.remaining.is_empty());

@@ -225,6 +225,15 @@ impl StockStrategy for Batched {
             }
             Err(e) => Err(e),
         };
+        // The batch could not serve it from `available` on a product that takes backorders:
+        // the per-order locked path decides (a batch stays a plain in-memory grant).
+        let result = match result {
+            Err(Error::NeedsBackorderPath(_)) => {
+                lifecycle::reserve_backordering(&self.store, lifecycle::Intent::Reserve(request))
+                    .await
+            }
+            other => other,
+        };
         crate::stock::types::telemetry_outcome(&result);
         result
     }

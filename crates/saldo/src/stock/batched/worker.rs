@@ -338,6 +338,9 @@ enum Decision {
 struct Locked {
     /// `available` of every locked stock row (the batch's products that exist).
     available: HashMap<i64, i32>,
+    /// Those of them with a backorder limit: an order they cannot serve from `available` is
+    /// routed to the backorder path instead of refused (`stock::backorders`).
+    backorderable: HashSet<i64>,
     /// The existing rows of the batch's orders; granted rows are appended as they are decided.
     by_order: HashMap<String, Vec<Row>>,
 }
@@ -409,8 +412,13 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
         .record(started.elapsed().as_secs_f64());
 
     let mut available: HashMap<i64, i32> = HashMap::with_capacity(stock_rows.len());
+    let mut backorderable = HashSet::new();
     for row in &stock_rows {
-        available.insert(row.try_get("product_id")?, row.try_get("available")?);
+        let product: i64 = row.try_get("product_id")?;
+        available.insert(product, row.try_get("available")?);
+        if row.try_get::<_, i32>("backorder_limit")? > 0 {
+            backorderable.insert(product);
+        }
     }
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
     for row in parse_rows(&existing)? {
@@ -418,6 +426,7 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
     }
     Ok(Locked {
         available,
+        backorderable,
         by_order,
     })
 }
@@ -444,35 +453,37 @@ fn grant_in_memory<'a>(
                 replayed: true,
             },
             Err(refusal) => Decision::Refused(refusal),
-            Ok(Plan::Take(take)) => match first_refusal(&locked.available, &take) {
-                Some(refusal) => Decision::Refused(refusal),
-                None => {
-                    for (product, quantity) in take {
-                        let Some(left) = locked.available.get_mut(&product.get()) else {
-                            // `first_refusal` just found the product among the locked rows.
-                            return Err(Error::invariant(format!(
+            Ok(Plan::Take(take)) => {
+                match first_refusal(&locked.available, &locked.backorderable, &take) {
+                    Some(refusal) => Decision::Refused(refusal),
+                    None => {
+                        for (product, quantity) in take {
+                            let Some(left) = locked.available.get_mut(&product.get()) else {
+                                // `first_refusal` just found the product among the locked rows.
+                                return Err(Error::invariant(format!(
                                 "product {product} granted in a batch but not among its locked rows"
                             )));
-                        };
-                        *left -= quantity.get();
-                        *grants.taken.entry(product.get()).or_default() += quantity.get();
-                        let id = Uuid::now_v7();
-                        grants.new_rows.push(
-                            id,
-                            &request.order_id,
-                            product,
-                            quantity,
-                            request.ttl,
-                            None,
-                        );
-                        rows.push(placeholder_row(id, &request.order_id, product, quantity));
-                    }
-                    Decision::Live {
-                        rows: rows.len(),
-                        replayed: false,
+                            };
+                            *left -= quantity.get();
+                            *grants.taken.entry(product.get()).or_default() += quantity.get();
+                            let id = Uuid::now_v7();
+                            grants.new_rows.push(
+                                id,
+                                &request.order_id,
+                                product,
+                                quantity,
+                                request.ttl,
+                                None,
+                            );
+                            rows.push(placeholder_row(id, &request.order_id, product, quantity));
+                        }
+                        Decision::Live {
+                            rows: rows.len(),
+                            replayed: false,
+                        }
                     }
                 }
-            },
+            }
         };
         grants.decisions.push(decision);
     }
@@ -493,6 +504,7 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
             quantity: quantity.get(),
             status: Status::Active,
             expires_at: DateTime::<Utc>::MIN_UTC,
+            backordered: 0,
         },
     }
 }
@@ -550,17 +562,26 @@ fn patch_written(
     Ok(())
 }
 
-/// The first item (in product order) the in-memory counts cannot serve, as `atomic` names it.
-fn first_refusal(available: &HashMap<i64, i32>, take: &[(ProductId, Quantity)]) -> Option<Error> {
+/// The first item (in product order) the in-memory counts cannot serve, as `atomic` names it;
+/// on a product with a backorder limit, the order is routed to the backorder path instead
+/// (answered [`Error::NeedsBackorderPath`], which `Batched::reserve` follows).
+fn first_refusal(
+    available: &HashMap<i64, i32>,
+    backorderable: &HashSet<i64>,
+    take: &[(ProductId, Quantity)],
+) -> Option<Error> {
     for &(product, quantity) in take {
         match available.get(&product.get()) {
             None => return Some(Error::UnknownProduct(product)),
             Some(&a) if a < quantity.get() => {
+                if backorderable.contains(&product.get()) {
+                    return Some(Error::NeedsBackorderPath(product));
+                }
                 return Some(Error::InsufficientStock {
                     product_id: product,
                     requested: quantity.get(),
                     available: a,
-                })
+                });
             }
             Some(_) => {}
         }

@@ -1,0 +1,116 @@
+//! The naive restock (`naive-fill`, for `saldo race backorder-fill`): what a fill looks like
+//! without the row lock and the queue. It reads the stock row and the product's backorders
+//! unlocked, decides in the application which to fill (newest first, the order a stack gives),
+//! thinks, and writes the values it computed from its read: every concurrent restock fills the
+//! same reservation, older backorders wait while newer ones are served, and the last writer's
+//! stock row wins (a lost update the audit sees).
+
+use std::time::Duration;
+
+use saldo::error::Error;
+use saldo::retry::checkout;
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+const READ_STOCK: &str = "SELECT available, reserved, backordered FROM stock WHERE product_id = $1";
+const READ_BACKORDERS: &str = "SELECT id, status, backordered, backorder_arrival \
+     FROM reservations WHERE product_id = $1 AND backordered > 0 \
+     AND status IN ('active', 'confirmed') ORDER BY backorder_arrival DESC";
+const WRITE_STOCK: &str = saldo::stock_update!(
+    "available = $2, reserved = $3, backordered = $4",
+    "WHERE product_id = $1"
+);
+const RECORD: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
+     VALUES ($1, 'adjustment', $2, 'naive restock') RETURNING id";
+const WRITE_ROW: &str = "UPDATE reservations SET backordered = $2 WHERE id = $1";
+const RECORD_FILL: &str = "INSERT INTO backorder_fills \
+     (product_id, reservation_id, arrival, quantity, sold, movement_id) \
+     VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// One fill the naive restock decided on: the row, its arrival, the units, sold or not, and
+/// what the row's backorder becomes (computed from the read).
+struct Planned {
+    id: Uuid,
+    arrival: i64,
+    units: i32,
+    sold: bool,
+    left: i32,
+}
+
+/// Restocks `units` of `product` the naive way. `start` is the run's starting line, passed
+/// after the read (so every naive restock of a run reads before anyone writes); `think` is
+/// the pause between the decision and the write.
+pub async fn naive_restock(
+    pool: &deadpool_postgres::Pool,
+    product: i64,
+    units: i32,
+    start: &Barrier,
+    think: Duration,
+) -> Result<(), Error> {
+    let read = naive_read(pool, product, units).await;
+    start.wait().await;
+    let ((available, reserved, backordered), plan) = read?;
+    tokio::time::sleep(think).await;
+    let client = checkout(pool, "naive_restock").await?;
+    let movement: i64 = client
+        .query_one(RECORD, &[&product, &units])
+        .await?
+        .try_get("id")?;
+    let filled: i32 = plan.iter().map(|p| p.units).sum();
+    let to_reserved: i32 = plan.iter().filter(|p| !p.sold).map(|p| p.units).sum();
+    client
+        .execute(
+            WRITE_STOCK,
+            &[
+                &product,
+                &(available + units - filled),
+                &(reserved + to_reserved),
+                &(backordered - filled),
+            ],
+        )
+        .await?;
+    for p in &plan {
+        client.execute(WRITE_ROW, &[&p.id, &p.left]).await?;
+        client
+            .execute(
+                RECORD_FILL,
+                &[&product, &p.id, &p.arrival, &p.units, &p.sold, &movement],
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+type Read = ((i32, i32, i32), Vec<Planned>);
+
+async fn naive_read(
+    pool: &deadpool_postgres::Pool,
+    product: i64,
+    units: i32,
+) -> Result<Read, Error> {
+    let client = checkout(pool, "naive_restock").await?;
+    let row = client.query_one(READ_STOCK, &[&product]).await?;
+    let books = (
+        row.try_get("available")?,
+        row.try_get("reserved")?,
+        row.try_get("backordered")?,
+    );
+    let mut left = units;
+    let mut plan = Vec::new();
+    for r in client.query(READ_BACKORDERS, &[&product]).await? {
+        if left == 0 {
+            break;
+        }
+        let waiting: i32 = r.try_get("backordered")?;
+        let f = waiting.min(left);
+        left -= f;
+        plan.push(Planned {
+            id: r.try_get("id")?,
+            arrival: r.try_get("backorder_arrival")?,
+            units: f,
+            sold: r.try_get::<_, String>("status")? == "confirmed",
+            left: waiting - f,
+        });
+    }
+    Ok((books, plan))
+}
