@@ -13,13 +13,14 @@ use crate::error::Error;
 use crate::retry::checkout;
 
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
-const EMPTY_ALL: &str = "TRUNCATE reservations, sale_items, sales, stock_movements, stock, \
-     transfers, transfer_groups; \
+const EMPTY_ALL: &str = "TRUNCATE reservation_allocations, sale_allocations, stock_locations, locations, \
+     reservations, sale_items, sales, stock_movements, stock, transfers, transfer_groups; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 
 /// Empties the stock tables (the ledger is left alone).
 const EMPTY_STOCK: &str =
-    "TRUNCATE reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY";
+    "TRUNCATE reservation_allocations, sale_allocations, stock_locations, locations, \
+     reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY";
 const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
 const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \

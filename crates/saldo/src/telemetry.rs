@@ -67,6 +67,7 @@ pub const RESERVATION_OUTCOMES: &[&str] = &[
     "outcome_unknown",
     "version_conflict",
     "unknown_product",
+    "unknown_location",
     "invalid",
     "error",
 ];
@@ -85,6 +86,7 @@ pub const SALE_OUTCOMES: &[&str] = &[
     "replayed",
     "insufficient_stock",
     "unknown_product",
+    "unknown_location",
     "idempotency_conflict",
     "error",
 ];

@@ -9,7 +9,7 @@ use crate::stock::sql::STOCK_ROW;
 use crate::stock::types::{Stock, Store};
 
 const LOCK_ROW: &str =
-    "SELECT available, reserved, version FROM stock WHERE product_id = $1 FOR UPDATE";
+    "SELECT available, reserved, version, located FROM stock WHERE product_id = $1 FOR UPDATE";
 const SET_AVAILABLE: &str = crate::stock_update!(
     "available = $2",
     "WHERE product_id = $1 RETURNING available, reserved, version"
@@ -24,6 +24,15 @@ fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Result<Stock, E
         reserved: row.try_get("reserved")?,
         version: row.try_get("version")?,
     })
+}
+
+/// A product stocked per location is counted per location (`stock::locations::set_count`):
+/// its row is the sum of its locations, which a product-wide count or delta would break.
+fn refuse_located(product_id: ProductId, row: &tokio_postgres::Row) -> Result<(), Error> {
+    if row.try_get::<_, bool>("located")? {
+        return Err(Error::StockedByLocation(product_id));
+    }
+    Ok(())
 }
 
 /// Sets the physical count: on-hand (available + reserved) becomes `count`. Creates the
@@ -43,6 +52,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
                 )
                 .await?;
             let row = client.query_one(LOCK_ROW, &[&product_id.get()]).await?;
+            refuse_located(product_id, &row)?;
             let current = stock_of(product_id, &row)?;
             if count < current.reserved {
                 return Err(Error::CountBelowReserved {
@@ -82,6 +92,7 @@ pub async fn adjust(
                 .query_opt(LOCK_ROW, &[&product_id.get()])
                 .await?
                 .ok_or(Error::UnknownProduct(product_id))?;
+            refuse_located(product_id, &row)?;
             let current = stock_of(product_id, &row)?;
             let next = i64::from(current.available) + i64::from(delta);
             if next < 0 {

@@ -10,14 +10,18 @@
 //! Everything public is re-exported here, so `saldo::stock::X` names keep working.
 //!
 //! Global lock order, for every path: reservation rows of one order, then stock rows in
-//! ascending product id. Nothing takes a reservation row while holding a stock row.
+//! ascending product id, then (products stocked per location, [`locations`]) their
+//! `stock_locations` rows in (product, location) order. Nothing takes a reservation row while
+//! holding a stock row, nor a location row without its product's stock row.
 
 pub mod admin;
+pub mod allocate;
 pub mod atomic;
 pub mod batched;
 pub mod engine;
 pub mod extend;
 mod lifecycle;
+pub mod locations;
 pub mod optimistic;
 pub mod pessimistic;
 pub mod repair;
@@ -32,6 +36,6 @@ pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
 pub use sales::{Sale, SaleRequest, SoldItem};
 pub use types::{
-    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
-    Status, Stock, StockStrategy, Store, StrategyName,
+    ConfirmOutcome, LocationQuantity, Placement, ReleaseOutcome, RereserveRequest, Reservation,
+    ReserveRequest, ReservedItem, Status, Stock, StockLocation, StockStrategy, Store, StrategyName,
 };

@@ -338,6 +338,9 @@ enum Decision {
 struct Locked {
     /// `available` of every locked stock row (the batch's products that exist).
     available: HashMap<i64, i32>,
+    /// The batch's products stocked per location: an order touching one is answered
+    /// [`Error::StockedByLocation`] and rerun on the located path by the engine.
+    located: HashSet<i64>,
     /// The existing rows of the batch's orders; granted rows are appended as they are decided.
     by_order: HashMap<String, Vec<Row>>,
 }
@@ -409,8 +412,13 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
         .record(started.elapsed().as_secs_f64());
 
     let mut available: HashMap<i64, i32> = HashMap::with_capacity(stock_rows.len());
+    let mut located = HashSet::new();
     for row in &stock_rows {
-        available.insert(row.try_get("product_id")?, row.try_get("available")?);
+        let product: i64 = row.try_get("product_id")?;
+        available.insert(product, row.try_get("available")?);
+        if row.try_get("located")? {
+            located.insert(product);
+        }
     }
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
     for row in parse_rows(&existing)? {
@@ -418,6 +426,7 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
     }
     Ok(Locked {
         available,
+        located,
         by_order,
     })
 }
@@ -444,7 +453,8 @@ fn grant_in_memory<'a>(
                 replayed: true,
             },
             Err(refusal) => Decision::Refused(refusal),
-            Ok(Plan::Take(take)) => match first_refusal(&locked.available, &take) {
+            Ok(Plan::Take(take)) => match first_refusal(&locked.available, &locked.located, &take)
+            {
                 Some(refusal) => Decision::Refused(refusal),
                 None => {
                     for (product, quantity) in take {
@@ -488,11 +498,13 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
         order_id: order_id.as_str().to_owned(),
         request_key: None,
         created_at: DateTime::<Utc>::MIN_UTC,
+        allocated: false,
         item: ReservedItem {
             product_id: product,
             quantity: quantity.get(),
             status: Status::Active,
             expires_at: DateTime::<Utc>::MIN_UTC,
+            allocations: Vec::new(),
         },
     }
 }
@@ -551,7 +563,14 @@ fn patch_written(
 }
 
 /// The first item (in product order) the in-memory counts cannot serve, as `atomic` names it.
-fn first_refusal(available: &HashMap<i64, i32>, take: &[(ProductId, Quantity)]) -> Option<Error> {
+fn first_refusal(
+    available: &HashMap<i64, i32>,
+    located: &HashSet<i64>,
+    take: &[(ProductId, Quantity)],
+) -> Option<Error> {
+    if let Some(&(product, _)) = take.iter().find(|(p, _)| located.contains(&p.get())) {
+        return Some(Error::StockedByLocation(product));
+    }
     for &(product, quantity) in take {
         match available.get(&product.get()) {
             None => return Some(Error::UnknownProduct(product)),
@@ -585,7 +604,9 @@ async fn confirm_tx(
     let params: [&(dyn ToSql + Sync); 1] = [&keys];
     let raw = client.query(&lock, &params).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
-    for row in parse_rows(&raw)? {
+    let mut rows = parse_rows(&raw)?;
+    crate::stock::locations::attach(client, &mut rows).await?;
+    for row in rows {
         by_order.entry(row.order_id.clone()).or_default().push(row);
     }
     let active: Vec<&Row> = by_order
