@@ -39,5 +39,8 @@ mod model;
 #[path = "suite/sales.rs"]
 mod sales;
 
+#[path = "suite/locations.rs"]
+mod locations;
+
 #[path = "suite/repair.rs"]
 mod repair;
