@@ -357,6 +357,24 @@ fn domain(e: &Error) -> Parts {
         )
         .with("order_id", json!(order_id))
         .with("product_id", json!(product_id)),
+        Error::UnknownLocation {
+            product_id,
+            location_id,
+        } => Parts::new(
+            S::NOT_FOUND,
+            "unknown-location",
+            "Product not stocked at that location",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("location_id", json!(location_id)),
+        Error::StockedByLocation(p) => Parts::new(
+            S::CONFLICT,
+            "stocked-by-location",
+            "Product stocked per location",
+            detail,
+        )
+        .with("product_id", json!(p)),
         Error::SaleConflict(sale) => Parts::new(
             S::CONFLICT,
             "idempotency-conflict",

@@ -35,3 +35,5 @@ mod stock;
 
 #[path = "suite/shop.rs"]
 mod shop;
+#[path = "suite/locations.rs"]
+mod locations;

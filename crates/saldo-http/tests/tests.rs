@@ -48,3 +48,5 @@ mod telemetry;
 
 #[path = "suite/shop.rs"]
 mod shop;
+#[path = "suite/locations.rs"]
+mod locations;

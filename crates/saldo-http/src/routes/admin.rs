@@ -31,7 +31,9 @@ pub struct SweepView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DivergenceView {
     pub product_id: i64,
-    /// `reserved_matches_active` or `on_hand_matches_history`.
+    /// `reserved_matches_active`, `on_hand_matches_history`, or for products stocked per
+    /// location `locations_sum_to_available`, `locations_sum_to_reserved`,
+    /// `location_reserved_matches_allocations`, `allocations_match_quantity`.
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -44,6 +46,12 @@ impl From<&Divergence> for DivergenceView {
             invariant: match d.invariant {
                 Invariant::ReservedMatchesActive => "reserved_matches_active",
                 Invariant::OnHandMatchesHistory => "on_hand_matches_history",
+                Invariant::LocationsSumToAvailable => "locations_sum_to_available",
+                Invariant::LocationsSumToReserved => "locations_sum_to_reserved",
+                Invariant::LocationReservedMatchesAllocations => {
+                    "location_reserved_matches_allocations"
+                }
+                Invariant::AllocationsMatchQuantity => "allocations_match_quantity",
             }
             .to_owned(),
             expected: d.expected,
