@@ -9,6 +9,7 @@
 use anyhow::{bail, Result};
 use saldo_lab::race::extend::{MAX_EXTEND_ORDERS, NAIVE_EXTEND};
 use saldo_lab::race::holds::{HoldRace, LabHolds};
+use saldo_lab::race::locations::{MAX_LOCATION_BUYERS, NAIVE_LOCATIONS};
 use saldo_lab::race::sales::{MAX_SALE_BUYERS, NAIVE_SALE};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
@@ -46,6 +47,8 @@ pub const DEFAULT_EXTEND_ORDERS: u32 = 60;
 pub const DEFAULT_EXTEND_RUNS: u32 = 2;
 /// sales-vs-reservations: requests per run (half reserve, half buy) by default.
 pub const DEFAULT_SALE_BUYERS: u32 = 50;
+/// split-locations: orders per run by default (for 20 units of two products).
+pub const DEFAULT_LOCATION_BUYERS: u32 = 40;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -70,6 +73,9 @@ pub enum ScenarioArg {
     ExtendVsSweeper,
     /// --buyers (50) for the last unit, half reserving it, half buying it directly (no hold).
     SalesVsReservations,
+    /// --buyers (40) orders split across three locations of two products (crossing orders
+    /// included): no location oversold, all or nothing, no deadlock reaches a buyer.
+    SplitLocations,
 }
 
 #[derive(Debug, clap::Args)]
@@ -79,7 +85,8 @@ pub struct Args {
     /// One strategy, a comma list, or `all` (naive ones included). Stock: atomic, pessimistic,
     /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers and
     /// the hold scenarios: ordered, naive; extend-vs-sweeper: the served four and naive-extend;
-    /// sales-vs-reservations: the served four and naive-sale.
+    /// sales-vs-reservations: the served four and naive-sale; split-locations: the served four
+    /// and naive-locations.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -135,7 +142,7 @@ pub enum Race {
         race: HoldRace,
         strategies: Vec<LabHolds>,
     },
-    /// extend-vs-sweeper or sales-vs-reservations.
+    /// extend-vs-sweeper, sales-vs-reservations or split-locations.
     Shop {
         scenario: Scenario,
         buyers: u32,
@@ -201,6 +208,7 @@ impl Config {
             ScenarioArg::CrossedGroups => Scenario::CrossedGroups,
             ScenarioArg::ExtendVsSweeper => Scenario::ExtendVsSweeper,
             ScenarioArg::SalesVsReservations => Scenario::SalesVsReservations,
+            ScenarioArg::SplitLocations => Scenario::SplitLocations,
         };
         let holds_scenario = matches!(
             scenario,
@@ -212,7 +220,10 @@ impl Config {
         // The scenarios that race one operation take no stock, window or transfer flags.
         if matches!(
             scenario,
-            Scenario::LateRetry | Scenario::ExtendVsSweeper | Scenario::SalesVsReservations
+            Scenario::LateRetry
+                | Scenario::ExtendVsSweeper
+                | Scenario::SalesVsReservations
+                | Scenario::SplitLocations
         ) && (args.stock.is_some()
             || args.think_ms.is_some()
             || args.transfers.is_some()
@@ -231,6 +242,13 @@ impl Config {
                 MAX_SALE_BUYERS,
                 DEFAULT_RUNS,
                 NAIVE_SALE,
+            )),
+            Scenario::SplitLocations => Some((
+                DEFAULT_LOCATION_BUYERS,
+                2,
+                MAX_LOCATION_BUYERS,
+                DEFAULT_RUNS,
+                NAIVE_LOCATIONS,
             )),
             Scenario::ExtendVsSweeper => Some((
                 DEFAULT_EXTEND_ORDERS,
@@ -383,6 +401,15 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
                 contenders,
             } if *scenario == Scenario::ExtendVsSweeper => {
                 lab::extend::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await
+            }
+            Race::Shop {
+                scenario,
+                buyers,
+                runs,
+                contenders,
+            } if *scenario == Scenario::SplitLocations => {
+                lab::locations::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run)
+                    .await
             }
             Race::Shop {
                 buyers,

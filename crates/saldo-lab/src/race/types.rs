@@ -47,6 +47,8 @@ pub enum Scenario {
     ExtendVsSweeper,
     /// Issue 15: direct sales racing reservations for the last unit.
     SalesVsReservations,
+    /// Issue 15: orders split across three locations of two products; no location oversold.
+    SplitLocations,
 }
 
 impl Scenario {
@@ -61,6 +63,7 @@ impl Scenario {
         Scenario::CrossedGroups,
         Scenario::ExtendVsSweeper,
         Scenario::SalesVsReservations,
+        Scenario::SplitLocations,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +78,7 @@ impl Scenario {
             Scenario::CrossedGroups => "crossed-groups",
             Scenario::ExtendVsSweeper => "extend-vs-sweeper",
             Scenario::SalesVsReservations => "sales-vs-reservations",
+            Scenario::SplitLocations => "split-locations",
         }
     }
 
