@@ -70,6 +70,37 @@ pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<()
     bulk.run(pool, &[&units, &n]).await
 }
 
+const LOCATIONS: &str = "INSERT INTO locations (location_id, priority) \
+     SELECT t.location_id, (t.n - 1)::int FROM unnest($1::text[]) WITH ORDINALITY AS t(location_id, n)";
+/// Each product's units split across the locations (the first takes the remainder).
+const LOCATE_STOCK: &str = "INSERT INTO stock_locations (product_id, location_id, available) \
+     SELECT s.product_id, t.location_id, \
+            CASE WHEN t.n = 1 \
+                 THEN s.available - (cardinality($1::text[]) - 1) * (s.available / cardinality($1::text[])) \
+                 ELSE s.available / cardinality($1::text[]) END \
+       FROM stock s, unnest($1::text[]) WITH ORDINALITY AS t(location_id, n)";
+const MARK_LOCATED: &str = "UPDATE stock SET located = true";
+
+/// [`stock_products`], then every product stocked per location: its units split across
+/// `locations` (priorities 0, 1, … in the order given), so the product row stays the sum and
+/// the audit holds. The bench's `multi-location` scenario.
+pub async fn stock_products_at(
+    pool: &Pool,
+    products: u32,
+    units: i32,
+    locations: &[&str],
+) -> Result<(), Error> {
+    stock_products(pool, products, units).await?;
+    let mut client = checkout(pool, "fixtures_stock_locations").await?;
+    let tx = client.transaction().await?;
+    tx.execute(LOCATIONS, &[&locations]).await?;
+    tx.execute(LOCATE_STOCK, &[&locations]).await?;
+    tx.execute(MARK_LOCATED, &[]).await?;
+    tx.commit().await?;
+    client.batch_execute("ANALYZE stock_locations").await?;
+    Ok(())
+}
+
 /// Empties the ledger and opens accounts `1..=accounts` with `opening_balance` each, with their
 /// opening rows in the journal and the system account's matching debit, so the ledger audit
 /// holds from the start. Bulk, then `ANALYZE accounts`.

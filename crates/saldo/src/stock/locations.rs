@@ -170,25 +170,17 @@ async fn reserve_tx(
         }
     }
     let mut written = insert_rows(client, &new_rows).await?;
-    let (mut ids, mut products, mut locations, mut quantities) = (vec![], vec![], vec![], vec![]);
+    let mut allocations = Allocations::default();
     for row in written.iter_mut() {
         let Some(parts) = taken.get(&row.item.product_id) else {
             continue;
         };
         for (location, quantity) in parts {
-            ids.push(row.id);
-            products.push(row.item.product_id.get());
-            locations.push(location.as_str());
-            quantities.push(*quantity);
+            allocations.push(row.id, row.item.product_id, location, *quantity);
         }
         row.item.allocations = in_location_order(parts);
     }
-    if !ids.is_empty() {
-        let stmt = client.prepare_cached(INSERT_ALLOCATIONS).await?;
-        client
-            .execute(&stmt, &[&ids, &products, &locations, &quantities])
-            .await?;
-    }
+    allocations.insert(client).await?;
     rows.extend(written);
     Ok(Reservation {
         order_id: order_id.clone(),
@@ -197,7 +189,90 @@ async fn reserve_tx(
     })
 }
 
-fn in_location_order(parts: &[(LocationId, i32)]) -> Vec<LocationQuantity> {
+/// `reservation_allocations` rows to write, as the parallel arrays of one INSERT.
+#[derive(Debug, Default)]
+pub(crate) struct Allocations<'a> {
+    ids: Vec<Uuid>,
+    products: Vec<i64>,
+    locations: Vec<&'a str>,
+    quantities: Vec<i32>,
+}
+
+impl<'a> Allocations<'a> {
+    pub fn push(&mut self, id: Uuid, product: ProductId, location: &'a LocationId, quantity: i32) {
+        self.ids.push(id);
+        self.products.push(product.get());
+        self.locations.push(location.as_str());
+        self.quantities.push(quantity);
+    }
+
+    /// Writes them (after their reservation rows: the reference is checked).
+    pub async fn insert(&self, client: &Client) -> Result<(), Error> {
+        if self.ids.is_empty() {
+            return Ok(());
+        }
+        let stmt = client.prepare_cached(INSERT_ALLOCATIONS).await?;
+        client
+            .execute(
+                &stmt,
+                &[&self.ids, &self.products, &self.locations, &self.quantities],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Locks the location rows of `located` products ((product, location) order; their stock
+/// rows must be locked already) and reads them as allocation sources.
+pub(crate) async fn lock_sources(
+    client: &Client,
+    located: &[i64],
+) -> Result<HashMap<i64, Vec<Source>>, Error> {
+    let mut sources: HashMap<i64, Vec<Source>> = HashMap::new();
+    if located.is_empty() {
+        return Ok(sources);
+    }
+    let stmt = client.prepare_cached(LOCK_LOCATIONS).await?;
+    for r in client.query(&stmt, &[&located]).await? {
+        sources
+            .entry(r.try_get("product_id")?)
+            .or_default()
+            .push(Source {
+                location_id: LocationId::new(r.try_get::<_, String>("location_id")?)?,
+                priority: r.try_get("priority")?,
+                available: r.try_get("available")?,
+            });
+    }
+    Ok(sources)
+}
+
+/// Adds (available, reserved) deltas to location rows the transaction holds locked; every
+/// row must be there.
+pub(crate) async fn apply_location_deltas(
+    client: &Client,
+    deltas: &BTreeMap<(i64, LocationId), (i32, i32)>,
+) -> Result<(), Error> {
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let products: Vec<i64> = deltas.keys().map(|k| k.0).collect();
+    let locations: Vec<&str> = deltas.keys().map(|k| k.1.as_str()).collect();
+    let available: Vec<i32> = deltas.values().map(|d| d.0).collect();
+    let reserved: Vec<i32> = deltas.values().map(|d| d.1).collect();
+    let stmt = client.prepare_cached(APPLY_LOCATION_DELTAS).await?;
+    let updated = client
+        .execute(&stmt, &[&products, &locations, &available, &reserved])
+        .await?;
+    if updated != deltas.len() as u64 {
+        return Err(Error::invariant(format!(
+            "updated {updated} location rows, expected {}",
+            deltas.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn in_location_order(parts: &[(LocationId, i32)]) -> Vec<LocationQuantity> {
     let mut out: Vec<LocationQuantity> = parts
         .iter()
         .map(|(location_id, quantity)| LocationQuantity {
@@ -235,23 +310,11 @@ pub(crate) async fn take_units(
         .copied()
         .filter(|p| rows.get(p).is_some_and(|r| r.1))
         .collect();
-    let mut sources: HashMap<i64, Vec<Source>> = HashMap::new();
-    if !located.is_empty() {
-        let stmt = client.prepare_cached(LOCK_LOCATIONS).await?;
-        for r in client.query(&stmt, &[&located]).await? {
-            sources
-                .entry(r.try_get("product_id")?)
-                .or_default()
-                .push(Source {
-                    location_id: LocationId::new(r.try_get::<_, String>("location_id")?)?,
-                    priority: r.try_get("priority")?,
-                    available: r.try_get("available")?,
-                });
-        }
-    }
+    let sources = lock_sources(client, &located).await?;
 
+    let to_reserved = |q: i32| if into == Destination::Reserved { q } else { 0 };
     let mut taken = Taken::new();
-    let mut location_deltas: Vec<(i64, LocationId, i32)> = Vec::new();
+    let mut location_deltas: BTreeMap<(i64, LocationId), (i32, i32)> = BTreeMap::new();
     for &(product, quantity) in &take {
         let Some(&(available, is_located)) = rows.get(&product.get()) else {
             return Err(Error::UnknownProduct(product));
@@ -277,7 +340,7 @@ pub(crate) async fn take_units(
         match allocate(quantity.get(), placement.allocation, pinned, from) {
             Ok(parts) => {
                 for (location, q) in &parts {
-                    location_deltas.push((product.get(), location.clone(), *q));
+                    location_deltas.insert((product.get(), location.clone()), (-q, to_reserved(*q)));
                 }
                 taken.insert(product, parts);
             }
@@ -297,29 +360,13 @@ pub(crate) async fn take_units(
         }
     }
 
-    let to_reserved = |q: i32| if into == Destination::Reserved { q } else { 0 };
     let stmt = client.prepare_cached(APPLY_DELTAS).await?;
     let available: Vec<i32> = take.iter().map(|(_, q)| -q.get()).collect();
     let reserved: Vec<i32> = take.iter().map(|(_, q)| to_reserved(q.get())).collect();
     client
         .execute(&stmt, &[&products, &available, &reserved])
         .await?;
-    if !location_deltas.is_empty() {
-        let products: Vec<i64> = location_deltas.iter().map(|d| d.0).collect();
-        let locations: Vec<&str> = location_deltas.iter().map(|d| d.1.as_str()).collect();
-        let available: Vec<i32> = location_deltas.iter().map(|d| -d.2).collect();
-        let reserved: Vec<i32> = location_deltas.iter().map(|d| to_reserved(d.2)).collect();
-        let stmt = client.prepare_cached(APPLY_LOCATION_DELTAS).await?;
-        let updated = client
-            .execute(&stmt, &[&products, &locations, &available, &reserved])
-            .await?;
-        if updated != location_deltas.len() as u64 {
-            return Err(Error::invariant(format!(
-                "located take updated {updated} location rows, expected {}",
-                location_deltas.len()
-            )));
-        }
-    }
+    apply_location_deltas(client, &location_deltas).await?;
     Ok(taken)
 }
 
@@ -385,11 +432,12 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
         return Ok(());
     }
     let stmt = client.prepare_cached(ALLOCATIONS_OF).await?;
-    let mut deltas: BTreeMap<(i64, String), (i32, i32)> = BTreeMap::new();
+    let mut deltas: BTreeMap<(i64, LocationId), (i32, i32)> = BTreeMap::new();
     for r in client.query(&stmt, &[&ids]).await? {
         let quantity: i32 = r.try_get("quantity")?;
+        let location = LocationId::new(r.try_get::<_, String>("location_id")?)?;
         let d = deltas
-            .entry((r.try_get("product_id")?, r.try_get("location_id")?))
+            .entry((r.try_get("product_id")?, location))
             .or_default();
         if status != Status::Confirmed {
             d.0 += quantity;
@@ -408,19 +456,7 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
         let stmt = client.prepare_cached(LOCK_LOCATION_ROWS).await?;
         client.query(&stmt, &[&products, &locations]).await?;
     }
-    let available: Vec<i32> = deltas.values().map(|d| d.0).collect();
-    let reserved: Vec<i32> = deltas.values().map(|d| d.1).collect();
-    let stmt = client.prepare_cached(APPLY_LOCATION_DELTAS).await?;
-    let updated = client
-        .execute(&stmt, &[&products, &locations, &available, &reserved])
-        .await?;
-    if updated != deltas.len() as u64 {
-        return Err(Error::invariant(format!(
-            "settling allocations updated {updated} location rows, expected {}",
-            deltas.len()
-        )));
-    }
-    Ok(())
+    apply_location_deltas(client, &deltas).await
 }
 
 /// Sets the physical count at one location: its on-hand (available + reserved) becomes `count`,

@@ -225,16 +225,6 @@ impl StockStrategy for Batched {
             }
             Err(e) => Err(e),
         };
-        // A batch leaves orders on products stocked per location to the located path (an
-        // order run alone is rerouted by the lifecycle already): one transaction of its own.
-        let result = match result {
-            Err(Error::StockedByLocation(_)) => {
-                let intent = lifecycle::Intent::Reserve(request);
-                let placement = crate::stock::types::Placement::default();
-                crate::stock::locations::reserve(&self.store, intent, &placement).await
-            }
-            other => other,
-        };
         crate::stock::types::telemetry_outcome(&result);
         result
     }
