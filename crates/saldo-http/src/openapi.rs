@@ -215,7 +215,8 @@ impl IntoParams for OrderPath {
 pub mod schema {
     use saldo::domain::{
         MAX_AMOUNT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN, MAX_PRIORITY, MAX_QUANTITY,
-        MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+        MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S,
+        MIN_TTL_S,
     };
     use saldo::ledger::{MAX_LIST, OPENING_PREFIX};
     use saldo::listing::{ListKind, MAX_PAGE_LIMIT};

@@ -33,7 +33,7 @@ mod orders;
 #[path = "suite/stock.rs"]
 mod stock;
 
-#[path = "suite/shop.rs"]
-mod shop;
 #[path = "suite/locations.rs"]
 mod locations;
+#[path = "suite/shop.rs"]
+mod shop;

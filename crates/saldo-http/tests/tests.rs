@@ -46,7 +46,7 @@ mod stock;
 #[path = "suite/telemetry.rs"]
 mod telemetry;
 
-#[path = "suite/shop.rs"]
-mod shop;
 #[path = "suite/locations.rs"]
 mod locations;
+#[path = "suite/shop.rs"]
+mod shop;

@@ -13,7 +13,8 @@ use crate::error::Error;
 use crate::retry::checkout;
 
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
-const EMPTY_ALL: &str = "TRUNCATE reservation_allocations, sale_allocations, stock_locations, locations, \
+const EMPTY_ALL: &str =
+    "TRUNCATE reservation_allocations, sale_allocations, stock_locations, locations, \
      reservations, sale_items, sales, stock_movements, stock, transfers, transfer_groups; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 

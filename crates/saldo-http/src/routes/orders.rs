@@ -143,6 +143,7 @@ pub struct ItemView {
     /// Where the units came from, by location id: products stocked per location only (absent
     /// for the others, so their answers are what they always were).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
     pub allocations: Vec<AllocationView>,
 }
 
@@ -227,7 +228,10 @@ fn reserve_items(
         };
         let location = LocationId::new(raw.as_str())?;
         let product = ProductId::new(item.product_id)?;
-        if pinned.insert(product, location.clone()).is_some_and(|l| l != location) {
+        if pinned
+            .insert(product, location.clone())
+            .is_some_and(|l| l != location)
+        {
             return Err(InputError::LocationConflict(item.product_id).into());
         }
     }

@@ -33,7 +33,10 @@ async fn priority(app: &TestApp, location: &str, priority: i64) {
         )
         .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
-    assert_eq!(a.body, json!({"location_id": location, "priority": priority}));
+    assert_eq!(
+        a.body,
+        json!({"location_id": location, "priority": priority})
+    );
 }
 
 fn allocations(item: &Value) -> Vec<(String, i64)> {
@@ -76,7 +79,10 @@ async fn a_split_reservation_is_allocated_in_priority_order_and_settles_there() 
     priority(&app, "south", 2).await;
     count_at(&app, 1, "south", 10).await;
     let stock = count_at(&app, 1, "north", 3).await;
-    assert_eq!((stock["available"].as_i64(), stock["reserved"].as_i64()), (Some(13), Some(0)));
+    assert_eq!(
+        (stock["available"].as_i64(), stock["reserved"].as_i64()),
+        (Some(13), Some(0))
+    );
     let r = app
         .post(
             "/v1/reservations",
@@ -89,15 +95,33 @@ async fn a_split_reservation_is_allocated_in_priority_order_and_settles_there() 
         [(s("north"), 3), (s("south"), 2)]
     );
     let stock = app.get("/v1/products/1/stock").await;
-    assert_eq!((stock.body["available"].as_i64(), stock.body["reserved"].as_i64()), (Some(8), Some(5)));
-    assert_eq!(locations(&stock.body), [(s("north"), 0, 3), (s("south"), 8, 2)]);
+    assert_eq!(
+        (
+            stock.body["available"].as_i64(),
+            stock.body["reserved"].as_i64()
+        ),
+        (Some(8), Some(5))
+    );
+    assert_eq!(
+        locations(&stock.body),
+        [(s("north"), 0, 3), (s("south"), 8, 2)]
+    );
     let order = app.get("/v1/orders/o-split").await;
-    assert_eq!(allocations(&order.body["items"][0]), [(s("north"), 3), (s("south"), 2)]);
+    assert_eq!(
+        allocations(&order.body["items"][0]),
+        [(s("north"), 3), (s("south"), 2)]
+    );
     let c = app.post("/v1/orders/o-split/confirm", json!({})).await;
     assert_eq!(c.status, StatusCode::OK, "{}", c.text);
-    assert_eq!(allocations(&c.body["confirmed"][0]), [(s("north"), 3), (s("south"), 2)]);
+    assert_eq!(
+        allocations(&c.body["confirmed"][0]),
+        [(s("north"), 3), (s("south"), 2)]
+    );
     let stock = app.get("/v1/products/1/stock").await;
-    assert_eq!(locations(&stock.body), [(s("north"), 0, 0), (s("south"), 8, 0)]);
+    assert_eq!(
+        locations(&stock.body),
+        [(s("north"), 0, 0), (s("south"), 8, 0)]
+    );
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
 }
@@ -138,7 +162,11 @@ async fn single_and_pinned_allocation_and_their_refusals() {
     assert_eq!(pinned.status, StatusCode::CREATED, "{}", pinned.text);
     assert_eq!(allocations(&pinned.body["items"][0]), [(s("a"), 2)]);
     // A plain product's item has no `allocations` at all: its answer is what it always was.
-    assert!(pinned.body["items"][1].get("allocations").is_none(), "{}", pinned.text);
+    assert!(
+        pinned.body["items"][1].get("allocations").is_none(),
+        "{}",
+        pinned.text
+    );
     let nowhere = app
         .post(
             "/v1/reservations",
@@ -251,6 +279,11 @@ async fn the_document_describes_the_location_routes_and_fields() {
     assert!(item["location_id"]["pattern"].is_string(), "{item}");
     let body = &doc["components"]["schemas"]["ReserveBody"]["properties"];
     assert_eq!(body["allocation"]["enum"], json!(["single", "split"]));
+    // Absent for products never given a location: not required.
+    let view = &doc["components"]["schemas"]["ItemView"];
+    assert!(view["properties"]["allocations"].is_object(), "{view}");
+    let required = view["required"].as_array().expect("required");
+    assert!(!required.contains(&json!("allocations")), "{view}");
     let stock = &doc["components"]["schemas"]["LocatedStockView"]["properties"];
     assert!(stock["locations"].is_object(), "{stock}");
 }

@@ -312,8 +312,13 @@ async fn one_run(
 /// The stock a run starts with: every product at one pool, or at [`BENCH_LOCATIONS`].
 async fn stock_fixture(config: &BenchConfig, pool: &deadpool_postgres::Pool) -> Result<()> {
     if config.scenario == Scenario::MultiLocation {
-        saldo::fixtures::stock_products_at(pool, config.products, STOCK_PER_PRODUCT, &BENCH_LOCATIONS)
-            .await?;
+        saldo::fixtures::stock_products_at(
+            pool,
+            config.products,
+            STOCK_PER_PRODUCT,
+            &BENCH_LOCATIONS,
+        )
+        .await?;
     } else {
         saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
     }

@@ -228,7 +228,11 @@ pub async fn run_on(
         let product = ProductId::new(product).map_err(Error::from)?;
         locations::set_count(store, product, &location, count).await?;
     }
-    let engine = build(contender.engine(), store.clone(), &StrategyConfig::default());
+    let engine = build(
+        contender.engine(),
+        store.clone(),
+        &StrategyConfig::default(),
+    );
     let start = Arc::new(Barrier::new(buyers as usize));
     let tasks: Vec<_> = (0..buyers)
         .map(|i| {
@@ -238,7 +242,10 @@ pub async fn run_on(
                 let items = items_of(i);
                 let answer = match contender {
                     Contender::Served(_) => {
-                        let request = match (OrderId::new(order_id), OrderItems::new(items.iter().copied())) {
+                        let request = match (
+                            OrderId::new(order_id),
+                            OrderItems::new(items.iter().copied()),
+                        ) {
                             (Ok(order_id), Ok(items)) => Ok(ReserveRequest {
                                 order_id,
                                 items,
@@ -274,11 +281,18 @@ pub async fn run_on(
     let client = checkout(&store.pool, "split_locations_check").await?;
     let stocked: BTreeMap<(i64, &str), i64> =
         STOCKED.iter().map(|&(p, l, c)| ((p, l), c)).collect();
-    for r in client.query(LOCATION_CHECK, &[]).await.map_err(Error::from)? {
+    for r in client
+        .query(LOCATION_CHECK, &[])
+        .await
+        .map_err(Error::from)?
+    {
         let product: i64 = r.try_get("product_id").map_err(Error::from)?;
         let location: String = r.try_get("location_id").map_err(Error::from)?;
         let allocated: i64 = r.try_get("allocated").map_err(Error::from)?;
-        let held = stocked.get(&(product, location.as_str())).copied().unwrap_or(0);
+        let held = stocked
+            .get(&(product, location.as_str()))
+            .copied()
+            .unwrap_or(0);
         // Units a location handed out beyond what it held (nothing was confirmed in a run).
         outcome.location_oversold += u64::try_from(allocated - held).unwrap_or(0);
     }
@@ -295,13 +309,18 @@ pub async fn run_on(
     for i in 0..buyers {
         let order = format!("sl-{run}-{i}");
         let rows = rows_of.get(&order).copied().unwrap_or(0);
-        let expected = if granted.contains(&order) { items_of(i).len() as u64 } else { 0 };
+        let expected = if granted.contains(&order) {
+            items_of(i).len() as u64
+        } else {
+            0
+        };
         if rows != expected {
             outcome.partial_orders += 1;
         }
     }
     for product in [1, 2] {
-        let s = saldo::stock::admin::get(store, ProductId::new(product).map_err(Error::from)?).await?;
+        let s =
+            saldo::stock::admin::get(store, ProductId::new(product).map_err(Error::from)?).await?;
         outcome.final_available += i64::from(s.available);
         outcome.final_reserved += i64::from(s.reserved);
     }

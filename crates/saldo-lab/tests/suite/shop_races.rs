@@ -108,10 +108,9 @@ async fn split_orders_across_locations_never_oversell_a_location() {
             if run > 0 {
                 saldo::fixtures::empty_all(&db.pool).await.expect("reset");
             }
-            let outcome =
-                locations::run_on(&store, LOCATION_BUYERS, Contender::Served(name), run)
-                    .await
-                    .expect("run");
+            let outcome = locations::run_on(&store, LOCATION_BUYERS, Contender::Served(name), run)
+                .await
+                .expect("run");
             assert!(!outcome.violated(), "{name}: {outcome:?}");
             assert_eq!(
                 outcome.granted_orders + outcome.refused,

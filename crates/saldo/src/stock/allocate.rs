@@ -52,7 +52,11 @@ pub fn allocate(
         AllocationMode::Single => match ordered.iter().find(|s| s.available >= quantity) {
             Some(s) => Ok(vec![(s.location_id.clone(), quantity)]),
             None => Err(Shortfall::Insufficient {
-                available: ordered.iter().map(|s| s.available.max(0)).max().unwrap_or(0),
+                available: ordered
+                    .iter()
+                    .map(|s| s.available.max(0))
+                    .max()
+                    .unwrap_or(0),
             }),
         },
         AllocationMode::Split => {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Client;
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
@@ -278,7 +279,7 @@ async fn reserve_tx(
                 order_id: order_id.clone(),
                 items: current_items(&rows),
                 replayed: true,
-            })
+            });
         }
         Plan::Take(take) => take,
     };
@@ -389,38 +390,23 @@ impl<'a> NewRows<'a> {
 /// database's `created_at` and `expires_at`. Every row must come back: anything else is an
 /// invariant failure, never a shorter answer.
 pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<Vec<Row>, Error> {
-    let returned = if rows.allocated.iter().any(|&a| a) {
-        let stmt = client.prepare_cached(INSERT_ALLOCATED_RESERVATIONS).await?;
-        client
-            .query(
-                &stmt,
-                &[
-                    &rows.ids,
-                    &rows.orders,
-                    &rows.products,
-                    &rows.quantities,
-                    &rows.ttls_s,
-                    &rows.request_keys,
-                    &rows.allocated,
-                ],
-            )
-            .await?
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &rows.ids,
+        &rows.orders,
+        &rows.products,
+        &rows.quantities,
+        &rows.ttls_s,
+        &rows.request_keys,
+    ];
+    // Rows with allocations (the located path) say so; every other path keeps its statement.
+    let insert = if rows.allocated.iter().any(|&a| a) {
+        params.push(&rows.allocated);
+        INSERT_ALLOCATED_RESERVATIONS
     } else {
-        let stmt = client.prepare_cached(INSERT_RESERVATIONS).await?;
-        client
-            .query(
-                &stmt,
-                &[
-                    &rows.ids,
-                    &rows.orders,
-                    &rows.products,
-                    &rows.quantities,
-                    &rows.ttls_s,
-                    &rows.request_keys,
-                ],
-            )
-            .await?
+        INSERT_RESERVATIONS
     };
+    let stmt = client.prepare_cached(insert).await?;
+    let returned = client.query(&stmt, &params).await?;
     let mut times: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
         HashMap::with_capacity(returned.len());
     for r in &returned {

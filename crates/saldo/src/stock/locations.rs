@@ -25,8 +25,8 @@ use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::lifecycle::{
-    current_items, insert_rows, parse_rows, plan, replay_of_concurrent_copy, Intent, NewRows,
-    Plan, Row, LIVE_INDEX,
+    current_items, insert_rows, parse_rows, plan, replay_of_concurrent_copy, Intent, NewRows, Plan,
+    Row, LIVE_INDEX,
 };
 use crate::stock::sql::{APPLY_DELTAS, ORDER_ROWS};
 use crate::stock::types::{
@@ -340,7 +340,8 @@ pub(crate) async fn take_units(
         match allocate(quantity.get(), placement.allocation, pinned, from) {
             Ok(parts) => {
                 for (location, q) in &parts {
-                    location_deltas.insert((product.get(), location.clone()), (-q, to_reserved(*q)));
+                    location_deltas
+                        .insert((product.get(), location.clone()), (-q, to_reserved(*q)));
                 }
                 taken.insert(product, parts);
             }
@@ -376,7 +377,11 @@ const INSERT_SALE_ALLOCATIONS: &str = "INSERT INTO sale_allocations \
        FROM unnest($2::bigint[], $3::text[], $4::int[]) AS g(product_id, location_id, quantity)";
 
 /// Records where a direct sale's units came from (after its `sale_items` rows).
-pub(crate) async fn record_sale(client: &Client, sale_id: &str, taken: &Taken) -> Result<(), Error> {
+pub(crate) async fn record_sale(
+    client: &Client,
+    sale_id: &str,
+    taken: &Taken,
+) -> Result<(), Error> {
     let (mut products, mut locations, mut quantities) = (vec![], vec![], vec![]);
     for (product, parts) in taken {
         for (location, quantity) in parts {
@@ -500,9 +505,14 @@ async fn set_count_tx(
     );
     if !located && (available > 0 || reserved > 0) {
         let default = default_location();
-        client.execute(ENSURE_LOCATION, &[&default.as_str()]).await?;
         client
-            .execute(ADOPT_DEFAULT, &[&p, &default.as_str(), &available, &reserved])
+            .execute(ENSURE_LOCATION, &[&default.as_str()])
+            .await?;
+        client
+            .execute(
+                ADOPT_DEFAULT,
+                &[&p, &default.as_str(), &available, &reserved],
+            )
             .await?;
         client
             .execute(ALLOCATE_ACTIVE_TO_DEFAULT, &[&p, &default.as_str()])
@@ -575,17 +585,22 @@ pub async fn set_priority(
     location_id: &LocationId,
     priority: Priority,
 ) -> Result<Location, Error> {
-    in_transaction(&store.pool, &store.tx, "set_location_priority", move |client| {
-        crate::tx_body!(client => async {
-            let row = client
-                .query_one(UPSERT_PRIORITY, &[&location_id.as_str(), &priority.get()])
-                .await?;
-            Ok(Location {
-                location_id: LocationId::new(row.try_get::<_, String>("location_id")?)?,
-                priority: Priority::new(i64::from(row.try_get::<_, i32>("priority")?))?,
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        "set_location_priority",
+        move |client| {
+            crate::tx_body!(client => async {
+                let row = client
+                    .query_one(UPSERT_PRIORITY, &[&location_id.as_str(), &priority.get()])
+                    .await?;
+                Ok(Location {
+                    location_id: LocationId::new(row.try_get::<_, String>("location_id")?)?,
+                    priority: Priority::new(i64::from(row.try_get::<_, i32>("priority")?))?,
+                })
             })
-        })
-    })
+        },
+    )
     .await
 }
 

@@ -16,7 +16,9 @@ use saldo::stock::{
 };
 use saldo::Error;
 
-use crate::contract::{assert_audit_clean, engine_with_stock, pid, request, rerequest, safe_strategies};
+use crate::contract::{
+    assert_audit_clean, engine_with_stock, pid, request, rerequest, safe_strategies,
+};
 use crate::harness::{test_db, TestDb};
 
 fn loc(id: &str) -> LocationId {
@@ -37,9 +39,13 @@ async fn located(
 ) -> Arc<dyn StockStrategy> {
     let engine = engine_with_stock(db, name, &StrategyConfig::default(), &[]).await;
     for &(id, priority) in priorities {
-        locations::set_priority(engine.store(), &loc(id), Priority::new(priority).expect("p"))
-            .await
-            .expect("priority");
+        locations::set_priority(
+            engine.store(),
+            &loc(id),
+            Priority::new(priority).expect("p"),
+        )
+        .await
+        .expect("priority");
     }
     for &(p, l, count) in counts {
         locations::set_count(engine.store(), pid(p), &loc(l), count)
@@ -51,8 +57,13 @@ async fn located(
 
 /// (location, available, reserved) of a product, by location id.
 async fn at(engine: &Arc<dyn StockStrategy>, product: i64) -> Vec<(String, i32, i32)> {
-    let s: LocatedStock = locations::get(engine.store(), pid(product)).await.expect("stock");
-    let sums = s.locations.iter().fold((0, 0), |(a, r), l| (a + l.available, r + l.reserved));
+    let s: LocatedStock = locations::get(engine.store(), pid(product))
+        .await
+        .expect("stock");
+    let sums = s
+        .locations
+        .iter()
+        .fold((0, 0), |(a, r), l| (a + l.available, r + l.reserved));
     assert_eq!(
         sums,
         (s.stock.available, s.stock.reserved),
@@ -78,7 +89,10 @@ fn parts(items: &[saldo::stock::ReservedItem], product: i64) -> Vec<(String, i32
 fn placed(allocation: AllocationMode, pinned: &[(i64, &str)]) -> Placement {
     Placement {
         allocation,
-        pinned: pinned.iter().map(|&(p, l)| (pid(p), loc(l))).collect::<BTreeMap<_, _>>(),
+        pinned: pinned
+            .iter()
+            .map(|&(p, l)| (pid(p), loc(l)))
+            .collect::<BTreeMap<_, _>>(),
     }
 }
 
@@ -106,7 +120,11 @@ async fn split_allocation_fills_locations_in_priority_order() {
         );
         assert_eq!(
             at(&engine, 1).await,
-            [("east".into(), 8, 2), ("north".into(), 0, 2), ("south".into(), 0, 3)],
+            [
+                ("east".into(), 8, 2),
+                ("north".into(), 0, 2),
+                ("south".into(), 0, 3)
+            ],
             "{name}"
         );
         // More than all locations hold together: refused, nothing taken.
@@ -163,7 +181,9 @@ async fn a_pinned_location_is_the_only_source_and_unknown_ones_are_refused() {
     for name in safe_strategies() {
         let db = test_db().await;
         let engine = located(&db, name, &[(1, "a", 5), (1, "b", 1)], &[]).await;
-        admin::set_count(engine.store(), pid(2), 5).await.expect("count");
+        admin::set_count(engine.store(), pid(2), 5)
+            .await
+            .expect("count");
         let r = engine
             .reserve_placed(
                 &request("o-1", &[(1, 1)], Ttl::default()),
@@ -212,7 +232,9 @@ async fn an_order_across_located_and_plain_products_is_all_or_nothing() {
     for name in safe_strategies() {
         let db = test_db().await;
         let engine = located(&db, name, &[(1, "a", 2), (1, "b", 2), (3, "a", 1)], &[]).await;
-        admin::set_count(engine.store(), pid(2), 5).await.expect("count");
+        admin::set_count(engine.store(), pid(2), 5)
+            .await
+            .expect("count");
         let short = engine
             .reserve(&request("o-1", &[(1, 3), (2, 1), (3, 2)], Ttl::default()))
             .await;
@@ -220,17 +242,33 @@ async fn an_order_across_located_and_plain_products_is_all_or_nothing() {
             matches!(short, Err(Error::InsufficientStock { product_id, .. }) if product_id == pid(3)),
             "{name}: {short:?}"
         );
-        assert_eq!(at(&engine, 1).await, [("a".into(), 2, 0), ("b".into(), 2, 0)]);
-        assert_eq!(admin::get(engine.store(), pid(2)).await.expect("s").available, 5);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 2, 0), ("b".into(), 2, 0)]
+        );
+        assert_eq!(
+            admin::get(engine.store(), pid(2))
+                .await
+                .expect("s")
+                .available,
+            5
+        );
         let r = engine
             .reserve(&request("o-1", &[(1, 3), (2, 1), (3, 1)], Ttl::default()))
             .await
             .expect("reserve");
         assert_eq!(parts(&r.items, 1), [("a".into(), 2), ("b".into(), 1)]);
-        assert!(parts(&r.items, 2).is_empty(), "a plain product has no allocations");
+        assert!(
+            parts(&r.items, 2).is_empty(),
+            "a plain product has no allocations"
+        );
         let plain = admin::get(engine.store(), pid(2)).await.expect("s");
         assert_eq!((plain.available, plain.reserved), (4, 1), "{name}");
-        assert!(locations::get(engine.store(), pid(2)).await.expect("s").locations.is_empty());
+        assert!(locations::get(engine.store(), pid(2))
+            .await
+            .expect("s")
+            .locations
+            .is_empty());
         assert_audit_clean(&db, name).await;
     }
 }
@@ -245,16 +283,29 @@ async fn confirm_release_and_expiry_move_units_at_their_locations() {
             .await
             .expect("reserve");
         let c = engine.confirm(&oid("o-c")).await.expect("confirm");
-        assert_eq!(parts(&c.confirmed, 1), [("a".into(), 2), ("b".into(), 1)], "{name}");
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 0), ("b".into(), 4, 0)]);
+        assert_eq!(
+            parts(&c.confirmed, 1),
+            [("a".into(), 2), ("b".into(), 1)],
+            "{name}"
+        );
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 4, 0)]
+        );
 
         engine
             .reserve(&request("o-r", &[(1, 2)], Ttl::default()))
             .await
             .expect("reserve");
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 0), ("b".into(), 2, 2)]);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 2, 2)]
+        );
         engine.release(&oid("o-r")).await.expect("release");
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 0), ("b".into(), 4, 0)]);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 4, 0)]
+        );
 
         let short = Ttl::from_millis(1).expect("ttl");
         engine
@@ -263,17 +314,30 @@ async fn confirm_release_and_expiry_move_units_at_their_locations() {
             .expect("reserve");
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(sweeper::sweep(engine.store()).await.expect("sweep"), 1);
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 0), ("b".into(), 4, 0)]);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 4, 0)]
+        );
 
         // Re-reserve what expired: allocated again, from where the stock is now.
-        locations::set_count(engine.store(), pid(1), &loc("a"), 1).await.expect("count");
+        locations::set_count(engine.store(), pid(1), &loc("a"), 1)
+            .await
+            .expect("count");
         let again = engine
             .rereserve(&rerequest("o-e", "k-1", None))
             .await
             .expect("rereserve");
-        let item = again.items.iter().find(|i| i.status == Status::Active).expect("active");
+        let item = again
+            .items
+            .iter()
+            .find(|i| i.status == Status::Active)
+            .expect("active");
         assert_eq!(item.quantity, 4);
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 1), ("b".into(), 1, 3)], "{name}");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 1), ("b".into(), 1, 3)],
+            "{name}"
+        );
         assert_audit_clean(&db, name).await;
     }
 }
@@ -299,13 +363,22 @@ async fn the_first_location_count_adopts_what_the_product_held() {
         assert_audit_clean(&db, name).await;
         // The reservation made before the product had locations settles at the default one.
         engine.release(&oid("o-old")).await.expect("release");
-        assert_eq!(at(&engine, 1).await, [("default".into(), 5, 0), ("shop".into(), 4, 0)]);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("default".into(), 5, 0), ("shop".into(), 4, 0)]
+        );
         // Product-wide counts and adjustments would break the sum: refused.
         let count = admin::set_count(engine.store(), pid(1), 3).await;
-        assert!(matches!(count, Err(Error::StockedByLocation(_))), "{count:?}");
+        assert!(
+            matches!(count, Err(Error::StockedByLocation(_))),
+            "{count:?}"
+        );
         let reason = Reason::new("broken").expect("reason");
         let adjust = admin::adjust(engine.store(), pid(1), -1, &reason).await;
-        assert!(matches!(adjust, Err(Error::StockedByLocation(_))), "{adjust:?}");
+        assert!(
+            matches!(adjust, Err(Error::StockedByLocation(_))),
+            "{adjust:?}"
+        );
         // A count below what a location holds reserved is refused.
         engine
             .reserve_placed(
@@ -315,7 +388,10 @@ async fn the_first_location_count_adopts_what_the_product_held() {
             .await
             .expect("reserve");
         let below = locations::set_count(engine.store(), pid(1), &loc("shop"), 2).await;
-        assert!(matches!(below, Err(Error::CountBelowReserved { reserved: 3, .. })), "{below:?}");
+        assert!(
+            matches!(below, Err(Error::CountBelowReserved { reserved: 3, .. })),
+            "{below:?}"
+        );
         assert_audit_clean(&db, name).await;
     }
 }
@@ -331,10 +407,17 @@ async fn a_direct_sale_takes_from_locations() {
         };
         let sold = engine.sell(&sale).await.expect("sell");
         assert_eq!(sold.items[0].quantity, 2);
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 0), ("b".into(), 1, 0)], "{name}");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 1, 0)],
+            "{name}"
+        );
         let replay = engine.sell(&sale).await.expect("replay");
         assert!(replay.replayed);
-        assert_eq!(at(&engine, 1).await, [("a".into(), 0, 0), ("b".into(), 1, 0)]);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 1, 0)]
+        );
         let too_many = SaleRequest {
             sale_id: SaleId::new("s-2").expect("id"),
             items: saldo::domain::OrderItems::new([(1, 2)]).expect("items"),
@@ -358,7 +441,14 @@ async fn concurrent_split_orders_never_oversell_a_location_or_deadlock() {
         let engine = located(
             &db,
             name,
-            &[(1, "a", 7), (1, "b", 11), (1, "c", 13), (2, "a", 5), (2, "b", 9), (2, "c", 3)],
+            &[
+                (1, "a", 7),
+                (1, "b", 11),
+                (1, "c", 13),
+                (2, "a", 5),
+                (2, "b", 9),
+                (2, "c", 3),
+            ],
             &[("c", 0), ("a", 1), ("b", 2)],
         )
         .await;
@@ -388,7 +478,11 @@ async fn concurrent_split_orders_never_oversell_a_location_or_deadlock() {
                     for &(p, q) in items {
                         let allocated: i32 = parts(&r.items, p).iter().map(|x| x.1).sum();
                         assert_eq!(i64::from(allocated), q, "{name}: allocations add up");
-                        if p == 1 { taken1 += q as i32 } else { taken2 += q as i32 }
+                        if p == 1 {
+                            taken1 += q as i32
+                        } else {
+                            taken2 += q as i32
+                        }
                     }
                 }
                 Err(Error::InsufficientStock { .. }) => {}
@@ -403,7 +497,11 @@ async fn concurrent_split_orders_never_oversell_a_location_or_deadlock() {
         assert!(taken1 <= 31 && taken2 <= 17, "{name}");
         // The lowest-priority-number location empties first: c before a before b.
         if taken1 > 13 {
-            assert_eq!(s1.iter().find(|l| l.0 == "c").map(|l| l.1), Some(0), "{name}: {s1:?}");
+            assert_eq!(
+                s1.iter().find(|l| l.0 == "c").map(|l| l.1),
+                Some(0),
+                "{name}: {s1:?}"
+            );
         }
         assert_audit_clean(&db, name).await;
     }

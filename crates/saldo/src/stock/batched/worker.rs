@@ -22,16 +22,16 @@ use super::job::{Job, Work};
 use crate::batch::lane::Counters;
 use crate::batch::schedule::{drive, Pace, Shared};
 use crate::deadline;
+use crate::domain::{AllocationMode, LocationId};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
 use crate::retry::{in_transaction, TxOptions};
-use crate::domain::{AllocationMode, LocationId};
 use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::atomic::Atomic;
-use crate::stock::locations;
 use crate::stock::lifecycle::{
     self, current_items, insert_rows, parse_rows, plan, settle, Intent, NewRows, Plan, Row,
 };
+use crate::stock::locations;
 use crate::stock::sql::{
     APPLY_DELTAS, LOCK_STOCK, ORDERS_ROWS, ORDERS_ROWS_FOR_UPDATE, PROBE_LOCKS,
 };
