@@ -51,6 +51,8 @@ pub const OPERATIONS: &[&str] = &[
     "extend",
     "sell",
     "repair",
+    "set_location_count",
+    "set_location_priority",
 ];
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
