@@ -41,7 +41,9 @@ def _one_location_per_product(items):
     for item in items:
         if not isinstance(item, dict):
             return True
-        product = json.dumps(item.get("product_id"))
+        product = item.get("product_id")
+        # 1 and 1.0 are one product (integral floats are integers) and one dict key.
+        product = product if isinstance(product, (int, float)) else json.dumps(product)
         location = item.get("location_id")
         if seen.setdefault(product, location) != location:
             return False
