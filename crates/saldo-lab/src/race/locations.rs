@@ -27,9 +27,8 @@ use saldo::stock::allocate::{allocate, Shortfall, Source};
 use saldo::stock::locations;
 use saldo::stock::{build, ReserveRequest, StrategyConfig};
 use tokio::sync::Barrier;
-use tokio_postgres::error::SqlState;
 
-use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
+use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs, StockFindings};
 use crate::race::types::{bounded, error_kind, join_bounded, LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
 
@@ -330,20 +329,18 @@ pub async fn run_on(
 
 impl RunOutcome for LocationsOutcome {
     fn add_to(&self, report: &mut Report, run: u32) {
-        report.add_sold(run, self.granted_units);
-        report.refused += self.refused;
-        report.oversold += self.location_oversold;
-        report.runs_oversold += u32::from(self.location_oversold > 0);
-        report.check_violations += self
-            .errors
-            .get(SqlState::CHECK_VIOLATION.code())
-            .copied()
-            .unwrap_or(0);
-        report.add_errors(&self.errors);
-        report.final_available = self.final_available;
-        report.final_reserved = self.final_reserved;
-        report.audit_divergences += self.audit_divergences + self.partial_orders;
-        report.violations += u32::from(self.violated());
+        StockFindings {
+            sold: self.granted_units,
+            refused: self.refused,
+            oversold: self.location_oversold,
+            errors: &self.errors,
+            final_available: self.final_available,
+            final_reserved: self.final_reserved,
+            // Partial orders count with the audit's findings: both are broken books.
+            audit_divergences: self.audit_divergences + self.partial_orders,
+            violated: self.violated(),
+        }
+        .add_to(report, run);
     }
 }
 
