@@ -346,9 +346,12 @@ pub(crate) async fn take_units(
                 taken.insert(product, parts);
             }
             Err(Shortfall::UnknownLocation) => {
-                return Err(Error::UnknownLocation {
-                    product_id: product,
-                    location_id: pinned.cloned().unwrap_or_else(default_location),
+                return Err(match pinned {
+                    Some(location_id) => Error::UnknownLocation {
+                        product_id: product,
+                        location_id: location_id.clone(),
+                    },
+                    None => Error::invariant("an allocation without a pinned location named one"),
                 })
             }
             Err(Shortfall::Insufficient { available }) => {
@@ -395,11 +398,6 @@ pub(crate) async fn record_sale(
         .execute(&stmt, &[&sale_id, &products, &locations, &quantities])
         .await?;
     Ok(())
-}
-
-fn default_location() -> LocationId {
-    // A constant in the id alphabet.
-    LocationId::new(DEFAULT_LOCATION).unwrap_or_else(|_| unreachable!("valid constant"))
 }
 
 /// Fills in `allocations` of the rows that have them (one read, none when no row has any).
@@ -504,7 +502,7 @@ async fn set_count_tx(
         row.try_get("located")?,
     );
     if !located && (available > 0 || reserved > 0) {
-        let default = default_location();
+        let default = LocationId::new(DEFAULT_LOCATION)?;
         client
             .execute(ENSURE_LOCATION, &[&default.as_str()])
             .await?;
