@@ -1,7 +1,7 @@
 //! Issue 15's locations over HTTP: `PUT /v1/products/{id}/locations/{location}/stock` and
 //! `PUT /v1/locations/{location}` (admin), `GET /v1/products/{id}/stock` with its locations,
 //! reservations allocated split (default) or single or at a named location, with their
-//! `allocations`, confirm and release per allocation, refusals as problems (404
+//! `allocations`, confirm and release per allocation, direct sales from the locations, refusals as problems (404
 //! `unknown-location`, 409 `insufficient-stock` and `stocked-by-location`, 422 for bad ids,
 //! priorities and a product named with two locations), the document describing all of it,
 //! and products never given a location answering exactly as before. Run on `atomic`
@@ -121,6 +121,19 @@ async fn a_split_reservation_is_allocated_in_priority_order_and_settles_there() 
     assert_eq!(
         locations(&stock.body),
         [(s("north"), 0, 0), (s("south"), 8, 0)]
+    );
+    // A direct sale takes from the locations too (north is empty now).
+    let sale = app
+        .post(
+            "/v1/sales",
+            json!({"sale_id": "s-1", "items": [{"product_id": 1, "quantity": 2}]}),
+        )
+        .await;
+    assert_eq!(sale.status, StatusCode::CREATED, "{}", sale.text);
+    let stock = app.get("/v1/products/1/stock").await;
+    assert_eq!(
+        locations(&stock.body),
+        [(s("north"), 0, 0), (s("south"), 6, 0)]
     );
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);

@@ -506,3 +506,50 @@ async fn concurrent_split_orders_never_oversell_a_location_or_deadlock() {
         assert_audit_clean(&db, name).await;
     }
 }
+
+/// Drift behind the engine's back on a product stocked per location: the audit names the
+/// broken location invariants, and the repair, which would break the sum of the locations by
+/// rewriting the product's row, leaves it alone and reports it unrepairable.
+#[tokio::test]
+async fn the_audit_sees_location_drift_and_the_repair_leaves_located_products_alone() {
+    use saldo::audit::{audit_stock, Invariant};
+    use saldo::stock::repair::{self, RepairAction};
+    let db = test_db().await;
+    let engine = located(&db, StrategyName::Atomic, &[(1, "a", 3), (1, "b", 4)], &[]).await;
+    engine
+        .reserve(&request("o-1", &[(1, 4)], Ttl::default()))
+        .await
+        .expect("reserve");
+    let client = db.pool.get().await.expect("client");
+    client
+        .batch_execute(
+            "UPDATE stock_locations SET reserved = reserved + 1 \
+              WHERE product_id = 1 AND location_id = 'b'; \
+             UPDATE stock SET available = available + 2 WHERE product_id = 1",
+        )
+        .await
+        .expect("drift");
+    let found: Vec<Invariant> = audit_stock(&db.pool)
+        .await
+        .expect("audit")
+        .into_iter()
+        .map(|d| d.invariant)
+        .collect();
+    for expected in [
+        Invariant::OnHandMatchesHistory,
+        Invariant::LocationsSumToAvailable,
+        Invariant::LocationsSumToReserved,
+        Invariant::LocationReservedMatchesAllocations,
+    ] {
+        assert!(found.contains(&expected), "{expected:?} not in {found:?}");
+    }
+    let before = admin::get(engine.store(), pid(1)).await.expect("stock");
+    let report = repair::repair(engine.store(), true).await.expect("repair");
+    assert_eq!(report.products.len(), 1, "{report:?}");
+    assert_eq!(report.products[0].action, RepairAction::Unrepairable);
+    let after = admin::get(engine.store(), pid(1)).await.expect("stock");
+    assert_eq!(
+        (after.available, after.reserved),
+        (before.available, before.reserved)
+    );
+}
