@@ -7,7 +7,9 @@ descriptions too; everything else the server checks is in the schema itself.
 - the transfers of one linked group have distinct ids;
 - an account's opening balance lies within its own limits (`min_balance` ..= `max_balance`);
 - a product repeated in one order is summed, and the sum has the per-product limit (the
-  `maximum` of `ItemRequest.quantity`, read from the served document, never repeated here).
+  `maximum` of `ItemRequest.quantity`, read from the served document, never repeated here);
+- a product repeated in one reservation names one location or none (every line the same
+  `location_id`, absent and null alike).
 """
 
 import json
@@ -32,6 +34,20 @@ def _sums_within_limit(items):
             return True
         sums[product] = sums.get(product, 0) + quantity
     return all(total <= MAX_QUANTITY for total in sums.values())
+
+
+def _one_location_per_product(items):
+    seen = {}
+    for item in items:
+        if not isinstance(item, dict):
+            return True
+        product = item.get("product_id")
+        # 1 and 1.0 are one product (integral floats are integers) and one dict key.
+        product = product if isinstance(product, (int, float)) else json.dumps(product)
+        location = item.get("location_id")
+        if seen.setdefault(product, location) != location:
+            return False
+    return True
 
 
 def _transfer_keeps_rules(transfer):
@@ -67,7 +83,7 @@ def _keeps_cross_field_rules(operation, body):
     if key == ("POST", "/v1/accounts"):
         return _opening_within_limits(body)
     if key in ORDER_BODIES and isinstance(body.get("items"), list):
-        return _sums_within_limit(body["items"])
+        return _sums_within_limit(body["items"]) and _one_location_per_product(body["items"])
     return True
 
 

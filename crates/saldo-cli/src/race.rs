@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use saldo_lab::race::backorders::{MAX_FILL_BUYERS, MIN_FILL_BUYERS, NAIVE_FILL};
 use saldo_lab::race::extend::{MAX_EXTEND_ORDERS, NAIVE_EXTEND};
 use saldo_lab::race::holds::{HoldRace, LabHolds};
+use saldo_lab::race::locations::{MAX_LOCATION_BUYERS, NAIVE_LOCATIONS};
 use saldo_lab::race::sales::{MAX_SALE_BUYERS, NAIVE_SALE};
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
@@ -49,6 +50,8 @@ pub const DEFAULT_EXTEND_RUNS: u32 = 2;
 pub const DEFAULT_SALE_BUYERS: u32 = 50;
 /// backorder-fill: requests per run (half reserve, half restock one unit) by default.
 pub const DEFAULT_FILL_BUYERS: u32 = 40;
+/// split-locations: orders per run by default (for 20 units of two products).
+pub const DEFAULT_LOCATION_BUYERS: u32 = 40;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ScenarioArg {
@@ -76,6 +79,9 @@ pub enum ScenarioArg {
     /// A preorder with waiting backorders: --buyers (40) at once, half reserving a unit, half
     /// restocking one: never past the limit, filled oldest first, the books balance.
     BackorderFill,
+    /// --buyers (40) orders split across three locations of two products (crossing orders
+    /// included): no location oversold, all or nothing, no deadlock reaches a buyer.
+    SplitLocations,
 }
 
 #[derive(Debug, clap::Args)]
@@ -86,7 +92,7 @@ pub struct Args {
     /// optimistic, batched, naive-subtract, naive-overwrite, naive-replay; crossed-transfers and
     /// the hold scenarios: ordered, naive; extend-vs-sweeper: the served four and naive-extend;
     /// sales-vs-reservations: the served four and naive-sale; backorder-fill: the served four
-    /// and naive-fill.
+    /// and naive-fill; split-locations: the served four and naive-locations.
     #[arg(long, default_value = "all")]
     strategy: String,
     /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
@@ -142,7 +148,7 @@ pub enum Race {
         race: HoldRace,
         strategies: Vec<LabHolds>,
     },
-    /// extend-vs-sweeper or sales-vs-reservations.
+    /// extend-vs-sweeper, sales-vs-reservations or split-locations.
     Shop {
         scenario: Scenario,
         buyers: u32,
@@ -209,6 +215,7 @@ impl Config {
             ScenarioArg::ExtendVsSweeper => Scenario::ExtendVsSweeper,
             ScenarioArg::SalesVsReservations => Scenario::SalesVsReservations,
             ScenarioArg::BackorderFill => Scenario::BackorderFill,
+            ScenarioArg::SplitLocations => Scenario::SplitLocations,
         };
         let holds_scenario = matches!(
             scenario,
@@ -224,6 +231,7 @@ impl Config {
                 | Scenario::ExtendVsSweeper
                 | Scenario::SalesVsReservations
                 | Scenario::BackorderFill
+                | Scenario::SplitLocations
         ) && (args.stock.is_some()
             || args.think_ms.is_some()
             || args.transfers.is_some()
@@ -249,6 +257,13 @@ impl Config {
                 MAX_FILL_BUYERS,
                 DEFAULT_RUNS,
                 NAIVE_FILL,
+            )),
+            Scenario::SplitLocations => Some((
+                DEFAULT_LOCATION_BUYERS,
+                2,
+                MAX_LOCATION_BUYERS,
+                DEFAULT_RUNS,
+                NAIVE_LOCATIONS,
             )),
             Scenario::ExtendVsSweeper => Some((
                 DEFAULT_EXTEND_ORDERS,
@@ -409,6 +424,15 @@ pub async fn run(config: Config, server_url: &str) -> Result<()> {
                 contenders,
             } if *scenario == Scenario::BackorderFill => {
                 lab::backorders::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run)
+                    .await
+            }
+            Race::Shop {
+                scenario,
+                buyers,
+                runs,
+                contenders,
+            } if *scenario == Scenario::SplitLocations => {
+                lab::locations::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run)
                     .await
             }
             Race::Shop {

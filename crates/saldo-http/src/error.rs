@@ -370,6 +370,31 @@ fn domain(e: &Error) -> Parts {
         )
         .with("order_id", json!(order_id))
         .with("product_id", json!(product_id)),
+        Error::UnknownLocation {
+            product_id,
+            location_id,
+        } => Parts::new(
+            S::NOT_FOUND,
+            "unknown-location",
+            "Product not stocked at that location",
+            detail,
+        )
+        .with("product_id", json!(product_id))
+        .with("location_id", json!(location_id)),
+        Error::StockedByLocation(p) => Parts::new(
+            S::CONFLICT,
+            "stocked-by-location",
+            "Product stocked per location",
+            detail,
+        )
+        .with("product_id", json!(p)),
+        Error::BackordersAndLocations(p) => Parts::new(
+            S::CONFLICT,
+            "backorders-and-locations",
+            "Backorders and per-location stock cannot be combined",
+            detail,
+        )
+        .with("product_id", json!(p)),
         Error::SaleConflict(sale) => Parts::new(
             S::CONFLICT,
             "idempotency-conflict",
@@ -801,6 +826,12 @@ mod tests {
                 409,
                 "backorder-limit-below-backordered",
                 Some("backordered"),
+            ),
+            (
+                Error::BackordersAndLocations(p),
+                409,
+                "backorders-and-locations",
+                Some("product_id"),
             ),
             (
                 Error::AdjustmentWouldGoNegative {

@@ -20,7 +20,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::Problem;
 use crate::routes::lists::StatusFilter;
-use crate::routes::orders::ItemRequest;
+use crate::routes::orders::{ItemRequest, ReserveItemRequest};
 use crate::AppState;
 
 /// Media type of error answers, for the `responses(...)` of every path.
@@ -33,7 +33,7 @@ pub(crate) const PROBLEM: &str = "application/problem+json";
         description = "Sell the last unit exactly once and move money without deadlocks, on PostgreSQL. \
                        Errors are RFC 9457 problem documents with a stable `type` per kind."
     ),
-    components(schemas(Problem, ItemRequest, StatusFilter)),
+    components(schemas(Problem, ItemRequest, ReserveItemRequest, StatusFilter)),
     modifiers(&BearerSchemes),
     tags(
         (name = "stock", description = "Products and their stock"),
@@ -167,6 +167,22 @@ fn problem(description: &str) -> Value {
 pub struct ProductPath;
 pub struct AccountPath;
 pub struct OrderPath;
+pub struct LocationPath;
+pub struct ProductLocationPath;
+
+impl IntoParams for LocationPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        path_param("location_id", schema::location_id())
+    }
+}
+
+impl IntoParams for ProductLocationPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let mut params = path_param("product_id", schema::product_id());
+        params.extend(path_param("location_id", schema::location_id()));
+        params
+    }
+}
 
 fn path_param(name: &str, schema: Schema) -> Vec<Parameter> {
     vec![ParameterBuilder::new()
@@ -199,8 +215,8 @@ impl IntoParams for OrderPath {
 pub mod schema {
     use saldo::domain::{
         MAX_AMOUNT, MAX_BACKORDER_LIMIT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN,
-        MAX_QUANTITY, MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S,
-        MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+        MAX_PRIORITY, MAX_QUANTITY, MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S,
+        MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
     };
     use saldo::ledger::{MAX_LIST, OPENING_PREFIX};
     use saldo::listing::{ListKind, MAX_PAGE_LIMIT};
@@ -326,6 +342,58 @@ pub mod schema {
         .examples([1])
         .build()
         .into()
+    }
+
+    pub fn location_id() -> Schema {
+        id("Location id (a warehouse, a store)", "north")
+    }
+
+    /// A reservation item's location: the id, or null/absent for "saldo allocates".
+    pub fn item_location_id() -> Schema {
+        Object::builder()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .min_length(Some(1))
+            .max_length(Some(MAX_ORDER_ID_LEN))
+            .pattern(Some(id_pattern()))
+            .description(Some(
+                "Take this item only from this location (products stocked per location);                  absent or null: saldo allocates",
+            ))
+            .build()
+            .into()
+    }
+
+    pub fn allocation() -> Schema {
+        Object::builder()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .enum_values(Some(["single", "split"]))
+            .description(Some(
+                "How items without a location are allocated across a product's locations                  (lower priority first, then by id): `single` takes each item from the first                  location that has enough, `split` (the default: absent or null) fills from                  locations in order",
+            ))
+            .build()
+            .into()
+    }
+
+    pub fn priority() -> Schema {
+        integer(
+            -i64::from(MAX_PRIORITY),
+            i64::from(MAX_PRIORITY),
+            false,
+            "Allocation order: lower first, ties by location id",
+        )
+        .examples([0])
+        .build()
+        .into()
+    }
+
+    pub fn reserve_items() -> Schema {
+        let mut array = Array::new(Ref::from_schema_name("ReserveItemRequest"));
+        array.min_items = Some(1);
+        array.max_items = Some(MAX_ITEMS_PER_ORDER);
+        array.description = Some(
+            "The order's lines; a product named twice is summed, and may not name two              different locations"
+                .to_owned(),
+        );
+        array.into()
     }
 
     fn items_array(nullable: bool, description: &str) -> Schema {

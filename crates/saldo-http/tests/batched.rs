@@ -33,6 +33,8 @@ mod orders;
 #[path = "suite/stock.rs"]
 mod stock;
 
+#[path = "suite/locations.rs"]
+mod locations;
 #[path = "suite/shop.rs"]
 mod shop;
 

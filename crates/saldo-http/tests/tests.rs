@@ -46,6 +46,8 @@ mod stock;
 #[path = "suite/telemetry.rs"]
 mod telemetry;
 
+#[path = "suite/locations.rs"]
+mod locations;
 #[path = "suite/shop.rs"]
 mod shop;
 

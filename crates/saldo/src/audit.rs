@@ -41,6 +41,16 @@ pub enum Invariant {
     /// Fills out of arrival order (expected 0, actual how many): a fill went back to an older
     /// arrival than the fill before it, or a live backorder is older than one that got a fill.
     FilledInArrivalOrder,
+    /// A product stocked per location: `available` differs from the sum of its locations'.
+    LocationsSumToAvailable,
+    /// A product stocked per location: `reserved` differs from the sum of its locations'.
+    LocationsSumToReserved,
+    /// A location's `reserved` differs from the active allocations at it (summed over the
+    /// product's locations that diverge).
+    LocationReservedMatchesAllocations,
+    /// An allocated reservation's allocations do not add up to its quantity (summed over the
+    /// product's rows that diverge).
+    AllocationsMatchQuantity,
 }
 
 /// One broken invariant of one product.
@@ -61,12 +71,12 @@ macro_rules! stock_state {
 WITH last_count AS (
     SELECT DISTINCT ON (product_id) product_id, id, quantity, created_at
       FROM stock_movements
-     WHERE kind = 'count' AND ($1::bigint IS NULL OR product_id = $1)
+     WHERE kind = 'count' AND location_id IS NULL AND ($1::bigint IS NULL OR product_id = $1)
      ORDER BY product_id, id DESC),
 adjusted AS (
     SELECT m.product_id, sum(m.quantity)::bigint AS delta
       FROM stock_movements m JOIN last_count c USING (product_id)
-     WHERE m.kind = 'adjustment' AND m.id > c.id
+     WHERE m.kind = 'adjustment' AND m.location_id IS NULL AND m.id > c.id
      GROUP BY m.product_id),
 fills_sold AS (
     SELECT reservation_id, sum(quantity)::bigint AS quantity
@@ -284,14 +294,55 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
     rows.iter().map(ProductState::from_row).collect()
 }
 
-/// Runs the stock audit; an empty answer means every product is consistent with its history
-/// and its backorders. Both queries read one snapshot.
+/// The location invariants (issue 15), per product: its row is the sum of its locations, each
+/// location's `reserved` is the sum of the active allocations at it, and each allocated
+/// reservation's allocations add up to its quantity. `$1`: most rows returned.
+const LOCATION_AUDIT: &str = "
+WITH sums AS (
+    SELECT product_id, sum(available)::bigint AS available, sum(reserved)::bigint AS reserved
+      FROM stock_locations GROUP BY product_id),
+held AS (
+    SELECT a.product_id, a.location_id, sum(a.quantity)::bigint AS quantity
+      FROM reservation_allocations a JOIN reservations r ON r.id = a.reservation_id
+     WHERE r.status = 'active'
+     GROUP BY a.product_id, a.location_id),
+per_row AS (
+    SELECT r.product_id, r.quantity::bigint AS quantity,
+           coalesce(sum(a.quantity), 0)::bigint AS allocated
+      FROM reservations r LEFT JOIN reservation_allocations a ON a.reservation_id = r.id
+     WHERE r.allocated
+     GROUP BY r.id, r.product_id, r.quantity)
+SELECT * FROM (
+    SELECT s.product_id, 'available' AS invariant, coalesce(x.available, 0) AS expected,
+           s.available::bigint AS actual
+      FROM stock s LEFT JOIN sums x USING (product_id)
+     WHERE s.located AND s.available <> coalesce(x.available, 0)
+    UNION ALL
+    SELECT s.product_id, 'reserved', coalesce(x.reserved, 0), s.reserved::bigint
+      FROM stock s LEFT JOIN sums x USING (product_id)
+     WHERE s.located AND s.reserved <> coalesce(x.reserved, 0)
+    UNION ALL
+    SELECT sl.product_id, 'location_reserved', sum(coalesce(h.quantity, 0))::bigint,
+           sum(sl.reserved)::bigint
+      FROM stock_locations sl LEFT JOIN held h USING (product_id, location_id)
+     WHERE sl.reserved <> coalesce(h.quantity, 0)
+     GROUP BY sl.product_id
+    UNION ALL
+    SELECT product_id, 'allocations', sum(quantity)::bigint, sum(allocated)::bigint
+      FROM per_row WHERE quantity <> allocated
+     GROUP BY product_id
+) d ORDER BY product_id, invariant LIMIT $1";
+
+/// Runs the stock audit; an empty answer means every product is consistent with its history,
+/// its backorders and (stocked per location) its locations and allocations. All three queries
+/// read one snapshot.
 pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
     let mut client = checkout(pool, "audit_stock").await?;
     let tx = snapshot(&mut client).await?;
     let all: Option<i64> = None;
     let states = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
     let backorders = tx.query(BACKORDER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    let locations = tx.query(LOCATION_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
     for r in &states {
@@ -299,6 +350,20 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
     }
     for r in &backorders {
         out.extend(backorder_divergences(r)?);
+    }
+    for r in &locations {
+        let invariant = match r.try_get::<_, &str>("invariant")? {
+            "available" => Invariant::LocationsSumToAvailable,
+            "reserved" => Invariant::LocationsSumToReserved,
+            "location_reserved" => Invariant::LocationReservedMatchesAllocations,
+            _ => Invariant::AllocationsMatchQuantity,
+        };
+        out.push(Divergence {
+            product_id: ProductId::new(r.try_get("product_id")?)?,
+            invariant,
+            expected: r.try_get("expected")?,
+            actual: r.try_get("actual")?,
+        });
     }
     out.sort_by_key(|d| d.product_id);
     out.truncate(MAX_DIVERGENCES as usize);

@@ -76,6 +76,16 @@ pub enum InputError {
     },
     #[error("sale id must be 1-64 characters from [A-Za-z0-9._:-]")]
     SaleIdInvalid,
+    #[error("location id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    LocationIdInvalid,
+    #[error("priority {0} is outside -1000000..=1000000")]
+    PriorityOutOfRange(i64),
+    #[error("allocation must be \"single\" or \"split\"")]
+    AllocationInvalid,
+    #[error("product {0} appears with two different locations in one order")]
+    LocationConflict(i64),
+    #[error("a product may be stocked at {max} locations at most")]
+    TooManyLocations { max: usize },
     #[error("maximum hold {max_hold_s}s is outside {min}..={max}s")]
     MaxHoldOutOfRange { max_hold_s: u64, min: u64, max: u64 },
     #[error("backorder_limit {0} is outside 0..={max}", max = MAX_BACKORDER_LIMIT)]
@@ -123,6 +133,7 @@ deserialize_via!(ProductId, i64, ProductId::new);
 deserialize_via!(OrderId, String, OrderId::new);
 deserialize_via!(RequestKey, String, RequestKey::new);
 deserialize_via!(SaleId, String, SaleId::new);
+deserialize_via!(LocationId, String, LocationId::new);
 deserialize_via!(Quantity, i64, Quantity::new);
 deserialize_via!(AccountId, i64, AccountId::new);
 deserialize_via!(TransferId, String, TransferId::new);
@@ -227,6 +238,74 @@ impl SaleId {
 impl fmt::Display for SaleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+/// A stock location (a warehouse, a store): the order id alphabet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct LocationId(String);
+
+impl LocationId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(LocationId(raw))
+        } else {
+            Err(InputError::LocationIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LocationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Locations one product may be stocked at, at most: an allocation reads and locks them all.
+pub const MAX_LOCATIONS_PER_PRODUCT: usize = 64;
+/// A location's priority lies in `-MAX_PRIORITY..=MAX_PRIORITY` (lower allocates first).
+pub const MAX_PRIORITY: i32 = 1_000_000;
+
+/// A location's allocation priority: lower first, ties by location id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Priority(i32);
+
+impl Priority {
+    pub fn new(raw: i64) -> Result<Self, InputError> {
+        match i32::try_from(raw) {
+            Ok(p) if (-MAX_PRIORITY..=MAX_PRIORITY).contains(&p) => Ok(Priority(p)),
+            _ => Err(InputError::PriorityOutOfRange(raw)),
+        }
+    }
+    pub fn get(self) -> i32 {
+        self.0
+    }
+}
+
+/// How a reservation item with no location of its own is allocated across locations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AllocationMode {
+    /// Each item from one location: the first by priority that has enough.
+    Single,
+    /// Fill from locations in priority order (the default).
+    #[default]
+    Split,
+}
+
+impl AllocationMode {
+    pub fn parse(raw: &str) -> Result<Self, InputError> {
+        match raw {
+            "single" => Ok(AllocationMode::Single),
+            "split" => Ok(AllocationMode::Split),
+            _ => Err(InputError::AllocationInvalid),
+        }
     }
 }
 

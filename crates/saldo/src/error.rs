@@ -6,7 +6,9 @@ use tokio_postgres::error::SqlState;
 // `InputError` lives with the newtypes that raise it, so `domain` imports nothing from here
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
-use crate::domain::{AccountId, GroupId, OrderId, ProductId, SaleId, TransferId, TransferStatus};
+use crate::domain::{
+    AccountId, GroupId, LocationId, OrderId, ProductId, SaleId, TransferId, TransferStatus,
+};
 
 /// Everything a library operation can return.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +39,18 @@ pub enum Error {
         product_id: ProductId,
         why: &'static str,
     },
+    /// A reservation or sale named a location the product is not stocked at.
+    #[error("product {product_id} is not stocked at location {location_id}")]
+    UnknownLocation {
+        product_id: ProductId,
+        location_id: LocationId,
+    },
+    /// The product is stocked per location: its total is the sum of its locations, so it is
+    /// counted per location (not as a whole) and adjusted by counting a location. (Inside the
+    /// engine this is also the signal that routes a reservation or sale to the located path;
+    /// an operation never returns it for that.)
+    #[error("product {0} is stocked per location: count one of its locations instead")]
+    StockedByLocation(ProductId),
     /// The sale id was used before with other items.
     #[error("sale {0} was already made with different items")]
     SaleConflict(SaleId),
@@ -110,6 +124,11 @@ pub enum Error {
         limit: i32,
         backordered: i32,
     },
+    /// A product either takes backorders or is stocked per location, not both: setting a
+    /// backorder limit on a located product, or counting a location of a product with a limit
+    /// or live backorders, is refused and nothing is written.
+    #[error("product {0} cannot both take backorders and be stocked per location")]
+    BackordersAndLocations(ProductId),
     /// Internal routing signal, never returned by a public operation: a take was refused on a
     /// product that accepts backorders, so the reserve reruns on the locked backorder path
     /// (`stock::backorders`). Seen by a caller, it is a bug.

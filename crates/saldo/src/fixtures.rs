@@ -14,13 +14,15 @@ use crate::retry::checkout;
 
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
 const EMPTY_ALL: &str =
-    "TRUNCATE backorder_fills, reservations, sale_items, sales, stock_movements, stock, \
-     transfers, transfer_groups; \
+    "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
+     locations, reservations, sale_items, sales, stock_movements, stock, transfers, \
+     transfer_groups; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 
 /// Empties the stock tables (the ledger is left alone).
 const EMPTY_STOCK: &str =
-    "TRUNCATE backorder_fills, reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY";
+    "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
+     locations, reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY";
 const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
 const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
@@ -68,6 +70,37 @@ pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<()
         analyze: "ANALYZE stock",
     };
     bulk.run(pool, &[&units, &n]).await
+}
+
+const LOCATIONS: &str = "INSERT INTO locations (location_id, priority) \
+     SELECT t.location_id, (t.n - 1)::int FROM unnest($1::text[]) WITH ORDINALITY AS t(location_id, n)";
+/// Each product's units split across the locations (the first takes the remainder).
+const LOCATE_STOCK: &str = "INSERT INTO stock_locations (product_id, location_id, available) \
+     SELECT s.product_id, t.location_id, \
+            CASE WHEN t.n = 1 \
+                 THEN s.available - (cardinality($1::text[]) - 1) * (s.available / cardinality($1::text[])) \
+                 ELSE s.available / cardinality($1::text[]) END \
+       FROM stock s, unnest($1::text[]) WITH ORDINALITY AS t(location_id, n)";
+const MARK_LOCATED: &str = "UPDATE stock SET located = true";
+
+/// [`stock_products`], then every product stocked per location: its units split across
+/// `locations` (priorities 0, 1, … in the order given), so the product row stays the sum and
+/// the audit holds. The bench's `multi-location` scenario.
+pub async fn stock_products_at(
+    pool: &Pool,
+    products: u32,
+    units: i32,
+    locations: &[&str],
+) -> Result<(), Error> {
+    stock_products(pool, products, units).await?;
+    let mut client = checkout(pool, "fixtures_stock_locations").await?;
+    let tx = client.transaction().await?;
+    tx.execute(LOCATIONS, &[&locations]).await?;
+    tx.execute(LOCATE_STOCK, &[&locations]).await?;
+    tx.execute(MARK_LOCATED, &[]).await?;
+    tx.commit().await?;
+    client.batch_execute("ANALYZE stock_locations").await?;
+    Ok(())
 }
 
 /// Empties the ledger and opens accounts `1..=accounts` with `opening_balance` each, with their

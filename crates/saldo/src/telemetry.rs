@@ -51,6 +51,8 @@ pub const OPERATIONS: &[&str] = &[
     "extend",
     "sell",
     "repair",
+    "set_location_count",
+    "set_location_priority",
 ];
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
@@ -67,6 +69,7 @@ pub const RESERVATION_OUTCOMES: &[&str] = &[
     "outcome_unknown",
     "version_conflict",
     "unknown_product",
+    "unknown_location",
     "invalid",
     "error",
 ];
@@ -85,6 +88,7 @@ pub const SALE_OUTCOMES: &[&str] = &[
     "replayed",
     "insufficient_stock",
     "unknown_product",
+    "unknown_location",
     "idempotency_conflict",
     "error",
 ];

@@ -99,6 +99,9 @@ async fn the_migrations_distribute_the_schema() {
         "stock_movements",
         "sale_items",
         "backorder_fills",
+        "stock_locations",
+        "reservation_allocations",
+        "sale_allocations",
     ] {
         let t = find(table);
         assert_eq!((t.1.as_str(), t.2.as_str()), ("h", "product_id"), "{table}");
@@ -116,7 +119,12 @@ async fn the_migrations_distribute_the_schema() {
     );
     assert_eq!(find("orders").2, "order_id");
     assert_eq!(find("transfer_ids").2, "id");
-    for table in ["sales", "transfer_groups", "transfer_group_positions"] {
+    for table in [
+        "sales",
+        "transfer_groups",
+        "transfer_group_positions",
+        "locations",
+    ] {
         assert_eq!(find(table).1, "n", "{table} is a reference table");
     }
     let triggers: i64 = client
@@ -267,6 +275,39 @@ async fn a_backorder_fill_of_an_unknown_reservation_or_movement_is_refused_on_bo
             INSERT INTO backorder_fills (product_id, reservation_id, arrival, quantity, sold, movement_id) \
               VALUES (1, '00000000-0000-4000-8000-000000000002', 1, 1, false, 999999)";
         assert_eq!(refusal(db, unknown_movement).await, "23503");
+    }
+}
+
+/// V7's allocations: the reference to the reservation names the product on Citus, and the key
+/// holds it; a second allocation of one reservation at one location, and an allocation of an
+/// unknown reservation, are refused on both.
+#[tokio::test]
+async fn allocations_keep_their_keys_and_references_on_both() {
+    let (citus, single) = citus_and_single().await;
+    for db in [&single, &citus] {
+        let client = db.pool.get().await.expect("client");
+        client
+            .batch_execute(
+                "INSERT INTO locations (location_id) VALUES ('north'); \
+                 INSERT INTO stock_locations (product_id, location_id, available) \
+                   VALUES (1, 'north', 5); \
+                 INSERT INTO reservations (id, order_id, product_id, quantity, expires_at) \
+                   VALUES ('00000000-0000-4000-8000-000000000003', 'o3', 1, 1, \
+                           now() + interval '1 minute'); \
+                 INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
+                   VALUES ('00000000-0000-4000-8000-000000000003', 1, 'north', 1)",
+            )
+            .await
+            .expect("one allocation");
+        let twice = "INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
+                     VALUES ('00000000-0000-4000-8000-000000000003', 1, 'north', 1)";
+        assert_eq!(refusal(db, twice).await, "23505");
+        let unknown = "INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
+                       VALUES ('00000000-0000-4000-8000-000000000004', 1, 'north', 1)";
+        assert_eq!(refusal(db, unknown).await, "23503");
+        let nowhere = "INSERT INTO stock_locations (product_id, location_id, available) \
+                       VALUES (1, 'south', 5)";
+        assert_eq!(refusal(db, nowhere).await, "23503");
     }
 }
 

@@ -39,6 +39,9 @@ mod model;
 #[path = "suite/sales.rs"]
 mod sales;
 
+#[path = "suite/locations.rs"]
+mod locations;
+
 #[path = "suite/repair.rs"]
 mod repair;
 

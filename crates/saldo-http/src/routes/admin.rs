@@ -32,7 +32,9 @@ pub struct SweepView {
 pub struct DivergenceView {
     pub product_id: i64,
     /// `reserved_matches_active`, `on_hand_matches_history`, `backordered_matches_live`,
-    /// `backordered_within_limit` or `filled_in_arrival_order`.
+    /// `backordered_within_limit`, `filled_in_arrival_order`, or for products stocked per
+    /// location `locations_sum_to_available`, `locations_sum_to_reserved`,
+    /// `location_reserved_matches_allocations`, `allocations_match_quantity`.
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -48,6 +50,12 @@ impl From<&Divergence> for DivergenceView {
                 Invariant::BackorderedMatchesLive => "backordered_matches_live",
                 Invariant::BackorderedWithinLimit => "backordered_within_limit",
                 Invariant::FilledInArrivalOrder => "filled_in_arrival_order",
+                Invariant::LocationsSumToAvailable => "locations_sum_to_available",
+                Invariant::LocationsSumToReserved => "locations_sum_to_reserved",
+                Invariant::LocationReservedMatchesAllocations => {
+                    "location_reserved_matches_allocations"
+                }
+                Invariant::AllocationsMatchQuantity => "allocations_match_quantity",
             }
             .to_owned(),
             expected: d.expected,

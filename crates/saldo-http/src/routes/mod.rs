@@ -84,6 +84,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(stock::set_count, stock::get_stock))
         .routes(routes!(stock::adjust))
         .routes(routes!(stock::set_policy))
+        .routes(routes!(stock::set_location_count))
+        .routes(routes!(stock::set_priority))
         .routes(routes!(orders::reserve))
         .routes(routes!(orders::rereserve))
         .routes(routes!(orders::extend))

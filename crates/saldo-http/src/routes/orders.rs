@@ -7,8 +7,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use saldo::domain::{OrderId, OrderItems, RequestKey, Ttl, MAX_TTL_S, MIN_TTL_S};
-use saldo::stock::{RereserveRequest, Reservation, ReserveRequest, ReservedItem, Status};
+use std::collections::BTreeMap;
+
+use saldo::domain::{
+    AllocationMode, InputError, LocationId, OrderId, OrderItems, ProductId, RequestKey, Ttl,
+    MAX_TTL_S, MIN_TTL_S,
+};
+use saldo::stock::{
+    Placement, RereserveRequest, Reservation, ReserveRequest, ReservedItem, Status,
+};
 use saldo::Error;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -31,14 +38,44 @@ pub struct ItemRequest {
     pub quantity: i64,
 }
 
+/// One line of a reservation: a location may be named (take only from there).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveItemRequest {
+    #[schema(schema_with = schema::product_id)]
+    #[serde(deserialize_with = "super::numbers::i64")]
+    pub product_id: i64,
+    #[schema(schema_with = schema::quantity)]
+    #[serde(deserialize_with = "super::numbers::i64")]
+    pub quantity: i64,
+    /// Take this item only from this location (products stocked per location).
+    #[serde(default)]
+    #[schema(schema_with = schema::item_location_id)]
+    pub location_id: Option<String>,
+}
+
+/// How items without a location are allocated across a product's locations.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Allocation {
+    /// Each item from one location: the first by priority that has enough.
+    Single,
+    /// Fill from locations in priority order (the default).
+    Split,
+}
+
 /// Reserve every item of an order, or none.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveBody {
     #[schema(schema_with = schema::order_id)]
     pub order_id: String,
-    #[schema(schema_with = schema::items)]
-    pub items: Vec<ItemRequest>,
+    #[schema(schema_with = schema::reserve_items)]
+    pub items: Vec<ReserveItemRequest>,
+    /// `split` when absent. Only products stocked per location look at it.
+    #[serde(default)]
+    #[schema(schema_with = schema::allocation)]
+    pub allocation: Option<Allocation>,
     #[serde(default, deserialize_with = "super::numbers::opt_u64")]
     #[schema(schema_with = schema::ttl_s)]
     pub ttl_s: Option<u64>,
@@ -89,6 +126,13 @@ impl From<Status> for ItemStatus {
     }
 }
 
+/// Units of one item taken at one location.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AllocationView {
+    pub location_id: String,
+    pub quantity: i32,
+}
+
 /// One product's reservation.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ItemView {
@@ -100,6 +144,11 @@ pub struct ItemView {
     /// arrive). Absent when 0: a product without a backorder policy answers as before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backordered: Option<i32>,
+    /// Where the units came from, by location id: products stocked per location only (absent
+    /// for the others, so their answers are what they always were).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub allocations: Vec<AllocationView>,
 }
 
 impl From<&ReservedItem> for ItemView {
@@ -110,6 +159,14 @@ impl From<&ReservedItem> for ItemView {
             status: i.status.into(),
             expires_at: i.expires_at,
             backordered: (i.backordered > 0).then_some(i.backordered),
+            allocations: i
+                .allocations
+                .iter()
+                .map(|a| AllocationView {
+                    location_id: a.location_id.as_str().to_owned(),
+                    quantity: a.quantity,
+                })
+                .collect(),
         }
     }
 }
@@ -173,6 +230,44 @@ pub(crate) fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError>
     )?)
 }
 
+/// The reservation's items and where they may come from. A product named twice is summed (as
+/// always); naming it with two different locations is refused.
+fn reserve_items(
+    items: &[ReserveItemRequest],
+    allocation: Option<Allocation>,
+) -> Result<(OrderItems, Placement), ApiError> {
+    let order = OrderItems::new(items.iter().map(|i| (i.product_id, i.quantity)))?;
+    let mut pinned: BTreeMap<ProductId, LocationId> = BTreeMap::new();
+    for item in items {
+        let Some(raw) = &item.location_id else {
+            continue;
+        };
+        let location = LocationId::new(raw.as_str())?;
+        let product = ProductId::new(item.product_id)?;
+        if pinned
+            .insert(product, location.clone())
+            .is_some_and(|l| l != location)
+        {
+            return Err(InputError::LocationConflict(item.product_id).into());
+        }
+    }
+    // An item without a location next to one with: the product is pinned only if all are.
+    for item in items {
+        if item.location_id.is_none() {
+            if let Ok(product) = ProductId::new(item.product_id) {
+                if pinned.contains_key(&product) {
+                    return Err(InputError::LocationConflict(item.product_id).into());
+                }
+            }
+        }
+    }
+    let allocation = match allocation {
+        Some(Allocation::Single) => AllocationMode::Single,
+        Some(Allocation::Split) | None => AllocationMode::Split,
+    };
+    Ok((order, Placement { allocation, pinned }))
+}
+
 fn order_id(raw: String) -> Result<OrderId, ApiError> {
     Ok(OrderId::new(raw)?)
 }
@@ -186,11 +281,11 @@ fn order_id(raw: String) -> Result<OrderId, ApiError> {
         (status = 200, description = "Replay of an existing reservation (`replayed: true`)", body = ReservationView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the order was reserved with other items)", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "Unknown product (`unknown-product`, `product_id`) or a location the product is not stocked at (`unknown-location`, `product_id`, `location_id`)", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Insufficient stock (`product_id`; at the named location, in one location for `single`, in all for `split`) or idempotency conflict (the order was reserved with other items)", body = Problem, content_type = PROBLEM),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid input (a product named with two different locations included)", body = Problem, content_type = PROBLEM),
         (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn reserve(
@@ -200,7 +295,7 @@ pub async fn reserve(
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
     let order_id = order_id(body.order_id)?;
     crate::access_log::note_order_id(&order_id);
-    let items = order_items(&body.items)?;
+    let (items, placement) = reserve_items(&body.items, body.allocation)?;
     let ttl = ttl_or_default(&state, body.ttl_s)?;
     let request = ReserveRequest {
         order_id,
@@ -208,7 +303,8 @@ pub async fn reserve(
         ttl,
     };
     let stock = state.stock.clone();
-    let reservation = detached(async move { stock.reserve(&request).await }).await;
+    let reservation =
+        detached(async move { stock.reserve_placed(&request, &placement).await }).await;
     reservation_response(&state, reservation)
 }
 

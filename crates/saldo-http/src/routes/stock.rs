@@ -1,8 +1,10 @@
 //! Stock routes: set a physical count, adjust and set the backorder policy (admin), read a
-//! product's stock.
+//! product's stock (with its locations); per location (issue 15): count one location of a
+//! product, set a location's allocation priority (admin).
 
 use axum::Json;
-use saldo::domain::{ProductId, Reason};
+use saldo::domain::{LocationId, Priority, ProductId, Reason};
+use saldo::stock::locations::{self, LocatedStock, Location};
 use saldo::stock::{admin as stock_admin, backorders, Stock};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -10,7 +12,7 @@ use utoipa::ToSchema;
 use super::{detached, ApiJson, ApiPath, PROBLEM};
 use crate::auth::{Admin, Client};
 use crate::error::{ApiError, Problem};
-use crate::openapi::{schema, ProductPath};
+use crate::openapi::{schema, LocationPath, ProductLocationPath, ProductPath};
 use crate::AppState;
 use axum::extract::State;
 
@@ -70,6 +72,81 @@ impl From<Stock> for StockView {
             version: s.version,
             backorder_limit: policy.then_some(s.backorder_limit),
             backordered: policy.then_some(s.backordered),
+        }
+    }
+}
+
+/// A product's stock at one location.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocationStockView {
+    pub location_id: String,
+    pub available: i32,
+    pub reserved: i32,
+}
+
+/// A product's stock: its totals and, stocked per location, each location's (the totals are
+/// their sums).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocatedStockView {
+    pub product_id: i64,
+    pub available: i32,
+    pub reserved: i32,
+    /// Bumped by every write of the row.
+    pub version: i64,
+    /// As in `StockView`: present only for a product with a backorder policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backorder_limit: Option<i32>,
+    /// As in `StockView`: units backordered now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backordered: Option<i32>,
+    /// By location id; empty for a product never given a location.
+    pub locations: Vec<LocationStockView>,
+}
+
+impl From<LocatedStock> for LocatedStockView {
+    fn from(s: LocatedStock) -> Self {
+        let totals = StockView::from(s.stock);
+        LocatedStockView {
+            product_id: totals.product_id,
+            available: totals.available,
+            reserved: totals.reserved,
+            version: totals.version,
+            backorder_limit: totals.backorder_limit,
+            backordered: totals.backordered,
+            locations: s
+                .locations
+                .into_iter()
+                .map(|l| LocationStockView {
+                    location_id: l.location_id.as_str().to_owned(),
+                    available: l.available,
+                    reserved: l.reserved,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A location's allocation priority.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPriority {
+    #[schema(schema_with = schema::priority)]
+    #[serde(deserialize_with = "super::numbers::i64")]
+    pub priority: i64,
+}
+
+/// A location as stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocationView {
+    pub location_id: String,
+    pub priority: i32,
+}
+
+impl From<Location> for LocationView {
+    fn from(l: Location) -> Self {
+        LocationView {
+            location_id: l.location_id.as_str().to_owned(),
+            priority: l.priority.get(),
         }
     }
 }
@@ -141,7 +218,7 @@ pub async fn adjust(
         (status = 200, description = "The stock under the new policy", body = StockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`); nothing written", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a limit on a product stocked per location (`backorders-and-locations`); nothing written", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn set_policy(
@@ -160,12 +237,66 @@ pub async fn set_policy(
     Ok(Json(stock.into()))
 }
 
-/// Read a product's stock.
+/// Set the physical count of a product at one location (creating the product and the location
+/// if new). The product's first location count makes it stocked per location: what it held
+/// until then moves to the location `default`, its active reservations allocated there.
+#[utoipa::path(put, path = "/v1/products/{product_id}/locations/{location_id}/stock", tag = "stock",
+    params(ProductLocationPath),
+    request_body = SetCount,
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The product's stock after the count, with its locations", body = LocatedStockView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`)", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id or count, or one location too many for the product", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn set_location_count(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath((product_id, location_id)): ApiPath<(i64, String)>,
+    ApiJson(body): ApiJson<SetCount>,
+) -> Result<Json<LocatedStockView>, ApiError> {
+    let product_id = product(product_id)?;
+    let location_id = LocationId::new(location_id)?;
+    let store = state.store().clone();
+    let stock = detached(async move {
+        locations::set_count(&store, product_id, &location_id, body.count).await
+    })
+    .await?;
+    Ok(Json(stock.into()))
+}
+
+/// Set a location's allocation priority (lower first, then by id), creating it if new.
+#[utoipa::path(put, path = "/v1/locations/{location_id}", tag = "stock",
+    params(LocationPath),
+    request_body = SetPriority,
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The location", body = LocationView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Invalid id or priority", body = Problem, content_type = PROBLEM),
+    ))]
+pub async fn set_priority(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(location_id): ApiPath<String>,
+    ApiJson(body): ApiJson<SetPriority>,
+) -> Result<Json<LocationView>, ApiError> {
+    let location_id = LocationId::new(location_id)?;
+    let priority = Priority::new(body.priority)?;
+    let store = state.store().clone();
+    let location =
+        detached(async move { locations::set_priority(&store, &location_id, priority).await })
+            .await?;
+    Ok(Json(location.into()))
+}
+
+/// Read a product's stock, with its locations.
 #[utoipa::path(get, path = "/v1/products/{product_id}/stock", tag = "stock",
     params(ProductPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
-        (status = 200, description = "The product's stock", body = StockView),
+        (status = 200, description = "The product's stock: totals, and each location's", body = LocatedStockView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM),
@@ -174,11 +305,11 @@ pub async fn get_stock(
     _: Client,
     State(state): State<AppState>,
     ApiPath(product_id): ApiPath<i64>,
-) -> Result<Json<StockView>, ApiError> {
+) -> Result<Json<LocatedStockView>, ApiError> {
     let product_id = product(product_id)?;
     let store = state.store().clone();
     Ok(Json(
-        detached(async move { stock_admin::get(&store, product_id).await })
+        detached(async move { locations::get(&store, product_id).await })
             .await?
             .into(),
     ))

@@ -71,7 +71,7 @@ use http::HttpTarget;
 use load::{LoadPlan, Tally, Target};
 use report::{RunResult, Summary};
 pub use scenario::Scenario;
-use scenario::{Picker, OPENING_BALANCE, STOCK_PER_PRODUCT};
+use scenario::{Picker, BENCH_LOCATIONS, OPENING_BALANCE, STOCK_PER_PRODUCT};
 
 /// A strategy under test: a stock strategy, or a transfer strategy for the ledger scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +140,10 @@ impl BenchConfig {
             None => format!("{} buyers", self.plan.concurrency),
         };
         let products = match self.scenario {
-            Scenario::Hot | Scenario::TransfersHot | Scenario::HoldsHot => String::new(),
+            Scenario::Hot
+            | Scenario::MultiLocation
+            | Scenario::TransfersHot
+            | Scenario::HoldsHot => String::new(),
             Scenario::TransfersUniform => format!(", {} accounts", self.products),
             _ => format!(", {} products", self.products),
         };
@@ -265,13 +268,13 @@ async fn one_run(
             }
         }
         Contender::Stock(LabStrategy::Batched) => {
-            saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
+            stock_fixture(config, pool).await?;
             let b = Batched::new(store, &config.batched);
             batched = Some(b.clone());
             Target::Stock(Arc::new(b))
         }
         Contender::Stock(other) => {
-            saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
+            stock_fixture(config, pool).await?;
             let strategy_config = StrategyConfig {
                 batched: config.batched.clone(),
                 ..StrategyConfig::default()
@@ -306,6 +309,22 @@ async fn one_run(
     ))
 }
 
+/// The stock a run starts with: every product at one pool, or at [`BENCH_LOCATIONS`].
+async fn stock_fixture(config: &BenchConfig, pool: &deadpool_postgres::Pool) -> Result<()> {
+    if config.scenario == Scenario::MultiLocation {
+        saldo::fixtures::stock_products_at(
+            pool,
+            config.products,
+            STOCK_PER_PRODUCT,
+            &BENCH_LOCATIONS,
+        )
+        .await?;
+    } else {
+        saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
+    }
+    Ok(())
+}
+
 /// Most products whose stock the HTTP mode reads before and after a run.
 const HTTP_CHECKED_PRODUCTS: u32 = 100;
 /// Stock-setting requests in flight while preparing an HTTP run.
@@ -320,6 +339,9 @@ async fn http_run(
     round: u32,
     on_tick: impl Fn(&load::Live<'_>),
 ) -> Result<RunResult> {
+    if config.scenario == Scenario::MultiLocation {
+        bail!("multi-location runs in process only: its stock is laid out by the bench's fixtures");
+    }
     let products: Vec<i64> = (1..=i64::from(config.products))
         .map(|p| http::PRODUCT_OFFSET + p)
         .collect();

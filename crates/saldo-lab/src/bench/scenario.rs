@@ -16,6 +16,10 @@ use saldo::domain::{OrderItems, MAX_STOCK_COUNT};
 pub enum Scenario {
     /// One product: every order contends for the same stock row.
     Hot,
+    /// `hot` on a product stocked at three locations (priorities 0, 1, 2; split allocation):
+    /// every order takes the located path (its stock row, then the three location rows,
+    /// locked; allocation in memory), whatever the strategy.
+    MultiLocation,
     /// `--products` products, picked uniformly.
     Uniform,
     /// `--products` products, picked with a Zipf law of exponent `--skew`.
@@ -35,6 +39,7 @@ impl Scenario {
     pub fn as_str(self) -> &'static str {
         match self {
             Scenario::Hot => "hot",
+            Scenario::MultiLocation => "multi-location",
             Scenario::Uniform => "uniform",
             Scenario::Zipf => "zipf",
             Scenario::MultiItem => "multi-item",
@@ -55,13 +60,16 @@ impl Scenario {
     /// Products (or accounts) the scenario creates.
     pub fn products(self, requested: u32) -> u32 {
         match self {
-            Scenario::Hot => 1,
+            Scenario::Hot | Scenario::MultiLocation => 1,
             Scenario::TransfersHot | Scenario::HoldsHot => 2,
             Scenario::TransfersUniform => requested.max(2),
             _ => requested,
         }
     }
 }
+
+/// The locations of the `multi-location` scenario, in priority order.
+pub const BENCH_LOCATIONS: [&str; 3] = ["north", "south", "east"];
 
 /// The units each product gets before a run: the largest count, so it never runs out.
 pub const STOCK_PER_PRODUCT: i32 = MAX_STOCK_COUNT;
@@ -85,7 +93,7 @@ pub enum Picker {
 impl Picker {
     pub fn new(scenario: Scenario, products: u32, skew: f64, items: u32) -> Picker {
         match scenario {
-            Scenario::Hot => Picker::Hot,
+            Scenario::Hot | Scenario::MultiLocation => Picker::Hot,
             Scenario::Uniform
             | Scenario::TransfersHot
             | Scenario::TransfersUniform
@@ -171,6 +179,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         for scenario in [
             Scenario::Hot,
+            Scenario::MultiLocation,
             Scenario::Uniform,
             Scenario::Zipf,
             Scenario::MultiItem,

@@ -3,11 +3,13 @@
 //! the loop that runs each contender `runs` times on a reset scratch database and sums what
 //! every run found into its [`Report`] ([`run_contenders`]).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Instant;
 
 use saldo::retry::TxOptions;
 use saldo::stock::{Store, StrategyName};
+use tokio_postgres::error::SqlState;
 
 use crate::race::types::{LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
@@ -62,6 +64,38 @@ impl Contender {
 /// One run's findings, added to its contender's report.
 pub trait RunOutcome {
     fn add_to(&self, report: &mut Report, run: u32);
+}
+
+/// What a stock scenario's run (`sales-vs-reservations`, `split-locations`) adds to its report,
+/// in the report's terms: one way to count it for both.
+pub struct StockFindings<'a> {
+    pub sold: u64,
+    pub refused: u64,
+    pub oversold: u64,
+    pub errors: &'a BTreeMap<String, u64>,
+    pub final_available: i64,
+    pub final_reserved: i64,
+    pub audit_divergences: u64,
+    pub violated: bool,
+}
+
+impl StockFindings<'_> {
+    pub fn add_to(&self, report: &mut Report, run: u32) {
+        report.add_sold(run, self.sold);
+        report.refused += self.refused;
+        report.oversold += self.oversold;
+        report.runs_oversold += u32::from(self.oversold > 0);
+        report.check_violations += self
+            .errors
+            .get(SqlState::CHECK_VIOLATION.code())
+            .copied()
+            .unwrap_or(0);
+        report.add_errors(self.errors);
+        report.final_available = self.final_available;
+        report.final_reserved = self.final_reserved;
+        report.audit_divergences += self.audit_divergences;
+        report.violations += u32::from(self.violated);
+    }
 }
 
 /// What a scenario's runs share.

@@ -40,6 +40,7 @@ pub mod explain;
 pub mod extend;
 pub mod holds;
 pub mod late;
+pub mod locations;
 pub mod sales;
 pub mod stock;
 pub mod transfers;

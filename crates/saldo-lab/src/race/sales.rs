@@ -19,9 +19,8 @@ use saldo::error::Error;
 use saldo::retry::checkout;
 use saldo::stock::{admin, build, ReserveRequest, SaleRequest, StrategyConfig};
 use tokio::sync::Barrier;
-use tokio_postgres::error::SqlState;
 
-use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
+use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs, StockFindings};
 use crate::race::types::{bounded, error_kind, join_bounded, LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
 
@@ -194,20 +193,17 @@ pub async fn run_on(
 
 impl RunOutcome for SalesOutcome {
     fn add_to(&self, report: &mut Report, run: u32) {
-        report.add_sold(run, self.reserved + self.sold);
-        report.refused += self.refused;
-        report.oversold += self.oversold();
-        report.runs_oversold += u32::from(self.oversold() > 0);
-        report.check_violations += self
-            .errors
-            .get(SqlState::CHECK_VIOLATION.code())
-            .copied()
-            .unwrap_or(0);
-        report.add_errors(&self.errors);
-        report.final_available = self.final_available;
-        report.final_reserved = self.final_reserved;
-        report.audit_divergences += self.audit_divergences;
-        report.violations += u32::from(self.violated());
+        StockFindings {
+            sold: self.reserved + self.sold,
+            refused: self.refused,
+            oversold: self.oversold(),
+            errors: &self.errors,
+            final_available: self.final_available,
+            final_reserved: self.final_reserved,
+            audit_divergences: self.audit_divergences,
+            violated: self.violated(),
+        }
+        .add_to(report, run);
     }
 }
 

@@ -49,6 +49,8 @@ pub enum Scenario {
     SalesVsReservations,
     /// Issue 15: restocks filling backorders racing new reservations for a preorder.
     BackorderFill,
+    /// Issue 15: orders split across three locations of two products; no location oversold.
+    SplitLocations,
 }
 
 impl Scenario {
@@ -64,6 +66,7 @@ impl Scenario {
         Scenario::ExtendVsSweeper,
         Scenario::SalesVsReservations,
         Scenario::BackorderFill,
+        Scenario::SplitLocations,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -79,6 +82,7 @@ impl Scenario {
             Scenario::ExtendVsSweeper => "extend-vs-sweeper",
             Scenario::SalesVsReservations => "sales-vs-reservations",
             Scenario::BackorderFill => "backorder-fill",
+            Scenario::SplitLocations => "split-locations",
         }
     }
 

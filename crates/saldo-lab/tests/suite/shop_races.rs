@@ -2,12 +2,16 @@
 //! hold extensions racing the sweeper (every served strategy holds; the naive
 //! read-decide-write extender tells customers their units are held when the sweeper took them),
 //! and direct sales racing reservations for the last unit (sold once; the naive seller
-//! oversells and the audit, which counts sold units, sees it).
+//! oversells and the audit, which counts sold units, sees it), restocks filling backorders
+//! racing preorders, and orders split across three locations of two products (no location
+//! oversold, all or nothing, no deadlock reaches a buyer; the naive allocator, which reads the
+//! locations unlocked and writes what it computed, oversells them every run).
 
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::{Store, StrategyName};
 use saldo_lab::race::backorders::{self, NAIVE_FILL};
 use saldo_lab::race::extend::{run_on, NAIVE_EXTEND};
+use saldo_lab::race::locations::{self, NAIVE_LOCATIONS};
 use saldo_lab::race::sales::{self, NAIVE_SALE};
 use saldo_lab::race::Contender;
 
@@ -133,4 +137,48 @@ async fn the_naive_restock_fills_out_of_order_and_loses_updates_every_run() {
         assert!(outcome.violated(), "run {run}: {outcome:?}");
         assert!(outcome.audit_divergences > 0, "run {run}: {outcome:?}");
     }
+}
+
+/// Orders per split-locations run: far more than the 20 units stocked across six locations.
+const LOCATION_BUYERS: u32 = 40;
+/// Runs per served strategy.
+const LOCATION_RUNS: u32 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_orders_across_locations_never_oversell_a_location() {
+    for &name in StrategyName::ALL {
+        let db = test_db().await;
+        let store = store(&db);
+        for run in 0..LOCATION_RUNS {
+            if run > 0 {
+                saldo::fixtures::empty_all(&db.pool).await.expect("reset");
+            }
+            let outcome = locations::run_on(&store, LOCATION_BUYERS, Contender::Served(name), run)
+                .await
+                .expect("run");
+            assert!(!outcome.violated(), "{name}: {outcome:?}");
+            assert_eq!(
+                outcome.granted_orders + outcome.refused,
+                u64::from(LOCATION_BUYERS),
+                "{name}: every order granted or cleanly refused: {outcome:?}"
+            );
+            // Product 1 (10 units) is wanted far beyond its stock: it sells out exactly.
+            assert!(outcome.granted_units >= 10, "{name}: {outcome:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_naive_allocator_oversells_its_locations() {
+    let db = test_db().await;
+    let outcome = locations::run_on(
+        &store(&db),
+        LOCATION_BUYERS,
+        Contender::Naive(NAIVE_LOCATIONS),
+        0,
+    )
+    .await
+    .expect("run");
+    assert!(outcome.location_oversold > 0, "{outcome:?}");
+    assert!(outcome.violated(), "{outcome:?}");
 }

@@ -11,8 +11,8 @@ use crate::stock::backorders;
 use crate::stock::sql::STOCK_ROW;
 use crate::stock::types::{Stock, Store};
 
-const LOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, backordered \
-     FROM stock WHERE product_id = $1 FOR UPDATE";
+const LOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, backordered, \
+     located FROM stock WHERE product_id = $1 FOR UPDATE";
 const SET_AVAILABLE: &str = crate::stock_update!(
     "available = $2",
     "WHERE product_id = $1 \
@@ -55,6 +55,15 @@ async fn after_arrival(
     stock_of(written.product_id, &row)
 }
 
+/// A product stocked per location is counted per location (`stock::locations::set_count`):
+/// its row is the sum of its locations, which a product-wide count or delta would break.
+fn refuse_located(product_id: ProductId, row: &tokio_postgres::Row) -> Result<(), Error> {
+    if row.try_get::<_, bool>("located")? {
+        return Err(Error::StockedByLocation(product_id));
+    }
+    Ok(())
+}
+
 /// Sets the physical count: on-hand (available + reserved) becomes `count`. Creates the
 /// product if it is new. Refused when `count` is below what is reserved.
 pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Result<Stock, Error> {
@@ -73,6 +82,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
                 .await?;
             backorders::prelock(client, product_id).await?;
             let row = client.query_one(LOCK_ROW, &[&product_id.get()]).await?;
+            refuse_located(product_id, &row)?;
             let current = stock_of(product_id, &row)?;
             if count < current.reserved {
                 return Err(Error::CountBelowReserved {
@@ -117,6 +127,7 @@ pub async fn adjust(
                 .query_opt(LOCK_ROW, &[&product_id.get()])
                 .await?
                 .ok_or(Error::UnknownProduct(product_id))?;
+            refuse_located(product_id, &row)?;
             let current = stock_of(product_id, &row)?;
             let next = i64::from(current.available) + i64::from(delta);
             if next < 0 {

@@ -1,6 +1,8 @@
 //! The `atomic` strategy (seed 000): the sufficiency check lives inside the UPDATE, and the
 //! number of rows affected is the answer. A second session waiting on the row lock re-evaluates
-//! the WHERE on the committed version, so it can never take a unit that is gone.
+//! the WHERE on the committed version, so it can never take a unit that is gone. A product
+//! stocked per location is never taken here (`NOT located`): the refusal read that follows
+//! zero rows names it, and the order runs on the located path (`stock::locations`).
 
 use async_trait::async_trait;
 use deadpool_postgres::Client;
@@ -11,7 +13,7 @@ use crate::stock::lifecycle::{take_refusal, UnitTaker};
 
 const TAKE_UNITS: &str = crate::stock_update!(
     "available = available - $2, reserved = reserved + $2",
-    "WHERE product_id = $1 AND available >= $2"
+    "WHERE product_id = $1 AND available >= $2 AND NOT located"
 );
 
 /// Conditional UPDATE per item, in ascending product id.

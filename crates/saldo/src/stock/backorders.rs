@@ -43,14 +43,14 @@ use crate::stock::types::{Status, Stock, Store};
 /// units cover; a later round only runs when a row left between the read and its lock.
 const MAX_FILL_ROUNDS: usize = 8;
 
-const LOCK_POLICY: &str = "SELECT backordered FROM stock WHERE product_id = $1 FOR UPDATE";
+const LOCK_POLICY: &str = "SELECT backordered, located FROM stock WHERE product_id = $1 FOR UPDATE";
 const SET_POLICY: &str = crate::stock_update!(
     "backorder_limit = $2",
     "WHERE product_id = $1 \
      RETURNING available, reserved, version, backorder_limit, backordered"
 );
 const LOCK_FOR_BACKORDER: &str =
-    "SELECT product_id, available, backorder_limit, backordered FROM stock \
+    "SELECT product_id, available, backorder_limit, backordered, located FROM stock \
      WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
 /// Per product: allocated units leave available for reserved, backordered units are promised.
 const TAKE: &str = crate::stock_update!(
@@ -111,6 +111,10 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
                 .await?
                 .ok_or(Error::UnknownProduct(product_id))?;
             let backordered: i32 = row.try_get("backordered")?;
+            // Not on a product stocked per location (see `Error::BackordersAndLocations`).
+            if limit > 0 && row.try_get::<_, bool>("located")? {
+                return Err(Error::BackordersAndLocations(product_id));
+            }
             if limit < backordered {
                 return Err(Error::BackorderLimitBelowBackordered {
                     product_id,
@@ -145,6 +149,10 @@ pub(crate) async fn take(
         else {
             return Err(Error::UnknownProduct(product));
         };
+        if row.try_get::<_, bool>("located")? {
+            // Rolls back; `lifecycle::reserve_with` reruns the order on the located path.
+            return Err(Error::StockedByLocation(product));
+        }
         let available: i32 = row.try_get("available")?;
         let room =
             row.try_get::<_, i32>("backorder_limit")? - row.try_get::<_, i32>("backordered")?;

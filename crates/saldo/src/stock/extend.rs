@@ -163,12 +163,14 @@ mod tests {
             order_id: "o1".into(),
             request_key: None,
             created_at: at(created),
+            allocated: false,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity: 1,
                 status,
                 expires_at: at(expires),
                 backordered: 0,
+                allocations: Vec::new(),
             },
         }
     }

@@ -7,18 +7,21 @@ use std::time::Instant;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Client;
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
 use crate::stock::backorders;
+use crate::stock::locations;
 use crate::stock::sql::{
-    APPLY_DELTAS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS, ORDER_ROWS_FOR_UPDATE, SETTLE,
+    APPLY_DELTAS, INSERT_ALLOCATED_RESERVATIONS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS,
+    ORDER_ROWS_FOR_UPDATE, SETTLE,
 };
 use crate::stock::types::{
-    ConfirmOutcome, PendingItem, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
-    ReservedItem, Status, Store,
+    ConfirmOutcome, PendingItem, Placement, ReleaseOutcome, RereserveRequest, Reservation,
+    ReserveRequest, ReservedItem, Status, Store,
 };
 use crate::telemetry;
 
@@ -36,7 +39,7 @@ pub trait UnitTaker: Send + Sync + 'static {
 
 /// A unique violation on the live index means a concurrent copy of this order committed first;
 /// rerunning sees its rows and answers as a replay ([`in_idempotent_transaction`]).
-const LIVE_INDEX: &str = "reservations_live_order_product";
+pub(crate) const LIVE_INDEX: &str = "reservations_live_order_product";
 
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
@@ -46,6 +49,8 @@ pub(crate) struct Row {
     pub request_key: Option<String>,
     /// Transaction start of the request that wrote the row: rows of one request share it.
     pub created_at: DateTime<Utc>,
+    /// The row has `reservation_allocations` (written by the located path).
+    pub allocated: bool,
     pub item: ReservedItem,
 }
 
@@ -59,12 +64,14 @@ pub(crate) fn parse_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error
                 order_id: r.try_get("order_id")?,
                 request_key: r.try_get("request_key")?,
                 created_at: r.try_get("created_at")?,
+                allocated: r.try_get("allocated")?,
                 item: ReservedItem {
                     product_id: ProductId::new(r.try_get("product_id")?)?,
                     quantity: r.try_get("quantity")?,
                     status: Status::parse(&status)?,
                     expires_at: r.try_get("expires_at")?,
                     backordered: r.try_get("backordered")?,
+                    allocations: Vec::new(),
                 },
             })
         })
@@ -91,13 +98,13 @@ impl Intent<'_> {
             Intent::Rereserve(r) => &r.order_id,
         }
     }
-    fn ttl(&self) -> Ttl {
+    pub fn ttl(&self) -> Ttl {
         match self {
             Intent::Reserve(r) | Intent::ForgetfulReserve(r) => r.ttl,
             Intent::Rereserve(r) => r.ttl,
         }
     }
-    fn request_key(&self) -> Option<&str> {
+    pub fn request_key(&self) -> Option<&str> {
         match self {
             Intent::Reserve(_) | Intent::ForgetfulReserve(_) => None,
             Intent::Rereserve(r) => Some(r.rereserve_id.as_str()),
@@ -212,7 +219,9 @@ fn same_items(rows: &BTreeMap<ProductId, i32>, items: &OrderItems) -> bool {
             .all(|(p, q)| rows.get(&p).copied() == Some(q.get()))
 }
 
-/// Why a conditional take found nothing: the product does not exist, or it ran out.
+/// Why a conditional take found nothing: the product does not exist, it ran out, or it is
+/// stocked per location ([`Error::StockedByLocation`]: the conditional takes leave located
+/// products alone, and the caller reroutes the operation to the located path).
 pub async fn refusal(client: &Client, product: ProductId, quantity: Quantity) -> Error {
     read_refusal(client, product, quantity, false).await
 }
@@ -232,7 +241,7 @@ async fn read_refusal(
 ) -> Error {
     let row = client
         .query_opt(
-            "SELECT available, backorder_limit FROM stock WHERE product_id = $1",
+            "SELECT available, backorder_limit, located FROM stock WHERE product_id = $1",
             &[&product.get()],
         )
         .await;
@@ -241,6 +250,7 @@ async fn read_refusal(
     };
     match row {
         Ok(None) => Error::UnknownProduct(product),
+        Ok(Some(r)) if r.try_get("located").unwrap_or(false) => Error::StockedByLocation(product),
         Ok(Some(r)) => match read(&r) {
             Ok((_, limit)) if route && limit > 0 => Error::NeedsBackorderPath(product),
             Ok((available, _)) => Error::InsufficientStock {
@@ -265,7 +275,11 @@ enum Taking<'a> {
 
 /// Reserve or re-reserve through `taker`, in one transaction (rerun as a replay when a
 /// concurrent copy of the same request committed first). A take refused on a product that
-/// accepts backorders rolls back and reruns once on the locked backorder path.
+/// accepts backorders rolls back and reruns once on the locked backorder path; an order that
+/// meets a product stocked per location is rolled back at that product and runs again on the
+/// located path (so products with neither pay nothing for either feature). A product never has
+/// both (`stock::backorders::set_policy` and `stock::locations::set_count` refuse it), so the
+/// reroutes end: strategy → backorder path → located path at most.
 pub(crate) async fn reserve(
     store: &Store,
     taker: &dyn UnitTaker,
@@ -291,14 +305,20 @@ async fn reserve_with(
     taking: Taking<'_>,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
-    in_idempotent_transaction(
+    let result = in_idempotent_transaction(
         &store.pool,
         &store.tx,
         "reserve",
         LIVE_INDEX,
         move |client| crate::tx_body!(client => reserve_tx(client, taking, intent)),
     )
-    .await
+    .await;
+    match result {
+        Err(Error::StockedByLocation(_)) => {
+            locations::reserve(store, intent, &Placement::default()).await
+        }
+        other => other,
+    }
 }
 
 async fn reserve_tx(
@@ -311,11 +331,12 @@ async fn reserve_tx(
     let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
     let take = match plan(intent, &rows)? {
         Plan::Replay => {
+            locations::attach(client, &mut rows).await?;
             return Ok(Reservation {
                 order_id: order_id.clone(),
                 items: current_items(&rows),
                 replayed: true,
-            })
+            });
         }
         Plan::Take(take) => take,
     };
@@ -357,7 +378,7 @@ async fn reserve_tx(
 /// this very request, which then took the units: that is a replay, not a refusal. Under READ
 /// COMMITTED the next statement sees what committed meanwhile, so read the order again. Answers
 /// the replay, or the original refusal (also when the transaction is aborted and cannot read).
-async fn replay_of_concurrent_copy(
+pub(crate) async fn replay_of_concurrent_copy(
     client: &Client,
     intent: Intent<'_>,
     refusal: Error,
@@ -395,6 +416,8 @@ pub(crate) struct NewRows<'a> {
     quantities: Vec<i32>,
     ttls_s: Vec<f64>,
     request_keys: Vec<Option<&'a str>>,
+    /// Which rows have allocations; all false on every path but the located one.
+    allocated: Vec<bool>,
 }
 
 impl<'a> NewRows<'a> {
@@ -413,6 +436,14 @@ impl<'a> NewRows<'a> {
         self.quantities.push(quantity.get());
         self.ttls_s.push(ttl.as_duration().as_secs_f64());
         self.request_keys.push(request_key);
+        self.allocated.push(false);
+    }
+
+    /// Marks the row just pushed as one with allocations.
+    pub fn mark_allocated(&mut self) {
+        if let Some(last) = self.allocated.last_mut() {
+            *last = true;
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -428,20 +459,23 @@ impl<'a> NewRows<'a> {
 /// database's `created_at` and `expires_at`. Every row must come back: anything else is an
 /// invariant failure, never a shorter answer.
 pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<Vec<Row>, Error> {
-    let stmt = client.prepare_cached(INSERT_RESERVATIONS).await?;
-    let returned = client
-        .query(
-            &stmt,
-            &[
-                &rows.ids,
-                &rows.orders,
-                &rows.products,
-                &rows.quantities,
-                &rows.ttls_s,
-                &rows.request_keys,
-            ],
-        )
-        .await?;
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &rows.ids,
+        &rows.orders,
+        &rows.products,
+        &rows.quantities,
+        &rows.ttls_s,
+        &rows.request_keys,
+    ];
+    // Rows with allocations (the located path) say so; every other path keeps its statement.
+    let insert = if rows.allocated.iter().any(|&a| a) {
+        params.push(&rows.allocated);
+        INSERT_ALLOCATED_RESERVATIONS
+    } else {
+        INSERT_RESERVATIONS
+    };
+    let stmt = client.prepare_cached(insert).await?;
+    let returned = client.query(&stmt, &params).await?;
     let mut times: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
         HashMap::with_capacity(returned.len());
     for r in &returned {
@@ -465,12 +499,14 @@ pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<V
             order_id: rows.orders[i].to_owned(),
             request_key: rows.request_keys[i].map(str::to_owned),
             created_at,
+            allocated: rows.allocated[i],
             item: ReservedItem {
                 product_id: ProductId::new(rows.products[i])?,
                 quantity: rows.quantities[i],
                 status: Status::Active,
                 expires_at,
                 backordered: 0,
+                allocations: Vec::new(),
             },
         });
     }
@@ -533,6 +569,8 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
     if status != Status::Confirmed {
         backorders::drop_backorders(client, rows).await?;
     }
+    // Then the location rows of what has allocations (stock rows first: the lock order).
+    locations::settle(client, rows, status).await?;
     // settled_at is taken after the stock rows are locked, so it orders consistently with the
     // physical counts the audit compares against.
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
@@ -549,10 +587,11 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
 
 async fn lock_order(client: &Client, order_id: &OrderId) -> Result<Vec<Row>, Error> {
     let stmt = client.prepare_cached(ORDER_ROWS_FOR_UPDATE).await?;
-    let rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+    let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
     if rows.is_empty() {
         return Err(Error::UnknownOrder(order_id.clone()));
     }
+    locations::attach(client, &mut rows).await?;
     Ok(rows)
 }
 
@@ -660,10 +699,11 @@ pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<Release
 pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
     let client = checkout(&store.pool, "order").await?;
     let stmt = client.prepare_cached(ORDER_ROWS).await?;
-    let rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+    let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
     if rows.is_empty() {
         return Err(Error::UnknownOrder(order_id.clone()));
     }
+    locations::attach(&client, &mut rows).await?;
     Ok(rows.into_iter().map(|r| r.item).collect())
 }
 
@@ -683,12 +723,14 @@ mod tests {
             order_id: "o1".into(),
             request_key: key.map(str::to_owned),
             created_at: at(if key.is_some() { 1 } else { 0 }),
+            allocated: false,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity,
                 status,
                 expires_at: Utc::now(),
                 backordered: 0,
+                allocations: Vec::new(),
             },
         }
     }

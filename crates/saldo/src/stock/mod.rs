@@ -10,15 +10,19 @@
 //! Everything public is re-exported here, so `saldo::stock::X` names keep working.
 //!
 //! Global lock order, for every path: reservation rows of one order, then stock rows in
-//! ascending product id. Nothing takes a reservation row while holding a stock row.
+//! ascending product id, then (products stocked per location, [`locations`]) their
+//! `stock_locations` rows in (product, location) order. Nothing takes a reservation row while
+//! holding a stock row, nor a location row without its product's stock row.
 
 pub mod admin;
+pub mod allocate;
 pub mod atomic;
 pub mod backorders;
 pub mod batched;
 pub mod engine;
 pub mod extend;
 mod lifecycle;
+pub mod locations;
 pub mod optimistic;
 pub mod pessimistic;
 pub mod repair;
@@ -33,6 +37,7 @@ pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
 pub use sales::{Sale, SaleRequest, SoldItem};
 pub use types::{
-    ConfirmOutcome, PendingItem, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest,
-    ReservedItem, Status, Stock, StockStrategy, Store, StrategyName,
+    ConfirmOutcome, LocationQuantity, PendingItem, Placement, ReleaseOutcome, RereserveRequest,
+    Reservation, ReserveRequest, ReservedItem, Status, Stock, StockLocation, StockStrategy, Store,
+    StrategyName,
 };

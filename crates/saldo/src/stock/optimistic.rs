@@ -59,6 +59,10 @@ pub async fn read_and_check(
         reserved: row.try_get("reserved")?,
         version: row.try_get("version")?,
     };
+    // The located path allocates such a product (see `stock::locations`).
+    if row.try_get::<_, bool>("located")? {
+        return Err(Error::StockedByLocation(product));
+    }
     session.record(product, || TraceStep::Read {
         available: seen.available,
         reserved: seen.reserved,

@@ -17,7 +17,8 @@ use crate::stock::lifecycle::{take_refusal, UnitTaker};
 use crate::stock::trace::{Session, TraceSink, TraceStep};
 
 const LOCK_IF_ENOUGH: &str =
-    "SELECT available FROM stock WHERE product_id = $1 AND available >= $2 FOR UPDATE";
+    "SELECT available FROM stock WHERE product_id = $1 AND available >= $2 AND NOT located \
+     FOR UPDATE";
 const TAKE_LOCKED: &str = crate::stock_update!(
     "available = available - $2, reserved = reserved + $2",
     "WHERE product_id = $1 RETURNING available, reserved"

@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::retry::in_transaction;
 use crate::stock::types::Store;
 
-const LOCK_ROW: &str = "SELECT version FROM stock WHERE product_id = $1 FOR UPDATE";
+const LOCK_ROW: &str = "SELECT version, located FROM stock WHERE product_id = $1 FOR UPDATE";
 const SET_ROW: &str = crate::stock_update!(
     "available = $2, reserved = $3, backordered = $4",
     "WHERE product_id = $1"
@@ -53,6 +53,8 @@ pub enum RepairAction {
     Changed,
     /// Left alone: the history says fewer units on hand than are actively reserved, or more
     /// than a count may hold; no row value can satisfy both invariants. Count the product.
+    /// Also a product stocked per location: its row is the sum of its locations, which a
+    /// product-wide repair would break; count its locations.
     Unrepairable,
 }
 
@@ -158,6 +160,9 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
                 return Ok(RepairAction::Changed);
             };
             let version: i64 = row.try_get("version")?;
+            if row.try_get::<_, bool>("located")? {
+                return Ok(RepairAction::Unrepairable);
+            }
             if version != planned.version {
                 return Ok(RepairAction::Changed);
             }

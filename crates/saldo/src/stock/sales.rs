@@ -20,7 +20,8 @@ use crate::domain::{OrderItems, ProductId, SaleId};
 use crate::error::Error;
 use crate::retry::in_idempotent_transaction;
 use crate::stock::lifecycle::refusal;
-use crate::stock::types::Store;
+use crate::stock::locations::{self, Destination};
+use crate::stock::types::{Placement, Store};
 
 /// The sales table's primary key: a unique violation on it is a concurrent copy that won.
 const SALE_KEY: &str = "sales_pkey";
@@ -30,7 +31,7 @@ const INSERT_SALE: &str = "INSERT INTO sales (sale_id) VALUES ($1)";
 /// `available` only: sold units were never reserved.
 const SELL_UNITS: &str = crate::stock_update!(
     "available = available - $2",
-    "WHERE product_id = $1 AND available >= $2"
+    "WHERE product_id = $1 AND available >= $2 AND NOT located"
 );
 const INSERT_ITEMS: &str = "INSERT INTO sale_items (sale_id, product_id, quantity) \
      SELECT $1, g.product_id, g.quantity FROM unnest($2::bigint[], $3::int[]) \
@@ -97,21 +98,45 @@ fn same_items(sale: &Sale, items: &OrderItems) -> bool {
 
 /// Sells every item or none (see the module header).
 pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
-    let result =
-        in_idempotent_transaction(&store.pool, &store.tx, "sell", SALE_KEY, move |client| {
-            crate::tx_body!(client => async {
-                let sale_id = &request.sale_id;
-                let stmt = client.prepare_cached(SALE_ITEMS).await?;
-                let existing = client.query(&stmt, &[&sale_id.as_str()]).await?;
-                if !existing.is_empty() {
-                    let sale = sale_of(sale_id, &existing, true)?;
-                    return if same_items(&sale, &request.items) {
-                        Ok(sale)
-                    } else {
-                        Err(Error::SaleConflict(sale_id.clone()))
-                    };
-                }
-                client.execute(INSERT_SALE, &[&sale_id.as_str()]).await?;
+    let result = match sell_tx(store, request, false).await {
+        // A product stocked per location: the whole sale again on the located path.
+        Err(Error::StockedByLocation(_)) => sell_tx(store, request, true).await,
+        other => other,
+    };
+    crate::telemetry::sale_outcome(match &result {
+        Ok(s) if s.replayed => "replayed",
+        Ok(_) => "sold",
+        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
+        Err(Error::UnknownProduct(_)) => "unknown_product",
+        Err(Error::UnknownLocation { .. }) => "unknown_location",
+        Err(Error::SaleConflict(_)) => "idempotency_conflict",
+        Err(_) => "error",
+    });
+    result
+}
+
+/// The sale's one transaction; `located`: take through the located path (every item, located
+/// or not, under its lock order) and record where the units came from.
+async fn sell_tx(store: &Store, request: &SaleRequest, located: bool) -> Result<Sale, Error> {
+    in_idempotent_transaction(&store.pool, &store.tx, "sell", SALE_KEY, move |client| {
+        crate::tx_body!(client => async {
+            let sale_id = &request.sale_id;
+            let stmt = client.prepare_cached(SALE_ITEMS).await?;
+            let existing = client.query(&stmt, &[&sale_id.as_str()]).await?;
+            if !existing.is_empty() {
+                let sale = sale_of(sale_id, &existing, true)?;
+                return if same_items(&sale, &request.items) {
+                    Ok(sale)
+                } else {
+                    Err(Error::SaleConflict(sale_id.clone()))
+                };
+            }
+            client.execute(INSERT_SALE, &[&sale_id.as_str()]).await?;
+            let taken = if located {
+                let items: Vec<_> = request.items.iter().collect();
+                let placement = Placement::default();
+                locations::take_units(client, &items, &placement, Destination::Sold).await?
+            } else {
                 let stmt = client.prepare_cached(SELL_UNITS).await?;
                 for (product, quantity) in request.items.iter() {
                     let rows = client
@@ -121,26 +146,22 @@ pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
                         return Err(refusal(client, product, quantity).await);
                     }
                 }
-                let (products, quantities): (Vec<i64>, Vec<i32>) = request
-                    .items
-                    .iter()
-                    .map(|(p, q)| (p.get(), q.get()))
-                    .unzip();
-                let stmt = client.prepare_cached(INSERT_ITEMS).await?;
-                let rows = client
-                    .query(&stmt, &[&sale_id.as_str(), &products, &quantities])
-                    .await?;
-                sale_of(sale_id, &rows, false)
-            })
+                locations::Taken::new()
+            };
+            let (products, quantities): (Vec<i64>, Vec<i32>) = request
+                .items
+                .iter()
+                .map(|(p, q)| (p.get(), q.get()))
+                .unzip();
+            let stmt = client.prepare_cached(INSERT_ITEMS).await?;
+            let rows = client
+                .query(&stmt, &[&sale_id.as_str(), &products, &quantities])
+                .await?;
+            if !taken.is_empty() {
+                locations::record_sale(client, sale_id.as_str(), &taken).await?;
+            }
+            sale_of(sale_id, &rows, false)
         })
-        .await;
-    crate::telemetry::sale_outcome(match &result {
-        Ok(s) if s.replayed => "replayed",
-        Ok(_) => "sold",
-        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
-        Err(Error::UnknownProduct(_)) => "unknown_product",
-        Err(Error::SaleConflict(_)) => "idempotency_conflict",
-        Err(_) => "error",
-    });
-    result
+    })
+    .await
 }

@@ -10,7 +10,7 @@
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated"
     };
 }
 
@@ -69,10 +69,11 @@ pub(crate) const SETTLE: &str =
 
 /// A product's stock row, unlocked (the admin read; the optimistic and naive first read).
 pub(crate) const STOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, \
-     backordered FROM stock WHERE product_id = $1";
+     backordered, located FROM stock WHERE product_id = $1";
 
 /// Locks stock rows in the global lock order (ascending product id) and reads what they hold.
-pub(crate) const LOCK_STOCK: &str = "SELECT product_id, available, backorder_limit FROM stock \
+pub(crate) const LOCK_STOCK: &str =
+    "SELECT product_id, available, backorder_limit, located FROM stock \
      WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
 /// Of these products, those no other transaction holds locked (never waits).
 pub(crate) const PROBE_LOCKS: &str = "SELECT product_id FROM stock \
@@ -89,6 +90,17 @@ pub(crate) const INSERT_RESERVATIONS: &str =
             now() + make_interval(secs => g.ttl_s), g.request_key \
        FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[]) \
             AS g(id, order_id, product_id, quantity, ttl_s, request_key) \
+     RETURNING id, created_at, expires_at";
+/// [`INSERT_RESERVATIONS`] with a seventh array: which rows have allocations (the located
+/// path's; the hot path keeps the statement above).
+pub(crate) const INSERT_ALLOCATED_RESERVATIONS: &str =
+    "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key, \
+                               allocated) \
+     SELECT g.id, g.order_id, g.product_id, g.quantity, \
+            now() + make_interval(secs => g.ttl_s), g.request_key, g.allocated \
+       FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[], \
+                   $7::bool[]) \
+            AS g(id, order_id, product_id, quantity, ttl_s, request_key, allocated) \
      RETURNING id, created_at, expires_at";
 /// Adds (available, reserved) deltas to many stock rows in one statement.
 pub(crate) const APPLY_DELTAS: &str = crate::stock_update!(

@@ -9,7 +9,11 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use crate::domain::{MaxHold, OrderId, OrderItems, ProductId, RequestKey, Ttl};
+use std::collections::BTreeMap;
+
+use crate::domain::{
+    AllocationMode, LocationId, MaxHold, OrderId, OrderItems, ProductId, RequestKey, Ttl,
+};
 use crate::error::Error;
 use crate::retry::TxOptions;
 
@@ -32,6 +36,39 @@ pub struct ReserveRequest {
     pub order_id: OrderId,
     pub items: OrderItems,
     pub ttl: Ttl,
+}
+
+/// Where a reservation's units may come from: per item a pinned location (only there), else
+/// the request's allocation mode over the product's locations. Only products stocked per
+/// location look at it; the default (split, nothing pinned) is what a request that says
+/// nothing means, and a request that says nothing never takes the located path unless one of
+/// its products is located. Not part of the idempotency key: a replay answers what the first
+/// request allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub allocation: AllocationMode,
+    pub pinned: BTreeMap<ProductId, LocationId>,
+}
+
+impl Placement {
+    pub fn is_default(&self) -> bool {
+        self.allocation == AllocationMode::Split && self.pinned.is_empty()
+    }
+}
+
+/// Units of one item at one location.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LocationQuantity {
+    pub location_id: LocationId,
+    pub quantity: i32,
+}
+
+/// A product's stock at one location.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StockLocation {
+    pub location_id: LocationId,
+    pub available: i32,
+    pub reserved: i32,
 }
 
 /// A request to take again what an order lost (expired or released before payment): seed 000's
@@ -89,6 +126,10 @@ pub struct ReservedItem {
     /// without a backorder policy answers exactly as before backorders existed.
     #[serde(skip_serializing_if = "is_zero")]
     pub backordered: i32,
+    /// Where the allocated units came from (products stocked per location only; empty
+    /// otherwise). Backordered units have no location until a fill gives them one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<LocationQuantity>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -197,6 +238,23 @@ pub trait StockStrategy: Send + Sync {
     /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
     /// the order's current state, whatever happened to it since; other items are a conflict.
     async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error>;
+    /// `reserve` with a placement (pinned locations, single or split allocation). The default
+    /// placement is plain `reserve`; any other runs the one located path
+    /// ([`super::locations::reserve`]) that every strategy shares (`batched` included: it
+    /// routes such an order there instead of queueing it).
+    async fn reserve_placed(
+        &self,
+        request: &ReserveRequest,
+        placement: &Placement,
+    ) -> Result<Reservation, Error> {
+        if placement.is_default() {
+            return self.reserve(request).await;
+        }
+        let intent = super::lifecycle::Intent::Reserve(request);
+        let result = super::locations::reserve(self.store(), intent, placement).await;
+        telemetry_outcome(&result);
+        result
+    }
     /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
     /// `rereserve_id`. Same refusals as `reserve`.
     async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error>;
@@ -241,6 +299,7 @@ pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
         Err(Error::OutcomeUnknown { .. }) => "outcome_unknown",
         Err(Error::VersionConflict { .. }) => "version_conflict",
         Err(Error::UnknownProduct(_)) => "unknown_product",
+        Err(Error::UnknownLocation { .. }) => "unknown_location",
         Err(Error::Input(_)) => "invalid",
         Err(_) => "error",
     };

@@ -22,13 +22,16 @@ use super::job::{Job, Work};
 use crate::batch::lane::Counters;
 use crate::batch::schedule::{drive, Pace, Shared};
 use crate::deadline;
+use crate::domain::{AllocationMode, LocationId};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
 use crate::retry::{in_transaction, TxOptions};
+use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::atomic::Atomic;
 use crate::stock::lifecycle::{
     self, current_items, insert_rows, parse_rows, plan, settle, Intent, NewRows, Plan, Row,
 };
+use crate::stock::locations;
 use crate::stock::sql::{
     APPLY_DELTAS, LOCK_STOCK, ORDERS_ROWS, ORDERS_ROWS_FOR_UPDATE, PROBE_LOCKS,
 };
@@ -341,6 +344,9 @@ struct Locked {
     /// Those of them with a backorder limit: an order they cannot serve from `available` is
     /// routed to the backorder path instead of refused (`stock::backorders`).
     backorderable: HashSet<i64>,
+    /// The location rows of the batch's products stocked per location, locked after the stock
+    /// rows ((product, location) order), their `available` decremented as orders are granted.
+    sources: HashMap<i64, Vec<Source>>,
     /// The existing rows of the batch's orders; granted rows are appended as they are decided.
     by_order: HashMap<String, Vec<Row>>,
 }
@@ -351,6 +357,64 @@ struct Grants<'a> {
     decisions: Vec<Decision>,
     new_rows: NewRows<'a>,
     taken: BTreeMap<i64, i32>,
+    /// Products stocked per location: units taken per (product, location), and where each
+    /// granted row's units came from.
+    location_taken: BTreeMap<(i64, LocationId), (i32, i32)>,
+    allocations: HashMap<Uuid, (ProductId, Vec<(LocationId, i32)>)>,
+}
+
+/// Allocates the order's items on located products (split, in priority order) against the
+/// batch's in-memory location rows, deciding nothing yet: all of them, or the refusal.
+fn allocate_located(
+    sources: &HashMap<i64, Vec<Source>>,
+    take: &[(ProductId, Quantity)],
+) -> Result<HashMap<ProductId, Vec<(LocationId, i32)>>, Error> {
+    let mut out = HashMap::new();
+    for &(product, quantity) in take {
+        let Some(from) = sources.get(&product.get()) else {
+            continue;
+        };
+        match allocate(quantity.get(), AllocationMode::Split, None, from) {
+            Ok(parts) => {
+                out.insert(product, parts);
+            }
+            Err(Shortfall::Insufficient { available }) => {
+                return Err(Error::InsufficientStock {
+                    product_id: product,
+                    requested: quantity.get(),
+                    available,
+                })
+            }
+            Err(Shortfall::UnknownLocation) => {
+                return Err(Error::invariant("a split allocation named a location"))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Takes a granted row's allocated units from the in-memory location rows and records them.
+fn take_at_locations(
+    sources: &mut HashMap<i64, Vec<Source>>,
+    grants: &mut Grants<'_>,
+    id: Uuid,
+    product: ProductId,
+    parts: &[(LocationId, i32)],
+) {
+    if let Some(from) = sources.get_mut(&product.get()) {
+        for (location, quantity) in parts {
+            if let Some(source) = from.iter_mut().find(|s| &s.location_id == location) {
+                source.available -= quantity;
+            }
+            let d = grants
+                .location_taken
+                .entry((product.get(), location.clone()))
+                .or_default();
+            d.0 -= quantity;
+            d.1 += quantity;
+        }
+    }
+    grants.allocations.insert(id, (product, parts.to_vec()));
 }
 
 /// The batch transaction: lock, read, decide in arrival order, write once, per-order answers.
@@ -413,13 +477,20 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
 
     let mut available: HashMap<i64, i32> = HashMap::with_capacity(stock_rows.len());
     let mut backorderable = HashSet::new();
+    let mut located = Vec::new();
     for row in &stock_rows {
         let product: i64 = row.try_get("product_id")?;
         available.insert(product, row.try_get("available")?);
         if row.try_get::<_, i32>("backorder_limit")? > 0 {
             backorderable.insert(product);
         }
+        if row.try_get("located")? {
+            located.push(product);
+        }
     }
+    // Products stocked per location: their location rows too, after every stock row (one
+    // more statement, only for a batch that has such a product).
+    let sources = locations::lock_sources(client, &located).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(order_ids.len());
     for row in parse_rows(&existing)? {
         by_order.entry(row.order_id.clone()).or_default().push(row);
@@ -427,6 +498,7 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
     Ok(Locked {
         available,
         backorderable,
+        sources,
         by_order,
     })
 }
@@ -441,6 +513,8 @@ fn grant_in_memory<'a>(
         decisions: Vec::with_capacity(requests.len()),
         new_rows: NewRows::default(),
         taken: BTreeMap::new(),
+        location_taken: BTreeMap::new(),
+        allocations: HashMap::new(),
     };
     for &request in requests {
         let rows = locked
@@ -454,9 +528,11 @@ fn grant_in_memory<'a>(
             },
             Err(refusal) => Decision::Refused(refusal),
             Ok(Plan::Take(take)) => {
-                match first_refusal(&locked.available, &locked.backorderable, &take) {
-                    Some(refusal) => Decision::Refused(refusal),
-                    None => {
+                match first_refusal(&locked.available, &locked.backorderable, &take)
+                    .map_or_else(|| allocate_located(&locked.sources, &take), Err)
+                {
+                    Err(refusal) => Decision::Refused(refusal),
+                    Ok(allocated) => {
                         for (product, quantity) in take {
                             let Some(left) = locked.available.get_mut(&product.get()) else {
                                 // `first_refusal` just found the product among the locked rows.
@@ -475,6 +551,16 @@ fn grant_in_memory<'a>(
                                 request.ttl,
                                 None,
                             );
+                            if let Some(parts) = allocated.get(&product) {
+                                grants.new_rows.mark_allocated();
+                                take_at_locations(
+                                    &mut locked.sources,
+                                    &mut grants,
+                                    id,
+                                    product,
+                                    parts,
+                                );
+                            }
                             rows.push(placeholder_row(id, &request.order_id, product, quantity));
                         }
                         Decision::Live {
@@ -499,12 +585,14 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
         order_id: order_id.as_str().to_owned(),
         request_key: None,
         created_at: DateTime::<Utc>::MIN_UTC,
+        allocated: false,
         item: ReservedItem {
             product_id: product,
             quantity: quantity.get(),
             status: Status::Active,
             expires_at: DateTime::<Utc>::MIN_UTC,
             backordered: 0,
+            allocations: Vec::new(),
         },
     }
 }
@@ -529,7 +617,25 @@ async fn write_grants(client: &Client, grants: &Grants<'_>) -> Result<HashMap<Uu
             products.len()
         )));
     }
-    Ok(inserted.into_iter().map(|row| (row.id, row)).collect())
+    if !grants.allocations.is_empty() {
+        locations::apply_location_deltas(client, &grants.location_taken).await?;
+        let mut rows = locations::Allocations::default();
+        for (id, (product, parts)) in &grants.allocations {
+            for (location, quantity) in parts {
+                rows.push(*id, *product, location, *quantity);
+            }
+        }
+        rows.insert(client).await?;
+    }
+    Ok(inserted
+        .into_iter()
+        .map(|mut row| {
+            if let Some((_, parts)) = grants.allocations.get(&row.id) {
+                row.item.allocations = locations::in_location_order(parts);
+            }
+            (row.id, row)
+        })
+        .collect())
 }
 
 /// Replaces every placeholder with the row the insert returned.
@@ -606,7 +712,9 @@ async fn confirm_tx(
     let params: [&(dyn ToSql + Sync); 1] = [&keys];
     let raw = client.query(&lock, &params).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
-    for row in parse_rows(&raw)? {
+    let mut rows = parse_rows(&raw)?;
+    crate::stock::locations::attach(client, &mut rows).await?;
+    for row in rows {
         by_order.entry(row.order_id.clone()).or_default().push(row);
     }
     let active: Vec<&Row> = by_order

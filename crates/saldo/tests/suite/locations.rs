@@ -1,0 +1,555 @@
+//! Stock per location (issue 15), against every served strategy: split and single allocation
+//! in priority order, pinned locations, all-or-nothing across items and locations, confirm,
+//! release, expiry and re-reserve per allocation, direct sales from locations, the first
+//! location count adopting what the product held, and many orders splitting across three
+//! locations of two products at once (no deadlock reaches a caller, no location oversold,
+//! the audit's location invariants hold). Products never given a location answer as before.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use saldo::domain::{AllocationMode, LocationId, OrderId, Priority, Reason, SaleId, Ttl};
+use saldo::stock::locations::{self, LocatedStock};
+use saldo::stock::{
+    admin, sweeper, Placement, SaleRequest, Status, StockStrategy, StrategyConfig, StrategyName,
+};
+use saldo::Error;
+
+use crate::contract::{
+    assert_audit_clean, engine_with_stock, pid, request, rerequest, safe_strategies,
+};
+use crate::harness::{test_db, TestDb};
+
+fn loc(id: &str) -> LocationId {
+    LocationId::new(id).expect("location id")
+}
+
+fn oid(id: &str) -> OrderId {
+    OrderId::new(id).expect("order id")
+}
+
+/// A strategy over a database whose products are stocked at locations:
+/// `(product, location, count)`; locations get priorities `(location, priority)`.
+async fn located(
+    db: &TestDb,
+    name: StrategyName,
+    counts: &[(i64, &str, i64)],
+    priorities: &[(&str, i64)],
+) -> Arc<dyn StockStrategy> {
+    let engine = engine_with_stock(db, name, &StrategyConfig::default(), &[]).await;
+    for &(id, priority) in priorities {
+        locations::set_priority(
+            engine.store(),
+            &loc(id),
+            Priority::new(priority).expect("p"),
+        )
+        .await
+        .expect("priority");
+    }
+    for &(p, l, count) in counts {
+        locations::set_count(engine.store(), pid(p), &loc(l), count)
+            .await
+            .expect("location count");
+    }
+    engine
+}
+
+/// (location, available, reserved) of a product, by location id.
+async fn at(engine: &Arc<dyn StockStrategy>, product: i64) -> Vec<(String, i32, i32)> {
+    let s: LocatedStock = locations::get(engine.store(), pid(product))
+        .await
+        .expect("stock");
+    let sums = s
+        .locations
+        .iter()
+        .fold((0, 0), |(a, r), l| (a + l.available, r + l.reserved));
+    assert_eq!(
+        sums,
+        (s.stock.available, s.stock.reserved),
+        "the product row is the sum of its locations"
+    );
+    s.locations
+        .into_iter()
+        .map(|l| (l.location_id.as_str().to_owned(), l.available, l.reserved))
+        .collect()
+}
+
+fn parts(items: &[saldo::stock::ReservedItem], product: i64) -> Vec<(String, i32)> {
+    items
+        .iter()
+        .find(|i| i.product_id == pid(product))
+        .expect("item")
+        .allocations
+        .iter()
+        .map(|a| (a.location_id.as_str().to_owned(), a.quantity))
+        .collect()
+}
+
+fn placed(allocation: AllocationMode, pinned: &[(i64, &str)]) -> Placement {
+    Placement {
+        allocation,
+        pinned: pinned
+            .iter()
+            .map(|&(p, l)| (pid(p), loc(l)))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+#[tokio::test]
+async fn split_allocation_fills_locations_in_priority_order() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(
+            &db,
+            name,
+            &[(1, "north", 2), (1, "south", 3), (1, "east", 10)],
+            &[("north", 1), ("south", 1), ("east", 5)],
+        )
+        .await;
+        // Plain reserve (the default placement): north, then south (same priority: by id),
+        // then east.
+        let r = engine
+            .reserve(&request("o-1", &[(1, 7)], Ttl::default()))
+            .await
+            .expect("reserve");
+        assert_eq!(
+            parts(&r.items, 1),
+            [("east".into(), 2), ("north".into(), 2), ("south".into(), 3)],
+            "{name}"
+        );
+        assert_eq!(
+            at(&engine, 1).await,
+            [
+                ("east".into(), 8, 2),
+                ("north".into(), 0, 2),
+                ("south".into(), 0, 3)
+            ],
+            "{name}"
+        );
+        // More than all locations hold together: refused, nothing taken.
+        let short = engine
+            .reserve(&request("o-2", &[(1, 9)], Ttl::default()))
+            .await;
+        assert!(
+            matches!(short, Err(Error::InsufficientStock { product_id, requested: 9, available: 8 }) if product_id == pid(1)),
+            "{name}: {short:?}"
+        );
+        // The replay answers what the first request allocated.
+        let again = engine
+            .reserve(&request("o-1", &[(1, 7)], Ttl::default()))
+            .await
+            .expect("replay");
+        assert!(again.replayed);
+        assert_eq!(parts(&again.items, 1), parts(&r.items, 1), "{name}");
+        let read = engine.order(&oid("o-1")).await.expect("order");
+        assert_eq!(parts(&read, 1), parts(&r.items, 1), "{name}");
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+#[tokio::test]
+async fn single_allocation_takes_the_first_location_with_enough() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[(1, "a", 2), (1, "b", 4), (1, "c", 9)], &[]).await;
+        let single = placed(AllocationMode::Single, &[]);
+        let r = engine
+            .reserve_placed(&request("o-1", &[(1, 3)], Ttl::default()), &single)
+            .await
+            .expect("reserve");
+        assert_eq!(parts(&r.items, 1), [("b".into(), 3)], "{name}");
+        // 12 left in total, but no single location holds 10: refused, nothing moved.
+        let short = engine
+            .reserve_placed(&request("o-2", &[(1, 10)], Ttl::default()), &single)
+            .await;
+        assert!(
+            matches!(short, Err(Error::InsufficientStock { available: 9, .. })),
+            "{name}: {short:?}"
+        );
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 2, 0), ("b".into(), 1, 3), ("c".into(), 9, 0)],
+            "{name}"
+        );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+#[tokio::test]
+async fn a_pinned_location_is_the_only_source_and_unknown_ones_are_refused() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[(1, "a", 5), (1, "b", 1)], &[]).await;
+        admin::set_count(engine.store(), pid(2), 5)
+            .await
+            .expect("count");
+        let r = engine
+            .reserve_placed(
+                &request("o-1", &[(1, 1)], Ttl::default()),
+                &placed(AllocationMode::Split, &[(1, "b")]),
+            )
+            .await
+            .expect("reserve");
+        assert_eq!(parts(&r.items, 1), [("b".into(), 1)], "{name}");
+        let empty = engine
+            .reserve_placed(
+                &request("o-2", &[(1, 1)], Ttl::default()),
+                &placed(AllocationMode::Split, &[(1, "b")]),
+            )
+            .await;
+        assert!(
+            matches!(empty, Err(Error::InsufficientStock { available: 0, .. })),
+            "{name}: {empty:?}"
+        );
+        let unknown = engine
+            .reserve_placed(
+                &request("o-3", &[(1, 1)], Ttl::default()),
+                &placed(AllocationMode::Split, &[(1, "nowhere")]),
+            )
+            .await;
+        assert!(
+            matches!(&unknown, Err(Error::UnknownLocation { product_id, location_id }) if *product_id == pid(1) && location_id.as_str() == "nowhere"),
+            "{name}: {unknown:?}"
+        );
+        // A product never given a location has none to pin.
+        let unlocated = engine
+            .reserve_placed(
+                &request("o-4", &[(2, 1)], Ttl::default()),
+                &placed(AllocationMode::Split, &[(2, "a")]),
+            )
+            .await;
+        assert!(
+            matches!(unlocated, Err(Error::UnknownLocation { .. })),
+            "{name}: {unlocated:?}"
+        );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+#[tokio::test]
+async fn an_order_across_located_and_plain_products_is_all_or_nothing() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[(1, "a", 2), (1, "b", 2), (3, "a", 1)], &[]).await;
+        admin::set_count(engine.store(), pid(2), 5)
+            .await
+            .expect("count");
+        let short = engine
+            .reserve(&request("o-1", &[(1, 3), (2, 1), (3, 2)], Ttl::default()))
+            .await;
+        assert!(
+            matches!(short, Err(Error::InsufficientStock { product_id, .. }) if product_id == pid(3)),
+            "{name}: {short:?}"
+        );
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 2, 0), ("b".into(), 2, 0)]
+        );
+        assert_eq!(
+            admin::get(engine.store(), pid(2))
+                .await
+                .expect("s")
+                .available,
+            5
+        );
+        let r = engine
+            .reserve(&request("o-1", &[(1, 3), (2, 1), (3, 1)], Ttl::default()))
+            .await
+            .expect("reserve");
+        assert_eq!(parts(&r.items, 1), [("a".into(), 2), ("b".into(), 1)]);
+        assert!(
+            parts(&r.items, 2).is_empty(),
+            "a plain product has no allocations"
+        );
+        let plain = admin::get(engine.store(), pid(2)).await.expect("s");
+        assert_eq!((plain.available, plain.reserved), (4, 1), "{name}");
+        assert!(locations::get(engine.store(), pid(2))
+            .await
+            .expect("s")
+            .locations
+            .is_empty());
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+#[tokio::test]
+async fn confirm_release_and_expiry_move_units_at_their_locations() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[(1, "a", 2), (1, "b", 5)], &[]).await;
+        engine
+            .reserve(&request("o-c", &[(1, 3)], Ttl::default()))
+            .await
+            .expect("reserve");
+        let c = engine.confirm(&oid("o-c")).await.expect("confirm");
+        assert_eq!(
+            parts(&c.confirmed, 1),
+            [("a".into(), 2), ("b".into(), 1)],
+            "{name}"
+        );
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 4, 0)]
+        );
+
+        engine
+            .reserve(&request("o-r", &[(1, 2)], Ttl::default()))
+            .await
+            .expect("reserve");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 2, 2)]
+        );
+        engine.release(&oid("o-r")).await.expect("release");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 4, 0)]
+        );
+
+        let short = Ttl::from_millis(1).expect("ttl");
+        engine
+            .reserve(&request("o-e", &[(1, 4)], short))
+            .await
+            .expect("reserve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sweeper::sweep(engine.store()).await.expect("sweep"), 1);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 4, 0)]
+        );
+
+        // Re-reserve what expired: allocated again, from where the stock is now.
+        locations::set_count(engine.store(), pid(1), &loc("a"), 1)
+            .await
+            .expect("count");
+        let again = engine
+            .rereserve(&rerequest("o-e", "k-1", None))
+            .await
+            .expect("rereserve");
+        let item = again
+            .items
+            .iter()
+            .find(|i| i.status == Status::Active)
+            .expect("active");
+        assert_eq!(item.quantity, 4);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 1), ("b".into(), 1, 3)],
+            "{name}"
+        );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+#[tokio::test]
+async fn the_first_location_count_adopts_what_the_product_held() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 5)]).await;
+        engine
+            .reserve(&request("o-old", &[(1, 2)], Ttl::default()))
+            .await
+            .expect("reserve");
+        let s = locations::set_count(engine.store(), pid(1), &loc("shop"), 4)
+            .await
+            .expect("count");
+        assert_eq!((s.stock.available, s.stock.reserved), (7, 2), "{name}");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("default".into(), 3, 2), ("shop".into(), 4, 0)],
+            "{name}"
+        );
+        assert_audit_clean(&db, name).await;
+        // The reservation made before the product had locations settles at the default one.
+        engine.release(&oid("o-old")).await.expect("release");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("default".into(), 5, 0), ("shop".into(), 4, 0)]
+        );
+        // Product-wide counts and adjustments would break the sum: refused.
+        let count = admin::set_count(engine.store(), pid(1), 3).await;
+        assert!(
+            matches!(count, Err(Error::StockedByLocation(_))),
+            "{count:?}"
+        );
+        let reason = Reason::new("broken").expect("reason");
+        let adjust = admin::adjust(engine.store(), pid(1), -1, &reason).await;
+        assert!(
+            matches!(adjust, Err(Error::StockedByLocation(_))),
+            "{adjust:?}"
+        );
+        // A count below what a location holds reserved is refused.
+        engine
+            .reserve_placed(
+                &request("o-new", &[(1, 3)], Ttl::default()),
+                &placed(AllocationMode::Single, &[(1, "shop")]),
+            )
+            .await
+            .expect("reserve");
+        let below = locations::set_count(engine.store(), pid(1), &loc("shop"), 2).await;
+        assert!(
+            matches!(below, Err(Error::CountBelowReserved { reserved: 3, .. })),
+            "{below:?}"
+        );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+#[tokio::test]
+async fn a_direct_sale_takes_from_locations() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[(1, "a", 1), (1, "b", 2)], &[]).await;
+        let sale = SaleRequest {
+            sale_id: SaleId::new("s-1").expect("id"),
+            items: saldo::domain::OrderItems::new([(1, 2)]).expect("items"),
+        };
+        let sold = engine.sell(&sale).await.expect("sell");
+        assert_eq!(sold.items[0].quantity, 2);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 1, 0)],
+            "{name}"
+        );
+        let replay = engine.sell(&sale).await.expect("replay");
+        assert!(replay.replayed);
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 0, 0), ("b".into(), 1, 0)]
+        );
+        let too_many = SaleRequest {
+            sale_id: SaleId::new("s-2").expect("id"),
+            items: saldo::domain::OrderItems::new([(1, 2)]).expect("items"),
+        };
+        assert!(matches!(
+            engine.sell(&too_many).await,
+            Err(Error::InsufficientStock { available: 1, .. })
+        ));
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// Many buyers split across three locations of two products at once, half of them crossing
+/// both products: every order is all or nothing, no error (deadlock included) reaches a
+/// buyer, no location goes below zero, exactly the stock is sold, and the audit is clean.
+#[tokio::test]
+async fn concurrent_split_orders_never_oversell_a_location_or_deadlock() {
+    const BUYERS: usize = 60;
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(
+            &db,
+            name,
+            &[
+                (1, "a", 7),
+                (1, "b", 11),
+                (1, "c", 13),
+                (2, "a", 5),
+                (2, "b", 9),
+                (2, "c", 3),
+            ],
+            &[("c", 0), ("a", 1), ("b", 2)],
+        )
+        .await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(BUYERS));
+        let mut tasks = Vec::new();
+        for i in 0..BUYERS {
+            let engine = engine.clone();
+            let barrier = barrier.clone();
+            tasks.push(tokio::spawn(async move {
+                let items: &[(i64, i64)] = match i % 3 {
+                    0 => &[(1, 3)],
+                    1 => &[(1, 2), (2, 2)],
+                    _ => &[(2, 1), (1, 1)],
+                };
+                barrier.wait().await;
+                let r = engine
+                    .reserve(&request(&format!("o-{i}"), items, Ttl::default()))
+                    .await;
+                (items, r)
+            }));
+        }
+        let (mut taken1, mut taken2) = (0i32, 0i32);
+        for t in tasks {
+            let (items, r) = t.await.expect("task");
+            match r {
+                Ok(r) => {
+                    for &(p, q) in items {
+                        let allocated: i32 = parts(&r.items, p).iter().map(|x| x.1).sum();
+                        assert_eq!(i64::from(allocated), q, "{name}: allocations add up");
+                        if p == 1 {
+                            taken1 += q as i32
+                        } else {
+                            taken2 += q as i32
+                        }
+                    }
+                }
+                Err(Error::InsufficientStock { .. }) => {}
+                Err(e) => panic!("{name}: an error reached a buyer: {e}"),
+            }
+        }
+        let s1 = at(&engine, 1).await;
+        let s2 = at(&engine, 2).await;
+        let reserved1: i32 = s1.iter().map(|l| l.2).sum();
+        let reserved2: i32 = s2.iter().map(|l| l.2).sum();
+        assert_eq!((reserved1, reserved2), (taken1, taken2), "{name}");
+        assert!(taken1 <= 31 && taken2 <= 17, "{name}");
+        // The lowest-priority-number location empties first: c before a before b.
+        if taken1 > 13 {
+            assert_eq!(
+                s1.iter().find(|l| l.0 == "c").map(|l| l.1),
+                Some(0),
+                "{name}: {s1:?}"
+            );
+        }
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// Drift behind the engine's back on a product stocked per location: the audit names the
+/// broken location invariants, and the repair, which would break the sum of the locations by
+/// rewriting the product's row, leaves it alone and reports it unrepairable.
+#[tokio::test]
+async fn the_audit_sees_location_drift_and_the_repair_leaves_located_products_alone() {
+    use saldo::audit::{audit_stock, Invariant};
+    use saldo::stock::repair::{self, RepairAction};
+    let db = test_db().await;
+    let engine = located(&db, StrategyName::Atomic, &[(1, "a", 3), (1, "b", 4)], &[]).await;
+    engine
+        .reserve(&request("o-1", &[(1, 4)], Ttl::default()))
+        .await
+        .expect("reserve");
+    let client = db.pool.get().await.expect("client");
+    client
+        .batch_execute(
+            "UPDATE stock_locations SET reserved = reserved + 1 \
+              WHERE product_id = 1 AND location_id = 'b'; \
+             UPDATE stock SET available = available + 2 WHERE product_id = 1",
+        )
+        .await
+        .expect("drift");
+    let found: Vec<Invariant> = audit_stock(&db.pool)
+        .await
+        .expect("audit")
+        .into_iter()
+        .map(|d| d.invariant)
+        .collect();
+    for expected in [
+        Invariant::OnHandMatchesHistory,
+        Invariant::LocationsSumToAvailable,
+        Invariant::LocationsSumToReserved,
+        Invariant::LocationReservedMatchesAllocations,
+    ] {
+        assert!(found.contains(&expected), "{expected:?} not in {found:?}");
+    }
+    let before = admin::get(engine.store(), pid(1)).await.expect("stock");
+    let report = repair::repair(engine.store(), true).await.expect("repair");
+    assert_eq!(report.products.len(), 1, "{report:?}");
+    assert_eq!(report.products[0].action, RepairAction::Unrepairable);
+    let after = admin::get(engine.store(), pid(1)).await.expect("stock");
+    assert_eq!(
+        (after.available, after.reserved),
+        (before.available, before.reserved)
+    );
+}
