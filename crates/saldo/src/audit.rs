@@ -15,6 +15,8 @@
 //!
 //! Each audit reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some
 //! path wrote stock or balances without going through the engine.
+//!
+//! On a Citus coordinator there is no such snapshot across shards: [`citus`] audits there.
 
 use deadpool_postgres::Pool;
 use serde::Serialize;
@@ -22,6 +24,8 @@ use serde::Serialize;
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
 use crate::retry::checkout;
+
+pub mod citus;
 
 /// Most divergences returned by one audit.
 pub const MAX_DIVERGENCES: i64 = 1_000;

@@ -7,6 +7,10 @@
 
 use saldo_lab::testing::{citus_db, test_db, TestDb};
 
+/// The audit on Citus: per-shard checks and the per-transfer double entry.
+#[path = "citus/audit.rs"]
+mod audit;
+
 /// Two products with stock, two accounts with money, one live reservation of order `o1` on
 /// product 1 (portable SQL: the same on both layouts).
 const SETUP: &str = "\
