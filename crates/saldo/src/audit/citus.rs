@@ -9,17 +9,19 @@
 //! - **The cross-shard rule, per transfer.** Both sides of every transfer exist, sit on the
 //!   accounts its `transfer_ids` row names, and agree. A one-shot read finds the suspects
 //!   ([`suspect_transfers`]; it cannot tell a divergence from a 2PC in flight); each suspect is
-//!   then re-read after every prepared transaction that was in flight right after the previous
-//!   read has resolved (`pg_prepared_xacts` on every node: a half-visible commit always has its
-//!   other half prepared somewhere), and it is a divergence only when two such reads find the
-//!   same disagreement. A suspect whose 2PCs do not resolve within the bound is reported as
-//!   unresolved, never as clean and never as a divergence.
+//!   read, then re-read once every prepared transaction that held one of its shards right after
+//!   the previous read has resolved (`pg_prepared_xacts` and their locks on every node: a
+//!   half-visible commit always has its other half prepared, holding that half's shard), and
+//!   it is a divergence only when two such reads find the same disagreement. A suspect with
+//!   nothing in flight on its shards is re-read at once, whatever the bound; one whose 2PCs do
+//!   not resolve within the bound is reported as unresolved, never as clean and never as a
+//!   divergence.
 //!
 //! No global sum is read: with every account equal to its journal and every transfer's two
 //! sides present and equal, the balances sum to zero and `held` sums to `pending_credits` by
 //! construction, which is the single node's `TotalIsZero` / `PendingTotalsMatch` rule.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
@@ -223,18 +225,40 @@ SELECT coalesce(s.id, r.id) AS id
  ORDER BY 1
  LIMIT $1";
 
-/// The prepared transactions of this database on every node (the workers through Citus, the
-/// coordinator locally: it may hold shards too), as `node:gid`.
+/// The prepared transactions of this database on every node, as `node:gid` with the relations
+/// each holds a lock on (a prepared transaction keeps its locks: on a worker, the shards it
+/// wrote; its locks are found through the one on its own transaction id). The workers' are
+/// read through Citus; the coordinator's (it may hold shards and reference tables) and an
+/// unreachable worker's come with no relation list, which counts as "may touch anything", and
+/// so does an empty one.
 const IN_FLIGHT: &str = "
-SELECT nodename || ':' || nodeport || ':' || gid
-  FROM run_command_on_workers($$SELECT coalesce(json_agg(gid), '[]') FROM pg_prepared_xacts
-                                 WHERE database = current_database()$$) w,
-       json_array_elements_text(CASE WHEN w.success THEN w.result::json ELSE '[]' END) gid
+SELECT w.nodename || ':' || w.nodeport || ':' || (x ->> 'gid') AS key, x -> 'rels' AS rels
+  FROM run_command_on_workers($w$
+         SELECT coalesce(json_agg(json_build_object(
+                  'gid', p.gid,
+                  'rels', (SELECT coalesce(json_agg(DISTINCT l.relation::regclass::text), '[]')
+                             FROM pg_locks l
+                             JOIN pg_locks x ON x.virtualtransaction = l.virtualtransaction
+                            WHERE x.locktype = 'transactionid'
+                              AND x.transactionid = p.transaction
+                              AND l.locktype = 'relation'))), '[]')
+           FROM pg_prepared_xacts p WHERE p.database = current_database()$w$) w,
+       json_array_elements(CASE WHEN w.success THEN w.result::json ELSE '[]' END) x
 UNION ALL
-SELECT 'coordinator:' || gid FROM pg_prepared_xacts WHERE database = current_database()
+SELECT 'coordinator:' || gid, NULL FROM pg_prepared_xacts WHERE database = current_database()
 UNION ALL
-SELECT 'unreachable:' || nodename || ':' || nodeport
+SELECT 'unreachable:' || nodename || ':' || nodeport, NULL
   FROM run_command_on_workers('SELECT 1') WHERE NOT success";
+
+/// The shards a 2PC writing transfer `$2` between accounts `$1` must hold: the journal shard of
+/// each account and the id's `transfer_ids` shard.
+const TRANSFER_SHARDS: &str = "
+SELECT shard_name('transfers'::regclass,
+                  get_shard_id_for_distribution_column('transfers', a))::text
+  FROM unnest($1::bigint[]) a
+UNION ALL
+SELECT shard_name('transfer_ids'::regclass,
+                  get_shard_id_for_distribution_column('transfer_ids', $2::text))::text";
 
 /// The full Citus audit: per-shard stock and account checks, then the per-transfer double
 /// entry with its bounded recheck.
@@ -343,75 +367,127 @@ pub async fn suspect_transfers(pool: &Pool) -> Result<Vec<String>, Error> {
 }
 
 /// The per-transfer double entry: suspects from one read, each confirmed or cleared by
-/// re-reads separated by the resolution of the 2PCs in flight. Returns the divergences and
-/// the ids left unresolved when the bound ran out.
+/// re-reads, each taken once the 2PCs that were in flight on its shards right after the
+/// previous one have resolved. Returns the divergences and the ids left unresolved when the
+/// bound ran out.
 pub async fn audit_transfers(
     pool: &Pool,
     options: CitusAuditOptions,
 ) -> Result<(Vec<TransferDivergence>, Vec<String>), Error> {
     let deadline = Instant::now() + options.recheck_for.min(MAX_RECHECK);
     let client = checkout(pool, "audit_ledger").await?;
-    let mut suspects: Vec<(String, Option<TransferState>)> = client
+    let ids: Vec<String> = client
         .query(SUSPECTS, &[&MAX_SUSPECTS])
         .await?
         .iter()
-        .map(|r| (r.get(0), None))
+        .map(|r| r.get(0))
         .collect();
-    // Captured after the read: a 2PC half-visible to it is either resolved by now or still
-    // prepared on some node, hence in this set.
-    let mut in_flight = in_flight(&client).await?;
+    let mut states = Vec::with_capacity(ids.len());
+    for id in &ids {
+        states.push(read_transfer(&client, id).await?);
+    }
+    let mut suspects = blockers(&client, states).await?;
     let mut divergences = Vec::new();
+    let mut pause = Duration::from_millis(20);
     while !suspects.is_empty() {
-        if !wait_resolved(&client, &in_flight, deadline).await? {
-            break;
-        }
-        let mut next = Vec::new();
-        for (id, previous) in suspects {
-            let state = read_transfer(&client, &id).await?;
+        let current = in_flight(&client).await?;
+        let (ready, waiting): (Vec<_>, Vec<_>) = suspects
+            .into_iter()
+            .partition(|s| s.blockers.iter().all(|b| !current.contains_key(b)));
+        suspects = waiting;
+        let mut reread = Vec::new();
+        for suspect in &ready {
+            let state = read_transfer(&client, &suspect.state.transfer_id).await?;
             match state.problem() {
                 None => {}
-                // The same disagreement twice, with every 2PC in flight after the first read
-                // resolved in between: no commit in progress explains it.
-                Some(invariant) if previous.as_ref() == Some(&state) => {
+                // The same disagreement twice, with every 2PC in flight on its shards after
+                // the first read resolved in between: no commit in progress explains it.
+                Some(invariant) if state == suspect.state => {
                     divergences.push(TransferDivergence { invariant, state })
                 }
-                Some(_) => next.push((id, Some(state))),
+                Some(_) => reread.push(state),
             }
         }
-        in_flight = self::in_flight(&client).await?;
-        suspects = next;
+        let progressed = !ready.is_empty();
+        suspects.extend(blockers(&client, reread).await?);
+        let now = Instant::now();
+        if suspects.is_empty() || now >= deadline {
+            break;
+        }
+        if progressed {
+            pause = Duration::from_millis(20);
+        } else {
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
-    let unresolved = suspects.into_iter().map(|(id, _)| id).collect();
+    let unresolved = suspects.into_iter().map(|s| s.state.transfer_id).collect();
     Ok((divergences, unresolved))
 }
 
-/// The 2PCs prepared on any node of this database right now.
-async fn in_flight(client: &deadpool_postgres::Client) -> Result<BTreeSet<String>, Error> {
-    let rows = client.query(IN_FLIGHT, &[]).await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+/// A suspect transfer as last read, and the 2PCs (`node:gid`) to wait for before reading it
+/// again.
+struct Suspect {
+    state: TransferState,
+    blockers: BTreeSet<String>,
 }
 
-/// Waits until none of `waiting_for` is prepared any more (polling, backing off to 1 s), or
-/// `deadline`: false when it passed first.
-async fn wait_resolved(
+/// For each state just read: the 2PCs prepared right now that hold one of its shards (or may
+/// hold anything). A 2PC whose half was visible to that read is either resolved by now or
+/// still prepared, holding the shard of the half not yet visible: the journal shard of one of
+/// the accounts (the route names both; if the route is the missing half, the id's shard).
+async fn blockers(
     client: &deadpool_postgres::Client,
-    waiting_for: &BTreeSet<String>,
-    deadline: Instant,
-) -> Result<bool, Error> {
-    let mut pause = Duration::from_millis(20);
-    let mut current = waiting_for.clone();
-    loop {
-        if current.is_disjoint(waiting_for) {
-            return Ok(true);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(pause.min(deadline - now)).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-        current = in_flight(client).await?;
+    states: Vec<TransferState>,
+) -> Result<Vec<Suspect>, Error> {
+    if states.is_empty() {
+        return Ok(Vec::new());
     }
+    let current = in_flight(client).await?;
+    let mut out = Vec::with_capacity(states.len());
+    for state in states {
+        let mut accounts: BTreeSet<i64> = state.sides.iter().map(|s| s.account_id).collect();
+        if let Some((from, to)) = state.route {
+            accounts.extend([from, to]);
+        }
+        let accounts: Vec<i64> = accounts.into_iter().collect();
+        let shards: BTreeSet<String> = client
+            .query(TRANSFER_SHARDS, &[&accounts, &state.transfer_id])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let blockers = current
+            .iter()
+            .filter(|(_, rels)| rels.as_ref().is_none_or(|r| !r.is_disjoint(&shards)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        out.push(Suspect { state, blockers });
+    }
+    Ok(out)
+}
+
+/// The 2PCs prepared on any node of this database right now, with the relations they hold
+/// (`None`: unknown, may hold anything).
+async fn in_flight(
+    client: &deadpool_postgres::Client,
+) -> Result<BTreeMap<String, Option<BTreeSet<String>>>, Error> {
+    let rows = client.query(IN_FLIGHT, &[]).await?;
+    rows.iter()
+        .map(|r| {
+            let rels: Option<serde_json::Value> = r.try_get("rels")?;
+            let rels = rels
+                .map(|v| -> BTreeSet<String> {
+                    v.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .filter(|r| !r.is_empty());
+            Ok((r.try_get("key")?, rels))
+        })
+        .collect()
 }
 
 /// Everything stored about `id`: its router row (routed by id) and its sides (every shard of

@@ -352,6 +352,10 @@ async fn a_real_orphan_is_reported_every_time() {
     tx.commit().await.expect("commit");
     drop(client);
 
+    let expected = [
+        ("changed", TransferInvariant::SidesAgree),
+        ("orphan", TransferInvariant::CreditSideExists),
+    ];
     for _ in 0..3 {
         let audit = citus::audit(&db.pool, PATIENT).await.expect("audit");
         assert!(
@@ -359,17 +363,50 @@ async fn a_real_orphan_is_reported_every_time() {
             "{audit:?}"
         );
         assert!(audit.unresolved.is_empty(), "{audit:?}");
-        let found: Vec<(&str, TransferInvariant)> = audit
-            .transfers
-            .iter()
-            .map(|d| (d.state.transfer_id.as_str(), d.invariant))
-            .collect();
-        assert_eq!(
-            found,
-            [
-                ("changed", TransferInvariant::SidesAgree),
-                ("orphan", TransferInvariant::CreditSideExists)
-            ]
-        );
+        assert_eq!(found(&audit), expected);
     }
+
+    // An unrelated transfer held half-committed on other shards: the orphans are still
+    // reported (a suspect waits only for the 2PCs holding its own shards, and one with none
+    // is re-read whatever the bound), the held one is unresolved.
+    let client = db.pool.get().await.expect("client");
+    let taken = [
+        shard(&client, "transfers", a).await,
+        shard(&client, "transfers", b).await,
+    ];
+    let mut others = Vec::new();
+    for id in 2..200 {
+        if id != b && !taken.contains(&shard(&client, "transfers", id).await) {
+            others.push(id);
+        }
+        if others.len() == 2 {
+            break;
+        }
+    }
+    let (c, d) = (others[0], others[1]);
+    client
+        .execute(
+            "INSERT INTO accounts (id, balance) VALUES ($1, 0), ($2, 0)",
+            &[&c, &d],
+        )
+        .await
+        .expect("accounts");
+    transfer(&db, "open-c", 0, c, 100).await;
+    let held = hold_half_committed(&db, "held", c, d, "saldo_test_unrelated").await;
+    for _ in 0..3 {
+        let audit = citus::audit(&db.pool, SHORT).await.expect("audit");
+        assert_eq!(found(&audit), expected, "{audit:?}");
+        assert_eq!(audit.unresolved, ["held"], "{audit:?}");
+    }
+    held.batch_execute("COMMIT PREPARED 'saldo_test_unrelated'")
+        .await
+        .expect("commit prepared");
+}
+
+fn found(audit: &citus::CitusAudit) -> Vec<(&str, TransferInvariant)> {
+    audit
+        .transfers
+        .iter()
+        .map(|d| (d.state.transfer_id.as_str(), d.invariant))
+        .collect()
 }
