@@ -243,19 +243,7 @@ async fn run() -> Result<ExitCode> {
             }
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;
-            for d in &stock {
-                println!(
-                    "product {} {:?}: expected {} actual {}",
-                    d.product_id, d.invariant, d.expected, d.actual
-                );
-            }
-            for d in &ledger {
-                let account = d.account.map_or("all".to_owned(), |a| a.to_string());
-                println!(
-                    "account {account} {:?}: expected {} actual {}",
-                    d.invariant, d.expected, d.actual
-                );
-            }
+            print_divergences(&stock, &ledger);
             if !stock.is_empty() || !ledger.is_empty() {
                 pool.close();
                 return Ok(ExitCode::FAILURE);
@@ -298,6 +286,26 @@ async fn run() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One line per stock and per ledger divergence (both layouts' audits).
+fn print_divergences(
+    stock: &[saldo::audit::Divergence],
+    ledger: &[saldo::audit::LedgerDivergence],
+) {
+    for d in stock {
+        println!(
+            "product {} {:?}: expected {} actual {}",
+            d.product_id, d.invariant, d.expected, d.actual
+        );
+    }
+    for d in ledger {
+        let account = d.account.map_or("all".to_owned(), |a| a.to_string());
+        println!(
+            "account {account} {:?}: expected {} actual {}",
+            d.invariant, d.expected, d.actual
+        );
+    }
+}
+
 /// `saldo audit` on a Citus coordinator ([`saldo::audit::citus`]): one line per divergence and
 /// per unresolved transfer; true when clean.
 async fn citus_audit(pool: &deadpool_postgres::Pool) -> anyhow::Result<bool> {
@@ -305,19 +313,7 @@ async fn citus_audit(pool: &deadpool_postgres::Pool) -> anyhow::Result<bool> {
     let audit = citus::audit(pool, CitusAuditOptions::default())
         .await
         .context("auditing the Citus database (its schema is laid out by `saldo migrate`)")?;
-    for d in &audit.stock {
-        println!(
-            "product {} {:?}: expected {} actual {}",
-            d.product_id, d.invariant, d.expected, d.actual
-        );
-    }
-    for d in &audit.ledger {
-        let account = d.account.map_or("all".to_owned(), |a| a.to_string());
-        println!(
-            "account {account} {:?}: expected {} actual {}",
-            d.invariant, d.expected, d.actual
-        );
-    }
+    print_divergences(&audit.stock, &audit.ledger);
     for d in &audit.transfers {
         let route = d
             .state

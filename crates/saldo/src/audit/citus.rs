@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use super::{Divergence, LedgerDivergence, LedgerInvariant, ProductState, MAX_DIVERGENCES};
+use super::{Divergence, LedgerDivergence, ProductState, MAX_DIVERGENCES};
 use crate::error::Error;
 use crate::retry::checkout;
 
@@ -309,31 +309,8 @@ pub async fn audit_accounts(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error>
             let Some(row) = client.query_opt(&statement, &[&id]).await? else {
                 continue;
             };
-            let account = Some(crate::ledger::types::account_from_db(id)?);
-            for (invariant, actual, expected) in [
-                (
-                    LedgerInvariant::BalanceMatchesJournal,
-                    "balance",
-                    "expected",
-                ),
-                (LedgerInvariant::HeldMatchesPending, "held", "expected_held"),
-                (
-                    LedgerInvariant::PendingCreditsMatchPending,
-                    "pending_credits",
-                    "expected_pending_credits",
-                ),
-            ] {
-                let actual = super::sum_i64(&row, actual)?;
-                let expected = super::sum_i64(&row, expected)?;
-                if actual != expected {
-                    out.push(LedgerDivergence {
-                        account,
-                        invariant,
-                        expected,
-                        actual,
-                    });
-                }
-            }
+            let account = crate::ledger::types::account_from_db(id)?;
+            out.extend(super::account_divergences(&row, account)?);
         }
         match ids.last() {
             Some(&last) if ids.len() as i64 == PAGE => after = last,
