@@ -81,7 +81,8 @@ enum Command {
     },
     /// Run the divergence audits (stock and ledger); exits 1 when anything diverges.
     /// `--repair` prints what it would change per divergent product; `--repair --apply`
-    /// changes it (products that change meanwhile are left alone) and audits again.
+    /// changes it (products that change meanwhile are left alone) and audits again. On a
+    /// Citus coordinator: per shard and per transfer, read-only, without `--repair`.
     Audit {
         /// Print, per divergent product, what a repair would write (nothing is written).
         #[arg(long)]
@@ -205,6 +206,19 @@ async fn run() -> Result<ExitCode> {
         println!("migrations applied ({} layout)", layout.as_str());
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::Audit { repair: false, .. } = cli.command {
+        // Read-only on Citus: no migration (its schema is `saldo migrate`'s), no repair (a
+        // repair is an operation, and those do not run there yet: refused below).
+        if db::layout(&pool).await? == db::Layout::Citus {
+            let clean = citus_audit(&pool).await?;
+            pool.close();
+            return Ok(if clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
+    }
     db::migrate_to_serve(&pool)
         .await
         .context("migrating the database")?;
@@ -229,19 +243,7 @@ async fn run() -> Result<ExitCode> {
             }
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;
-            for d in &stock {
-                println!(
-                    "product {} {:?}: expected {} actual {}",
-                    d.product_id, d.invariant, d.expected, d.actual
-                );
-            }
-            for d in &ledger {
-                let account = d.account.map_or("all".to_owned(), |a| a.to_string());
-                println!(
-                    "account {account} {:?}: expected {} actual {}",
-                    d.invariant, d.expected, d.actual
-                );
-            }
+            print_divergences(&stock, &ledger);
             if !stock.is_empty() || !ledger.is_empty() {
                 pool.close();
                 return Ok(ExitCode::FAILURE);
@@ -282,6 +284,68 @@ async fn run() -> Result<ExitCode> {
     }
     pool.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line per stock and per ledger divergence (both layouts' audits).
+fn print_divergences(
+    stock: &[saldo::audit::Divergence],
+    ledger: &[saldo::audit::LedgerDivergence],
+) {
+    for d in stock {
+        println!(
+            "product {} {:?}: expected {} actual {}",
+            d.product_id, d.invariant, d.expected, d.actual
+        );
+    }
+    for d in ledger {
+        let account = d.account.map_or("all".to_owned(), |a| a.to_string());
+        println!(
+            "account {account} {:?}: expected {} actual {}",
+            d.invariant, d.expected, d.actual
+        );
+    }
+}
+
+/// `saldo audit` on a Citus coordinator ([`saldo::audit::citus`]): one line per divergence and
+/// per unresolved transfer; true when clean.
+async fn citus_audit(pool: &deadpool_postgres::Pool) -> anyhow::Result<bool> {
+    use saldo::audit::citus::{self, CitusAuditOptions};
+    let audit = citus::audit(pool, CitusAuditOptions::default())
+        .await
+        .context("auditing the Citus database (its schema is laid out by `saldo migrate`)")?;
+    print_divergences(&audit.stock, &audit.ledger);
+    for d in &audit.transfers {
+        let route = d
+            .state
+            .route
+            .map_or("no transfer_ids row".to_owned(), |(from, to)| {
+                format!("from {from} to {to}")
+            });
+        let sides: Vec<String> = d
+            .state
+            .sides
+            .iter()
+            .map(|s| format!("{} ({} {})", s.account_id, s.status, s.amount))
+            .collect();
+        println!(
+            "transfer {} {:?}: {route}; sides on accounts [{}]",
+            d.state.transfer_id,
+            d.invariant,
+            sides.join(", ")
+        );
+    }
+    for id in &audit.unresolved {
+        println!("transfer {id} UNRESOLVED: its 2PC did not resolve in time; audit again");
+    }
+    if !audit.is_clean() {
+        return Ok(false);
+    }
+    println!("audit clean (Citus): every product matches its history on its shard");
+    println!(
+        "audit clean (Citus): every account matches its journal on its shard, every transfer \
+         has both sides on its accounts and they agree (so balances sum to zero)"
+    );
+    Ok(true)
 }
 
 /// `saldo audit --repair [--apply]`: one line per divergent product, what it would change (or

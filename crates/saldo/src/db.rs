@@ -83,10 +83,7 @@ fn pool_config(
 /// the distributed one ([`Layout::Citus`]) when the Citus extension is installed in it. An
 /// advisory lock serialises several processes migrating one database at once.
 pub async fn migrate(pool: &Pool) -> Result<Layout, Error> {
-    let layout = {
-        let client = pool.get().await.map_err(Error::from)?;
-        crate::schema::detect(&client).await?
-    };
+    let layout = layout(pool).await?;
     migrate_as(pool, layout).await?;
     Ok(layout)
 }
@@ -95,20 +92,25 @@ pub async fn migrate(pool: &Pool) -> Result<Layout, Error> {
 /// is applied, on a database with the Citus layout, whose operations are not built yet (issue
 /// 13: the distributed schema exists, reserve/confirm/transfer on it do not).
 pub async fn migrate_to_serve(pool: &Pool) -> Result<(), Error> {
-    let layout = {
-        let client = pool.get().await.map_err(Error::from)?;
-        crate::schema::detect(&client).await?
-    };
+    let layout = layout(pool).await?;
     if layout == Layout::Citus {
         return Err(Error::Migration(CITUS_OPERATIONS_MISSING.into()));
     }
     migrate_as(pool, layout).await
 }
 
-/// Why a Citus database is refused by everything but `saldo migrate`.
+/// The layout of the database behind `pool`: [`Layout::Citus`] when the Citus extension is
+/// installed in it (a read; nothing is migrated).
+pub async fn layout(pool: &Pool) -> Result<Layout, Error> {
+    let client = pool.get().await.map_err(Error::from)?;
+    crate::schema::detect(&client).await
+}
+
+/// Why a Citus database is refused by everything but `saldo migrate` and `saldo audit` (which
+/// audits it read-only with [`crate::audit::citus`]).
 pub const CITUS_OPERATIONS_MISSING: &str = "this database is a Citus coordinator: `saldo \
-     migrate` lays out the distributed schema there, but saldo's operations (reserve, confirm, \
-     transfers, sweeps, audits) do not run on it yet";
+     migrate` lays out the distributed schema there and `saldo audit` audits it, but saldo's \
+     operations (reserve, confirm, transfers, sweeps, repairs) do not run on it yet";
 
 /// [`migrate`] in an explicit layout (`saldo migrate --citus`): [`Layout::Citus`] on a database
 /// without the Citus extension is refused before anything is applied.

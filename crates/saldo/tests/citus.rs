@@ -7,6 +7,10 @@
 
 use saldo_lab::testing::{citus_db, test_db, TestDb};
 
+/// The audit on Citus: per-shard checks and the per-transfer double entry.
+#[path = "citus/audit.rs"]
+mod audit;
+
 /// Two products with stock, two accounts with money, one live reservation of order `o1` on
 /// product 1 (portable SQL: the same on both layouts).
 const SETUP: &str = "\
@@ -324,7 +328,8 @@ async fn the_checks_hold_on_the_shards() {
 }
 
 /// Migrating again changes nothing; the service, the lab and every command but `saldo migrate`
-/// refuse a Citus database (its operations are not built yet) before touching it; and asking for
+/// and `saldo audit` (read-only, `audit::citus`) refuse a Citus database (its operations are
+/// not built yet) before touching it; and asking for
 /// the Citus layout on one node is refused before anything is applied.
 #[tokio::test]
 async fn only_the_migrations_run_on_citus_for_now() {
