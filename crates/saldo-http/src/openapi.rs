@@ -8,13 +8,15 @@
 //!   security as configured (a route open because API auth is disabled declares none), and
 //!   the error statuses every operation of its kind can answer (401, 400/408/413/415/422 for a
 //!   body, 422 for parameters, 503 for routes that reach the database), all with the problem
-//!   schema. Statuses a route documents itself keep its own description.
+//!   schema. Statuses a route documents itself keep its own description. It also links each
+//!   creating operation's answers to the follow-ups that take the new id (`FOLLOW_UPS`).
 
 use serde_json::{json, Map, Value};
+use utoipa::openapi::link::Link;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::openapi::Required;
+use utoipa::openapi::{RefOr, Required};
 use utoipa::{IntoParams, Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
@@ -74,7 +76,9 @@ pub fn document(api_required: bool) -> Value {
 
 /// Completes the collected document for this configuration (see the module's header).
 pub fn render(api: &utoipa::openapi::OpenApi, api_required: bool) -> Value {
-    let mut doc = serde_json::to_value(api).unwrap_or_else(|_| json!({}));
+    let mut api = api.clone();
+    link_follow_ups(&mut api);
+    let mut doc = serde_json::to_value(&api).unwrap_or_else(|_| json!({}));
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
         for (path, item) in paths.iter_mut() {
             let Some(item) = item.as_object_mut() else {
@@ -83,11 +87,93 @@ pub fn render(api: &utoipa::openapi::OpenApi, api_required: bool) -> Value {
             for op in item.values_mut() {
                 if let Some(op) = op.as_object_mut() {
                     complete(path, op, api_required);
+                    name_link_fields_as_openapi_does(op);
                 }
             }
         }
     }
     doc
+}
+
+/// What an order's follow-ups are, by operationId (the handlers' names).
+const ORDER_FOLLOW_UPS: &[&str] = &["get_order", "confirm", "release", "extend", "rereserve"];
+
+/// The operations that create something another operation names in its path: (creating
+/// operationId, the answer's field holding the new id, the follow-ups' path parameter, the
+/// follow-ups' operationIds). Checked against the document by the contract suite.
+const FOLLOW_UPS: [(&str, &str, &str, &[&str]); 3] = [
+    ("reserve", "order_id", "order_id", ORDER_FOLLOW_UPS),
+    ("rereserve", "order_id", "order_id", ORDER_FOLLOW_UPS),
+    (
+        "transfer",
+        "id",
+        "id",
+        &["get_transfer", "post_transfer", "void_transfer"],
+    ),
+];
+
+/// Adds OpenAPI `links` from each creating operation's success answers (201, and the 200 of a
+/// replay) to its follow-ups, passing the id from the answer's body (`$response.body#/...`):
+/// clients and schemathesis's stateful phase learn which call comes next and with which id
+/// (without them schemathesis calls confirm, post, ... with made-up ids and meets 404s). Here,
+/// as one table, rather than as `links(...)` in the routes' `responses`, where the same links
+/// would be repeated on every success status of every creating route.
+fn link_follow_ups(api: &mut utoipa::openapi::OpenApi) {
+    for item in api.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+        ];
+        for op in ops.into_iter().flatten() {
+            let creates = FOLLOW_UPS
+                .iter()
+                .find(|(id, ..)| op.operation_id.as_deref() == Some(*id));
+            let Some((_, field, param, targets)) = creates else {
+                continue;
+            };
+            for status in ["201", "200"] {
+                let Some(RefOr::T(response)) = op.responses.responses.get_mut(status) else {
+                    continue;
+                };
+                for target in *targets {
+                    let link = Link::builder()
+                        .operation_id(*target)
+                        .parameter(*param, format!("$response.body#/{field}"))
+                        .build();
+                    response.links.insert((*target).to_owned(), RefOr::T(link));
+                }
+            }
+        }
+    }
+}
+
+/// utoipa 5.5 serializes a response link's fields in Rust's spelling (`operation_id`,
+/// `operation_ref`, `request_body`; its `Link` lacks serde's `camelCase` rename), which no
+/// OpenAPI tool reads: a validator refuses the link and schemathesis would not follow it. This
+/// renames them to the spelling the specification gives them.
+fn name_link_fields_as_openapi_does(op: &mut Map<String, Value>) {
+    const RENAMES: [(&str, &str); 3] = [
+        ("operation_id", "operationId"),
+        ("operation_ref", "operationRef"),
+        ("request_body", "requestBody"),
+    ];
+    let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for response in responses.values_mut() {
+        let Some(links) = response.get_mut("links").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for link in links.values_mut().filter_map(Value::as_object_mut) {
+            for (rust, openapi) in RENAMES {
+                if let Some(value) = link.remove(rust) {
+                    link.insert(openapi.to_owned(), value);
+                }
+            }
+        }
+    }
 }
 
 fn complete(path: &str, op: &mut Map<String, Value>, api_required: bool) {

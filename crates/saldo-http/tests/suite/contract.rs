@@ -236,6 +236,93 @@ fn limits_in_the_document_are_the_codes_constants() {
     }
 }
 
+/// The creating operations link their success answers to the follow-ups that take the new id
+/// (schemathesis's stateful phase follows them with real ids instead of meeting 404s), and
+/// every link in the document is sound: its `operationId` names exactly one operation, each
+/// parameter is one that operation takes, and each value reads a property the answer's schema
+/// has.
+#[test]
+fn response_links_reach_the_follow_ups_and_resolve() {
+    let doc = saldo_http::openapi::document(true);
+    let ops = operations(&doc);
+    let by_id = |id: &str| -> Vec<&Value> {
+        ops.iter()
+            .filter(|(_, _, op)| op["operationId"] == id)
+            .map(|(_, _, op)| *op)
+            .collect()
+    };
+    let mut seen = 0;
+    for (method, path, op) in &ops {
+        for (status, response) in op["responses"].as_object().expect("responses") {
+            let Some(links) = response.get("links").and_then(Value::as_object) else {
+                continue;
+            };
+            let schema_ref = response["content"]["application/json"]["schema"]["$ref"]
+                .as_str()
+                .expect("a linked answer has a component schema");
+            let name = schema_ref.trim_start_matches("#/components/schemas/");
+            let properties = &doc["components"]["schemas"][name]["properties"];
+            for (link_name, link) in links {
+                let at = format!("{method} {path} {status} link {link_name}");
+                assert!(link.get("operationRef").is_none(), "{at}: use operationId");
+                let id = link["operationId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{at}: no operationId in {link}"));
+                let targets = by_id(id);
+                assert_eq!(
+                    targets.len(),
+                    1,
+                    "{at}: operationId {id} must name one operation"
+                );
+                let taken: BTreeSet<&str> = targets[0]["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["name"].as_str())
+                    .collect();
+                let params = link["parameters"].as_object().expect("parameters");
+                assert!(!params.is_empty(), "{at}: no parameters");
+                for (param, value) in params {
+                    assert!(
+                        taken.contains(param.as_str()),
+                        "{at}: {id} takes no {param}"
+                    );
+                    let field = value
+                        .as_str()
+                        .and_then(|v| v.strip_prefix("$response.body#/"))
+                        .unwrap_or_else(|| panic!("{at}: {value} is not a body pointer"));
+                    assert!(
+                        properties.get(field).is_some(),
+                        "{at}: {name} has no {field}"
+                    );
+                }
+                seen += 1;
+            }
+        }
+    }
+    let linked = |path: &str, status: &str| -> BTreeSet<String> {
+        doc["paths"][path]["post"]["responses"][status]["links"]
+            .as_object()
+            .map(|l| l.values().map(|l| l["operationId"].to_string()).collect())
+            .unwrap_or_default()
+    };
+    let ids = |names: &[&str]| -> BTreeSet<String> {
+        names.iter().map(|n| json!(n).to_string()).collect()
+    };
+    let order = ids(&["get_order", "confirm", "release", "extend", "rereserve"]);
+    let transfer = ids(&["get_transfer", "post_transfer", "void_transfer"]);
+    for status in ["201", "200"] {
+        assert_eq!(linked("/v1/reservations", status), order, "{status}");
+        assert_eq!(
+            linked("/v1/orders/{order_id}/rereserve", status),
+            order,
+            "{status}"
+        );
+        assert_eq!(linked("/v1/transfers", status), transfer, "{status}");
+    }
+    assert_eq!(seen, 2 * (2 * order.len() + transfer.len()));
+}
+
 /// The server agrees with the schema at its edges: the largest value the document allows is
 /// accepted, the next one refused (422), for the bounds a reservation carries.
 #[tokio::test]
