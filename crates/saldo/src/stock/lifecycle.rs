@@ -245,15 +245,21 @@ async fn read_refusal(
             &[&product.get()],
         )
         .await;
-    let read = |r: &tokio_postgres::Row| -> Result<(i32, i32), tokio_postgres::Error> {
-        Ok((r.try_get("available")?, r.try_get("backorder_limit")?))
+    // One read of the three columns: a column that cannot be read is an error, never taken
+    // for "not located" (which would answer a located product "insufficient stock").
+    let read = |r: &tokio_postgres::Row| -> Result<(i32, i32, bool), tokio_postgres::Error> {
+        Ok((
+            r.try_get("available")?,
+            r.try_get("backorder_limit")?,
+            r.try_get("located")?,
+        ))
     };
     match row {
         Ok(None) => Error::UnknownProduct(product),
-        Ok(Some(r)) if r.try_get("located").unwrap_or(false) => Error::StockedByLocation(product),
         Ok(Some(r)) => match read(&r) {
-            Ok((_, limit)) if route && limit > 0 => Error::NeedsBackorderPath(product),
-            Ok((available, _)) => Error::InsufficientStock {
+            Ok((_, _, true)) => Error::StockedByLocation(product),
+            Ok((_, limit, false)) if route && limit > 0 => Error::NeedsBackorderPath(product),
+            Ok((available, _, false)) => Error::InsufficientStock {
                 product_id: product,
                 requested: quantity.get(),
                 available,
