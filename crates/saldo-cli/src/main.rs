@@ -219,10 +219,10 @@ async fn run() -> Result<ExitCode> {
             });
         }
     }
-    db::migrate_to_serve(&pool)
+    let layout = db::migrate_to_serve(&pool)
         .await
         .context("migrating the database")?;
-    let store = Store::new(pool.clone(), TxOptions::default());
+    let store = Store::new(pool.clone(), TxOptions::default()).with_layout(layout);
     match cli.command {
         // Returned above.
         Command::Migrate { .. } => {}

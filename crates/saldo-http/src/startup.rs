@@ -88,10 +88,10 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let validated = config.settings.validate()?;
         let pool = db::connect(&config.database_url, &config.pool)?;
-        db::migrate_to_serve(&pool).await?;
+        let layout = db::migrate_to_serve(&pool).await?;
         let engine = stock::build(
             config.strategy,
-            Store::new(pool.clone(), config.tx),
+            Store::new(pool.clone(), config.tx).with_layout(layout),
             &StrategyConfig::default(),
         );
         let prometheus = crate::metrics::install().map_err(StartupError::Metrics)?;

@@ -43,6 +43,8 @@ pub struct Scratch {
     server_url: String,
     name: String,
     pool: Pool,
+    /// The schema's layout (Citus when the server is a Citus coordinator).
+    layout: db::Layout,
 }
 
 /// `<prefix>_<pid>_<n>`: unique per process and call.
@@ -101,12 +103,19 @@ impl Scratch {
             server_url: server_url.to_owned(),
             pool: db::connect_database(server_url, name, &options.pool)?,
             name: name.to_owned(),
+            layout: db::Layout::Single,
         };
-        if let Err(e) = db::migrate_to_serve(&scratch.pool).await {
-            scratch.drop_database().await?;
-            return Err(e);
+        match db::migrate_to_serve(&scratch.pool).await {
+            Ok(layout) => {
+                let mut scratch = scratch;
+                scratch.layout = layout;
+                Ok(scratch)
+            }
+            Err(e) => {
+                scratch.drop_database().await?;
+                Err(e)
+            }
         }
-        Ok(scratch)
     }
 
     pub fn name(&self) -> &str {
@@ -119,7 +128,7 @@ impl Scratch {
 
     /// A store on the scratch database with `tx` options.
     pub fn store(&self, tx: TxOptions) -> Store {
-        Store::new(self.pool.clone(), tx)
+        Store::new(self.pool.clone(), tx).with_layout(self.layout)
     }
 
     /// Back to empty tables: the fresh state every race run starts from.

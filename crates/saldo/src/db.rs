@@ -88,15 +88,11 @@ pub async fn migrate(pool: &Pool) -> Result<Layout, Error> {
     Ok(layout)
 }
 
-/// [`migrate`] for a caller that is about to run saldo's operations: refused, before anything
-/// is applied, on a database with the Citus layout, whose operations are not built yet (issue
-/// 13: the distributed schema exists, reserve/confirm/transfer on it do not).
-pub async fn migrate_to_serve(pool: &Pool) -> Result<(), Error> {
-    let layout = layout(pool).await?;
-    if layout == Layout::Citus {
-        return Err(Error::Migration(CITUS_OPERATIONS_MISSING.into()));
-    }
-    migrate_as(pool, layout).await
+/// [`migrate`] for a caller that is about to run saldo's operations: returns the layout, which
+/// the caller gives its [`crate::stock::Store`] (`Store::with_layout`), so the operations take
+/// their locks as the layout requires.
+pub async fn migrate_to_serve(pool: &Pool) -> Result<Layout, Error> {
+    migrate(pool).await
 }
 
 /// The layout of the database behind `pool`: [`Layout::Citus`] when the Citus extension is
@@ -105,12 +101,6 @@ pub async fn layout(pool: &Pool) -> Result<Layout, Error> {
     let client = pool.get().await.map_err(Error::from)?;
     crate::schema::detect(&client).await
 }
-
-/// Why a Citus database is refused by everything but `saldo migrate` and `saldo audit` (which
-/// audits it read-only with [`crate::audit::citus`]).
-pub const CITUS_OPERATIONS_MISSING: &str = "this database is a Citus coordinator: `saldo \
-     migrate` lays out the distributed schema there and `saldo audit` audits it, but saldo's \
-     operations (reserve, confirm, transfers, sweeps, repairs) do not run on it yet";
 
 /// [`migrate`] in an explicit layout (`saldo migrate --citus`): [`Layout::Citus`] on a database
 /// without the Citus extension is refused before anything is applied.

@@ -17,7 +17,6 @@ use saldo::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, Tran
 use saldo::error::Error;
 use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, Settle, TransferRequest};
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
-use saldo::stock::Store;
 
 use crate::naive::holds as naive;
 use crate::race::types::{
@@ -180,7 +179,7 @@ pub async fn run(
         };
         for run in 0..race.runs {
             scratch.reset().await?;
-            let ledger = Ledger::new(Store::new(scratch.pool().clone(), tx.clone()));
+            let ledger = Ledger::new(scratch.store(tx.clone()));
             let outcome = one_run(&ledger, race, strategy, run).await?;
             report.add_sold(run, outcome.done);
             report.oversold += outcome.excess;

@@ -12,7 +12,6 @@ use saldo::domain::{AccountId, Amount, TransferId};
 use saldo::error::Error;
 use saldo::ledger::{Ledger, Transfer, TransferRequest};
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
-use saldo::stock::Store;
 
 use crate::race::types::{
     bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_RUNS,
@@ -132,7 +131,7 @@ pub async fn run_with_progress(
         };
         for run in 0..race.runs {
             scratch.reset().await?;
-            let ledger = Ledger::new(Store::new(scratch.pool().clone(), tx.clone()));
+            let ledger = Ledger::new(scratch.store(tx.clone()));
             let (a, b) = (account(1)?, account(2)?);
             let joined = crossed(&ledger, strategy, race.transfers, &format!("x-{run}")).await?;
             let mut done = 0u64;

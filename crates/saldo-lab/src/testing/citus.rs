@@ -80,5 +80,6 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         pool,
         url,
         tx: TxOptions::default(),
+        layout: Layout::Citus,
     }
 }

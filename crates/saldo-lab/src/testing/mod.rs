@@ -51,12 +51,14 @@ pub struct TestDb {
     /// The transaction options suites should use: the defaults, except that the serializable
     /// cluster allows [`SERIALIZABLE_MAX_ATTEMPTS`] attempts.
     pub tx: TxOptions,
+    /// Single, or Citus for a database from [`citus_db`].
+    pub layout: db::Layout,
 }
 
 impl TestDb {
-    /// A [`Store`] with this cluster's transaction options ([`TestDb::tx`]).
+    /// A [`Store`] with this cluster's transaction options ([`TestDb::tx`]) and layout.
     pub fn store(&self) -> Store {
-        Store::new(self.pool.clone(), self.tx.clone())
+        Store::new(self.pool.clone(), self.tx.clone()).with_layout(self.layout)
     }
 
     /// A second, independent pool on the same database (e.g. a second "process").
@@ -219,6 +221,7 @@ async fn fresh_db(shared: &Shared, max_size: usize) -> TestDb {
         pool: pool_for(&url, max_size),
         url,
         tx: shared.tx.clone(),
+        layout: db::Layout::Single,
     }
 }
 

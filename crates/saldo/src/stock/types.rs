@@ -16,17 +16,37 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::retry::TxOptions;
+use crate::schema::Layout;
 
-/// The database and the per-transaction settings every operation runs with.
+/// The database and the per-transaction settings every operation runs with, and the schema's
+/// layout: on [`Layout::Citus`] the operations take their locks one distribution value at a
+/// time and write the routers (ARCHITECTURE.md, "On Citus").
 #[derive(Clone)]
 pub struct Store {
     pub pool: Pool,
     pub tx: TxOptions,
+    pub layout: Layout,
 }
 
 impl Store {
+    /// A store on a single-node database ([`Layout::Single`]).
     pub fn new(pool: Pool, tx: TxOptions) -> Self {
-        Store { pool, tx }
+        Store {
+            pool,
+            tx,
+            layout: Layout::Single,
+        }
+    }
+
+    /// The same store on a database of `layout` (what [`crate::db::migrate_to_serve`] returned).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// True on a Citus coordinator.
+    pub fn is_citus(&self) -> bool {
+        self.layout == Layout::Citus
     }
 }
 
