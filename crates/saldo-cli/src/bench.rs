@@ -20,7 +20,7 @@ use saldo_lab::bench::http::HttpTarget;
 use saldo_lab::bench::load::{Live, LoadPlan, Window};
 use saldo_lab::bench::report::RunResult;
 use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Progress, Scenario};
-use saldo_lab::scratch::Scratch;
+use saldo_lab::scratch::{Scratch, Server};
 
 use crate::duration;
 
@@ -385,18 +385,42 @@ fn over_error_budget(results: &[RunResult], max_pct: f64) -> Vec<String> {
 
 /// Runs the benchmark (validated first, by [`Config::from_args`]); `Ok(false)` when an
 /// invariant broke.
-pub async fn run(config: Config, server_url: &str) -> Result<bool> {
+/// `servers`: one (the usual run) or several side by side (`--citus-workers`: the single node
+/// and the local Citus cluster), a scratch database on each.
+pub async fn run(config: Config, servers: &[Server]) -> Result<bool> {
     if let Some(target) = config.bench.http.clone() {
         return bench_and_print(&config, Backend::Http(target)).await;
     }
-    let scratch = Scratch::for_bench(server_url, config.bench.pool_size)
-        .await
-        .context("creating the scratch database")?;
-    let result = bench_and_print(&config, Backend::Scratch(&scratch)).await;
+    let mut scratches = Vec::with_capacity(servers.len());
+    let mut created = Ok(());
+    for server in servers {
+        match Scratch::for_bench(server.clone(), config.bench.pool_size).await {
+            Ok(scratch) => scratches.push((server.label(), scratch)),
+            Err(e) => {
+                created = Err(anyhow::Error::from(e).context(format!(
+                    "creating the scratch database ({})",
+                    server.label()
+                )));
+                break;
+            }
+        }
+    }
+    let result = match created {
+        Ok(()) if scratches.len() == 1 => {
+            bench_and_print(&config, Backend::Scratch(&scratches[0].1)).await
+        }
+        Ok(()) => {
+            let sides = scratches.iter().map(|(l, s)| (l.clone(), s)).collect();
+            bench_and_print(&config, Backend::Compare(sides)).await
+        }
+        Err(e) => Err(e),
+    };
     // Dropped whatever happened, with FORCE so a straggling connection cannot keep it alive.
-    let name = scratch.name().to_owned();
-    if let Err(e) = scratch.drop_database().await {
-        eprintln!("warning: could not drop scratch database {name}: {e}");
+    for (_, scratch) in scratches {
+        let name = scratch.name().to_owned();
+        if let Err(e) = scratch.drop_database().await {
+            eprintln!("warning: could not drop scratch database {name}: {e}");
+        }
     }
     result
 }

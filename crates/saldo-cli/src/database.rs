@@ -14,6 +14,12 @@
 //!   see [`CLUSTER_RECORD_FILE`]); `locks`, `audit`, `sweep`, `migrate` and the lab attach to
 //!   it instead of starting a second server, and start one only when none runs (saying so);
 //! - other secrets of saldo's (e.g. `tokens.json`), each 0600.
+//!
+//! `--citus-workers N` ([`start_citus`]) instead starts a local Citus cluster (a coordinator
+//! and N workers on 127.0.0.1, pg-local's, Citus-enabled binaries found as
+//! `pg_local::citus::find_binaries` says): ephemeral, its data gone when the command ends, for
+//! trying saldo on Citus (`serve`), racing on it (`race`) and measuring it beside one node
+//! (`bench`). A production Citus is given with `--database-url`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -43,6 +49,9 @@ pub struct Database {
     /// The URL without its password, for anything a person or a log sees.
     pub shown_url: String,
     embedded: Option<Arc<Mutex<pg_local::Cluster>>>,
+    /// The local Citus cluster this process runs (`--citus-workers`), kept running while this
+    /// lives and stopped when the last holder drops it.
+    _citus: Option<Arc<pg_local::CitusCluster>>,
     /// The record this process wrote (removed again on drop).
     record: Option<PathBuf>,
 }
@@ -97,6 +106,7 @@ pub async fn open_with(
             shown_url: pg_local::redact(&url),
             url,
             embedded: None,
+            _citus: None,
             record: None,
         });
     }
@@ -130,6 +140,7 @@ pub async fn open_with(
             shown_url: running.redacted_url("postgres"),
             url,
             embedded: None,
+            _citus: None,
             record: None,
         });
     }
@@ -184,8 +195,56 @@ pub async fn open_with(
         url,
         shown_url,
         embedded: Some(Arc::new(Mutex::new(cluster))),
+        _citus: None,
         record,
     })
+}
+
+/// Most workers `--citus-workers` starts (pg-local's bound).
+pub const MAX_CITUS_WORKERS: usize = 8;
+/// Connections per node of a local Citus cluster: the coordinator opens its own to the workers
+/// for every session that runs a distributed statement, so the workers need as many.
+const CITUS_NODE_CONNECTIONS: u32 = 300;
+/// Shards per distributed table on a local cluster: products and accounts spread over every
+/// worker, and a scratch database is distributed in seconds.
+const CITUS_SHARD_COUNT: &str = "16";
+
+/// Starts a local Citus cluster of `workers` workers (ephemeral: see the module docs), with
+/// `deadlock_timeout` when given (the race lab shortens it: its deadlocks are on purpose).
+pub async fn start_citus(
+    workers: usize,
+    deadlock_timeout: Option<&'static str>,
+) -> Result<Arc<pg_local::CitusCluster>> {
+    let mut config = pg_local::CitusConfig::default()
+        .workers(workers)
+        .setting("citus.shard_count", CITUS_SHARD_COUNT);
+    if let Some(timeout) = deadlock_timeout {
+        config = config.setting("deadlock_timeout", timeout);
+    }
+    config.node.max_connections = CITUS_NODE_CONNECTIONS;
+    let cluster = tokio::task::spawn_blocking(move || pg_local::CitusCluster::start(&config))
+        .await?
+        .context("starting a local Citus cluster (--citus-workers)")?;
+    tracing::info!(
+        "local Citus cluster: coordinator {} and {} workers on 127.0.0.1 (ephemeral: its data \
+         is gone when this command ends)",
+        cluster.redacted_url(pg_local::citus::DEFAULT_DATABASE),
+        cluster.workers().len()
+    );
+    Ok(Arc::new(cluster))
+}
+
+/// The service's database on a local Citus cluster: the coordinator's default database,
+/// distributed over the workers when the cluster started.
+pub fn citus_database(cluster: Arc<pg_local::CitusCluster>) -> Database {
+    let name = pg_local::citus::DEFAULT_DATABASE;
+    Database {
+        url: cluster.url(name),
+        shown_url: cluster.redacted_url(name),
+        embedded: None,
+        _citus: Some(cluster),
+        record: None,
+    }
 }
 
 /// One connection to `url` and back, so that an unreachable server is reported once, naming

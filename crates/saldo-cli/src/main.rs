@@ -24,6 +24,12 @@ mod serve;
 mod supervise;
 mod token;
 use database::{EmbeddedOptions, Role};
+use saldo_lab::scratch::Server;
+
+/// deadlock_timeout of the local Citus cluster `race --citus-workers` starts: the lab's
+/// deadlocks are on purpose, and only their detection matters (the single node's scratch
+/// database gets the same through `ALTER DATABASE`).
+const CITUS_RACE_DEADLOCK_TIMEOUT: &str = "100ms";
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +58,12 @@ struct Cli {
     #[arg(long, env = "SALDO_EMBEDDED_PORT", global = true,
           value_parser = clap::value_parser!(u16).range(1..))]
     embedded_port: Option<u16>,
+    /// Start a local Citus cluster (a coordinator and N workers on 127.0.0.1, ephemeral) from
+    /// Citus-enabled binaries (SALDO_CITUS_PG_BIN, or the usual places): `serve` runs on it,
+    /// `race` races on it, `bench` measures it beside the single node. 1 ..= 8.
+    #[arg(long, env = "SALDO_CITUS_WORKERS", global = true, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=database::MAX_CITUS_WORKERS as u64))]
+    citus_workers: Option<u64>,
     /// Log format on stderr: `text` (coloured only on a terminal, never with NO_COLOR set) or
     /// `json` (one object per line). RUST_LOG filters either.
     #[arg(long, env = "SALDO_LOG_FORMAT", global = true, value_enum,
@@ -142,6 +154,19 @@ async fn run() -> Result<ExitCode> {
         tcp: cli.embedded_tcp,
         port: cli.embedded_port,
     };
+    // Bounded by the parser (1 ..= MAX_CITUS_WORKERS).
+    let citus_workers = cli.citus_workers.map(|n| n as usize);
+    if citus_workers.is_some()
+        && !matches!(
+            cli.command,
+            Command::Serve(_) | Command::Race(_) | Command::Bench(_)
+        )
+    {
+        anyhow::bail!(
+            "--citus-workers starts a local Citus cluster for serve, race and bench only; give \
+             other commands a Citus coordinator with --database-url"
+        );
+    }
     if let Command::Token(args) = cli.command {
         // Tokens live in saldo's data directory, not in the database: nothing to start.
         token::run(
@@ -155,14 +180,27 @@ async fn run() -> Result<ExitCode> {
         // HTTP mode talks only to a running service: no database of its own to start. Otherwise
         // the bench works in a scratch database it creates and drops: the one named by the URL
         // is never migrated or written.
+        anyhow::ensure!(
+            !(config.is_http() && citus_workers.is_some()),
+            "--citus-workers with --target: the HTTP bench measures the service it is pointed \
+             at (start that one with `saldo serve --citus-workers N`)"
+        );
         let database = if config.is_http() {
             None
         } else {
             Some(database::open_with(cli.database_url, embedded, Role::Tool).await?)
         };
-        let server_url = database.as_ref().map_or("", |d| d.url.as_str());
+        // With --citus-workers: the single node and the local Citus cluster, side by side.
+        let mut servers: Vec<Server> = database
+            .as_ref()
+            .map(|d| Server::from(d.url.as_str()))
+            .into_iter()
+            .collect();
+        if let Some(workers) = citus_workers {
+            servers.push(Server::Citus(database::start_citus(workers, None).await?));
+        }
         anyhow::ensure!(
-            bench::run(config, server_url).await?,
+            bench::run(config, &servers).await?,
             "bench: an invariant broke (see above)"
         );
         return Ok(ExitCode::SUCCESS);
@@ -170,8 +208,17 @@ async fn run() -> Result<ExitCode> {
     if let Command::Race(args) = cli.command {
         // Same for the lab: only its scratch database is touched.
         let config = race::Config::from_args(&args)?;
-        let database = database::open_with(cli.database_url, embedded, Role::Tool).await?;
-        race::run(config, &database.url).await?;
+        if let Some(workers) = citus_workers {
+            anyhow::ensure!(
+                cli.database_url.is_none(),
+                "--citus-workers and --database-url: the race runs on one of them"
+            );
+            let cluster = database::start_citus(workers, Some(CITUS_RACE_DEADLOCK_TIMEOUT)).await?;
+            race::run(config, Server::Citus(cluster)).await?;
+        } else {
+            let database = database::open_with(cli.database_url, embedded, Role::Tool).await?;
+            race::run(config, Server::from(database.url.as_str())).await?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if let Command::Serve(args) = cli.command {
@@ -182,7 +229,17 @@ async fn run() -> Result<ExitCode> {
             .context("serve: its arguments")?;
         let prepared = serve::Prepared::new(args, serve_matches)?;
         let data_dir = embedded.data_dir.clone();
-        let database = database::open_with(cli.database_url, embedded, Role::Owner).await?;
+        let database = match citus_workers {
+            Some(workers) => {
+                anyhow::ensure!(
+                    cli.database_url.is_none(),
+                    "--citus-workers and --database-url: serve runs on one of them (a Citus \
+                     coordinator's URL is enough for an existing cluster)"
+                );
+                database::citus_database(database::start_citus(workers, None).await?)
+            }
+            None => database::open_with(cli.database_url, embedded, Role::Owner).await?,
+        };
         // The service migrates through its own pool: `--pool-size N` is N connections in all.
         serve::run(prepared, &database, data_dir.as_deref()).await?;
         return Ok(ExitCode::SUCCESS);

@@ -16,7 +16,7 @@ use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
 use saldo_lab::race::Contender;
 use saldo_lab::race::{self as lab, explain, Report, RunDone, Scenario, Verdict};
-use saldo_lab::scratch::Scratch;
+use saldo_lab::scratch::{Scratch, Server};
 use saldo_lab::{LabStrategy, LabTransfer};
 
 /// Buyers per run when `--buyers` is absent: seed 000's 50 for the last unit, seed 004's 100.
@@ -386,8 +386,8 @@ impl Config {
 
 /// Runs the race (validated first, by [`Config::from_args`]) on a scratch database of the
 /// server at `server_url`.
-pub async fn run(config: Config, server_url: &str) -> Result<()> {
-    let scratch = Scratch::for_race(server_url).await?;
+pub async fn run(config: Config, server: Server) -> Result<()> {
+    let scratch = Scratch::for_race(server).await?;
     let started = std::time::Instant::now();
     let on_run = |done: RunDone<'_>| {
         // Quiet for a quick race; past a few seconds, one line per run on stderr.

@@ -8,8 +8,13 @@
 //! ([`saldo::db::connect_database`], through `tokio_postgres::Config`), never by editing the
 //! URL. Creating, dropping and emptying the database are saldo's functions ([`saldo::db`],
 //! [`saldo::fixtures`]): no SQL here.
+//!
+//! On a local Citus cluster ([`Server::Citus`], `--citus-workers`), a scratch database is made
+//! distributed on every node by pg-local (a Citus database cannot be created on the coordinator
+//! alone) and migrated in the Citus layout; the operations then run as they run on Citus.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -38,9 +43,35 @@ pub struct ScratchOptions {
     pub deadlock_timeout: Option<Duration>,
 }
 
+/// Where scratch databases are made.
+#[derive(Clone)]
+pub enum Server {
+    /// A PostgreSQL server, by the URL of any database on it (the user needs CREATEDB).
+    Url(String),
+    /// A local Citus cluster started by this process (pg-local): each scratch database is
+    /// created on every node and distributed.
+    Citus(Arc<pg_local::CitusCluster>),
+}
+
+impl From<&str> for Server {
+    fn from(url: &str) -> Server {
+        Server::Url(url.to_owned())
+    }
+}
+
+impl Server {
+    /// `single` or `citus×N` (N workers): how the bench labels what it ran on.
+    pub fn label(&self) -> String {
+        match self {
+            Server::Url(_) => "single".into(),
+            Server::Citus(c) => format!("citus×{}", c.workers().len()),
+        }
+    }
+}
+
 /// A scratch database for one invocation.
 pub struct Scratch {
-    server_url: String,
+    server: Server,
     name: String,
     pool: Pool,
     /// The schema's layout (Citus when the server is a Citus coordinator).
@@ -62,7 +93,7 @@ impl Scratch {
     /// waits that long before PostgreSQL looks for the cycle (1 s by default); with 200 crossed
     /// transfers that queues minutes of waiting behind the victims, and the lab only needs the
     /// cycle detected.
-    pub async fn for_race(server_url: &str) -> Result<Scratch, Error> {
+    pub async fn for_race(server: impl Into<Server>) -> Result<Scratch, Error> {
         let options = ScratchOptions {
             pool: PoolOptions {
                 max_size: LAB_POOL_SIZE,
@@ -71,11 +102,11 @@ impl Scratch {
             },
             deadlock_timeout: Some(Duration::from_millis(LAB_DEADLOCK_TIMEOUT_MS)),
         };
-        Scratch::create(server_url, &unique_name("saldo_race"), &options).await
+        Scratch::create(&server.into(), &unique_name("saldo_race"), &options).await
     }
 
     /// The bench's scratch database `saldo_bench_<pid>` with a pool of `pool_size`.
-    pub async fn for_bench(server_url: &str, pool_size: usize) -> Result<Scratch, Error> {
+    pub async fn for_bench(server: impl Into<Server>, pool_size: usize) -> Result<Scratch, Error> {
         let options = ScratchOptions {
             pool: PoolOptions {
                 max_size: pool_size,
@@ -83,25 +114,41 @@ impl Scratch {
             },
             deadlock_timeout: None,
         };
+        // One per server: a side-by-side bench makes one on each.
         let name = format!("saldo_bench_{}", std::process::id());
-        Scratch::create(server_url, &name, &options).await
+        Scratch::create(&server.into(), &name, &options).await
     }
 
-    /// Creates and migrates database `name` on the server of `server_url`.
+    /// Creates and migrates database `name` on `server`.
     pub async fn create(
-        server_url: &str,
+        server: &Server,
         name: &str,
         options: &ScratchOptions,
     ) -> Result<Scratch, Error> {
-        db::create_database(server_url, name, None).await?;
-        if let Some(timeout) = options.deadlock_timeout {
-            if let Err(e) = db::set_deadlock_timeout(server_url, name, timeout).await {
-                tracing::info!(error = %e, "keeping the server's deadlock_timeout");
+        let pool = match server {
+            Server::Url(server_url) => {
+                db::create_database(server_url, name, None).await?;
+                if let Some(timeout) = options.deadlock_timeout {
+                    if let Err(e) = db::set_deadlock_timeout(server_url, name, timeout).await {
+                        tracing::info!(error = %e, "keeping the server's deadlock_timeout");
+                    }
+                }
+                db::connect_database(server_url, name, &options.pool)?
             }
-        }
+            Server::Citus(cluster) => {
+                // Its deadlock_timeout is the cluster's own (set when it was started): the
+                // workers' detectors and the coordinator's distributed one read it there.
+                let (nodes, created) = (cluster.clone(), name.to_owned());
+                tokio::task::spawn_blocking(move || nodes.create_database(&created))
+                    .await
+                    .map_err(|e| Error::Migration(format!("creating {name}: {e}")))?
+                    .map_err(|e| Error::Migration(format!("creating {name} on Citus: {e}")))?;
+                db::connect(&cluster.url(name), &options.pool)?
+            }
+        };
         let scratch = Scratch {
-            server_url: server_url.to_owned(),
-            pool: db::connect_database(server_url, name, &options.pool)?,
+            server: server.clone(),
+            pool,
             name: name.to_owned(),
             layout: db::Layout::Single,
         };
@@ -139,6 +186,20 @@ impl Scratch {
     /// Closes the pool and drops the database (terminating any session left on it).
     pub async fn drop_database(self) -> Result<(), Error> {
         self.pool.close();
-        db::drop_database(&self.server_url, &self.name).await
+        match &self.server {
+            Server::Url(server_url) => db::drop_database(server_url, &self.name).await,
+            Server::Citus(cluster) => {
+                let (cluster, name) = (cluster.clone(), self.name.clone());
+                tokio::task::spawn_blocking(move || cluster.drop_database(&name))
+                    .await
+                    .map_err(|e| Error::Migration(format!("dropping {}: {e}", self.name)))?
+                    .map_err(|e| Error::Migration(format!("dropping {} on Citus: {e}", self.name)))
+            }
+        }
+    }
+
+    /// The layout the scratch database was migrated in.
+    pub fn layout(&self) -> db::Layout {
+        self.layout
     }
 }

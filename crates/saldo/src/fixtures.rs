@@ -5,12 +5,17 @@
 //!
 //! Each runs in one transaction on a connection from the pool; none is retried (they run on a
 //! scratch database nobody else writes).
+//!
+//! On a Citus database ([`Layout::Citus`], detected per call) the routers are emptied too and
+//! an opening is journalled as the ledger journals it there: one row per side, plus its
+//! `transfer_ids` row.
 
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
 use crate::error::Error;
 use crate::retry::checkout;
+use crate::schema::{self, Layout};
 
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
 const EMPTY_ALL: &str =
@@ -18,11 +23,20 @@ const EMPTY_ALL: &str =
      locations, reservations, sale_items, sales, stock_movements, stock, transfers, \
      transfer_groups; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
+/// [`EMPTY_ALL`] on the Citus layout: its routers too.
+const EMPTY_ALL_CITUS: &str =
+    "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
+     locations, reservations, sale_items, sales, stock_movements, stock, orders, transfers, \
+     transfer_ids, transfer_group_positions, transfer_groups; \
+     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 
 /// Empties the stock tables (the ledger is left alone).
 const EMPTY_STOCK: &str =
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY";
+const EMPTY_STOCK_CITUS: &str =
+    "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
+     locations, reservations, sale_items, sales, stock_movements, stock, orders RESTART IDENTITY";
 const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
 const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
@@ -32,10 +46,23 @@ const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, qua
 const EMPTY_LEDGER: &str =
     "TRUNCATE transfers, transfer_groups; DELETE FROM accounts WHERE id <> 0; \
      UPDATE accounts SET balance = 0 WHERE id = 0";
+const EMPTY_LEDGER_CITUS: &str =
+    "TRUNCATE transfers, transfer_ids, transfer_group_positions, transfer_groups; \
+     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
 const OPENING_ROWS: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
      SELECT 'opening:' || g, 0, g, $1, 'opening' FROM generate_series(1, $2::bigint) g";
+/// [`OPENING_ROWS`] on the Citus layout: the debit side (on the system account's shard), the
+/// credit side (on the account's) and the id's router row.
+const OPENING_SIDES_CITUS: &str =
+    "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind) \
+     SELECT s.account_id, 'opening:' || g, 0, g, $1, 'opening' \
+       FROM generate_series(1, $2::bigint) g, LATERAL (VALUES (0::bigint), (g)) AS s(account_id)";
+/// (Every fill statement takes the same two parameters: `$1` is only typed here.)
+const OPENING_IDS_CITUS: &str = "INSERT INTO transfer_ids (id, from_account, to_account) \
+     SELECT 'opening:' || g, 0, g FROM generate_series(1, $2::bigint) g \
+      WHERE $1::bigint IS NOT NULL";
 const SYSTEM_DEBIT: &str = "UPDATE accounts SET balance = -($1::bigint * $2::bigint) WHERE id = 0";
 
 /// Moves the deadline of these pending transfers into the past, so the next sweep expires them:
@@ -54,7 +81,10 @@ pub async fn make_holds_due(pool: &Pool, ids: &[&str]) -> Result<u64, Error> {
 /// account, whose balance goes back to 0): the fresh state every lab run starts from.
 pub async fn empty_all(pool: &Pool) -> Result<(), Error> {
     let client = checkout(pool, "fixtures_empty_all").await?;
-    client.batch_execute(EMPTY_ALL).await?;
+    let citus = schema::detect(&client).await? == Layout::Citus;
+    client
+        .batch_execute(if citus { EMPTY_ALL_CITUS } else { EMPTY_ALL })
+        .await?;
     Ok(())
 }
 
@@ -63,9 +93,14 @@ pub async fn empty_all(pool: &Pool) -> Result<(), Error> {
 /// statement per table, then `ANALYZE stock`.
 pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<(), Error> {
     let n = i64::from(products);
+    let citus = is_citus(pool).await?;
     let bulk = Bulk {
         operation: "fixtures_stock_products",
-        empty: EMPTY_STOCK,
+        empty: if citus {
+            EMPTY_STOCK_CITUS
+        } else {
+            EMPTY_STOCK
+        },
         fill: &[STOCK_PRODUCTS, COUNT_PRODUCTS],
         analyze: "ANALYZE stock",
     };
@@ -108,13 +143,32 @@ pub async fn stock_products_at(
 /// holds from the start. Bulk, then `ANALYZE accounts`.
 pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> Result<(), Error> {
     let n = i64::from(accounts);
+    let citus = is_citus(pool).await?;
     let bulk = Bulk {
         operation: "fixtures_open_accounts",
-        empty: EMPTY_LEDGER,
-        fill: &[OPEN_ACCOUNTS, OPENING_ROWS, SYSTEM_DEBIT],
+        empty: if citus {
+            EMPTY_LEDGER_CITUS
+        } else {
+            EMPTY_LEDGER
+        },
+        fill: if citus {
+            &[
+                OPEN_ACCOUNTS,
+                OPENING_SIDES_CITUS,
+                OPENING_IDS_CITUS,
+                SYSTEM_DEBIT,
+            ]
+        } else {
+            &[OPEN_ACCOUNTS, OPENING_ROWS, SYSTEM_DEBIT]
+        },
         analyze: "ANALYZE accounts",
     };
     bulk.run(pool, &[&opening_balance, &n]).await
+}
+
+async fn is_citus(pool: &Pool) -> Result<bool, Error> {
+    let client = checkout(pool, "fixtures_layout").await?;
+    Ok(schema::detect(&client).await? == Layout::Citus)
 }
 
 /// A bulk fixture: empty the tables and fill them again in one transaction (every fill statement

@@ -172,6 +172,9 @@ impl BenchConfig {
 /// Where the runs go: a scratch database in-process, or a server over HTTP.
 pub enum Backend<'a> {
     Scratch(&'a Scratch),
+    /// Scratch databases on several servers, side by side (single node and Citus): every
+    /// round runs every strategy on each, and rows are named `<strategy>@<label>`.
+    Compare(Vec<(String, &'a Scratch)>),
     Http(Arc<HttpTarget>),
 }
 
@@ -207,26 +210,50 @@ pub async fn run(
         config.items,
     ));
     let mut results = Vec::new();
+    // Each server in turn within a round, so a slow stretch of the machine hits both sides.
+    let sides: Vec<(Option<&str>, Option<&Scratch>)> = match &backend {
+        Backend::Http(_) => vec![(None, None)],
+        Backend::Scratch(scratch) => vec![(None, Some(*scratch))],
+        Backend::Compare(sides) => sides
+            .iter()
+            .map(|(label, scratch)| (Some(label.as_str()), Some(*scratch)))
+            .collect(),
+    };
+    let per_round = (config.strategies.len() * sides.len()) as u64;
     for round in 1..=config.rounds {
-        for (i, &name) in config.strategies.iter().enumerate() {
-            let index = u64::from(round - 1) * config.strategies.len() as u64 + i as u64;
-            let on_tick = |live: &load::Live<'_>| {
-                progress.tick(index, round, name, live);
-            };
-            let result = match &backend {
-                Backend::Http(target) => http_run(config, target, &picker, round, on_tick).await?,
-                Backend::Scratch(scratch) => {
-                    one_run(config, scratch, &picker, name, round, on_tick).await?
+        let mut i = 0_u64;
+        for &(label, scratch) in &sides {
+            for &name in &config.strategies {
+                let index = u64::from(round - 1) * per_round + i;
+                i += 1;
+                let on_tick = |live: &load::Live<'_>| {
+                    progress.tick(index, round, name, live);
+                };
+                let mut result = match (&backend, scratch) {
+                    (Backend::Http(target), _) => {
+                        http_run(config, target, &picker, round, on_tick).await?
+                    }
+                    (_, Some(scratch)) => {
+                        one_run(config, scratch, &picker, name, round, on_tick).await?
+                    }
+                    (_, None) => bail!("a scratch backend without its scratch database"),
+                };
+                if let Some(label) = label {
+                    result.strategy = format!("{}@{label}", result.strategy);
                 }
-            };
-            progress.run_done(&result);
-            results.push(result);
+                progress.run_done(&result);
+                results.push(result);
+            }
         }
     }
-    let names: Vec<String> = config
-        .strategies
+    let names: Vec<String> = sides
         .iter()
-        .map(|n| n.as_str().to_owned())
+        .flat_map(|&(label, _)| {
+            config.strategies.iter().map(move |n| match label {
+                Some(label) => format!("{}@{label}", n.as_str()),
+                None => n.as_str().to_owned(),
+            })
+        })
         .collect();
     let summaries = report::summarize(&names, &results);
     let all_ok = summaries.iter().all(|s| s.invariants_ok);

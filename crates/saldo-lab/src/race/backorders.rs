@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
 use saldo::error::Error;
 use saldo::stock::backorders::set_policy;
@@ -156,7 +155,7 @@ pub async fn run_on(
     if after.available > 0 && after.backordered > 0 {
         outcome.unfilled = u64::from(after.available.min(after.backordered).unsigned_abs());
     }
-    outcome.audit_divergences = audit_stock(&store.pool).await?.len() as u64;
+    outcome.audit_divergences = crate::checks::stock_divergences(&store.pool).await?;
     Ok(outcome)
 }
 

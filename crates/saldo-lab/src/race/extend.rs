@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::audit_stock;
 use saldo::domain::{MaxHold, OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
 use saldo::retry::checkout;
@@ -216,7 +215,7 @@ pub async fn run_on(
     outcome.final_available = after.available.into();
     outcome.final_reserved = after.reserved.into();
     outcome.active_units = status.values().filter(|s| *s == "active").count() as i64;
-    outcome.audit_divergences = audit_stock(&store.pool).await?.len() as u64;
+    outcome.audit_divergences = crate::checks::stock_divergences(&store.pool).await?;
     Ok(outcome)
 }
 

@@ -12,7 +12,6 @@
 
 use std::time::{Duration, Instant};
 
-use saldo::audit::audit_ledger;
 use saldo::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
 use saldo::error::Error;
 use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, Settle, TransferRequest};
@@ -145,7 +144,7 @@ pub async fn one_run(
         Scenario::CrossedGroups => crossed_groups(ledger, &tx, race, strategy, run).await?,
         _ => settle_race(ledger, &tx, race, strategy, run).await?,
     };
-    outcome.divergences = audit_ledger(&ledger.store().pool).await?.len() as u64;
+    outcome.divergences = crate::checks::ledger_divergences(&ledger.store().pool).await?;
     Ok(outcome)
 }
 

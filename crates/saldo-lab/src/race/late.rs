@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
 use saldo::retry::TxOptions;
@@ -93,7 +92,7 @@ pub async fn run_once(
         .collect::<Result<_, Error>>()?;
     let tally = Tally::of(&retries, &buy_all(&engine, &retries).await?);
     let after = admin::get(&store, product).await?;
-    let audit_divergences = audit_stock(scratch.pool()).await?.len() as u64;
+    let audit_divergences = crate::checks::stock_divergences(scratch.pool()).await?;
     Ok(LateOutcome {
         first_units: granted.units(),
         retaken_units: tally.units(),

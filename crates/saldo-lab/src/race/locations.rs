@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::audit_stock;
 use saldo::domain::{AllocationMode, LocationId, OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
 use saldo::retry::checkout;
@@ -323,7 +322,7 @@ pub async fn run_on(
         outcome.final_available += i64::from(s.available);
         outcome.final_reserved += i64::from(s.reserved);
     }
-    outcome.audit_divergences = audit_stock(&store.pool).await?.len() as u64;
+    outcome.audit_divergences = crate::checks::stock_divergences(&store.pool).await?;
     Ok(outcome)
 }
 

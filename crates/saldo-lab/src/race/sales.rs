@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Quantity, SaleId, Ttl};
 use saldo::error::Error;
 use saldo::retry::checkout;
@@ -187,7 +186,7 @@ pub async fn run_on(
     let after = admin::get(store, product).await?;
     outcome.final_available = after.available.into();
     outcome.final_reserved = after.reserved.into();
-    outcome.audit_divergences = audit_stock(&store.pool).await?.len() as u64;
+    outcome.audit_divergences = crate::checks::stock_divergences(&store.pool).await?;
     Ok(outcome)
 }
 

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::{Error, InputError};
 use saldo::retry::TxOptions;
@@ -176,7 +175,7 @@ pub async fn run_once(
         .values()
         .map(|&units| units.saturating_sub(race.stock.into()))
         .sum();
-    let audit_divergences = audit_stock(scratch.pool()).await?.len() as u64;
+    let audit_divergences = crate::checks::stock_divergences(scratch.pool()).await?;
     Ok(RunOutcome {
         tally,
         final_available: totals.available,
