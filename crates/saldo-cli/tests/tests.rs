@@ -21,3 +21,6 @@ mod flood;
 
 #[path = "suite/operator.rs"]
 mod operator;
+
+#[path = "suite/citus.rs"]
+mod citus;

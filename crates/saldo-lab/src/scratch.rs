@@ -127,6 +127,7 @@ impl Scratch {
     ) -> Result<Scratch, Error> {
         let pool = match server {
             Server::Url(server_url) => {
+                refuse_citus_coordinator(server_url).await?;
                 db::create_database(server_url, name, None).await?;
                 if let Some(timeout) = options.deadlock_timeout {
                     if let Err(e) = db::set_deadlock_timeout(server_url, name, timeout).await {
@@ -202,4 +203,22 @@ impl Scratch {
     pub fn layout(&self) -> db::Layout {
         self.layout
     }
+}
+
+/// A database created on a Citus coordinator by URL would not be distributed (Citus needs its
+/// extension and its workers registered in every new database, which only the cluster's
+/// operator can do): the lab would measure a single node and call it Citus. Refused, naming
+/// the way that works.
+async fn refuse_citus_coordinator(server_url: &str) -> Result<(), Error> {
+    let pool = db::connect(server_url, &PoolOptions::default())?;
+    let layout = db::layout(&pool).await;
+    pool.close();
+    if layout? == db::Layout::Citus {
+        return Err(Error::Migration(
+            "this server is a Citus coordinator: a scratch database made there would not be \
+             distributed. Race and bench on Citus with `--citus-workers N` (a local cluster)"
+                .into(),
+        ));
+    }
+    Ok(())
 }

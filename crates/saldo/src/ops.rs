@@ -68,3 +68,56 @@ pub async fn deadlocks(pool: &Pool) -> Result<i64, Error> {
         None => 0,
     })
 }
+
+/// A distributed table whose rows saldo places by an integer key (Citus layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DistributedBy {
+    /// `stock` and everything co-located with it, by product id.
+    Product,
+    /// `accounts` and their journal sides, by account id.
+    Account,
+}
+
+impl DistributedBy {
+    fn table(self) -> &'static str {
+        match self {
+            DistributedBy::Product => "stock",
+            DistributedBy::Account => "accounts",
+        }
+    }
+}
+
+/// The node (`host:port`) holding the shard of `key` (Citus layout only: the race lab and the
+/// tests use it to put two accounts or products on different workers, and say so).
+const NODE_OF: &str = "SELECT n.nodename || ':' || n.nodeport \
+     FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid \
+     WHERE p.shardid = get_shard_id_for_distribution_column($1::text::regclass, $2::bigint) \
+     ORDER BY n.nodeid LIMIT 1";
+
+/// See [`NODE_OF`]; `None` when the key's shard has no placement (never, on a sound cluster).
+pub async fn citus_node_of(
+    pool: &Pool,
+    by: DistributedBy,
+    key: i64,
+) -> Result<Option<String>, Error> {
+    let client = checkout(pool, "ops_citus_node_of").await?;
+    let row = client.query_opt(NODE_OF, &[&by.table(), &key]).await?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
+}
+
+/// How far [`citus_key_elsewhere`] looks: with any shard count a Citus cluster uses, keys
+/// 1..=1000 hash onto every shard.
+pub const MAX_PLACEMENT_PROBE: i64 = 1_000;
+
+/// The smallest key in `2..=MAX_PLACEMENT_PROBE` whose shard is on another node than key 1's:
+/// a pair of keys a test or a race can be sure crosses workers.
+pub async fn citus_key_elsewhere(pool: &Pool, by: DistributedBy) -> Result<Option<i64>, Error> {
+    let first = citus_node_of(pool, by, 1).await?;
+    for key in 2..=MAX_PLACEMENT_PROBE {
+        let node = citus_node_of(pool, by, key).await?;
+        if node.is_some() && node != first {
+            return Ok(Some(key));
+        }
+    }
+    Ok(None)
+}

@@ -14,8 +14,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-/// Start-up (migrations included) and each request get this long at most.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Start-up (migrations included) and each request get this long at most; a local Citus
+/// cluster (three postmasters, its schema distributed) takes the longest on a busy machine.
+const START_TIMEOUT: Duration = Duration::from_secs(180);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running `saldo serve` and everything it printed so far (also used by `operator.rs` and `logs.rs`).
@@ -46,6 +47,12 @@ impl Serve {
     /// `saldo serve` on the embedded cluster of `data_dir`.
     pub(crate) async fn start_embedded(data_dir: &Path, extra: &[&str]) -> Serve {
         Serve::launch(data_dir, &[], extra).await
+    }
+
+    /// `saldo serve --citus-workers <workers>`: on a local Citus cluster.
+    pub(crate) async fn start_citus(data_dir: &Path, workers: u32, extra: &[&str]) -> Serve {
+        let workers = workers.to_string();
+        Serve::launch(data_dir, &["--citus-workers", &workers], extra).await
     }
 
     async fn launch(data_dir: &Path, global: &[&str], extra: &[&str]) -> Serve {

@@ -4,6 +4,10 @@
 //! cycle with 40P01 — with `--no-retry` the victims reach the caller; with the retry on they
 //! are rerun from BEGIN and counted. `ordered` (one `SELECT … ORDER BY id FOR UPDATE`) cannot
 //! form a cycle: zero failures, zero deadlock retries. Every run ends with the money checks.
+//!
+//! On Citus the second account is the first one whose shard lives on another worker than
+//! account 1's ([`saldo::ops::citus_key_elsewhere`]): the crossing is across workers, where
+//! only the distributed deadlock detector can see a cycle.
 
 use std::time::Instant;
 
@@ -35,7 +39,7 @@ pub async fn crossed(
     transfers: u32,
     id_prefix: &str,
 ) -> Result<Vec<Result<Transfer, Error>>, LabError> {
-    let (a, b) = (account(1)?, account(2)?);
+    let (a, b) = (account(1)?, account(second_account(ledger).await?)?);
     ledger.open_account(a, OPENING_BALANCE).await?;
     ledger.open_account(b, OPENING_BALANCE).await?;
     let amount = Amount::new(TRANSFER_AMOUNT).map_err(Error::from)?;
@@ -79,6 +83,20 @@ impl TransferRace {
 
 fn account(n: i64) -> Result<AccountId, Error> {
     Ok(AccountId::new(n)?)
+}
+
+/// Account 2 on one node; on Citus the first account on another worker than account 1 (still
+/// account 2 on a cluster of one worker).
+pub async fn second_account(ledger: &Ledger) -> Result<i64, Error> {
+    let store = ledger.store();
+    if !store.is_citus() {
+        return Ok(2);
+    }
+    Ok(
+        saldo::ops::citus_key_elsewhere(&store.pool, saldo::ops::DistributedBy::Account)
+            .await?
+            .unwrap_or(2),
+    )
 }
 
 /// The name a strategy is reported under: the retry setting changes what the caller sees.
@@ -131,7 +149,7 @@ pub async fn run_with_progress(
         for run in 0..race.runs {
             scratch.reset().await?;
             let ledger = Ledger::new(scratch.store(tx.clone()));
-            let (a, b) = (account(1)?, account(2)?);
+            let (a, b) = (account(1)?, account(second_account(&ledger).await?)?);
             let joined = crossed(&ledger, strategy, race.transfers, &format!("x-{run}")).await?;
             let mut done = 0u64;
             let mut failed = false;

@@ -10,7 +10,7 @@
 //! which says what to install: it is not skipped.
 
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use saldo::db::{self, Layout};
 use saldo::retry::TxOptions;
@@ -27,7 +27,16 @@ const SHARD_COUNT: &str = "8";
 /// test process makes one database per test (PostgreSQL's default of 8 ran out).
 const WORKER_PROCESSES: &str = "128";
 
-static CITUS: OnceLock<Result<pg_local::CitusCluster, String>> = OnceLock::new();
+static CITUS: OnceLock<Result<Arc<pg_local::CitusCluster>, String>> = OnceLock::new();
+
+/// The shared Citus test cluster as a place for the lab's scratch databases.
+pub fn citus_server() -> crate::scratch::Server {
+    citus_cluster();
+    match CITUS.get() {
+        Some(Ok(cluster)) => crate::scratch::Server::Citus(cluster.clone()),
+        _ => panic!("test Citus cluster unavailable"),
+    }
+}
 
 /// The shared Citus test cluster (started on first use).
 pub fn citus_cluster() -> &'static pg_local::CitusCluster {
@@ -38,7 +47,9 @@ pub fn citus_cluster() -> &'static pg_local::CitusCluster {
                 .setting("citus.shard_count", SHARD_COUNT)
                 .setting("max_worker_processes", WORKER_PROCESSES);
             config.node.max_connections = NODE_CONNECTIONS;
-            pg_local::CitusCluster::start(&config).map_err(|e| e.to_string())
+            pg_local::CitusCluster::start(&config)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
         })
         .join()
         .unwrap_or_else(|_| Err("Citus test cluster start-up panicked".into()))

@@ -242,4 +242,4 @@ pub fn serializable_cluster_pid() -> Option<u32> {
 }
 
 mod citus;
-pub use citus::{citus_cluster, citus_db, citus_db_with_pool};
+pub use citus::{citus_cluster, citus_db, citus_db_with_pool, citus_server};
