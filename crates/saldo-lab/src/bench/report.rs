@@ -129,8 +129,15 @@ pub fn run_line(r: &RunResult) -> String {
 /// The summary table, medians across rounds, plus the throughput ratio to the first strategy.
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::new();
+    // Wide enough for the longest name (`batched@citus×2` in a side-by-side run).
+    let w = summaries
+        .iter()
+        .map(|s| s.strategy.chars().count())
+        .chain([9])
+        .max()
+        .unwrap_or(9);
     out.push_str(&format!(
-        "{:<9} {:>6} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>7} {:>9} {:>9} {:>10}\n",
+        "{:<w$} {:>6} {:>12} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>7} {:>9} {:>9} {:>10}\n",
         "strategy",
         "rounds",
         "ops/s",
@@ -147,7 +154,7 @@ pub fn table(summaries: &[Summary]) -> String {
     ));
     for s in summaries {
         out.push_str(&format!(
-            "{:<9} {:>6} {:>12.0} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>7} {:>9} {:>9} {:>10}\n",
+            "{:<w$} {:>6} {:>12.0} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} {:>7} {:>9} {:>9} {:>10}\n",
             s.strategy,
             s.rounds,
             s.ops_per_s,
