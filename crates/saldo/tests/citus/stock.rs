@@ -173,3 +173,45 @@ async fn backorders_locations_and_repair_are_refused_up_front() {
     assert_eq!(locations, 0);
     let _ = ProductId::new(1);
 }
+
+/// A direct sale of products on both workers runs on Citus as on one node: all or nothing, a
+/// replay takes nothing, the same id with other items is a conflict, a shortfall writes
+/// nothing (the sale's key is a reference table's, relayed from a worker on a duplicate).
+#[tokio::test]
+async fn a_direct_sale_across_workers_sells_once_or_not_at_all() {
+    use saldo::domain::{OrderItems, SaleId};
+    use saldo::stock::sales::{sell, SaleRequest};
+    let db = test_db().await;
+    let [a, b, _] = products_on_both_workers(&db).await;
+    let store = db.store();
+    for p in [a, b] {
+        admin::set_count(&store, pid(p), 3).await.expect("count");
+    }
+    let sale = |id: &str, items: &[(i64, i64)]| SaleRequest {
+        sale_id: SaleId::new(id).expect("sale id"),
+        items: OrderItems::new(items.iter().copied()).expect("items"),
+    };
+    let first = sell(&store, &sale("s1", &[(a, 2), (b, 1)]))
+        .await
+        .expect("sold");
+    assert!(!first.replayed);
+    let again = sell(&store, &sale("s1", &[(a, 2), (b, 1)]))
+        .await
+        .expect("replay");
+    assert!(again.replayed);
+    assert!(matches!(
+        sell(&store, &sale("s1", &[(a, 1)])).await,
+        Err(Error::SaleConflict(_))
+    ));
+    assert!(matches!(
+        sell(&store, &sale("s2", &[(a, 1), (b, 3)])).await,
+        Err(Error::InsufficientStock { product_id, .. }) if product_id == pid(b)
+    ));
+    let left = |p| {
+        let store = store.clone();
+        async move { admin::get(&store, pid(p)).await.expect("stock").available }
+    };
+    assert_eq!((left(a).await, left(b).await), (1, 2));
+    let divergences = db.audit_stock().await.expect("audit");
+    assert!(divergences.is_empty(), "{divergences:?}");
+}
