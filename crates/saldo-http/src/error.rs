@@ -388,6 +388,13 @@ fn domain(e: &Error) -> Parts {
             detail,
         )
         .with("product_id", json!(p)),
+        Error::UnsupportedOnCitus(operation) => Parts::new(
+            S::CONFLICT,
+            "unsupported-on-citus",
+            "Operation not supported on Citus",
+            detail,
+        )
+        .with("operation", json!(operation)),
         Error::BackordersAndLocations(p) => Parts::new(
             S::CONFLICT,
             "backorders-and-locations",
@@ -826,6 +833,12 @@ mod tests {
                 409,
                 "backorder-limit-below-backordered",
                 Some("backordered"),
+            ),
+            (
+                Error::UnsupportedOnCitus("direct sale"),
+                409,
+                "unsupported-on-citus",
+                Some("operation"),
             ),
             (
                 Error::BackordersAndLocations(p),

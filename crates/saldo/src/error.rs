@@ -129,6 +129,10 @@ pub enum Error {
     /// or live backorders, is refused and nothing is written.
     #[error("product {0} cannot both take backorders and be stocked per location")]
     BackordersAndLocations(ProductId),
+    /// The operation is not supported on a Citus database (yet): refused before anything is
+    /// read or written. Names the operation.
+    #[error("{0} is not supported on a Citus database; nothing was written")]
+    UnsupportedOnCitus(&'static str),
     /// Internal routing signal, never returned by a public operation: a take was refused on a
     /// product that accepts backorders, so the reserve reruns on the locked backorder path
     /// (`stock::backorders`). Seen by a caller, it is a bug.
@@ -277,12 +281,34 @@ impl Error {
             if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED)
     }
 
-    /// True for a unique violation of the named constraint or index.
+    /// True for a unique violation of the named constraint or index. On Citus the violation
+    /// comes from a worker, relayed without the constraint field and naming the shard's copy
+    /// (`<name>_<shard id>`) in its message: that is the same index.
     pub(crate) fn is_unique_violation_of(&self, constraint: &str) -> bool {
-        matches!(self, Error::Database(e)
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-               && e.as_db_error().and_then(|d| d.constraint()) == Some(constraint))
+        let Error::Database(e) = self else {
+            return false;
+        };
+        let Some(db) = e.as_db_error() else {
+            return false;
+        };
+        if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
+            return false;
+        }
+        match db.constraint() {
+            Some(named) => named == constraint,
+            None => names_shard_of(db.message(), constraint),
+        }
     }
+}
+
+/// True when `message` names a shard of `constraint`: `"<constraint>_<digits>"`, quoted.
+fn names_shard_of(message: &str, constraint: &str) -> bool {
+    let quoted = format!("\"{constraint}_");
+    message.match_indices(&quoted).any(|(at, _)| {
+        let rest = &message[at + quoted.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && rest[digits..].starts_with('"')
+    })
 }
 
 pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
@@ -300,4 +326,22 @@ pub fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_shard_of;
+
+    #[test]
+    fn a_citus_unique_violation_names_the_shard_of_the_index() {
+        let relayed = "duplicate key value violates unique constraint \
+                       \"reservations_live_order_product_102016\"";
+        assert!(names_shard_of(relayed, "reservations_live_order_product"));
+        // Another index whose name starts the same, or no shard id: not this one.
+        assert!(!names_shard_of(relayed, "reservations_live_order"));
+        assert!(!names_shard_of(
+            "unique constraint \"reservations_live_order_product_x\"",
+            "reservations_live_order_product"
+        ));
+    }
 }

@@ -172,6 +172,11 @@ pub struct TxOptions {
     /// from 7.7k to 4k reservations/s through HTTP until autoanalyze ran, then 13.8k/s
     /// (BENCHMARKS.md). Default off.
     pub index_paths_only: bool,
+    /// On a Citus coordinator: `SET LOCAL citus.propagate_set_commands = 'local'` first, so the
+    /// timeouts below reach the workers' sessions too (a statement routed to a worker waits for
+    /// its row lock there, where the coordinator's `lock_timeout` does not apply). Set by
+    /// `stock::Store::with_layout`; default off.
+    pub citus: bool,
     /// Optional per-caller counters (tests, the race lab); the metrics are recorded regardless.
     pub stats: Option<Arc<TxStats>>,
 }
@@ -183,6 +188,7 @@ impl Default for TxOptions {
             statement_timeout_ms: DEFAULT_STATEMENT_TIMEOUT_MS,
             retry: RetryPolicy::default(),
             index_paths_only: false,
+            citus: false,
             stats: None,
         }
     }
@@ -457,7 +463,12 @@ pub async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Er
 fn begin_statement(options: &TxOptions) -> String {
     // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
     format!(
-        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}{}",
+        "BEGIN; {}SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}{}",
+        if options.citus {
+            "SET LOCAL citus.propagate_set_commands = 'local'; "
+        } else {
+            ""
+        },
         deadline::cap_ms(options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS)),
         deadline::cap_ms(options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS)),
         if options.index_paths_only {

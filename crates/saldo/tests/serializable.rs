@@ -13,6 +13,8 @@ mod harness {
     /// The transfer strategy of the ledger and model suites (`tests/ledger_batched.rs`
     /// reruns them on `batched`).
     pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
+    /// Single-node databases (`tests/citus_stock.rs` reruns these suites on Citus).
+    pub const CITUS: bool = false;
 }
 
 #[path = "suite/contract.rs"]

@@ -218,7 +218,7 @@ pub async fn adjust(
         (status = 200, description = "The stock under the new policy", body = StockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a limit on a product stocked per location (`backorders-and-locations`); nothing written", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a limit on a product stocked per location (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: backorders are not run there yet); nothing written", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn set_policy(
@@ -247,7 +247,7 @@ pub async fn set_policy(
     responses(
         (status = 200, description = "The product's stock after the count, with its locations", body = LocatedStockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`)", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id or count, or one location too many for the product", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn set_location_count(
@@ -274,6 +274,7 @@ pub async fn set_location_count(
     responses(
         (status = 200, description = "The location", body = LocationView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "A Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid id or priority", body = Problem, content_type = PROBLEM),
     ))]
 pub async fn set_priority(

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use saldo::db::{self, Layout};
 use saldo::retry::TxOptions;
 
-use super::{pool_for, TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
+use super::{pool_with, TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
 
 /// Connections per node: the coordinator opens its own to the workers for every session that
 /// runs a distributed statement, so the workers need as many as the coordinator.
@@ -26,6 +26,9 @@ const SHARD_COUNT: &str = "8";
 /// Background workers per node: Citus runs a maintenance daemon per distributed database, and a
 /// test process makes one database per test (PostgreSQL's default of 8 ran out).
 const WORKER_PROCESSES: &str = "128";
+
+/// How long a test waits for a connection of its pool (one node's default is 10 s).
+const CITUS_POOL_WAIT_TIMEOUT_MS: u64 = 60_000;
 
 static CITUS: OnceLock<Result<Arc<pg_local::CitusCluster>, String>> = OnceLock::new();
 
@@ -78,7 +81,9 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         .expect("create_database panicked")
         .unwrap_or_else(|e| panic!("create Citus test database {name}: {e}"));
     let url = citus_cluster().url(&name);
-    let pool = pool_for(&url, max_size);
+    // A Citus statement costs a few hops more than one node's: a race of hundreds of buyers
+    // on one product's row queues longer for a connection, which is not what it tests.
+    let pool = pool_with(&url, max_size, CITUS_POOL_WAIT_TIMEOUT_MS);
     let layout = db::migrate(&pool)
         .await
         .unwrap_or_else(|e| panic!("migrate {name}: {e}"));

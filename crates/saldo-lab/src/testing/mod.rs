@@ -77,11 +77,21 @@ pub struct RowLock(deadpool_postgres::Object);
 
 impl RowLock {
     /// Opens a transaction and runs `lock_sql` (a `SELECT … FOR UPDATE` taking the ids as a
-    /// bigint array `$1`).
+    /// bigint array `$1`). On Citus, once per id (ascending, as given), each with a one-id
+    /// array: Citus refuses a `FOR UPDATE` spanning shards and routes a one-value one.
     pub async fn take(db: &TestDb, lock_sql: &str, ids: &[i64]) -> RowLock {
         let client = db.pool.get().await.expect("client");
         client.batch_execute("BEGIN").await.expect("begin");
-        client.query(lock_sql, &[&ids]).await.expect("lock");
+        match db.layout {
+            db::Layout::Single => {
+                client.query(lock_sql, &[&ids]).await.expect("lock");
+            }
+            db::Layout::Citus => {
+                for id in ids {
+                    client.query(lock_sql, &[&vec![*id]]).await.expect("lock");
+                }
+            }
+        }
         RowLock(client)
     }
 
@@ -91,17 +101,31 @@ impl RowLock {
 }
 
 impl TestDb {
-    /// Waits (bounded) until some session of this database waits for a row lock.
+    /// The stock audit of this database's layout (on Citus the per-product one,
+    /// `saldo::audit::citus`).
+    pub async fn audit_stock(&self) -> Result<Vec<saldo::audit::Divergence>, saldo::Error> {
+        match self.layout {
+            db::Layout::Single => saldo::audit::audit_stock(&self.pool).await,
+            db::Layout::Citus => saldo::audit::citus::audit_stock(&self.pool).await,
+        }
+    }
+
+    /// Waits (bounded) until some session of this database waits for a row lock (on Citus,
+    /// on any node: a routed statement waits on its worker).
     pub async fn until_lock_waiter(&self) {
         let client = self.pool.get().await.expect("client");
+        let activity = match self.layout {
+            db::Layout::Single => "pg_stat_activity",
+            db::Layout::Citus => "citus_stat_activity",
+        };
+        let waiters = format!(
+            "SELECT count(*) FROM {activity} \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        );
         let started = std::time::Instant::now();
         loop {
             let n: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    &[],
-                )
+                .query_one(&waiters, &[])
                 .await
                 .expect("pg_stat_activity")
                 .get(0);
@@ -118,8 +142,14 @@ impl TestDb {
 }
 
 fn pool_for(url: &str, max_size: usize) -> Pool {
+    pool_with(url, max_size, PoolOptions::default().wait_timeout_ms)
+}
+
+/// [`pool_for`] waiting up to `wait_timeout_ms` for a connection.
+fn pool_with(url: &str, max_size: usize, wait_timeout_ms: u64) -> Pool {
     let options = PoolOptions {
         max_size,
+        wait_timeout_ms,
         ..PoolOptions::default()
     };
     match db::connect(url, &options) {

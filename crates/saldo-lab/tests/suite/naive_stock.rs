@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::{audit_stock, Invariant};
+use saldo::audit::Invariant;
 use saldo::domain::ProductId;
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::{admin, StockStrategy, Store, StrategyConfig};
@@ -40,7 +40,8 @@ async fn engine_with_stock(
         db.pool.clone(),
         TxOptions::default()
             .with_retry(RetryPolicy::default().with_max_attempts(CONTRACT_ATTEMPTS)),
-    );
+    )
+    .with_layout(db.layout);
     for &(p, count) in stock {
         admin::set_count(&store, pid(p), count)
             .await
@@ -50,7 +51,7 @@ async fn engine_with_stock(
 }
 
 async fn assert_audit_clean(db: &TestDb, name: LabStrategy) {
-    let divergences = audit_stock(&db.pool).await.expect("audit");
+    let divergences = db.audit_stock().await.expect("audit");
     assert!(
         divergences.is_empty(),
         "{name}: audit found {divergences:?}"
@@ -93,7 +94,7 @@ async fn naive_overwrite_sells_the_last_unit_many_times_and_the_audit_sees_it() 
             assert_eq!(tally.units(), 1, "{tally:?}");
             return;
         }
-        let divergences = audit_stock(&db.pool).await.expect("audit");
+        let divergences = db.audit_stock().await.expect("audit");
         let stock = admin::get(&db.store(), pid(1)).await.expect("stock");
         // The lost update goes unnoticed by the row itself: nothing negative, no error.
         assert!(stock.available >= 0);

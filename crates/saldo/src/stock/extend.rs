@@ -18,8 +18,8 @@ use uuid::Uuid;
 use crate::domain::{MaxHold, OrderId, ProductId, Ttl};
 use crate::error::Error;
 use crate::retry::in_transaction;
-use crate::stock::lifecycle::{self, Row};
-use crate::stock::sql::ORDER_ROWS_FOR_UPDATE;
+use crate::stock::layout;
+use crate::stock::lifecycle::Row;
 use crate::stock::types::{ReservedItem, Status, Store};
 
 /// The transaction's clock: every comparison and the new expiry use the same `now()`.
@@ -98,10 +98,10 @@ pub async fn extend(
     ttl: Ttl,
     max_hold: MaxHold,
 ) -> Result<ExtendOutcome, Error> {
+    let layout = store.layout;
     let result = in_transaction(&store.pool, &store.tx, "extend", move |client| {
         crate::tx_body!(client => async {
-            let stmt = client.prepare_cached(ORDER_ROWS_FOR_UPDATE).await?;
-            let rows = lifecycle::parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+            let rows = layout::lock_order_rows(client, layout, order_id).await?;
             let now: DateTime<Utc> = client.query_one(NOW, &[]).await?.try_get("now")?;
             let ids = plan(order_id, &rows, now, ttl, max_hold)?;
             let ttl_s = ttl.as_duration().as_secs_f64();

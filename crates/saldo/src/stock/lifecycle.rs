@@ -13,11 +13,12 @@ use uuid::Uuid;
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::schema::Layout;
 use crate::stock::backorders;
+use crate::stock::layout;
 use crate::stock::locations;
 use crate::stock::sql::{
-    APPLY_DELTAS, INSERT_ALLOCATED_RESERVATIONS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS,
-    ORDER_ROWS_FOR_UPDATE, SETTLE,
+    INSERT_ALLOCATED_RESERVATIONS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS,
 };
 use crate::stock::types::{
     ConfirmOutcome, PendingItem, Placement, ReleaseOutcome, RereserveRequest, Reservation,
@@ -311,12 +312,13 @@ async fn reserve_with(
     taking: Taking<'_>,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
+    let layout = store.layout;
     let result = in_idempotent_transaction(
         &store.pool,
         &store.tx,
         "reserve",
         LIVE_INDEX,
-        move |client| crate::tx_body!(client => reserve_tx(client, taking, intent)),
+        move |client| crate::tx_body!(client => reserve_tx(client, layout, taking, intent)),
     )
     .await;
     match result {
@@ -329,12 +331,12 @@ async fn reserve_with(
 
 async fn reserve_tx(
     client: &Client,
+    layout: Layout,
     taking: Taking<'_>,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
     let order_id = intent.order_id();
-    let stmt = client.prepare_cached(ORDER_ROWS).await?;
-    let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+    let mut rows = layout::order_rows(client, layout, order_id).await?;
     let take = match plan(intent, &rows)? {
         Plan::Replay => {
             locations::attach(client, &mut rows).await?;
@@ -372,6 +374,15 @@ async fn reserve_tx(
     }
     let mut written = insert_rows(client, &new_rows).await?;
     backorders::mark(client, &mut written, &backordered).await?;
+    if layout == Layout::Citus {
+        // The router after the ordered stock locks (ARCHITECTURE.md, "On Citus").
+        let known = HashMap::from([(
+            order_id.as_str(),
+            rows.iter().map(|r| r.item.product_id.get()).collect(),
+        )]);
+        let new = take.iter().map(|(p, _)| (order_id.as_str(), p.get()));
+        layout::route(client, layout, new, &known).await?;
+    }
     rows.extend(written);
     Ok(Reservation {
         order_id: order_id.clone(),
@@ -532,30 +543,34 @@ pub(crate) fn current_items(rows: &[Row]) -> Vec<ReservedItem> {
 /// Adds (available, reserved) deltas to stock rows, locking them in ascending product id.
 pub(crate) async fn apply_deltas(
     client: &Client,
+    layout: Layout,
     deltas: &BTreeMap<ProductId, (i32, i32)>,
 ) -> Result<(), Error> {
     if deltas.is_empty() {
         return Ok(());
     }
     let products: Vec<i64> = deltas.keys().map(|p| p.get()).collect();
-    if deltas.len() > 1 {
-        // One multi-row UPDATE locks in plan order; lock explicitly in id order first.
+    if deltas.len() > 1 && layout == Layout::Single {
+        // One multi-row UPDATE locks in plan order; lock explicitly in id order first. (On
+        // Citus every product is its own UPDATE, issued in id order.)
         let stmt = client.prepare_cached(LOCK_STOCK).await?;
         client.query(&stmt, &[&products]).await?;
     }
     let available: Vec<i32> = deltas.values().map(|d| d.0).collect();
     let reserved: Vec<i32> = deltas.values().map(|d| d.1).collect();
-    let stmt = client.prepare_cached(APPLY_DELTAS).await?;
-    client
-        .execute(&stmt, &[&products, &available, &reserved])
-        .await?;
+    layout::apply_deltas(client, layout, &products, &available, &reserved).await?;
     Ok(())
 }
 
 /// Moves `rows` (locked, active) to `status` and applies their stock deltas. Only allocated
 /// units (quantity − backordered) were reserved: a confirm sells them and leaves the backorder
 /// pending; a release or expiry gives them back and drops the backorder.
-pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Result<(), Error> {
+pub(crate) async fn settle(
+    client: &Client,
+    layout: Layout,
+    rows: &[&Row],
+    status: Status,
+) -> Result<(), Error> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -571,7 +586,7 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
         d.0 += back_to_available;
         d.1 -= allocated;
     }
-    apply_deltas(client, &deltas).await?;
+    apply_deltas(client, layout, &deltas).await?;
     if status != Status::Confirmed {
         backorders::drop_backorders(client, rows).await?;
     }
@@ -579,21 +594,21 @@ pub(crate) async fn settle(client: &Client, rows: &[&Row], status: Status) -> Re
     locations::settle(client, rows, status).await?;
     // settled_at is taken after the stock rows are locked, so it orders consistently with the
     // physical counts the audit compares against.
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let status_text = match status {
         Status::Confirmed => "confirmed",
         Status::Released => "released",
         Status::Expired => "expired",
         Status::Active => "active",
     };
-    let stmt = client.prepare_cached(SETTLE).await?;
-    client.execute(&stmt, &[&ids, &status_text]).await?;
-    Ok(())
+    layout::settle_rows(client, layout, rows, status_text).await
 }
 
-async fn lock_order(client: &Client, order_id: &OrderId) -> Result<Vec<Row>, Error> {
-    let stmt = client.prepare_cached(ORDER_ROWS_FOR_UPDATE).await?;
-    let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+async fn lock_order(
+    client: &Client,
+    layout: Layout,
+    order_id: &OrderId,
+) -> Result<Vec<Row>, Error> {
+    let mut rows = layout::lock_order_rows(client, layout, order_id).await?;
     if rows.is_empty() {
         return Err(Error::UnknownOrder(order_id.clone()));
     }
@@ -602,14 +617,15 @@ async fn lock_order(client: &Client, order_id: &OrderId) -> Result<Vec<Row>, Err
 }
 
 pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+    let layout = store.layout;
     let outcome = in_transaction(&store.pool, &store.tx, "confirm", move |client| {
         crate::tx_body!(client => async {
-            let mut rows = lock_order(client, order_id).await?;
+            let mut rows = lock_order(client, layout, order_id).await?;
             let active: Vec<&Row> = rows
                 .iter()
                 .filter(|r| r.item.status == Status::Active)
                 .collect();
-            settle(client, &active, Status::Confirmed).await?;
+            settle(client, layout, &active, Status::Confirmed).await?;
             Ok(confirmed_outcome(order_id, &mut rows))
         })
     })
@@ -671,14 +687,15 @@ pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
 }
 
 pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
+    let layout = store.layout;
     let (outcome, newly) = in_transaction(&store.pool, &store.tx, "release", move |client| {
         crate::tx_body!(client => async {
-            let rows = lock_order(client, order_id).await?;
+            let rows = lock_order(client, layout, order_id).await?;
             let active: Vec<&Row> = rows
                 .iter()
                 .filter(|r| r.item.status == Status::Active)
                 .collect();
-            settle(client, &active, Status::Released).await?;
+            settle(client, layout, &active, Status::Released).await?;
             let newly = active.len() as u64;
             let released = rows
                 .iter()
@@ -704,8 +721,7 @@ pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<Release
 
 pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
     let client = checkout(&store.pool, "order").await?;
-    let stmt = client.prepare_cached(ORDER_ROWS).await?;
-    let mut rows = parse_rows(&client.query(&stmt, &[&order_id.as_str()]).await?)?;
+    let mut rows = layout::order_rows(&client, store.layout, order_id).await?;
     if rows.is_empty() {
         return Err(Error::UnknownOrder(order_id.clone()));
     }

@@ -21,6 +21,7 @@ pub mod backorders;
 pub mod batched;
 pub mod engine;
 pub mod extend;
+mod layout;
 mod lifecycle;
 pub mod locations;
 pub mod optimistic;

@@ -27,6 +27,8 @@ use crate::stock::types::{Placement, Store};
 const SALE_KEY: &str = "sales_pkey";
 const SALE_ITEMS: &str = "SELECT product_id, quantity, sold_at FROM sale_items \
      WHERE sale_id = $1 ORDER BY product_id";
+/// See [`sell_tx`] (Citus only).
+const CITUS_SEQUENTIAL: &str = "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'";
 const INSERT_SALE: &str = "INSERT INTO sales (sale_id) VALUES ($1)";
 /// `available` only: sold units were never reserved.
 const SELL_UNITS: &str = crate::stock_update!(
@@ -118,8 +120,15 @@ pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
 /// The sale's one transaction; `located`: take through the located path (every item, located
 /// or not, under its lock order) and record where the units came from.
 async fn sell_tx(store: &Store, request: &SaleRequest, located: bool) -> Result<Sale, Error> {
+    let citus = store.is_citus();
     in_idempotent_transaction(&store.pool, &store.tx, "sell", SALE_KEY, move |client| {
         crate::tx_body!(client => async {
+            if citus {
+                // `sale_items` refers to `sales`, a reference table: Citus writes it only in a
+                // transaction that reached the shards over one connection per node, which the
+                // multi-shard read of the sale's items below would not do in parallel mode.
+                client.batch_execute(CITUS_SEQUENTIAL).await?;
+            }
             let sale_id = &request.sale_id;
             let stmt = client.prepare_cached(SALE_ITEMS).await?;
             let existing = client.query(&stmt, &[&sale_id.as_str()]).await?;

@@ -109,6 +109,56 @@ pub(crate) const APPLY_DELTAS: &str = crate::stock_update!(
      WHERE stock.product_id = d.product_id"
 );
 
+// Citus twins (ARCHITECTURE.md, "On Citus"): Citus refuses a `FOR UPDATE` that spans shards
+// and a VOLATILE function in an UPDATE, so these take their locks one product (the
+// distribution value) per statement, in ascending order, and are chosen by `stock::layout`.
+// The single-node statements above stay as they are.
+
+/// The products an order has reservation rows on (its router row).
+pub(crate) const ORDER_PRODUCTS: &str = "SELECT products FROM orders WHERE order_id = $1";
+/// Many orders' router rows.
+pub(crate) const ORDERS_PRODUCTS: &str =
+    "SELECT order_id, products FROM orders WHERE order_id = ANY($1)";
+/// [`ORDER_ROWS`] routed to the shards of the order's products.
+pub(crate) const ORDER_ROWS_ROUTED: &str = select_reservations!(
+    "WHERE order_id = $1 AND product_id = ANY($2) ORDER BY product_id, created_at"
+);
+/// Many orders' rows on one product, locked (one shard per statement).
+pub(crate) const PRODUCT_ORDERS_ROWS_FOR_UPDATE: &str = select_reservations!(
+    "WHERE product_id = $1 AND order_id = ANY($2) ORDER BY order_id, created_at FOR UPDATE"
+);
+/// [`LOCK_STOCK`] for one product.
+pub(crate) const LOCK_ONE_STOCK: &str =
+    "SELECT product_id, available, backorder_limit, located FROM stock \
+     WHERE product_id = $1 FOR UPDATE";
+/// [`PROBE_LOCKS`] for one product.
+pub(crate) const PROBE_ONE_LOCK: &str =
+    "SELECT product_id FROM stock WHERE product_id = $1 FOR UPDATE SKIP LOCKED";
+/// Products with due rows, unlocked (the sweeper's first step on Citus).
+pub(crate) const DUE_PRODUCTS: &str = "SELECT DISTINCT product_id FROM reservations \
+     WHERE status = 'active' AND expires_at < now() ORDER BY product_id LIMIT $1";
+/// [`DUE_ROWS`] of one product.
+pub(crate) const PRODUCT_DUE_ROWS: &str = select_reservations!(
+    "WHERE product_id = $1 AND status = 'active' AND expires_at < now() \
+     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+);
+/// The clock [`SETTLE`] reads inside its UPDATE, read on its own.
+pub(crate) const CLOCK: &str = "SELECT clock_timestamp() AS at";
+/// [`SETTLE`] with the clock as a parameter, routed by the rows' products.
+pub(crate) const SETTLE_AT: &str = "UPDATE reservations SET status = $2, settled_at = $3 \
+     WHERE product_id = ANY($4) AND id = ANY($1)";
+/// [`APPLY_DELTAS`] for one product (issued in ascending product id: the lock order).
+pub(crate) const APPLY_ONE_DELTA: &str = crate::stock_update!(
+    "available = available + $2, reserved = reserved + $3",
+    "WHERE product_id = $1"
+);
+/// Writes the router rows of (order, product) pairs, adding products an order's row lacks.
+pub(crate) const ROUTE_ORDERS: &str = "INSERT INTO orders AS o (order_id, products) \
+     SELECT g.order_id, array_agg(DISTINCT g.product_id ORDER BY g.product_id) \
+       FROM unnest($1::text[], $2::bigint[]) AS g(order_id, product_id) GROUP BY g.order_id \
+     ON CONFLICT (order_id) DO UPDATE SET products = o.products || EXCLUDED.products \
+     WHERE NOT o.products @> EXCLUDED.products";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,8 @@
 
 use crate::error::Error;
 use crate::retry::{in_transaction, RetryPolicy, TxOptions};
+use crate::stock::layout;
 use crate::stock::lifecycle::{self, Row};
-use crate::stock::sql::DUE_ROWS;
 use crate::stock::types::{Status, Store};
 
 /// Rows expired per transaction (seed 000 uses 500).
@@ -28,15 +28,14 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
         index_paths_only: true,
         ..store.tx.clone()
     };
+    let layout = store.layout;
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES_PER_ROUND {
         let result = in_transaction(&store.pool, &options, "sweep", move |client| {
             crate::tx_body!(client => async {
-                let stmt = client.prepare_cached(DUE_ROWS).await?;
-                let rows = client.query(&stmt, &[&batch]).await?;
-                let rows = lifecycle::parse_rows(&rows)?;
+                let rows = layout::lock_due_rows(client, layout, batch).await?;
                 let refs: Vec<&Row> = rows.iter().collect();
-                lifecycle::settle(client, &refs, Status::Expired).await?;
+                lifecycle::settle(client, layout, &refs, Status::Expired).await?;
                 Ok(rows.len() as u64)
             })
         })

@@ -41,6 +41,7 @@ impl Store {
     /// The same store on a database of `layout` (what [`crate::db::migrate_to_serve`] returned).
     pub fn with_layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self.tx.citus = layout == Layout::Citus;
         self
     }
 

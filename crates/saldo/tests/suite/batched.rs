@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::{test_db, TestDb};
-use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig};
@@ -64,7 +63,7 @@ fn single_partition(store: Store) -> Batched {
 }
 
 async fn assert_audit_clean(db: &TestDb) {
-    let divergences = audit_stock(&db.pool).await.expect("audit");
+    let divergences = db.audit_stock().await.expect("audit");
     assert!(divergences.is_empty(), "audit found {divergences:?}");
 }
 
@@ -389,7 +388,8 @@ async fn a_failed_batch_still_answers_each_order_on_its_own() {
             lock_timeout_ms: 300,
             ..TxOptions::default()
         },
-    );
+    )
+    .with_layout(db.layout);
     let engine = single_partition(store);
     let held = lock_rows(&db, &[1]).await;
     let connection = pool.get().await.expect("the only connection");
@@ -530,7 +530,7 @@ async fn two_engines_on_two_pools_sell_ten_units_once() {
     stock_up(&db.store(), &[(1, 10)]).await;
     let a: Arc<dyn StockStrategy> = Arc::new(Batched::new(db.store(), &BatchedConfig::default()));
     let b: Arc<dyn StockStrategy> = Arc::new(Batched::new(
-        Store::new(db.new_pool(8), TxOptions::default()),
+        Store::new(db.new_pool(8), TxOptions::default()).with_layout(db.layout),
         &BatchedConfig::default(),
     ));
     for round in 0..3 {
@@ -634,7 +634,8 @@ async fn a_locked_product_holds_up_its_batch_mates_one_lock_timeout_at_most() {
     let store = Store::new(
         db.pool.clone(),
         TxOptions::default().with_lock_timeout_ms(LOCK_TIMEOUT_MS),
-    );
+    )
+    .with_layout(db.layout);
     let engine = single_partition(store);
     let held = lock_rows(&db, &[1]).await;
     // One batch: the orders on the locked product 1, then one on product 2.

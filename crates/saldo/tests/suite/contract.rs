@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::optimistic::OptimisticConfig;
@@ -68,7 +67,8 @@ pub(crate) async fn engine_with_stock(
         db.pool.clone(),
         TxOptions::default()
             .with_retry(RetryPolicy::default().with_max_attempts(CONTRACT_ATTEMPTS)),
-    );
+    )
+    .with_layout(db.layout);
     for &(p, count) in stock {
         admin::set_count(&store, pid(p), count)
             .await
@@ -78,7 +78,7 @@ pub(crate) async fn engine_with_stock(
 }
 
 pub(crate) async fn assert_audit_clean(db: &TestDb, name: StrategyName) {
-    let divergences = audit_stock(&db.pool).await.expect("audit");
+    let divergences = db.audit_stock().await.expect("audit");
     assert!(
         divergences.is_empty(),
         "{name}: audit found {divergences:?}"
@@ -183,7 +183,7 @@ async fn twenty_simultaneous_replays_reserve_once() {
         let results = buy_all(&engine, &orders).await.expect("race");
         let mut fresh = 0;
         for r in results {
-            let r = r.unwrap_or_else(|e| panic!("{name}: replay must succeed: {e}"));
+            let r = r.unwrap_or_else(|e| panic!("{name}: replay must succeed: {e:?}"));
             fresh += usize::from(!r.replayed);
             assert_eq!(r.items.len(), 2, "{name}");
         }

@@ -2,7 +2,7 @@
 //! and the CHECK constraints refuse negative stock. The scenarios every strategy must pass live
 //! in the contract suite (`contract.rs`).
 
-use saldo::audit::{audit_stock, Invariant};
+use saldo::audit::Invariant;
 use saldo::domain::Ttl;
 use saldo::stock::{StrategyConfig, StrategyName};
 
@@ -34,7 +34,7 @@ async fn audit_catches_a_row_written_behind_the_engines_back() {
         .batch_execute("UPDATE stock SET reserved = reserved + 1, available = available - 1 WHERE product_id = 1")
         .await
         .expect("raw update");
-    let d = audit_stock(&db.pool).await.expect("audit");
+    let d = db.audit_stock().await.expect("audit");
     assert!(d.iter().any(|d| d.product_id == pid(2)
         && d.invariant == Invariant::OnHandMatchesHistory
         && d.expected == 10
@@ -70,6 +70,12 @@ async fn check_constraints_refuse_negative_stock() {
 /// per-statement checks; what they refuse must not change.
 #[tokio::test]
 async fn the_schema_refuses_orphan_reservations_and_bad_order_ids() {
+    // The single-node schema's refusals, by SQLSTATE: a multi-shard INSERT … SELECT on Citus
+    // relays a worker's foreign key violation as XX000. The Citus schema's refusals of the same
+    // writes are tested by `tests/citus.rs` (`migrations-citus/V3`).
+    if crate::harness::CITUS {
+        return;
+    }
     let db = test_db().await;
     let engine = engine_with_stock(
         &db,

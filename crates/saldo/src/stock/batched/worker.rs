@@ -26,15 +26,15 @@ use crate::domain::{AllocationMode, LocationId};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
 use crate::retry::{in_transaction, TxOptions};
+use crate::schema::Layout;
 use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::atomic::Atomic;
+use crate::stock::layout;
 use crate::stock::lifecycle::{
     self, current_items, insert_rows, parse_rows, plan, settle, Intent, NewRows, Plan, Row,
 };
 use crate::stock::locations;
-use crate::stock::sql::{
-    APPLY_DELTAS, LOCK_STOCK, ORDERS_ROWS, ORDERS_ROWS_FOR_UPDATE, PROBE_LOCKS,
-};
+use crate::stock::sql::{LOCK_STOCK, ORDERS_ROWS};
 use crate::stock::types::{
     ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store,
 };
@@ -121,11 +121,12 @@ impl Worker {
         let started = Instant::now();
         let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.0).collect();
         let requests = &requests[..];
+        let layout = self.store.layout;
         let result = in_transaction(
             &self.store.pool,
             &self.tx,
             "reserve_batch",
-            move |client| crate::tx_body!(client => grant_batch(client, requests)),
+            move |client| crate::tx_body!(client => grant_batch(client, layout, requests)),
         )
         .await;
         record_batch("reserve", started, jobs.len());
@@ -181,14 +182,13 @@ impl Worker {
             .collect();
         let products: Vec<i64> = products.into_iter().collect();
         let probe = &products;
-        let free = in_transaction(&self.store.pool, &self.tx, "lock_probe", move |client| {
-            crate::tx_body!(client => async {
-                let rows = client.query(PROBE_LOCKS, &[probe]).await?;
-                rows.iter()
-                    .map(|r| r.try_get::<_, i64>("product_id").map_err(Error::from))
-                    .collect::<Result<HashSet<i64>, Error>>()
-            })
-        })
+        let layout = self.store.layout;
+        let free = in_transaction(
+            &self.store.pool,
+            &self.tx,
+            "lock_probe",
+            move |client| crate::tx_body!(client => layout::unlocked(client, layout, probe)),
+        )
         .await;
         match free {
             Ok(free) => products.into_iter().filter(|p| !free.contains(p)).collect(),
@@ -203,11 +203,12 @@ impl Worker {
         let started = Instant::now();
         let order_ids: Vec<&OrderId> = jobs.iter().map(|j| &j.0).collect();
         let order_ids = &order_ids[..];
+        let layout = self.store.layout;
         let result = in_transaction(
             &self.store.pool,
             &self.tx,
             "confirm_batch",
-            move |client| crate::tx_body!(client => confirm_tx(client, order_ids)),
+            move |client| crate::tx_body!(client => confirm_tx(client, layout, order_ids)),
         )
         .await;
         record_batch("confirm", started, jobs.len());
@@ -420,12 +421,31 @@ fn take_at_locations(
 /// The batch transaction: lock, read, decide in arrival order, write once, per-order answers.
 async fn grant_batch(
     client: &Client,
+    layout: Layout,
     requests: &[&ReserveRequest],
 ) -> Result<Vec<Result<Reservation, Error>>, Error> {
-    let mut locked = lock_and_read(client, requests).await?;
+    let mut locked = lock_and_read(client, layout, requests).await?;
+    // What each order's rows showed before the batch: its router lists those products already.
+    let known: HashMap<&str, HashSet<i64>> = match layout {
+        Layout::Single => HashMap::new(),
+        Layout::Citus => requests
+            .iter()
+            .map(|r| {
+                let shown = locked
+                    .by_order
+                    .get(r.order_id.as_str())
+                    .map(|rows| rows.iter().map(|row| row.item.product_id.get()).collect());
+                (r.order_id.as_str(), shown.unwrap_or_default())
+            })
+            .collect(),
+    };
     let grants = grant_in_memory(requests, &mut locked)?;
     if !grants.new_rows.is_empty() {
-        let written = write_grants(client, &grants).await?;
+        let written = write_grants(client, layout, &grants).await?;
+        let new = written
+            .values()
+            .map(|r| (r.order_id.as_str(), r.item.product_id.get()));
+        layout::route(client, layout, new, &known).await?;
         patch_written(&mut locked.by_order, written)?;
     }
     let outcomes = requests
@@ -452,7 +472,11 @@ async fn grant_batch(
 /// Locks the batch's stock rows (ascending product id) and reads its orders' rows, pipelined:
 /// both go out at once and the server runs them in order, so the read sees the state under the
 /// lock.
-async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<Locked, Error> {
+async fn lock_and_read(
+    client: &Client,
+    layout: Layout,
+    requests: &[&ReserveRequest],
+) -> Result<Locked, Error> {
     let mut products: Vec<i64> = requests
         .iter()
         .flat_map(|r| r.items.iter().map(|(p, _)| p.get()))
@@ -464,14 +488,24 @@ async fn lock_and_read(client: &Client, requests: &[&ReserveRequest]) -> Result<
     order_ids.dedup();
 
     let started = Instant::now();
-    let lock = client.prepare_cached(LOCK_STOCK).await?;
     let read = client.prepare_cached(ORDERS_ROWS).await?;
-    let lock_params: [&(dyn ToSql + Sync); 1] = [&products];
     let read_params: [&(dyn ToSql + Sync); 1] = [&order_ids];
-    let (stock_rows, existing) = futures::try_join!(
-        client.query(&lock, &lock_params),
-        client.query(&read, &read_params)
-    )?;
+    let (stock_rows, existing) = match layout {
+        Layout::Single => {
+            let lock = client.prepare_cached(LOCK_STOCK).await?;
+            let lock_params: [&(dyn ToSql + Sync); 1] = [&products];
+            futures::try_join!(
+                client.query(&lock, &lock_params),
+                client.query(&read, &read_params)
+            )?
+        }
+        // One product per locking statement, in order; the orders' rows read after them (a
+        // read across shards, unlocked, which Citus allows).
+        Layout::Citus => {
+            let stock_rows = layout::lock_stock(client, layout, &products).await?;
+            (stock_rows, client.query(&read, &read_params).await?)
+        }
+    };
     metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => "batched")
         .record(started.elapsed().as_secs_f64());
 
@@ -599,18 +633,18 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
 
 /// One INSERT of every granted row and one UPDATE of every touched stock row, pipelined. The
 /// stock rows are held since [`lock_and_read`], so the UPDATE must find each of them.
-async fn write_grants(client: &Client, grants: &Grants<'_>) -> Result<HashMap<Uuid, Row>, Error> {
+async fn write_grants(
+    client: &Client,
+    layout: Layout,
+    grants: &Grants<'_>,
+) -> Result<HashMap<Uuid, Row>, Error> {
     let products: Vec<i64> = grants.taken.keys().copied().collect();
     let to_available: Vec<i32> = grants.taken.values().map(|q| -q).collect();
     let to_reserved: Vec<i32> = grants.taken.values().copied().collect();
-    let update = client.prepare_cached(APPLY_DELTAS).await?;
-    let update_params: [&(dyn ToSql + Sync); 3] = [&products, &to_available, &to_reserved];
-    let (inserted, updated) = futures::try_join!(insert_rows(client, &grants.new_rows), async {
-        client
-            .execute(&update, &update_params)
-            .await
-            .map_err(Error::from)
-    })?;
+    let (inserted, updated) = futures::try_join!(
+        insert_rows(client, &grants.new_rows),
+        layout::apply_deltas(client, layout, &products, &to_available, &to_reserved)
+    )?;
     if updated != products.len() as u64 {
         return Err(Error::invariant(format!(
             "batch updated {updated} stock rows, expected {} (all locked by the batch)",
@@ -703,16 +737,14 @@ type Confirmed = (ConfirmOutcome, u64);
 /// [`lifecycle::confirmed_outcome`], so it answers as `lifecycle::confirm` would.
 async fn confirm_tx(
     client: &Client,
+    layout: Layout,
     order_ids: &[&OrderId],
 ) -> Result<Vec<Result<Confirmed, Error>>, Error> {
     let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let lock = client.prepare_cached(ORDERS_ROWS_FOR_UPDATE).await?;
-    let params: [&(dyn ToSql + Sync); 1] = [&keys];
-    let raw = client.query(&lock, &params).await?;
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
-    let mut rows = parse_rows(&raw)?;
+    let mut rows = layout::lock_orders_rows(client, layout, &keys).await?;
     crate::stock::locations::attach(client, &mut rows).await?;
     for row in rows {
         by_order.entry(row.order_id.clone()).or_default().push(row);
@@ -722,7 +754,7 @@ async fn confirm_tx(
         .flatten()
         .filter(|r| r.item.status == Status::Active)
         .collect();
-    settle(client, &active, Status::Confirmed).await?;
+    settle(client, layout, &active, Status::Confirmed).await?;
     let outcomes = order_ids
         .iter()
         .map(|&order_id| {

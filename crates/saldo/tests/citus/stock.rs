@@ -1,0 +1,217 @@
+//! Stock on Citus only: orders whose products live on different workers, the `orders` router,
+//! and the operations refused on Citus up front.
+
+use saldo::domain::{LocationId, OrderId, Priority, ProductId, Ttl};
+use saldo::stock::{admin, backorders, locations, repair, StrategyConfig, StrategyName};
+use saldo::Error;
+use saldo_lab::race::buyers::buy_all;
+use saldo_lab::testing::TestDb;
+
+use crate::contract::{engine_with_stock, pid, request};
+use crate::harness::test_db;
+
+/// The port of the worker holding `product`'s stock shard.
+async fn worker_of(db: &TestDb, product: i64) -> i32 {
+    let client = db.pool.get().await.expect("client");
+    client
+        .query_one(
+            "SELECT nodeport FROM citus_shards \
+             WHERE shardid = get_shard_id_for_distribution_column('stock', $1::bigint) \
+               AND table_name = 'stock'::regclass",
+            &[&product],
+        )
+        .await
+        .expect("placement")
+        .get(0)
+}
+
+/// Three products, not all on one worker: the lowest id, then the first ids whose shards sit on
+/// the other worker, so every order below spans both workers.
+async fn products_on_both_workers(db: &TestDb) -> [i64; 3] {
+    let first = worker_of(db, 1).await;
+    let mut other = Vec::new();
+    for p in 2..=64 {
+        if worker_of(db, p).await != first {
+            other.push(p);
+        }
+        if other.len() == 2 {
+            return [1, other[0], other[1]];
+        }
+    }
+    panic!("products 1..=64 all on the worker at port {first}");
+}
+
+/// The router row of an order: its products.
+async fn routed(db: &TestDb, order: &str) -> Vec<i64> {
+    let client = db.pool.get().await.expect("client");
+    client
+        .query_one("SELECT products FROM orders WHERE order_id = $1", &[&order])
+        .await
+        .expect("router row")
+        .get(0)
+}
+
+/// Crossing multi-item orders over three products on two workers ((a,b), (b,c), (c,a), which
+/// form a cycle unless every transaction locks in one global order): all or nothing, no unit
+/// sold twice, no deadlock or other error reaching a buyer, and the routers list each order's
+/// products. Then confirm and release go through the routers and the audit stays clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossing_orders_on_two_workers_never_oversell_nor_deadlock() {
+    for name in [StrategyName::Atomic, StrategyName::Batched] {
+        let db = test_db().await;
+        let [a, b, c] = products_on_both_workers(&db).await;
+        let engine = engine_with_stock(
+            &db,
+            name,
+            &StrategyConfig::default(),
+            &[(a, 6), (b, 6), (c, 6)],
+        )
+        .await;
+        let pairs = [(a, b), (b, c), (c, a)];
+        let orders: Vec<_> = (0..24)
+            .map(|i| {
+                let (x, y) = pairs[i % 3];
+                request(&format!("o{i}"), &[(x, 1), (y, 1)], Ttl::default())
+            })
+            .collect();
+        let results = buy_all(&engine, &orders).await.expect("race");
+        let mut sold: std::collections::BTreeMap<i64, i32> = Default::default();
+        let mut granted = Vec::new();
+        for (order, result) in orders.iter().zip(results) {
+            match result {
+                Ok(r) => {
+                    assert_eq!(r.items.len(), 2, "{name}: all or nothing");
+                    for item in &r.items {
+                        *sold.entry(item.product_id.get()).or_default() += item.quantity;
+                    }
+                    granted.push(order.order_id.clone());
+                }
+                Err(Error::InsufficientStock { .. }) => {}
+                Err(e) => panic!("{name}: {} got {e:?}", order.order_id),
+            }
+        }
+        // 18 units, two per order: 9 orders at most, and every unit sold once at most.
+        assert!(sold.values().all(|&n| n <= 6), "{name}: {sold:?}");
+        assert!(!granted.is_empty(), "{name}");
+        for order in &granted {
+            let mut products = routed(&db, order.as_str()).await;
+            products.sort_unstable();
+            assert_eq!(products.len(), 2, "{name}: router of {order}");
+        }
+        for (i, order) in granted.iter().enumerate() {
+            if i % 2 == 0 {
+                engine.confirm(order).await.expect("confirm");
+            } else {
+                engine.release(order).await.expect("release");
+            }
+        }
+        for p in [a, b, c] {
+            let s = admin::get(engine.store(), pid(p)).await.expect("stock");
+            assert_eq!(s.reserved, 0, "{name}: product {p}");
+            assert_eq!(
+                s.available,
+                6 - sold_confirmed(&granted, &orders, p),
+                "{name}"
+            );
+        }
+        let divergences = db.audit_stock().await.expect("audit");
+        assert!(divergences.is_empty(), "{name}: {divergences:?}");
+    }
+}
+
+/// Units of `product` in the confirmed (even-indexed) granted orders.
+fn sold_confirmed(granted: &[OrderId], orders: &[saldo::stock::ReserveRequest], p: i64) -> i32 {
+    granted
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .filter_map(|(_, o)| orders.iter().find(|r| &r.order_id == o))
+        .flat_map(|r| r.items.iter())
+        .filter(|(product, _)| product.get() == p)
+        .map(|(_, q)| q.get())
+        .sum()
+}
+
+/// What the stock engine does not run on Citus yet is refused before anything is written:
+/// backorders, stock per location, repair. Typed, so the service answers 409
+/// `unsupported-on-citus`, never a 500 or half a write.
+#[tokio::test]
+async fn backorders_locations_and_repair_are_refused_up_front() {
+    let db = test_db().await;
+    let store = db.store();
+    admin::set_count(&store, pid(1), 5).await.expect("count");
+    let before = admin::get(&store, pid(1)).await.expect("stock");
+    let refused = |r: Result<(), Error>, what: &str| match r {
+        Err(Error::UnsupportedOnCitus(_)) => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    refused(
+        backorders::set_policy(&store, pid(1), 3).await.map(drop),
+        "backorder policy",
+    );
+    let location = LocationId::new("north").expect("location");
+    refused(
+        locations::set_count(&store, pid(1), &location, 2)
+            .await
+            .map(drop),
+        "location count",
+    );
+    refused(
+        locations::set_priority(&store, &location, Priority::new(1).expect("priority"))
+            .await
+            .map(drop),
+        "location priority",
+    );
+    refused(repair::repair(&store, true).await.map(drop), "repair");
+    assert_eq!(admin::get(&store, pid(1)).await.expect("stock"), before);
+    let client = db.pool.get().await.expect("client");
+    let locations: i64 = client
+        .query_one("SELECT count(*) FROM locations", &[])
+        .await
+        .expect("locations")
+        .get(0);
+    assert_eq!(locations, 0);
+    let _ = ProductId::new(1);
+}
+
+/// A direct sale of products on both workers runs on Citus as on one node: all or nothing, a
+/// replay takes nothing, the same id with other items is a conflict, a shortfall writes
+/// nothing (the sale's key is a reference table's, relayed from a worker on a duplicate).
+#[tokio::test]
+async fn a_direct_sale_across_workers_sells_once_or_not_at_all() {
+    use saldo::domain::{OrderItems, SaleId};
+    use saldo::stock::sales::{sell, SaleRequest};
+    let db = test_db().await;
+    let [a, b, _] = products_on_both_workers(&db).await;
+    let store = db.store();
+    for p in [a, b] {
+        admin::set_count(&store, pid(p), 3).await.expect("count");
+    }
+    let sale = |id: &str, items: &[(i64, i64)]| SaleRequest {
+        sale_id: SaleId::new(id).expect("sale id"),
+        items: OrderItems::new(items.iter().copied()).expect("items"),
+    };
+    let first = sell(&store, &sale("s1", &[(a, 2), (b, 1)]))
+        .await
+        .expect("sold");
+    assert!(!first.replayed);
+    let again = sell(&store, &sale("s1", &[(a, 2), (b, 1)]))
+        .await
+        .expect("replay");
+    assert!(again.replayed);
+    assert!(matches!(
+        sell(&store, &sale("s1", &[(a, 1)])).await,
+        Err(Error::SaleConflict(_))
+    ));
+    assert!(matches!(
+        sell(&store, &sale("s2", &[(a, 1), (b, 3)])).await,
+        Err(Error::InsufficientStock { product_id, .. }) if product_id == pid(b)
+    ));
+    let left = |p| {
+        let store = store.clone();
+        async move { admin::get(&store, pid(p)).await.expect("stock").available }
+    };
+    assert_eq!((left(a).await, left(b).await), (1, 2));
+    let divergences = db.audit_stock().await.expect("audit");
+    assert!(divergences.is_empty(), "{divergences:?}");
+}
