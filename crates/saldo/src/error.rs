@@ -277,11 +277,25 @@ impl Error {
             if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED)
     }
 
-    /// True for a unique violation of the named constraint or index.
+    /// True for a unique violation of the named constraint or index, or of one shard's copy of
+    /// it on Citus (a worker names it `<name>_<shard id>`).
     pub(crate) fn is_unique_violation_of(&self, constraint: &str) -> bool {
         matches!(self, Error::Database(e)
             if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-               && e.as_db_error().and_then(|d| d.constraint()) == Some(constraint))
+               && e.as_db_error()
+                   .and_then(|d| d.constraint())
+                   .is_some_and(|name| names_constraint(name, constraint)))
+    }
+}
+
+/// `name` is `constraint`, or a Citus shard's `constraint_<digits>`.
+fn names_constraint(name: &str, constraint: &str) -> bool {
+    match name.strip_prefix(constraint) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('_')
+            .is_some_and(|shard| !shard.is_empty() && shard.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
     }
 }
 
@@ -300,4 +314,25 @@ pub fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_constraint;
+
+    #[test]
+    fn a_constraint_is_named_by_itself_or_by_a_citus_shard_copy() {
+        assert!(names_constraint("transfer_ids_pkey", "transfer_ids_pkey"));
+        assert!(names_constraint(
+            "transfer_ids_pkey_102044",
+            "transfer_ids_pkey"
+        ));
+        assert!(!names_constraint("transfer_ids_pkey_", "transfer_ids_pkey"));
+        assert!(!names_constraint(
+            "transfer_ids_pkey_x1",
+            "transfer_ids_pkey"
+        ));
+        assert!(!names_constraint("transfers_pkey", "transfer_ids_pkey"));
+        assert!(!names_constraint("transfer_ids", "transfer_ids_pkey"));
+    }
 }

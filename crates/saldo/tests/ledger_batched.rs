@@ -15,6 +15,8 @@ mod default_cluster {
         pub use saldo_lab::testing::{test_db, test_db_with_pool, TestDb};
         pub const TRANSFER: saldo::ledger::TransferStrategy =
             saldo::ledger::TransferStrategy::Batched;
+        /// Cases of the ledger model property (each case makes a database: few on Citus).
+        pub const LEDGER_MODEL_CASES: u32 = 24;
     }
 
     #[path = "holds.rs"]
@@ -43,6 +45,8 @@ mod serializable {
         };
         pub const TRANSFER: saldo::ledger::TransferStrategy =
             saldo::ledger::TransferStrategy::Batched;
+        /// Cases of the ledger model property (each case makes a database: few on Citus).
+        pub const LEDGER_MODEL_CASES: u32 = 24;
     }
 
     #[path = "holds.rs"]

@@ -11,6 +11,8 @@ mod harness {
     /// The transfer strategy of the ledger and model suites (`tests/ledger_batched.rs`
     /// reruns them on `batched`).
     pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
+    /// Cases of the ledger model property (each case makes a database: few on Citus).
+    pub const LEDGER_MODEL_CASES: u32 = 24;
 }
 
 #[path = "suite/contract.rs"]
