@@ -278,14 +278,28 @@ impl Error {
     }
 
     /// True for a unique violation of the named constraint or index, or of one shard's copy of
-    /// it on Citus (a worker names it `<name>_<shard id>`).
+    /// it on Citus (a worker names it `<name>_<shard id>`). Citus re-raises a worker's error on
+    /// the coordinator with its SQLSTATE and message but without the constraint field, so
+    /// there the name is read from PostgreSQL's message (`… unique constraint "<name>"`).
     pub(crate) fn is_unique_violation_of(&self, constraint: &str) -> bool {
-        matches!(self, Error::Database(e)
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-               && e.as_db_error()
-                   .and_then(|d| d.constraint())
-                   .is_some_and(|name| names_constraint(name, constraint)))
+        let Error::Database(e) = self else {
+            return false;
+        };
+        let Some(db) = e.as_db_error() else {
+            return false;
+        };
+        if db.code() != &SqlState::UNIQUE_VIOLATION {
+            return false;
+        }
+        let named = db.constraint().or_else(|| quoted_constraint(db.message()));
+        named.is_some_and(|name| names_constraint(name, constraint))
     }
+}
+
+/// The constraint a unique violation's message names: `… unique constraint "<name>"`.
+fn quoted_constraint(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once("constraint \"")?;
+    rest.split_once('"').map(|(name, _)| name)
 }
 
 /// `name` is `constraint`, or a Citus shard's `constraint_<digits>`.
@@ -318,7 +332,14 @@ pub fn chain(error: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::names_constraint;
+    use super::{names_constraint, quoted_constraint};
+
+    #[test]
+    fn a_citus_message_names_its_constraint() {
+        let message = "duplicate key value violates unique constraint \"transfer_ids_pkey_102054\"";
+        assert_eq!(quoted_constraint(message), Some("transfer_ids_pkey_102054"));
+        assert_eq!(quoted_constraint("duplicate key value"), None);
+    }
 
     #[test]
     fn a_constraint_is_named_by_itself_or_by_a_citus_shard_copy() {

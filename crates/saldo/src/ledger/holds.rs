@@ -34,6 +34,8 @@ const CITUS_LOCK: &str = "SELECT id, balance, held, pending_credits, min_balance
      FROM accounts WHERE id = $1 FOR UPDATE";
 const CITUS_LOCK_SKIP: &str = "SELECT id, balance, held, pending_credits, min_balance, \
      max_balance FROM accounts WHERE id = $1 FOR UPDATE SKIP LOCKED";
+/// Citus: for a transaction that modifies a reference table after a multi-shard statement.
+const CITUS_SEQUENTIAL: &str = "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'";
 /// Citus: the transaction's time as the coordinator has it, for the settles' `settled_at`.
 pub(crate) const CITUS_NOW: &str = "SELECT now() AS now";
 /// Every row is locked by this transaction: the statement order no longer matters.
@@ -173,6 +175,11 @@ pub(super) async fn place_group(
         .iter()
         .flat_map(|t| [t.movement.from, t.movement.to])
         .collect();
+    if layout == Layout::Citus {
+        // The group writes reference tables (transfer_groups, its positions) after reading
+        // every journal shard; Citus allows that only over one connection per node.
+        client.batch_execute(CITUS_SEQUENTIAL).await?;
+    }
     let mut locked = lock(client, layout, &accounts).await?;
     if let Some(existing) = journal::find_group(client, layout, group).await? {
         let same = existing.len() == ts.len()

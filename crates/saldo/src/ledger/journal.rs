@@ -90,11 +90,13 @@ const CITUS_INSERT: &str = concat!(
      RETURNING account_id, ",
     transfer_columns!()
 );
-/// Citus: the ids' global key and router, written after the account locks (ARCHITECTURE,
+/// Citus: an id's global key and router, written after the account locks (ARCHITECTURE,
 /// "Lock order across workers") and before the sides, so a second transfer under a taken id
-/// fails here (`transfer_ids_pkey`), as the primary key fails on one node.
-const CITUS_INSERT_IDS: &str = "INSERT INTO transfer_ids (id, from_account, to_account) \
-     SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])";
+/// fails here with 23505 on `transfer_ids_pkey`, as the primary key fails on one node. One row
+/// per statement: Citus runs a multi-row `INSERT … SELECT` through COPY, which reports a
+/// duplicate as XX000, not as the unique violation the replay path watches for.
+const CITUS_INSERT_ID: &str =
+    "INSERT INTO transfer_ids (id, from_account, to_account) VALUES ($1, $2, $3)";
 /// Citus: the unique (group_id, group_position) the portable index keeps.
 const CITUS_INSERT_POSITIONS: &str = "INSERT INTO transfer_group_positions \
      (group_id, group_position, transfer_id) \
@@ -295,8 +297,11 @@ pub(super) async fn insert_many(
                 .await?
         }
         Layout::Citus => {
-            let stmt = client.prepare_cached(CITUS_INSERT_IDS).await?;
-            client.execute(&stmt, &[&ids, &from, &to]).await?;
+            // Bounded by the batch or group size; each awaited, so the first taken id fails.
+            let stmt = client.prepare_cached(CITUS_INSERT_ID).await?;
+            for ((id, f), t) in ids.iter().zip(&from).zip(&to) {
+                client.execute(&stmt, &[id, f, t]).await?;
+            }
             if let Some(group) = group {
                 let stmt = client.prepare_cached(CITUS_INSERT_POSITIONS).await?;
                 client.execute(&stmt, &[&group, &positions, &ids]).await?;
