@@ -281,9 +281,10 @@ impl Error {
             if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED)
     }
 
-    /// True for a unique violation of the named constraint or index. On Citus the violation
-    /// comes from a worker, relayed without the constraint field and naming the shard's copy
-    /// (`<name>_<shard id>`) in its message: that is the same index.
+    /// True for a unique violation of the named constraint or index, or of one shard's copy of
+    /// it on Citus (a worker names it `<name>_<shard id>`). Citus re-raises a worker's error on
+    /// the coordinator with its SQLSTATE and message but without the constraint field, so
+    /// there the name is read from PostgreSQL's message (`… unique constraint "<name>"`).
     pub(crate) fn is_unique_violation_of(&self, constraint: &str) -> bool {
         let Error::Database(e) = self else {
             return false;
@@ -291,24 +292,29 @@ impl Error {
         let Some(db) = e.as_db_error() else {
             return false;
         };
-        if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
+        if db.code() != &SqlState::UNIQUE_VIOLATION {
             return false;
         }
-        match db.constraint() {
-            Some(named) => named == constraint,
-            None => names_shard_of(db.message(), constraint),
-        }
+        let named = db.constraint().or_else(|| quoted_constraint(db.message()));
+        named.is_some_and(|name| names_constraint(name, constraint))
     }
 }
 
-/// True when `message` names a shard of `constraint`: `"<constraint>_<digits>"`, quoted.
-fn names_shard_of(message: &str, constraint: &str) -> bool {
-    let quoted = format!("\"{constraint}_");
-    message.match_indices(&quoted).any(|(at, _)| {
-        let rest = &message[at + quoted.len()..];
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        digits > 0 && rest[digits..].starts_with('"')
-    })
+/// The constraint a unique violation's message names: `… unique constraint "<name>"`.
+fn quoted_constraint(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once("constraint \"")?;
+    rest.split_once('"').map(|(name, _)| name)
+}
+
+/// `name` is `constraint`, or a Citus shard's `constraint_<digits>`.
+fn names_constraint(name: &str, constraint: &str) -> bool {
+    match name.strip_prefix(constraint) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('_')
+            .is_some_and(|shard| !shard.is_empty() && shard.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    }
 }
 
 pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
@@ -330,18 +336,28 @@ pub fn chain(error: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::names_shard_of;
+    use super::{names_constraint, quoted_constraint};
 
     #[test]
-    fn a_citus_unique_violation_names_the_shard_of_the_index() {
-        let relayed = "duplicate key value violates unique constraint \
-                       \"reservations_live_order_product_102016\"";
-        assert!(names_shard_of(relayed, "reservations_live_order_product"));
-        // Another index whose name starts the same, or no shard id: not this one.
-        assert!(!names_shard_of(relayed, "reservations_live_order"));
-        assert!(!names_shard_of(
-            "unique constraint \"reservations_live_order_product_x\"",
-            "reservations_live_order_product"
+    fn a_citus_message_names_its_constraint() {
+        let message = "duplicate key value violates unique constraint \"transfer_ids_pkey_102054\"";
+        assert_eq!(quoted_constraint(message), Some("transfer_ids_pkey_102054"));
+        assert_eq!(quoted_constraint("duplicate key value"), None);
+    }
+
+    #[test]
+    fn a_constraint_is_named_by_itself_or_by_a_citus_shard_copy() {
+        assert!(names_constraint("transfer_ids_pkey", "transfer_ids_pkey"));
+        assert!(names_constraint(
+            "transfer_ids_pkey_102044",
+            "transfer_ids_pkey"
         ));
+        assert!(!names_constraint("transfer_ids_pkey_", "transfer_ids_pkey"));
+        assert!(!names_constraint(
+            "transfer_ids_pkey_x1",
+            "transfer_ids_pkey"
+        ));
+        assert!(!names_constraint("transfers_pkey", "transfer_ids_pkey"));
+        assert!(!names_constraint("transfer_ids", "transfer_ids_pkey"));
     }
 }

@@ -17,6 +17,8 @@ mod default_cluster {
             saldo::ledger::TransferStrategy::Batched;
         /// Single-node databases.
         pub const CITUS: bool = false;
+        /// Cases of the ledger model property (each case makes a database: few on Citus).
+        pub const LEDGER_MODEL_CASES: u32 = 24;
     }
 
     #[path = "holds.rs"]
@@ -47,6 +49,8 @@ mod serializable {
             saldo::ledger::TransferStrategy::Batched;
         /// Single-node databases.
         pub const CITUS: bool = false;
+        /// Cases of the ledger model property (each case makes a database: few on Citus).
+        pub const LEDGER_MODEL_CASES: u32 = 24;
     }
 
     #[path = "holds.rs"]

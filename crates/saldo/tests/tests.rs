@@ -13,6 +13,8 @@ mod harness {
     pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
     /// Single-node databases (`tests/citus_stock.rs` reruns these suites on Citus).
     pub const CITUS: bool = false;
+    /// Cases of the ledger model property (each case makes a database: few on Citus).
+    pub const LEDGER_MODEL_CASES: u32 = 24;
 }
 
 #[path = "suite/contract.rs"]

@@ -39,7 +39,19 @@ pub async fn crossed(
     transfers: u32,
     id_prefix: &str,
 ) -> Result<Vec<Result<Transfer, Error>>, LabError> {
-    let (a, b) = (account(1)?, account(second_account(ledger).await?)?);
+    let accounts = (account(1)?, account(second_account(ledger).await?)?);
+    crossed_between(ledger, strategy, accounts, transfers, id_prefix).await
+}
+
+/// [`crossed`] between two chosen accounts (on Citus: accounts whose shards are on different
+/// workers, so every transfer is a 2PC and the lock cycle, if any, spans nodes).
+pub async fn crossed_between(
+    ledger: &Ledger,
+    strategy: LabTransfer,
+    (a, b): (AccountId, AccountId),
+    transfers: u32,
+    id_prefix: &str,
+) -> Result<Vec<Result<Transfer, Error>>, LabError> {
     ledger.open_account(a, OPENING_BALANCE).await?;
     ledger.open_account(b, OPENING_BALANCE).await?;
     let amount = Amount::new(TRANSFER_AMOUNT).map_err(Error::from)?;

@@ -99,3 +99,33 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         layout: Layout::Citus,
     }
 }
+
+/// The worker (`host:port`) holding the shard of `table` that `value` hashes to.
+pub async fn worker_of(db: &TestDb, table: &str, value: i64) -> String {
+    let client = db.pool.get().await.expect("client");
+    client
+        .query_one(
+            "SELECT s.nodename || ':' || s.nodeport FROM citus_shards s \
+              WHERE s.shardid = get_shard_id_for_distribution_column($1::text::regclass, $2::bigint)",
+            &[&table, &value],
+        )
+        .await
+        .expect("shard placement")
+        .get(0)
+}
+
+/// How far [`accounts_on_two_workers`] looks for a second account.
+const PLACEMENT_SEARCH: i64 = 1_000;
+
+/// Two customer account ids, ascending, whose `accounts` shards (and so their journal sides) are
+/// on different workers, proven by Citus's placement metadata: 1 and the first id after it
+/// that hashes to the other worker.
+pub async fn accounts_on_two_workers(db: &TestDb) -> (i64, i64) {
+    let first = worker_of(db, "accounts", 1).await;
+    for id in 2..=PLACEMENT_SEARCH {
+        if worker_of(db, "accounts", id).await != first {
+            return (1, id);
+        }
+    }
+    panic!("no account in 2..={PLACEMENT_SEARCH} off the worker of account 1 ({first})");
+}

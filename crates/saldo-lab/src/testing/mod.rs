@@ -95,6 +95,17 @@ impl RowLock {
         RowLock(client)
     }
 
+    /// [`RowLock::take`] one id at a time, in the order given, with `lock_sql` taking one
+    /// bigint `$1`: how a test holds rows on Citus, which refuses a `FOR UPDATE` over shards.
+    pub async fn take_each(db: &TestDb, lock_sql: &str, ids: &[i64]) -> RowLock {
+        let client = db.pool.get().await.expect("client");
+        client.batch_execute("BEGIN").await.expect("begin");
+        for id in ids {
+            client.query(lock_sql, &[id]).await.expect("lock");
+        }
+        RowLock(client)
+    }
+
     pub async fn release(self) {
         self.0.batch_execute("ROLLBACK").await.expect("rollback");
     }
@@ -110,22 +121,29 @@ impl TestDb {
         }
     }
 
-    /// Waits (bounded) until some session of this database waits for a row lock (on Citus,
-    /// on any node: a routed statement waits on its worker).
+    /// Waits (bounded) until some session of this database waits for a row lock (on Citus:
+    /// on any node, as `citus_lock_waits` sees it; the coordinator's session itself waits for
+    /// the worker's answer, not for a lock).
     pub async fn until_lock_waiter(&self) {
         let client = self.pool.get().await.expect("client");
-        let activity = match self.layout {
-            db::Layout::Single => "pg_stat_activity",
-            db::Layout::Citus => "citus_stat_activity",
-        };
-        let waiters = format!(
-            "SELECT count(*) FROM {activity} \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        );
         let started = std::time::Instant::now();
+        // On Citus both views: a wait between distributed transactions shows in
+        // `citus_lock_waits`, a routed statement waiting on its worker in
+        // `citus_stat_activity` (each suite's engine tests met one or the other).
+        let waiters = match self.layout {
+            db::Layout::Single => {
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            }
+            db::Layout::Citus => {
+                "SELECT (SELECT count(*) FROM citus_lock_waits) \
+                      + (SELECT count(*) FROM citus_stat_activity \
+                          WHERE datname = current_database() AND wait_event_type = 'Lock')"
+            }
+        };
         loop {
             let n: i64 = client
-                .query_one(&waiters, &[])
+                .query_one(waiters, &[])
                 .await
                 .expect("pg_stat_activity")
                 .get(0);
@@ -137,6 +155,38 @@ impl TestDb {
                 "no session ever waited"
             );
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Every ledger divergence the audit of `store`'s layout finds, as text: one node's
+/// [`saldo::audit::audit_ledger`]; on Citus the per-account checks and the per-transfer double
+/// entry ([`saldo::audit::citus`]), where a transfer left unresolved counts too (when a test
+/// audits, every operation it ran has returned, so no 2PC of its own is in flight).
+pub async fn ledger_divergences(store: &Store) -> Vec<String> {
+    use saldo::audit::citus;
+    let text = |d: &dyn std::fmt::Debug| format!("{d:?}");
+    match store.layout {
+        db::Layout::Single => saldo::audit::audit_ledger(&store.pool)
+            .await
+            .expect("ledger audit")
+            .iter()
+            .map(|d| text(d))
+            .collect(),
+        db::Layout::Citus => {
+            let mut out: Vec<String> = citus::audit_accounts(&store.pool)
+                .await
+                .expect("Citus account audit")
+                .iter()
+                .map(|d| text(d))
+                .collect();
+            let (divergences, unresolved) =
+                citus::audit_transfers(&store.pool, citus::CitusAuditOptions::default())
+                    .await
+                    .expect("Citus transfer audit");
+            out.extend(divergences.iter().map(|d| text(d)));
+            out.extend(unresolved.iter().map(|id| format!("unresolved {id}")));
+            out
         }
     }
 }
@@ -272,4 +322,6 @@ pub fn serializable_cluster_pid() -> Option<u32> {
 }
 
 mod citus;
-pub use citus::{citus_cluster, citus_db, citus_db_with_pool, citus_server};
+pub use citus::{
+    accounts_on_two_workers, citus_cluster, citus_db, citus_db_with_pool, citus_server, worker_of,
+};

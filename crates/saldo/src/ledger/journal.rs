@@ -2,6 +2,12 @@
 //! decision, writing the rows once the balances moved (one statement for one transfer or a
 //! whole group), listing an account's history, and opening an account with its limits (its
 //! opening balance is the journal's first row for it).
+//!
+//! On Citus (`Layout::Citus`, migrations-citus/V2 and V5) a transfer is two rows, its debit
+//! side on `from_account`'s shard and its credit side on `to_account`'s, plus its
+//! `transfer_ids` row (the global key of the id and the router to its accounts) and, in a
+//! group, its `transfer_group_positions` row. Each statement below that must differ there has
+//! a `CITUS_` twin next to it; reads return the debit side, one row per transfer.
 
 use deadpool_postgres::Client;
 
@@ -11,6 +17,7 @@ use crate::ledger::apply::NewTransfer;
 use crate::ledger::types::{
     account_from_db, checked_balance, Account, Movement, Transfer, TransferKind,
 };
+use crate::schema::Layout;
 
 /// Every column a [`Transfer`] is read from, in every statement that returns one.
 macro_rules! transfer_columns {
@@ -25,15 +32,33 @@ const FIND: &str = concat!(
     transfer_columns!(),
     " FROM transfers WHERE id = $1"
 );
+/// Citus: the router row of an id (one shard), then its debit side (its account's shard).
+const CITUS_ROUTE: &str = "SELECT from_account, to_account FROM transfer_ids WHERE id = $1";
+const CITUS_FIND: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE account_id = $2 AND id = $1"
+);
 const FIND_MANY: &str = concat!(
     "SELECT ",
     transfer_columns!(),
     " FROM transfers WHERE id = ANY($1)"
 );
+/// Citus: every shard read (the ids' accounts are not known yet), the debit sides kept.
+const CITUS_FIND_MANY: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE id = ANY($1) AND account_id = from_account"
+);
 const OF_GROUP: &str = concat!(
     "SELECT ",
     transfer_columns!(),
     " FROM transfers WHERE group_id = $1 ORDER BY group_position"
+);
+const CITUS_OF_GROUP: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE group_id = $1 AND account_id = from_account ORDER BY group_position"
 );
 /// One statement for one transfer or a whole group; a hold's deadline is the database's clock
 /// plus its timeout, like every other timestamp of the journal.
@@ -48,11 +73,45 @@ const INSERT: &str = concat!(
      RETURNING ",
     transfer_columns!()
 );
+/// Citus: both sides of every transfer in one statement (`$1` names the side's account; the
+/// other arrays are repeated per side). Citus runs the SELECT on the coordinator, so `now()`
+/// is one value for both sides; `created_at` is written from it rather than left to each
+/// shard's default.
+const CITUS_INSERT: &str = concat!(
+    "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind, status, \
+     timeout_s, expires_at, group_id, group_position, created_at) \
+     SELECT t.account_id, t.id, t.from_account, t.to_account, t.amount, t.kind, t.status, \
+            t.timeout_s, now() + make_interval(secs => t.timeout_s), $10, t.group_position, \
+            now() \
+       FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
+                   $6::text[], $7::text[], $8::int[], $9::smallint[]) \
+            AS t(account_id, id, from_account, to_account, amount, kind, status, timeout_s, \
+                 group_position) \
+     RETURNING account_id, ",
+    transfer_columns!()
+);
+/// Citus: an id's global key and router, written after the account locks (ARCHITECTURE,
+/// "Lock order across workers") and before the sides, so a second transfer under a taken id
+/// fails here with 23505 on `transfer_ids_pkey`, as the primary key fails on one node. One row
+/// per statement: Citus runs a multi-row `INSERT … SELECT` through COPY, which reports a
+/// duplicate as XX000, not as the unique violation the replay path watches for.
+const CITUS_INSERT_ID: &str =
+    "INSERT INTO transfer_ids (id, from_account, to_account) VALUES ($1, $2, $3)";
+/// Citus: the unique (group_id, group_position) the portable index keeps.
+const CITUS_INSERT_POSITIONS: &str = "INSERT INTO transfer_group_positions \
+     (group_id, group_position, transfer_id) \
+     SELECT $1, p, id FROM unnest($2::smallint[], $3::text[]) AS t(p, id)";
 const LIST: &str = concat!(
     "SELECT ",
     transfer_columns!(),
     " FROM transfers WHERE from_account = $1 OR to_account = $1 \
      ORDER BY created_at DESC, id DESC LIMIT $2"
+);
+/// Citus: an account's side of every transfer is on its own shard, one row per transfer.
+const CITUS_LIST: &str = concat!(
+    "SELECT ",
+    transfer_columns!(),
+    " FROM transfers WHERE account_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
 );
 const ACCOUNT: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance \
      FROM accounts WHERE id = $1";
@@ -117,17 +176,43 @@ pub(super) fn parse_all(
 }
 
 /// The journalled transfer with this id, if any.
-pub(super) async fn find(client: &Client, id: &TransferId) -> Result<Option<Transfer>, Error> {
-    let stmt = client.prepare_cached(FIND).await?;
-    match client.query_opt(&stmt, &[&id.as_str()]).await? {
+pub(super) async fn find(
+    client: &Client,
+    layout: Layout,
+    id: &TransferId,
+) -> Result<Option<Transfer>, Error> {
+    let row = match layout {
+        Layout::Single => {
+            let stmt = client.prepare_cached(FIND).await?;
+            client.query_opt(&stmt, &[&id.as_str()]).await?
+        }
+        Layout::Citus => {
+            let stmt = client.prepare_cached(CITUS_ROUTE).await?;
+            let Some(route) = client.query_opt(&stmt, &[&id.as_str()]).await? else {
+                return Ok(None);
+            };
+            let from: i64 = route.try_get("from_account")?;
+            let stmt = client.prepare_cached(CITUS_FIND).await?;
+            client.query_opt(&stmt, &[&id.as_str(), &from]).await?
+        }
+    };
+    match row {
         Some(row) => Ok(Some(parse(&row, true)?)),
         None => Ok(None),
     }
 }
 
 /// The journalled transfers among `ids` (any order).
-pub(super) async fn find_many(client: &Client, ids: &[&str]) -> Result<Vec<Transfer>, Error> {
-    let stmt = client.prepare_cached(FIND_MANY).await?;
+pub(super) async fn find_many(
+    client: &Client,
+    layout: Layout,
+    ids: &[&str],
+) -> Result<Vec<Transfer>, Error> {
+    let sql = match layout {
+        Layout::Single => FIND_MANY,
+        Layout::Citus => CITUS_FIND_MANY,
+    };
+    let stmt = client.prepare_cached(sql).await?;
     parse_all(&client.query(&stmt, &[&ids]).await?, true)
 }
 
@@ -157,12 +242,16 @@ pub(super) fn replay(existing: Transfer, t: &NewTransfer<'_>) -> Result<Transfer
 }
 
 /// Journals a movement whose balances were just moved in this transaction.
-pub(super) async fn insert(client: &Client, m: &Movement<'_>) -> Result<Transfer, Error> {
+pub(super) async fn insert(
+    client: &Client,
+    layout: Layout,
+    m: &Movement<'_>,
+) -> Result<Transfer, Error> {
     let t = NewTransfer {
         movement: *m,
         pending: None,
     };
-    let mut rows = insert_many(client, &[t], None).await?;
+    let mut rows = insert_many(client, layout, &[t], None).await?;
     rows.pop()
         .ok_or_else(|| Error::invariant("INSERT … RETURNING gave no row"))
 }
@@ -171,6 +260,7 @@ pub(super) async fn insert(client: &Client, m: &Movement<'_>) -> Result<Transfer
 /// position in it if any; returned in the order given.
 pub(super) async fn insert_many(
     client: &Client,
+    layout: Layout,
     ts: &[NewTransfer<'_>],
     group: Option<&GroupId>,
 ) -> Result<Vec<Transfer>, Error> {
@@ -193,15 +283,52 @@ pub(super) async fn insert_many(
         .map(|i| group.map(|_| i16::try_from(i).unwrap_or(i16::MAX)))
         .collect();
     let group = group.map(GroupId::as_str);
-    let stmt = client.prepare_cached(INSERT).await?;
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &ids, &from, &to, &amounts, &kinds, &statuses, &timeouts, &positions, &group,
-            ],
-        )
-        .await?;
+    let rows = match layout {
+        Layout::Single => {
+            let stmt = client.prepare_cached(INSERT).await?;
+            client
+                .query(
+                    &stmt,
+                    &[
+                        &ids, &from, &to, &amounts, &kinds, &statuses, &timeouts, &positions,
+                        &group,
+                    ],
+                )
+                .await?
+        }
+        Layout::Citus => {
+            // Bounded by the batch or group size; each awaited, so the first taken id fails.
+            let stmt = client.prepare_cached(CITUS_INSERT_ID).await?;
+            for ((id, f), t) in ids.iter().zip(&from).zip(&to) {
+                client.execute(&stmt, &[id, f, t]).await?;
+            }
+            if let Some(group) = group {
+                let stmt = client.prepare_cached(CITUS_INSERT_POSITIONS).await?;
+                client.execute(&stmt, &[&group, &positions, &ids]).await?;
+            }
+            // Each side's account: the debit side's is `from`, the credit side's `to`.
+            let accounts: Vec<i64> = from.iter().chain(&to).copied().collect();
+            let stmt = client.prepare_cached(CITUS_INSERT).await?;
+            let rows = client
+                .query(
+                    &stmt,
+                    &[
+                        &accounts,
+                        &twice(&ids),
+                        &twice(&from),
+                        &twice(&to),
+                        &twice(&amounts),
+                        &twice(&kinds),
+                        &twice(&statuses),
+                        &twice(&timeouts),
+                        &twice(&positions),
+                        &group,
+                    ],
+                )
+                .await?;
+            debit_sides(rows)?
+        }
+    };
     let mut by_id: std::collections::HashMap<String, Transfer> = parse_all(&rows, false)?
         .into_iter()
         .map(|t| (t.id.as_str().to_owned(), t))
@@ -213,6 +340,34 @@ pub(super) async fn insert_many(
                 .ok_or_else(|| Error::invariant(format!("transfer {id} inserted but not returned")))
         })
         .collect()
+}
+
+/// A column of the two side rows of each transfer on Citus, in the order their accounts are listed:
+/// every debit side, then every credit side.
+pub(super) fn twice<T: Clone>(column: &[T]) -> Vec<T> {
+    column.iter().chain(column).cloned().collect()
+}
+
+/// The debit side of each transfer among both sides' rows (with `account_id`); a transfer
+/// written without both of its sides is an error, never half an answer.
+pub(super) fn debit_sides(
+    rows: Vec<tokio_postgres::Row>,
+) -> Result<Vec<tokio_postgres::Row>, Error> {
+    let total = rows.len();
+    let mut debits = Vec::with_capacity(total / 2);
+    for row in rows {
+        let account: i64 = row.try_get("account_id")?;
+        if account == row.try_get::<_, i64>("from_account")? {
+            debits.push(row);
+        }
+    }
+    if debits.len() * 2 != total {
+        return Err(Error::invariant(format!(
+            "{total} journal sides written for {} transfers",
+            debits.len()
+        )));
+    }
+    Ok(debits)
 }
 
 /// Records a linked group's id (its transfers carry it).
@@ -227,13 +382,18 @@ pub(super) async fn insert_group(client: &Client, id: &GroupId, size: usize) -> 
 /// The group's transfers in request order, if the group exists.
 pub(super) async fn find_group(
     client: &Client,
+    layout: Layout,
     id: &GroupId,
 ) -> Result<Option<Vec<Transfer>>, Error> {
     let stmt = client.prepare_cached(FIND_GROUP).await?;
     if client.query_opt(&stmt, &[&id.as_str()]).await?.is_none() {
         return Ok(None);
     }
-    let stmt = client.prepare_cached(OF_GROUP).await?;
+    let sql = match layout {
+        Layout::Single => OF_GROUP,
+        Layout::Citus => CITUS_OF_GROUP,
+    };
+    let stmt = client.prepare_cached(sql).await?;
     Ok(Some(parse_all(
         &client.query(&stmt, &[&id.as_str()]).await?,
         true,
@@ -270,10 +430,15 @@ pub(super) async fn account(client: &Client, id: AccountId) -> Result<Account, E
 
 pub(super) async fn list(
     client: &Client,
+    layout: Layout,
     id: AccountId,
     limit: i64,
 ) -> Result<Vec<Transfer>, Error> {
-    let stmt = client.prepare_cached(LIST).await?;
+    let sql = match layout {
+        Layout::Single => LIST,
+        Layout::Citus => CITUS_LIST,
+    };
+    let stmt = client.prepare_cached(sql).await?;
     parse_all(&client.query(&stmt, &[&id.get(), &limit]).await?, false)
 }
 
@@ -282,6 +447,7 @@ pub(super) async fn list(
 /// ledger path. The caller checked that the opening balance is within the limits.
 pub(super) async fn open(
     client: &Client,
+    layout: Layout,
     id: AccountId,
     opening_balance: i64,
     limits: BalanceLimits,
@@ -314,19 +480,34 @@ pub(super) async fn open(
     if opening_balance > 0 {
         let stmt = client.prepare_cached(DEBIT_SYSTEM).await?;
         client.execute(&stmt, &[&opening_balance]).await?;
-        let stmt = client.prepare_cached(INSERT_OPENING).await?;
-        client
-            .execute(
-                &stmt,
-                &[
-                    &opening_id.as_str(),
-                    &AccountId::SYSTEM.get(),
-                    &id.get(),
-                    &opening_balance,
-                    &TransferKind::Opening.as_str(),
-                ],
-            )
-            .await?;
+        match layout {
+            Layout::Single => {
+                let stmt = client.prepare_cached(INSERT_OPENING).await?;
+                client
+                    .execute(
+                        &stmt,
+                        &[
+                            &opening_id.as_str(),
+                            &AccountId::SYSTEM.get(),
+                            &id.get(),
+                            &opening_balance,
+                            &TransferKind::Opening.as_str(),
+                        ],
+                    )
+                    .await?;
+            }
+            Layout::Citus => {
+                // Both sides and the id's router, as every transfer writes them there.
+                let movement = Movement {
+                    id: opening_id,
+                    from: AccountId::SYSTEM,
+                    to: id,
+                    amount: crate::domain::Amount::new(opening_balance)?,
+                    kind: TransferKind::Opening,
+                };
+                insert(client, layout, &movement).await?;
+            }
+        }
     }
     Ok(Account {
         id,

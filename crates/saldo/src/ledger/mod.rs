@@ -65,6 +65,7 @@ use crate::domain::{
 };
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::schema::Layout;
 use crate::stock::batched::BatchedConfig;
 use crate::stock::Store;
 use batched::BatchedLedger;
@@ -76,7 +77,13 @@ pub const MAX_LIST: i64 = 1_000;
 pub const OPENING_PREFIX: &str = "opening:";
 /// A unique violation on the journal's key means a concurrent copy of the same transfer
 /// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
-const TRANSFERS_KEY: &str = "transfers_pkey";
+/// On Citus the id's key is `transfer_ids` (written before the sides: see `journal`).
+pub(crate) fn transfers_key(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Single => "transfers_pkey",
+        Layout::Citus => "transfer_ids_pkey",
+    }
+}
 /// The same for a linked group's id.
 const GROUPS_KEY: &str = "transfer_groups_pkey";
 /// Holds expired per sweeper transaction.
@@ -165,9 +172,10 @@ impl Ledger {
             .into());
         }
         let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
+        let layout = self.store.layout;
         let result = in_transaction(&self.store.pool, &self.store.tx, "open_account", |client| {
             let opening_id = &opening_id;
-            crate::tx_body!(client => journal::open(client, id, opening_balance, limits, opening_id))
+            crate::tx_body!(client => journal::open(client, layout, id, opening_balance, limits, opening_id))
         })
         .await;
         observe("opening", &result.as_ref().map(|_| false));
@@ -263,7 +271,7 @@ impl Ledger {
     /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none.
     pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
         let client = self.client().await?;
-        let mut t = journal::find(&client, id)
+        let mut t = journal::find(&client, self.store.layout, id)
             .await?
             .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
         t.replayed = false;
@@ -311,6 +319,7 @@ impl Ledger {
         }
         let group: &GroupId = &request.id;
         let ts = &ts;
+        let layout = self.store.layout;
         let mut run = 1;
         loop {
             let result = in_idempotent_transaction(
@@ -318,13 +327,13 @@ impl Ledger {
                 &self.store.tx,
                 "transfer_group",
                 GROUPS_KEY,
-                |client| crate::tx_body!(client => holds::place_group(client, group, ts)),
+                |client| crate::tx_body!(client => holds::place_group(client, layout, group, ts)),
             )
             .await;
             match result {
                 // A lone transfer took one of the ids meanwhile: the rerun names it.
                 Err(e)
-                    if e.is_unique_violation_of(TRANSFERS_KEY)
+                    if e.is_unique_violation_of(transfers_key(layout))
                         && run < crate::retry::REPLAY_RACE_ATTEMPTS =>
                 {
                     run += 1;
@@ -348,12 +357,13 @@ impl Ledger {
             ..self.store.tx.clone()
         };
         let mut total = 0u64;
+        let layout = self.store.layout;
         for _ in 0..MAX_EXPIRE_BATCHES_PER_ROUND {
             let result = in_transaction(
                 &self.store.pool,
                 &options,
                 "expire_holds",
-                |client| crate::tx_body!(client => holds::expire_batch(client, batch)),
+                |client| crate::tx_body!(client => holds::expire_batch(client, layout, batch)),
             )
             .await;
             match result {
@@ -384,7 +394,7 @@ impl Ledger {
     pub async fn transfers_of(&self, id: AccountId, limit: i64) -> Result<Vec<Transfer>, Error> {
         let client = self.client().await?;
         journal::account(&client, id).await?;
-        journal::list(&client, id, limit.clamp(1, MAX_LIST)).await
+        journal::list(&client, self.store.layout, id, limit.clamp(1, MAX_LIST)).await
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
@@ -450,12 +460,13 @@ pub(crate) async fn place_alone(
     operation: &'static str,
     t: NewTransfer<'_>,
 ) -> Result<Transfer, Error> {
+    let layout = store.layout;
     in_idempotent_transaction(
         &store.pool,
         &store.tx,
         operation,
-        TRANSFERS_KEY,
-        |client| crate::tx_body!(client => holds::place_one(client, t)),
+        transfers_key(layout),
+        |client| crate::tx_body!(client => holds::place_one(client, layout, t)),
     )
     .await
 }
@@ -467,11 +478,12 @@ pub(crate) async fn settle_alone(
     id: &TransferId,
     how: Settle,
 ) -> Result<Transfer, Error> {
+    let layout = store.layout;
     in_transaction(
         &store.pool,
         &store.tx,
         operation,
-        |client| crate::tx_body!(client => holds::settle_one(client, id, how)),
+        |client| crate::tx_body!(client => holds::settle_one(client, layout, id, how)),
     )
     .await
 }
@@ -484,12 +496,13 @@ async fn apply_one(
     movement: Movement<'_>,
 ) -> Result<Transfer, Error> {
     validate(&movement)?;
+    let layout = store.layout;
     in_idempotent_transaction(
         &store.pool,
         &store.tx,
         operation,
-        TRANSFERS_KEY,
-        |client| crate::tx_body!(client => apply_tx(client, strategy, movement)),
+        transfers_key(layout),
+        |client| crate::tx_body!(client => apply_tx(client, layout, strategy, movement)),
     )
     .await
 }
@@ -518,18 +531,19 @@ fn validate(m: &Movement<'_>) -> Result<(), InputError> {
 
 async fn apply_tx(
     client: &deadpool_postgres::Client,
+    layout: Layout,
     strategy: &dyn MoveFunds,
     m: Movement<'_>,
 ) -> Result<Transfer, Error> {
-    if let Some(existing) = journal::find(client, m.id).await? {
+    if let Some(existing) = journal::find(client, layout, m.id).await? {
         let t = NewTransfer {
             movement: m,
             pending: None,
         };
         return journal::replay(existing, &t);
     }
-    strategy.move_funds(client, &m).await?;
-    journal::insert(client, &m).await
+    strategy.move_funds(client, layout, &m).await?;
+    journal::insert(client, layout, &m).await
 }
 
 #[async_trait::async_trait]
@@ -537,12 +551,13 @@ impl MoveFunds for TransferStrategy {
     async fn move_funds(
         &self,
         client: &deadpool_postgres::Client,
+        layout: Layout,
         m: &Movement<'_>,
     ) -> Result<(), Error> {
         match self {
             // A batch of one is an `ordered` transaction.
             TransferStrategy::Ordered | TransferStrategy::Batched => {
-                ordered::move_funds(client, m).await
+                ordered::move_funds(client, layout, m).await
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The `ordered` transfer (seed 002): both account rows are locked by ONE
 //! `SELECT … WHERE id = ANY($1) ORDER BY id FOR UPDATE` before any decision, so every transfer
-//! takes its locks in ascending id and no two can wait on each other in a cycle. The decision
+//! takes its locks in ascending id and no two can wait on each other in a cycle (on Citus: one
+//! statement per account, in the same order; see `holds::lock`). The decision
 //! ([`apply::place`]: limits with what is held, overflow) is made on the locked rows, so it
 //! cannot race the debit either. The served transfer, deposit and withdrawal run the same
 //! steps through `holds::place_one`, which also looks the id up under the locks; this
@@ -12,9 +13,14 @@ use crate::error::Error;
 use crate::ledger::apply::{self, NewTransfer};
 use crate::ledger::holds;
 use crate::ledger::types::Movement;
+use crate::schema::Layout;
 
-pub(super) async fn move_funds(client: &Client, m: &Movement<'_>) -> Result<(), Error> {
-    let mut locked = holds::lock(client, &[m.from, m.to]).await?;
+pub(super) async fn move_funds(
+    client: &Client,
+    layout: Layout,
+    m: &Movement<'_>,
+) -> Result<(), Error> {
+    let mut locked = holds::lock(client, layout, &[m.from, m.to]).await?;
     let t = NewTransfer {
         movement: *m,
         pending: None,

@@ -45,12 +45,14 @@ impl TransferStrategy {
 /// The contested step of a movement: lock the two accounts and move the money, inside the
 /// transaction the ledger opened (the journal lookup before it and the journal row after it are
 /// the ledger's, whatever the implementation). [`TransferStrategy`] implements it for the
-/// service; the race lab implements it for its naive strategy.
+/// service; the race lab implements it for its naive strategy. `layout` says which schema the
+/// database has (the locks differ on Citus).
 #[async_trait::async_trait]
 pub trait MoveFunds: Send + Sync {
     async fn move_funds(
         &self,
         client: &deadpool_postgres::Client,
+        layout: crate::schema::Layout,
         m: &Movement<'_>,
     ) -> Result<(), Error>;
 }

@@ -8,6 +8,7 @@ use saldo::domain::{AccountId, BalanceLimits, GroupId, TransferStatus, TransferT
 use saldo::fixtures::make_holds_due;
 use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest};
 use saldo::{Error, InputError};
+use saldo_lab::testing::ledger_divergences;
 
 use super::harness::{test_db, TestDb, TRANSFER};
 use super::ledger::{acc, amount, request, tid};
@@ -18,7 +19,7 @@ fn timeout() -> TransferTimeout {
 }
 
 async fn clean(db: &TestDb) {
-    let divergences = audit_ledger(&db.pool).await.expect("audit");
+    let divergences = ledger_divergences(&db.store()).await;
     assert!(divergences.is_empty(), "ledger audit found {divergences:?}");
 }
 
@@ -361,6 +362,11 @@ async fn a_linked_group_applies_all_or_none_and_replays_by_its_id() {
 #[tokio::test]
 async fn the_audit_catches_a_planted_divergence_of_each_kind() {
     let db = test_db().await;
+    if db.layout == saldo::db::Layout::Citus {
+        // The single node's audit and its global divergences (PendingTotalsMatch); the Citus
+        // audit's own planted divergences are in tests/citus/audit.rs.
+        return;
+    }
     let ledger = two_accounts(&db, 100).await;
     ledger
         .hold(&request("h", 1, 2, 30), timeout())

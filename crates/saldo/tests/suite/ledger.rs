@@ -12,6 +12,7 @@ use saldo::stock::batched::BatchedConfig;
 use saldo::stock::Store;
 use saldo::{Error, InputError};
 use saldo_lab::race::transfers::{crossed, OPENING_BALANCE as OPENING};
+use saldo_lab::testing::ledger_divergences;
 use saldo_lab::LabTransfer;
 
 use super::harness::{test_db, TestDb, TRANSFER};
@@ -40,12 +41,12 @@ pub(crate) fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
 /// A ledger serving this binary's transfer strategy (`harness::TRANSFER`) for deposits and
 /// withdrawals too.
 fn ledger_with(db: &TestDb, tx: TxOptions) -> Ledger {
-    let store = Store::new(db.pool.clone(), tx);
+    let store = Store::new(db.pool.clone(), tx).with_layout(db.layout);
     Ledger::serving(store, TRANSFER, &BatchedConfig::default())
 }
 
 async fn assert_ledger_clean(db: &TestDb) {
-    let divergences = audit_ledger(&db.pool).await.expect("ledger audit");
+    let divergences = ledger_divergences(&db.store()).await;
     assert!(divergences.is_empty(), "ledger audit found {divergences:?}");
 }
 
@@ -403,6 +404,11 @@ async fn refusals_are_typed() {
 #[tokio::test]
 async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
     let db = test_db().await;
+    if db.layout == saldo::db::Layout::Citus {
+        // The single node's audit and its global divergences (TotalIsZero); the Citus audit
+        // has no global sum and catches the same write per account: tests/citus/audit.rs.
+        return;
+    }
     let ledger = ledger_with(&db, db.tx.clone());
     ledger.open_account(acc(1), 500).await.expect("open 1");
     let client = db.pool.get().await.expect("client");

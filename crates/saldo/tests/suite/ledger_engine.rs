@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-use saldo::audit::audit_ledger;
 use saldo::domain::AccountId;
 use saldo::ledger::{Ledger, Transfer, TransferRequest, TransferStrategy};
 use saldo::stock::batched::BatchedConfig;
 use saldo::Error;
+use saldo_lab::testing::ledger_divergences;
 
 use super::harness::{test_db, TestDb};
 use super::ledger::{acc, amount, request, tid};
@@ -46,15 +46,24 @@ async fn balance(ledger: &Ledger, n: i64) -> i64 {
 }
 
 async fn assert_ledger_clean(db: &TestDb) {
-    let divergences = audit_ledger(&db.pool).await.expect("ledger audit");
+    let divergences = ledger_divergences(&db.store()).await;
     assert!(divergences.is_empty(), "ledger audit found {divergences:?}");
 }
 
 const LOCK_ACCOUNTS: &str = "SELECT 1 FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE";
+/// Citus refuses a `FOR UPDATE` over shards: one account per statement, in ascending id.
+const LOCK_ACCOUNT: &str = "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE";
 
 /// A second session holding these accounts' rows until released.
 async fn lock_rows(db: &TestDb, ids: &[i64]) -> RowLock {
-    RowLock::take(db, LOCK_ACCOUNTS, ids).await
+    match db.layout {
+        saldo::db::Layout::Single => RowLock::take(db, LOCK_ACCOUNTS, ids).await,
+        saldo::db::Layout::Citus => {
+            let mut ids = ids.to_vec();
+            ids.sort_unstable();
+            RowLock::take_each(db, LOCK_ACCOUNT, &ids).await
+        }
+    }
 }
 
 /// Waits (bounded) until exactly `n` movements are queued.
@@ -310,7 +319,7 @@ async fn two_engines_on_one_database_move_every_cent_once() {
         &BatchedConfig::default(),
     );
     let b = Ledger::serving(
-        saldo::stock::Store::new(db.new_pool(8), db.tx.clone()),
+        saldo::stock::Store::new(db.new_pool(8), db.tx.clone()).with_layout(db.layout),
         TransferStrategy::Batched,
         &BatchedConfig::default(),
     );

@@ -11,19 +11,20 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use saldo::audit::audit_ledger;
 use saldo::domain::{
     AccountId, Amount, BalanceLimits, GroupId, TransferId, TransferStatus, TransferTimeout,
 };
 use saldo::fixtures::make_holds_due;
 use saldo::ledger::{Group, GroupRequest, Ledger, LinkedTransfer, Transfer, TransferRequest};
 use saldo::{Error, InputError};
+use saldo_lab::testing::ledger_divergences;
 
 use super::harness::{test_db, TRANSFER};
 use saldo::stock::batched::BatchedConfig;
 
-/// Cases per run and steps per case: bounded so the property stays a few seconds.
-pub const CASES: u32 = 24;
+/// Cases per run (`harness::LEDGER_MODEL_CASES`) and steps per case: bounded so the property
+/// stays a few seconds.
+pub const CASES: u32 = super::harness::LEDGER_MODEL_CASES;
 pub const MAX_STEPS: usize = 30;
 /// Accounts 1..=3: 1 has a credit line of 30, 2 the default limits, 3 a ceiling of 150.
 pub const ACCOUNTS: i64 = 3;
@@ -437,7 +438,7 @@ async fn apply_real<A: Applier>(applier: &A, ledger: &Ledger, op: &Op) -> Outcom
 }
 
 async fn check(ledger: &Ledger, model: &Model, step: usize) {
-    let divergences = audit_ledger(&ledger.store().pool).await.expect("audit");
+    let divergences = ledger_divergences(ledger.store()).await;
     assert!(
         divergences.is_empty(),
         "step {step}: ledger audit {divergences:?}"

@@ -17,6 +17,10 @@
 //! whole (`retry::in_transaction`), the unique violation of a concurrent copy reruns it as a
 //! replay (`in_idempotent_transaction`), anything else replays its operations one by one as
 //! their own transactions, in arrival order, each under its own deadline.
+//!
+//! On Citus (`store.layout`) the same steps with `holds`' and `journal`'s Citus statements: the
+//! locks one account per statement in ascending id, the settles' accounts from `transfer_ids`,
+//! the states from the debit sides, and the settle UPDATE moving both sides of each hold.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -34,8 +38,9 @@ use crate::domain::{AccountId, TransferId, TransferStatus};
 use crate::error::Error;
 use crate::ledger::apply::{self, Locked, NewTransfer, Settled, TransferState};
 use crate::ledger::types::{account_from_db, Transfer};
-use crate::ledger::{holds, journal, TRANSFERS_KEY};
+use crate::ledger::{holds, journal, transfers_key};
 use crate::retry::{in_idempotent_transaction, TxOptions};
+use crate::schema::Layout;
 use crate::stock::Store;
 
 /// Duration of one ledger batch transaction (retries included) and operations per batch.
@@ -48,6 +53,20 @@ const SIDES_MANY: &str = "SELECT id, from_account, to_account FROM transfers WHE
 /// The settle state of the batch's transfers, under the account locks (as `holds` reads one).
 const STATE_MANY: &str = "SELECT id, from_account, to_account, amount, status, posted_amount, \
      timeout_s IS NOT NULL AS was_pending FROM transfers WHERE id = ANY($1)";
+/// Citus: the router rows of the ids.
+const CITUS_SIDES_MANY: &str =
+    "SELECT id, from_account, to_account FROM transfer_ids WHERE id = ANY($1)";
+/// Citus: the debit sides, one row per transfer.
+const CITUS_STATE_MANY: &str = "SELECT id, from_account, to_account, amount, status, \
+     posted_amount, timeout_s IS NOT NULL AS was_pending FROM transfers \
+     WHERE id = ANY($1) AND account_id = from_account";
+/// Citus: both sides of each hold (`$1` the side's account), joined on the distribution
+/// column; `$5` is the coordinator's `now()` (see `holds`).
+const CITUS_SETTLE_MANY: &str = "UPDATE transfers t \
+     SET status = d.status, posted_amount = d.posted_amount, settled_at = $5 \
+     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) \
+          AS d(account_id, id, status, posted_amount) \
+     WHERE t.account_id = d.account_id AND t.id = d.id AND t.status = 'pending'";
 /// Every hold the batch settled, in one statement; only a transfer still pending moves.
 const SETTLE_MANY: &str = "UPDATE transfers t \
      SET status = d.status, posted_amount = d.posted_amount, settled_at = now() \
@@ -101,12 +120,13 @@ impl Worker {
         let started = Instant::now();
         let ops: Vec<&Op> = jobs.iter().map(|j| &j.op).collect();
         let ops = &ops[..];
+        let layout = self.store.layout;
         let result = in_idempotent_transaction(
             &self.store.pool,
             &self.tx,
             "ledger_batch",
-            TRANSFERS_KEY,
-            move |client| crate::tx_body!(client => apply_batch(client, ops)),
+            transfers_key(layout),
+            move |client| crate::tx_body!(client => apply_batch(client, layout, ops)),
         )
         .await;
         record_batch(started, jobs.len());
@@ -214,7 +234,11 @@ struct Plan {
 
 /// The batch transaction: (settles' accounts), lock, read, decide in arrival order, write
 /// once, per-operation answers.
-async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer, Error>>, Error> {
+async fn apply_batch(
+    client: &Client,
+    layout: Layout,
+    ops: &[&Op],
+) -> Result<Vec<Result<Transfer, Error>>, Error> {
     let mut accounts: Vec<AccountId> = ops
         .iter()
         .filter_map(|o| o.new_transfer())
@@ -242,7 +266,11 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
         }
     }
     if !settle_ids.is_empty() {
-        let stmt = client.prepare_cached(SIDES_MANY).await?;
+        let sql = match layout {
+            Layout::Single => SIDES_MANY,
+            Layout::Citus => CITUS_SIDES_MANY,
+        };
+        let stmt = client.prepare_cached(sql).await?;
         for row in client.query(&stmt, &[&settle_ids]).await? {
             accounts.push(account_from_db(row.try_get("from_account")?)?);
             accounts.push(account_from_db(row.try_get("to_account")?)?);
@@ -258,11 +286,12 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
     // order, so the journal is read under the locks. (Were it read before them, a concurrent
     // copy committing in between would make our INSERT hit the key, and the batch would rerun
     // as a replay: still correct.)
-    let (mut locked, found) = futures::try_join!(holds::lock(client, &accounts), async {
+    // (On Citus the locks are several statements, each awaited: the read follows them all.)
+    let (mut locked, found) = futures::try_join!(holds::lock(client, layout, &accounts), async {
         if place_ids.is_empty() {
             Ok(Vec::new())
         } else {
-            journal::find_many(client, &place_ids).await
+            journal::find_many(client, layout, &place_ids).await
         }
     })?;
     let found: HashMap<String, Transfer> = found
@@ -272,7 +301,7 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
     let mut states = if known.is_empty() {
         States::new()
     } else {
-        read_states(client, &known).await?
+        read_states(client, layout, &known).await?
     };
 
     let plan = decide(ops, &mut locked, &found, &mut states);
@@ -287,7 +316,7 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
             if placed.is_empty() {
                 Ok(Vec::new())
             } else {
-                journal::insert_many(client, &placed, None).await
+                journal::insert_many(client, layout, &placed, None).await
             }
         },
         holds::write(client, &locked)
@@ -300,7 +329,7 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
         )));
     }
     // After the INSERT: a hold placed and settled in this batch is a row by now.
-    write_settles(client, &plan.settled).await?;
+    write_settles(client, layout, &plan.settled, &states).await?;
     let answered: Vec<&str> = plan
         .decisions
         .iter()
@@ -312,7 +341,7 @@ async fn apply_batch(client: &Client, ops: &[&Op]) -> Result<Vec<Result<Transfer
     let settled: HashMap<String, Transfer> = if answered.is_empty() {
         HashMap::new()
     } else {
-        journal::find_many(client, &answered)
+        journal::find_many(client, layout, &answered)
             .await?
             .into_iter()
             .map(|t| (t.id.as_str().to_owned(), t))
@@ -442,8 +471,12 @@ fn placed_state(t: &NewTransfer<'_>) -> TransferState {
 }
 
 /// The settle state of `ids` under the account locks.
-async fn read_states(client: &Client, ids: &[String]) -> Result<States, Error> {
-    let stmt = client.prepare_cached(STATE_MANY).await?;
+async fn read_states(client: &Client, layout: Layout, ids: &[String]) -> Result<States, Error> {
+    let sql = match layout {
+        Layout::Single => STATE_MANY,
+        Layout::Citus => CITUS_STATE_MANY,
+    };
+    let stmt = client.prepare_cached(sql).await?;
     let mut states = States::with_capacity(ids.len());
     for row in client.query(&stmt, &[&ids]).await? {
         let id: String = row.try_get("id")?;
@@ -454,10 +487,12 @@ async fn read_states(client: &Client, ids: &[String]) -> Result<States, Error> {
 }
 
 /// Moves every hold the batch settled out of `pending` in one statement: each was read
-/// pending under its account locks, so each must move.
+/// pending under its account locks, so each must move (both of its sides on Citus).
 async fn write_settles(
     client: &Client,
+    layout: Layout,
     settled: &BTreeMap<String, (TransferStatus, Option<i64>)>,
+    states: &States,
 ) -> Result<(), Error> {
     if settled.is_empty() {
         return Ok(());
@@ -465,12 +500,38 @@ async fn write_settles(
     let ids: Vec<&str> = settled.keys().map(String::as_str).collect();
     let statuses: Vec<&str> = settled.values().map(|(s, _)| s.as_str()).collect();
     let posted: Vec<Option<i64>> = settled.values().map(|(_, p)| *p).collect();
-    let stmt = client.prepare_cached(SETTLE_MANY).await?;
-    let moved = client.execute(&stmt, &[&ids, &statuses, &posted]).await?;
-    if moved != ids.len() as u64 {
+    let (moved, rows) = match layout {
+        Layout::Single => {
+            let stmt = client.prepare_cached(SETTLE_MANY).await?;
+            let moved = client.execute(&stmt, &[&ids, &statuses, &posted]).await?;
+            (moved, ids.len())
+        }
+        Layout::Citus => {
+            // Debit sides first, then credit sides: every array twice, in the same order.
+            let mut accounts = Vec::with_capacity(ids.len() * 2);
+            for side in [true, false] {
+                for id in &ids {
+                    let state = states.get(*id).ok_or_else(|| {
+                        Error::invariant(format!("settled hold {id} has no state"))
+                    })?;
+                    accounts.push(if side { state.from } else { state.to }.get());
+                }
+            }
+            let now = holds::coordinator_now(client).await?;
+            let stmt = client.prepare_cached(CITUS_SETTLE_MANY).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+                &accounts,
+                &journal::twice(&ids),
+                &journal::twice(&statuses),
+                &journal::twice(&posted),
+                &now,
+            ];
+            (client.execute(&stmt, &params).await?, ids.len() * 2)
+        }
+    };
+    if moved != rows as u64 {
         return Err(Error::invariant(format!(
-            "a ledger batch settled {moved} of {} holds it read pending under their locks",
-            ids.len()
+            "a ledger batch settled {moved} of {rows} hold rows it read pending under their locks"
         )));
     }
     Ok(())

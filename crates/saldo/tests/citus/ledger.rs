@@ -1,0 +1,194 @@
+//! The ledger between two accounts whose shards are on different workers (placement read from
+//! Citus's metadata, not assumed): every transfer writes both workers (a 2PC) and locks an
+//! account on each. Crossed transfers in both directions never deadlock (the locks are taken
+//! one account per statement, ascending) and conserve money; holds settle both journal sides
+//! in one statement; a taken id answers as on one node. The Citus audit is clean after each.
+
+use saldo::domain::{AccountId, Amount, TransferId, TransferStatus, TransferTimeout};
+use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
+use saldo::retry::RetryPolicy;
+use saldo::stock::batched::BatchedConfig;
+use saldo::Error;
+use saldo_lab::race::transfers::{crossed_between, OPENING_BALANCE};
+use saldo_lab::testing::{
+    accounts_on_two_workers, citus_db, ledger_divergences, worker_of, TestDb,
+};
+use saldo_lab::LabTransfer;
+
+/// Crossed transfers fired at once (half each way). Fewer than seed 002's 200: on Citus each
+/// is a 2PC serialised on the same two rows, and the queue behind them must drain within the
+/// pool's checkout timeout on a busy 2-core machine.
+const CROSSED: u32 = 60;
+
+fn acc(n: i64) -> AccountId {
+    AccountId::new(n).expect("account")
+}
+
+async fn assert_clean(db: &TestDb) {
+    let divergences = ledger_divergences(&db.store()).await;
+    assert!(divergences.is_empty(), "Citus audit found {divergences:?}");
+}
+
+/// Two accounts on different workers, proven.
+async fn two_workers(db: &TestDb) -> (i64, i64) {
+    let (a, b) = accounts_on_two_workers(db).await;
+    assert_ne!(
+        worker_of(db, "accounts", a).await,
+        worker_of(db, "accounts", b).await
+    );
+    (a, b)
+}
+
+/// Crossed transfers between workers with NO retry: a 40P01 would reach the caller, so none
+/// may happen at all; every transfer succeeds and the two balances still sum to what opened.
+async fn crossed_without_retry(strategy: TransferStrategy, lab: LabTransfer) {
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let store = saldo::stock::Store::new(
+        db.pool.clone(),
+        db.tx.clone().with_retry(RetryPolicy::none()),
+    )
+    .with_layout(db.layout);
+    let ledger = Ledger::serving(store, strategy, &BatchedConfig::default());
+    let answers = crossed_between(&ledger, lab, (acc(a), acc(b)), CROSSED, "x")
+        .await
+        .expect("the race ran");
+    let failed: Vec<&Error> = answers.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(failed.is_empty(), "{strategy}: {failed:?}");
+    let total = ledger.account(acc(a)).await.expect("a").balance
+        + ledger.account(acc(b)).await.expect("b").balance;
+    assert_eq!(total, 2 * OPENING_BALANCE);
+    let system = ledger.account(AccountId::SYSTEM).await.expect("system");
+    assert_eq!(system.balance, -total);
+    assert_eq!(
+        ledger
+            .transfers_of(acc(a), 1_000)
+            .await
+            .expect("history")
+            .len(),
+        CROSSED as usize + 1,
+        "every transfer and the opening, once each, in a's history"
+    );
+    assert_clean(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossed_ordered_transfers_across_workers_never_deadlock() {
+    crossed_without_retry(TransferStrategy::Ordered, LabTransfer::Ordered).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crossed_batched_transfers_across_workers_never_deadlock() {
+    crossed_without_retry(TransferStrategy::Batched, LabTransfer::Batched).await;
+}
+
+fn request(id: &str, from: i64, to: i64, amount: i64) -> TransferRequest {
+    TransferRequest {
+        id: TransferId::new(id).expect("id"),
+        from: acc(from),
+        to: acc(to),
+        amount: Amount::new(amount).expect("amount"),
+    }
+}
+
+/// (status, rows) of both journal sides of `id`: the two sides always agree.
+async fn sides(db: &TestDb, id: &str) -> Vec<(i64, String)> {
+    let client = db.pool.get().await.expect("client");
+    client
+        .query(
+            "SELECT account_id, status FROM transfers WHERE id = $1 ORDER BY account_id",
+            &[&id],
+        )
+        .await
+        .expect("sides")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test]
+async fn holds_settle_both_sides_and_a_taken_id_answers_as_on_one_node() {
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let ledger = Ledger::new(db.store());
+    ledger.open_account(acc(a), 100).await.expect("open a");
+    ledger.open_account(acc(b), 100).await.expect("open b");
+    let timeout = TransferTimeout::from_secs(60).expect("timeout");
+    let both = |status: &str| vec![(a, status.to_owned()), (b, status.to_owned())];
+
+    // Posted in part: both sides posted, the rest released.
+    ledger
+        .hold(&request("p", a, b, 30), timeout)
+        .await
+        .expect("hold p");
+    assert_eq!(sides(&db, "p").await, both("pending"));
+    let posted = ledger
+        .post(
+            &TransferId::new("p").expect("id"),
+            Some(Amount::new(20).expect("amount")),
+        )
+        .await
+        .expect("post");
+    assert_eq!(
+        (posted.status, posted.posted_amount),
+        (TransferStatus::Posted, Some(20))
+    );
+    assert_eq!(sides(&db, "p").await, both("posted"));
+
+    // Voided, then the same void again (a replay), then a post (not pending).
+    ledger
+        .hold(&request("v", b, a, 50), timeout)
+        .await
+        .expect("hold v");
+    let v = TransferId::new("v").expect("id");
+    assert!(!ledger.void(&v).await.expect("void").replayed);
+    assert!(ledger.void(&v).await.expect("void again").replayed);
+    assert!(matches!(
+        ledger.post(&v, None).await,
+        Err(Error::TransferNotPending { .. })
+    ));
+    assert_eq!(sides(&db, "v").await, both("voided"));
+
+    // Expired by the sweeper: both sides.
+    ledger
+        .hold(&request("e", a, b, 10), timeout)
+        .await
+        .expect("hold e");
+    saldo::fixtures::make_holds_due(&db.pool, &["e"])
+        .await
+        .expect("due");
+    assert_eq!(ledger.expire_due().await.expect("sweep"), 1);
+    assert_eq!(sides(&db, "e").await, both("expired"));
+
+    // A taken id: the same payload replays the original, another conflicts, whichever
+    // accounts the other payload names (its router row is the id's one key).
+    let t = ledger
+        .transfer(TransferStrategy::Ordered, &request("t", a, b, 5))
+        .await
+        .expect("transfer");
+    let again = ledger
+        .transfer(TransferStrategy::Ordered, &request("t", a, b, 5))
+        .await
+        .expect("replay");
+    assert!(again.replayed && again.created_at == t.created_at);
+    for other in [request("t", a, b, 6), request("t", b, a, 5)] {
+        assert!(matches!(
+            ledger.transfer(TransferStrategy::Ordered, &other).await,
+            Err(Error::TransferConflict(_))
+        ));
+    }
+    assert_eq!(
+        ledger
+            .get_transfer(&TransferId::new("t").expect("id"))
+            .await
+            .expect("get")
+            .amount,
+        5
+    );
+    let (ab, bb) = (
+        ledger.account(acc(a)).await.expect("a").balance,
+        ledger.account(acc(b)).await.expect("b").balance,
+    );
+    assert_eq!((ab, bb), (100 - 20 - 5, 100 + 20 + 5));
+    assert_clean(&db).await;
+}
