@@ -1,6 +1,9 @@
-//! The naive stock strategies on Citus (issue 13): the oversell checks that saldo's Citus suite
-//! passes (`crates/saldo/tests/citus_stock.rs`) fail here too, so on a cluster they can fail.
-//! A test binary of its own: its suite takes its database from the Citus cluster.
+//! The lab on Citus (issue 13), one test binary so the Citus test cluster starts once:
+//! - the naive stock strategies' oversell checks, which saldo's Citus suite passes
+//!   (`crates/saldo/tests/citus_stock.rs`), failing here too (`suite/naive_stock.rs`);
+//! - the naive transfer deadlocking across workers (`citus/naive_ledger.rs`);
+//! - the race lab's scenarios on Citus, served strategies holding, naive failing
+//!   (`citus/race.rs`).
 
 /// Where this binary's suites get a fresh database: the Citus cluster.
 mod harness {
@@ -14,3 +17,9 @@ mod harness {
 
 #[path = "suite/naive_stock.rs"]
 mod naive_stock;
+
+#[path = "citus/naive_ledger.rs"]
+mod naive_ledger;
+
+#[path = "citus/race.rs"]
+mod race;

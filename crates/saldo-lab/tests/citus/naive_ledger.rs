@@ -5,8 +5,6 @@
 //! Money is still conserved and the journal (both sides and the router, written by the
 //! ledger) audits clean: the only defect naive shows is the deadlock. The ordered strategy's
 //! side of the same race (no 40P01 at all) is in saldo's tests/citus_ledger.rs.
-//!
-//! A test binary of its own: it starts the Citus test cluster.
 
 use saldo::domain::AccountId;
 use saldo::ledger::Ledger;
