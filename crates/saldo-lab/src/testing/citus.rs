@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use saldo::db::{self, Layout};
 use saldo::retry::TxOptions;
 
-use super::{pool_for, TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
+use super::{TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
 
 /// Connections per node: the coordinator opens its own to the workers for every session that
 /// runs a distributed statement, so the workers need as many as the coordinator.
@@ -67,7 +67,7 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         .expect("create_database panicked")
         .unwrap_or_else(|e| panic!("create Citus test database {name}: {e}"));
     let url = citus_cluster().url(&name);
-    let pool = pool_for(&url, max_size);
+    let pool = citus_pool(&url, max_size);
     let layout = db::migrate(&pool)
         .await
         .unwrap_or_else(|e| panic!("migrate {name}: {e}"));
@@ -79,8 +79,29 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
     TestDb {
         pool,
         url,
-        tx: TxOptions::default(),
+        tx: TxOptions::default()
+            .with_lock_timeout_ms(CITUS_WAIT_MS)
+            .with_statement_timeout_ms(CITUS_WAIT_MS),
         layout: Layout::Citus,
+    }
+}
+
+/// How long a Citus test transaction may wait for a lock or a statement, and a caller for a
+/// pooled connection. The suites' races queue hundreds of transfers on one or two rows; on
+/// Citus each holder commits by 2PC across workers, two orders of magnitude slower than one
+/// node's commit on a busy 2-core machine, so the default 5 s lock timeout and 10 s pool wait
+/// (sized for one node) would fail a correct run. A bound still: nothing waits forever.
+const CITUS_WAIT_MS: u64 = 60_000;
+
+fn citus_pool(url: &str, max_size: usize) -> deadpool_postgres::Pool {
+    let options = db::PoolOptions {
+        max_size,
+        wait_timeout_ms: CITUS_WAIT_MS,
+        ..db::PoolOptions::default()
+    };
+    match db::connect(url, &options) {
+        Ok(pool) => pool,
+        Err(e) => panic!("Citus test pool for {}: {e}", pg_local::redact(url)),
     }
 }
 
