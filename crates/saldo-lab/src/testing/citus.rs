@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use saldo::db::{self, Layout};
 use saldo::retry::TxOptions;
 
-use super::{pool_with, TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
+use super::{TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
 
 /// Connections per node: the coordinator opens its own to the workers for every session that
 /// runs a distributed statement, so the workers need as many as the coordinator.
@@ -26,9 +26,6 @@ const SHARD_COUNT: &str = "8";
 /// Background workers per node: Citus runs a maintenance daemon per distributed database, and a
 /// test process makes one database per test (PostgreSQL's default of 8 ran out).
 const WORKER_PROCESSES: &str = "128";
-
-/// How long a test waits for a connection of its pool (one node's default is 10 s).
-const CITUS_POOL_WAIT_TIMEOUT_MS: u64 = 60_000;
 
 static CITUS: OnceLock<Result<Arc<pg_local::CitusCluster>, String>> = OnceLock::new();
 
@@ -81,9 +78,7 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         .expect("create_database panicked")
         .unwrap_or_else(|e| panic!("create Citus test database {name}: {e}"));
     let url = citus_cluster().url(&name);
-    // A Citus statement costs a few hops more than one node's: a race of hundreds of buyers
-    // on one product's row queues longer for a connection, which is not what it tests.
-    let pool = pool_with(&url, max_size, CITUS_POOL_WAIT_TIMEOUT_MS);
+    let pool = citus_pool(&url, max_size);
     let layout = db::migrate(&pool)
         .await
         .unwrap_or_else(|e| panic!("migrate {name}: {e}"));
@@ -95,8 +90,29 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
     TestDb {
         pool,
         url,
-        tx: TxOptions::default(),
+        tx: TxOptions::default()
+            .with_lock_timeout_ms(CITUS_WAIT_MS)
+            .with_statement_timeout_ms(CITUS_WAIT_MS),
         layout: Layout::Citus,
+    }
+}
+
+/// How long a Citus test transaction may wait for a lock or a statement, and a caller for a
+/// pooled connection. The suites' races queue hundreds of transfers on one or two rows; on
+/// Citus each holder commits by 2PC across workers, two orders of magnitude slower than one
+/// node's commit on a busy 2-core machine, so the default 5 s lock timeout and 10 s pool wait
+/// (sized for one node) would fail a correct run. A bound still: nothing waits forever.
+const CITUS_WAIT_MS: u64 = 60_000;
+
+fn citus_pool(url: &str, max_size: usize) -> deadpool_postgres::Pool {
+    let options = db::PoolOptions {
+        max_size,
+        wait_timeout_ms: CITUS_WAIT_MS,
+        ..db::PoolOptions::default()
+    };
+    match db::connect(url, &options) {
+        Ok(pool) => pool,
+        Err(e) => panic!("Citus test pool for {}: {e}", pg_local::redact(url)),
     }
 }
 
