@@ -33,7 +33,7 @@ const CONTRACT_ATTEMPTS: u32 = 12;
 const LAST_UNIT_RUNS: usize = if crate::harness::CITUS { 2 } else { 10 };
 /// Buyers per oversubscribed race (on Citus: fewer, as above; still ten and more per unit).
 const OVERSUBSCRIBED: &[usize] = if crate::harness::CITUS {
-    &[100, 300]
+    &[100, 200]
 } else {
     &[100, 500, 1000]
 };
