@@ -30,6 +30,13 @@ const WORKER_PROCESSES: &str = "128";
 /// How long a test waits for a connection of its pool (one node's default is 10 s).
 const CITUS_POOL_WAIT_TIMEOUT_MS: u64 = 60_000;
 
+/// The suites' lock and statement timeouts on Citus (one node's defaults: 5 s and 10 s). A hot
+/// product's row is held through a 2PC commit there (its order's router is on another shard),
+/// so a race of a hundred buyers queues longer on it; on a 2-core machine shared with another
+/// cluster that outlasted 5 s. A bound still, only a looser one.
+const CITUS_LOCK_TIMEOUT_MS: u64 = 30_000;
+const CITUS_STATEMENT_TIMEOUT_MS: u64 = 60_000;
+
 static CITUS: OnceLock<Result<pg_local::CitusCluster, String>> = OnceLock::new();
 
 /// The shared Citus test cluster (started on first use).
@@ -84,7 +91,9 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
     TestDb {
         pool,
         url,
-        tx: TxOptions::default(),
+        tx: TxOptions::default()
+            .with_lock_timeout_ms(CITUS_LOCK_TIMEOUT_MS)
+            .with_statement_timeout_ms(CITUS_STATEMENT_TIMEOUT_MS),
         layout: Layout::Citus,
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
-use saldo::retry::{RetryPolicy, TxOptions};
+use saldo::retry::RetryPolicy;
 use saldo::stock::optimistic::OptimisticConfig;
 use saldo::stock::{
     admin, build, sweeper, RereserveRequest, ReserveRequest, Status, StockStrategy, Store,
@@ -72,7 +72,8 @@ pub(crate) async fn engine_with_stock(
 ) -> Arc<dyn StockStrategy> {
     let store = Store::new(
         db.pool.clone(),
-        TxOptions::default()
+        db.tx
+            .clone()
             .with_retry(RetryPolicy::default().with_max_attempts(CONTRACT_ATTEMPTS)),
     )
     .with_layout(db.layout);
