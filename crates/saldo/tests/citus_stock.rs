@@ -1,5 +1,5 @@
-//! The stock operations on Citus (issue 13): the contract, stock, model and batched suites
-//! again, each test on a fresh distributed database of the local Citus cluster
+//! The stock operations on Citus (issue 13): the contract, stock, model, batched and listing
+//! suites again, each test on a fresh distributed database of the local Citus cluster
 //! (`saldo_lab::testing::citus_db`: a coordinator and two workers, 8 shards per table), plus
 //! what only a cluster can show: multi-item orders whose products live on different workers.
 //!
@@ -28,6 +28,9 @@ mod model;
 
 #[path = "suite/batched.rs"]
 mod batched;
+
+#[path = "suite/listing.rs"]
+mod listing;
 
 /// Products on different workers, crossing orders, the refusals of what Citus does not run.
 #[path = "citus/stock.rs"]

@@ -18,8 +18,12 @@ use saldo::retry::TxOptions;
 use super::{TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
 
 /// Connections per node: the coordinator opens its own to the workers for every session that
-/// runs a distributed statement, so the workers need as many as the coordinator.
-const NODE_CONNECTIONS: u32 = 200;
+/// runs a distributed statement, so the workers need as many as the coordinator (and more: the
+/// stock suites' races on a 16-connection pool, with multi-shard statements, ran 200 out).
+const NODE_CONNECTIONS: u32 = 400;
+/// Connections one coordinator session opens to one worker for a multi-shard statement at most
+/// (Citus's default is 16): a race of 16 sessions could otherwise ask a worker for 256.
+const EXECUTOR_POOL_SIZE: &str = "4";
 /// Shards per distributed table: enough for products and accounts to land on both workers,
 /// few enough that creating a test database's tables stays quick.
 const SHARD_COUNT: &str = "8";
@@ -45,7 +49,8 @@ pub fn citus_cluster() -> &'static pg_local::CitusCluster {
             let mut config = pg_local::CitusConfig::default()
                 .setting("deadlock_timeout", TEST_DEADLOCK_TIMEOUT)
                 .setting("citus.shard_count", SHARD_COUNT)
-                .setting("max_worker_processes", WORKER_PROCESSES);
+                .setting("max_worker_processes", WORKER_PROCESSES)
+                .setting("citus.max_adaptive_executor_pool_size", EXECUTOR_POOL_SIZE);
             config.node.max_connections = NODE_CONNECTIONS;
             pg_local::CitusCluster::start(&config)
                 .map(Arc::new)

@@ -1,7 +1,7 @@
 //! Stock on Citus only: orders whose products live on different workers, the `orders` router,
 //! and the operations refused on Citus up front.
 
-use saldo::domain::{LocationId, OrderId, Priority, ProductId, Ttl};
+use saldo::domain::{LocationId, OrderId, Priority, Ttl};
 use saldo::stock::{admin, backorders, locations, repair, StrategyConfig, StrategyName};
 use saldo::Error;
 use saldo_lab::race::buyers::buy_all;
@@ -171,7 +171,6 @@ async fn backorders_locations_and_repair_are_refused_up_front() {
         .expect("locations")
         .get(0);
     assert_eq!(locations, 0);
-    let _ = ProductId::new(1);
 }
 
 /// A direct sale of products on both workers runs on Citus as on one node: all or nothing, a

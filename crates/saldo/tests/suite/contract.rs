@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
-use saldo::retry::{RetryPolicy, TxOptions};
+use saldo::retry::RetryPolicy;
 use saldo::stock::optimistic::OptimisticConfig;
 use saldo::stock::{
     admin, build, sweeper, RereserveRequest, ReserveRequest, Status, StockStrategy, Store,
@@ -28,8 +28,15 @@ use crate::harness::{test_db, TestDb};
 /// under SERIALIZABLE (the distributed-SQL setting) every contended row is a 40001, and a
 /// hundred orders crossing on two rows need more than the default four attempts.
 const CONTRACT_ATTEMPTS: u32 = 12;
-/// Runs of the last-unit race per strategy.
-const LAST_UNIT_RUNS: usize = 10;
+/// Runs of the last-unit race per strategy. On Citus every run's database takes seconds to
+/// make (`saldo_lab::testing::citus_db`), so fewer runs there keep CI in its time limit.
+const LAST_UNIT_RUNS: usize = if crate::harness::CITUS { 2 } else { 10 };
+/// Buyers per oversubscribed race (on Citus: fewer, as above; still ten and more per unit).
+const OVERSUBSCRIBED: &[usize] = if crate::harness::CITUS {
+    &[100, 200]
+} else {
+    &[100, 500, 1000]
+};
 
 pub(crate) fn safe_strategies() -> impl Iterator<Item = StrategyName> {
     StrategyName::ALL.iter().copied()
@@ -65,7 +72,8 @@ pub(crate) async fn engine_with_stock(
 ) -> Arc<dyn StockStrategy> {
     let store = Store::new(
         db.pool.clone(),
-        TxOptions::default()
+        db.tx
+            .clone()
             .with_retry(RetryPolicy::default().with_max_attempts(CONTRACT_ATTEMPTS)),
     )
     .with_layout(db.layout);
@@ -124,7 +132,7 @@ async fn fifty_buyers_for_the_last_unit_sell_it_once_every_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oversubscribed_purchases_sell_exactly_the_stock() {
     for name in safe_strategies() {
-        for buyers in [100, 500, 1000] {
+        for &buyers in OVERSUBSCRIBED {
             let db = test_db().await;
             let engine = engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 10)]).await;
             let tally = race_for_product(&engine, buyers).await;
@@ -518,8 +526,8 @@ async fn rereserve_takes_what_was_lost_once_per_key() {
     }
 }
 
-/// Orders per strategy in the confirm-versus-sweeper race.
-const SWEEP_RACE_ORDERS: i64 = 300;
+/// Orders per strategy in the confirm-versus-sweeper race (on Citus fewer, as above).
+const SWEEP_RACE_ORDERS: i64 = if crate::harness::CITUS { 100 } else { 300 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn confirms_racing_sweepers_have_exactly_one_winner() {
