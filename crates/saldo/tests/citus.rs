@@ -1,9 +1,20 @@
-//! The distributed schema (issue 13) on a local Citus cluster: the migrations lay the tables out
-//! by product and by account, and every constraint Citus refuses is replaced by one that refuses
-//! the same bad write, shown here by running that write on one node and on Citus.
+//! Everything on the local Citus test cluster (issue 13), one test binary so the cluster starts
+//! once (each test still gets a fresh distributed database, `saldo_lab::testing::citus_db`):
+//! - the distributed schema: the migrations lay the tables out by product and by account, and
+//!   every constraint Citus refuses is replaced by one that refuses the same bad write, shown
+//!   here by running that write on one node and on Citus (this file);
+//! - the audit on Citus: per-shard checks and the per-transfer double entry (`citus/audit.rs`);
+//! - the stock operations: the contract, stock, model, batched and listing suites rerun on
+//!   Citus (their `crate::harness`), plus crossing multi-item orders whose products are on
+//!   different workers, a direct sale across workers and the refusals (`citus/stock.rs`);
+//! - the ledger: the ledger, holds and ledger-model suites for both transfer strategies, the
+//!   batched engine's suite, and crossed transfers and holds across workers
+//!   (`citus/ledger.rs`), each test ending with the Citus audit clean.
 //!
-//! A test binary of its own: it starts the Citus test cluster (`saldo_lab::testing::citus_db`)
-//! next to the single-node one. Without Citus binaries it fails saying what to install.
+//! Without Citus binaries it fails saying what to install (`SALDO_CITUS_PG_BIN`).
+
+// Loading the ledger suites twice, once per transfer strategy, is the point.
+#![allow(clippy::duplicate_mod)]
 
 use saldo_lab::testing::{citus_db, test_db, TestDb};
 
@@ -357,3 +368,89 @@ async fn migrating_names_the_layout() {
         Layout::Single
     );
 }
+
+// ---- the stock operations on Citus ----
+
+/// Where this binary's suites get a fresh database: the Citus cluster.
+mod harness {
+    #![allow(unused_imports)]
+    pub use saldo_lab::testing::{
+        citus_db as test_db, citus_db_with_pool as test_db_with_pool, TestDb,
+    };
+    /// The transfer strategy of the model suite.
+    pub const TRANSFER: saldo::ledger::TransferStrategy = saldo::ledger::TransferStrategy::Ordered;
+    /// The suites run on a Citus database: the few tests that are single-node by nature say so.
+    pub const CITUS: bool = true;
+}
+
+#[path = "suite/contract.rs"]
+mod contract;
+#[path = "suite/stock.rs"]
+mod stock;
+
+#[path = "suite/model.rs"]
+mod model;
+
+#[path = "suite/batched.rs"]
+mod batched;
+
+#[path = "suite/listing.rs"]
+mod listing;
+
+/// Products on different workers, crossing orders, the refusals of what Citus does not run.
+#[path = "citus/stock.rs"]
+mod citus_only;
+
+// ---- the ledger on Citus ----
+
+#[path = "suite"]
+mod ledger_ordered {
+    mod harness {
+        #![allow(unused_imports)]
+        pub use saldo_lab::testing::{
+            citus_db as test_db, citus_db_with_pool as test_db_with_pool, TestDb,
+        };
+        pub const TRANSFER: saldo::ledger::TransferStrategy =
+            saldo::ledger::TransferStrategy::Ordered;
+        /// Each case makes a Citus database (seconds): a few cases, still every operation.
+        pub const LEDGER_MODEL_CASES: u32 = 4;
+    }
+
+    #[path = "holds.rs"]
+    mod holds;
+
+    #[path = "ledger.rs"]
+    mod ledger;
+
+    #[path = "ledger_model.rs"]
+    mod ledger_model;
+}
+
+#[path = "suite"]
+mod ledger_batched {
+    mod harness {
+        #![allow(unused_imports)]
+        pub use saldo_lab::testing::{
+            citus_db as test_db, citus_db_with_pool as test_db_with_pool, TestDb,
+        };
+        pub const TRANSFER: saldo::ledger::TransferStrategy =
+            saldo::ledger::TransferStrategy::Batched;
+        pub const LEDGER_MODEL_CASES: u32 = 4;
+    }
+
+    #[path = "holds.rs"]
+    mod holds;
+
+    #[path = "ledger.rs"]
+    mod ledger;
+
+    #[path = "ledger_model.rs"]
+    mod ledger_model;
+
+    #[path = "ledger_engine.rs"]
+    mod ledger_engine;
+}
+
+/// Crossed transfers, holds and their settles between accounts on different workers.
+#[path = "citus/ledger.rs"]
+mod across_workers;
