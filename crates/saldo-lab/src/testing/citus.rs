@@ -135,18 +135,15 @@ pub async fn worker_of(db: &TestDb, table: &str, value: i64) -> String {
         .get(0)
 }
 
-/// How far [`accounts_on_two_workers`] looks for a second account.
-const PLACEMENT_SEARCH: i64 = 1_000;
-
 /// Two customer account ids, ascending, whose `accounts` shards (and so their journal sides) are
 /// on different workers, proven by Citus's placement metadata: 1 and the first id after it
-/// that hashes to the other worker.
+/// that hashes to the other worker ([`saldo::ops::citus_key_elsewhere`], which the race lab's
+/// crossed transfers use too).
 pub async fn accounts_on_two_workers(db: &TestDb) -> (i64, i64) {
-    let first = worker_of(db, "accounts", 1).await;
-    for id in 2..=PLACEMENT_SEARCH {
-        if worker_of(db, "accounts", id).await != first {
-            return (1, id);
-        }
+    use saldo::ops::{citus_key_elsewhere, DistributedBy, MAX_PLACEMENT_PROBE};
+    match citus_key_elsewhere(&db.pool, DistributedBy::Account).await {
+        Ok(Some(id)) => (1, id),
+        Ok(None) => panic!("no account in 2..={MAX_PLACEMENT_PROBE} off the worker of account 1"),
+        Err(e) => panic!("shard placement: {e}"),
     }
-    panic!("no account in 2..={PLACEMENT_SEARCH} off the worker of account 1 ({first})");
 }

@@ -17,10 +17,10 @@ use crate::error::Error;
 use crate::schema::Layout;
 use crate::stock::lifecycle::{parse_rows, Row};
 use crate::stock::sql::{
-    APPLY_DELTAS, APPLY_ONE_DELTA, CLOCK, DUE_PRODUCTS, DUE_ROWS, LOCK_ONE_STOCK, LOCK_STOCK,
-    ORDERS_PRODUCTS, ORDERS_ROWS_FOR_UPDATE, ORDER_PRODUCTS, ORDER_ROWS, ORDER_ROWS_FOR_UPDATE,
-    ORDER_ROWS_ROUTED, PROBE_LOCKS, PROBE_ONE_LOCK, PRODUCT_DUE_ROWS,
-    PRODUCT_ORDERS_ROWS_FOR_UPDATE, ROUTE_ORDERS, SETTLE, SETTLE_AT,
+    route_orders_values, APPLY_DELTAS, APPLY_ONE_DELTA, CLOCK, DUE_PRODUCTS, DUE_ROWS,
+    LOCK_ONE_STOCK, LOCK_STOCK, ORDERS_PRODUCTS, ORDERS_ROWS_FOR_UPDATE, ORDER_PRODUCTS,
+    ORDER_ROWS, ORDER_ROWS_FOR_UPDATE, ORDER_ROWS_ROUTED, PROBE_LOCKS, PROBE_ONE_LOCK,
+    PRODUCT_DUE_ROWS, PRODUCT_ORDERS_ROWS_FOR_UPDATE, SETTLE, SETTLE_AT,
 };
 
 /// The products of an order's router row (none: the order has no rows).
@@ -267,8 +267,25 @@ pub(crate) async fn route(
     if pairs.is_empty() {
         return Ok(());
     }
-    let (orders, products): (Vec<&str>, Vec<i64>) = pairs.into_iter().unzip();
-    let stmt = client.prepare_cached(ROUTE_ORDERS).await?;
-    client.execute(&stmt, &[&orders, &products]).await?;
+    // One row per order (a multi-row VALUES: see `sql::route_orders_values`); the pairs are
+    // sorted, so each order's products come ascending and distinct.
+    let mut per_order: Vec<(&str, Vec<i64>)> = Vec::new();
+    for (order_id, product) in pairs {
+        match per_order.last_mut() {
+            Some((last, products)) if *last == order_id => products.push(product),
+            _ => per_order.push((order_id, vec![product])),
+        }
+    }
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        Vec::with_capacity(2 * per_order.len());
+    for (order_id, products) in &per_order {
+        params.push(order_id);
+        params.push(products);
+    }
+    // One statement text per batch size: bounded by the batch's order count.
+    let stmt = client
+        .prepare_cached(&route_orders_values(per_order.len()))
+        .await?;
+    client.execute(&stmt, &params).await?;
     Ok(())
 }
