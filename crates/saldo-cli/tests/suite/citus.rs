@@ -151,6 +151,8 @@ const SCRIPT: &[(&str, &str, bool, &str)] = &[
         false,
         r#"{"order_id": "bad id!", "items": []}"#,
     ),
+    // The audit after all of it: clean on both, in the same shape.
+    ("GET", "/v1/admin/audit", true, ""),
 ];
 
 /// Of one answer: the status, the problem type (if any) and the body with every timestamp
