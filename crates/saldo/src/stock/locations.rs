@@ -122,6 +122,12 @@ pub(crate) async fn reserve(
     intent: Intent<'_>,
     placement: &Placement,
 ) -> Result<Reservation, Error> {
+    // See `set_count`: no product is located on Citus, but an order may still name a
+    // location (`location_id`, `allocation`), which routes it here; refused before any lock
+    // (this path's statements lock many products' rows at once: 0A000 on Citus).
+    if store.is_citus() {
+        return Err(Error::UnsupportedOnCitus("stock per location"));
+    }
     in_idempotent_transaction(
         &store.pool,
         &store.tx,

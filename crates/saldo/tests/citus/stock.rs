@@ -214,3 +214,46 @@ async fn a_direct_sale_across_workers_sells_once_or_not_at_all() {
     let divergences = db.audit_stock().await.expect("audit");
     assert!(divergences.is_empty(), "{divergences:?}");
 }
+
+/// An order that names a location (`location_id` on an item, or `"allocation": "single"`) is
+/// routed to the located path even when no product is located; on Citus that path is refused
+/// before any lock, for every strategy (its statements lock many products' rows at once:
+/// 0A000 "could not run distributed query with FOR UPDATE", a 500, before the guard).
+#[tokio::test]
+async fn an_order_naming_a_location_is_refused_before_any_lock() {
+    use saldo::domain::AllocationMode;
+    use saldo::stock::Placement;
+    let db = test_db().await;
+    let store = db.store();
+    for p in [1, 2] {
+        admin::set_count(&store, pid(p), 5).await.expect("count");
+    }
+    let before = [
+        admin::get(&store, pid(1)).await.expect("stock"),
+        admin::get(&store, pid(2)).await.expect("stock"),
+    ];
+    let pinned = Placement {
+        pinned: [(pid(2), LocationId::new("north").expect("location"))].into(),
+        ..Placement::default()
+    };
+    let single = Placement {
+        allocation: AllocationMode::Single,
+        ..Placement::default()
+    };
+    for name in [StrategyName::Atomic, StrategyName::Batched] {
+        let engine = saldo::stock::build(name, store.clone(), &StrategyConfig::default());
+        for (i, placement) in [&pinned, &single].into_iter().enumerate() {
+            let items = [(1, 1), (2, 1)];
+            let order = request(&format!("{}-{i}", name.as_str()), &items, Ttl::default());
+            match engine.reserve_placed(&order, placement).await {
+                Err(Error::UnsupportedOnCitus(_)) => {}
+                other => panic!("{name:?} {placement:?}: {other:?}"),
+            }
+        }
+    }
+    let after = [
+        admin::get(&store, pid(1)).await.expect("stock"),
+        admin::get(&store, pid(2)).await.expect("stock"),
+    ];
+    assert_eq!(after, before);
+}
