@@ -109,15 +109,24 @@ pub async fn citus_node_of(
 /// 1..=1000 hash onto every shard.
 pub const MAX_PLACEMENT_PROBE: i64 = 1_000;
 
+/// [`NODE_OF`] for keys 1..=`$2` at once, in one statement: the smallest key whose node is not
+/// key 1's.
+const KEY_ELSEWHERE: &str = "WITH placed AS ( \
+       SELECT k, (SELECT n.nodename || ':' || n.nodeport \
+                    FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid \
+                   WHERE p.shardid = get_shard_id_for_distribution_column($1::text::regclass, k) \
+                   ORDER BY n.nodeid LIMIT 1) AS node \
+         FROM generate_series(1::bigint, $2::bigint) k) \
+     SELECT k FROM placed \
+      WHERE node IS NOT NULL AND node IS DISTINCT FROM (SELECT node FROM placed WHERE k = 1) \
+      ORDER BY k LIMIT 1";
+
 /// The smallest key in `2..=MAX_PLACEMENT_PROBE` whose shard is on another node than key 1's:
-/// a pair of keys a test or a race can be sure crosses workers.
+/// a pair of keys a test or a race can be sure crosses workers (`None` on one worker).
 pub async fn citus_key_elsewhere(pool: &Pool, by: DistributedBy) -> Result<Option<i64>, Error> {
-    let first = citus_node_of(pool, by, 1).await?;
-    for key in 2..=MAX_PLACEMENT_PROBE {
-        let node = citus_node_of(pool, by, key).await?;
-        if node.is_some() && node != first {
-            return Ok(Some(key));
-        }
-    }
-    Ok(None)
+    let client = checkout(pool, "ops_citus_key_elsewhere").await?;
+    let row = client
+        .query_opt(KEY_ELSEWHERE, &[&by.table(), &MAX_PLACEMENT_PROBE])
+        .await?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
 }

@@ -121,18 +121,14 @@ fn citus_pool(url: &str, max_size: usize) -> deadpool_postgres::Pool {
     }
 }
 
-/// The worker (`host:port`) holding the shard of `table` that `value` hashes to.
-pub async fn worker_of(db: &TestDb, table: &str, value: i64) -> String {
-    let client = db.pool.get().await.expect("client");
-    client
-        .query_one(
-            "SELECT s.nodename || ':' || s.nodeport FROM citus_shards s \
-              WHERE s.shardid = get_shard_id_for_distribution_column($1::text::regclass, $2::bigint)",
-            &[&table, &value],
-        )
-        .await
-        .expect("shard placement")
-        .get(0)
+/// The worker (`host:port`) holding the shard that `key` hashes to
+/// ([`saldo::ops::citus_node_of`]).
+pub async fn worker_of(db: &TestDb, by: saldo::ops::DistributedBy, key: i64) -> String {
+    match saldo::ops::citus_node_of(&db.pool, by, key).await {
+        Ok(Some(node)) => node,
+        Ok(None) => panic!("no placement for key {key}"),
+        Err(e) => panic!("shard placement: {e}"),
+    }
 }
 
 /// Two customer account ids, ascending, whose `accounts` shards (and so their journal sides) are

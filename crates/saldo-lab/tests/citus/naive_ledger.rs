@@ -34,8 +34,8 @@ async fn crossed_naive_transfers_across_workers_deadlock_and_reach_the_caller() 
         let db = citus_db().await;
         let (a, b) = accounts_on_two_workers(&db).await;
         assert_ne!(
-            worker_of(&db, "accounts", a).await,
-            worker_of(&db, "accounts", b).await
+            worker_of(&db, saldo::ops::DistributedBy::Account, a).await,
+            worker_of(&db, saldo::ops::DistributedBy::Account, b).await
         );
         let tx = db.tx.clone().with_retry(RetryPolicy::none());
         let store = Store::new(db.new_pool(POOL), tx).with_layout(db.layout);

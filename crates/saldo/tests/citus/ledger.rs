@@ -33,8 +33,8 @@ async fn assert_clean(db: &TestDb) {
 async fn two_workers(db: &TestDb) -> (i64, i64) {
     let (a, b) = accounts_on_two_workers(db).await;
     assert_ne!(
-        worker_of(db, "accounts", a).await,
-        worker_of(db, "accounts", b).await
+        worker_of(db, saldo::ops::DistributedBy::Account, a).await,
+        worker_of(db, saldo::ops::DistributedBy::Account, b).await
     );
     (a, b)
 }

@@ -10,19 +10,9 @@ use saldo_lab::testing::TestDb;
 use crate::contract::{engine_with_stock, pid, request};
 use crate::harness::test_db;
 
-/// The port of the worker holding `product`'s stock shard.
-async fn worker_of(db: &TestDb, product: i64) -> i32 {
-    let client = db.pool.get().await.expect("client");
-    client
-        .query_one(
-            "SELECT nodeport FROM citus_shards \
-             WHERE shardid = get_shard_id_for_distribution_column('stock', $1::bigint) \
-               AND table_name = 'stock'::regclass",
-            &[&product],
-        )
-        .await
-        .expect("placement")
-        .get(0)
+/// The worker holding `product`'s stock shard.
+async fn worker_of(db: &TestDb, product: i64) -> String {
+    saldo_lab::testing::worker_of(db, saldo::ops::DistributedBy::Product, product).await
 }
 
 /// Three products, not all on one worker: the lowest id, then the first ids whose shards sit on
