@@ -242,6 +242,12 @@ pub(super) async fn settle_one(
     };
     let from = account_from_db(sides.try_get("from_account")?)?;
     let to = account_from_db(sides.try_get("to_account")?)?;
+    // Citus: the coordinator's `now()` for both sides, read before the locks (it is the
+    // transaction's start, the same value whenever read).
+    let now = match layout {
+        Layout::Single => None,
+        Layout::Citus => Some(coordinator_now(client).await?),
+    };
     let mut locked = lock(client, layout, &[from, to]).await?;
     let mut state = read_state(client, layout, id, from).await?;
     let outcome = apply::settle(&mut locked, &mut state, how)?;
@@ -258,7 +264,7 @@ pub(super) async fn settle_one(
                     (moved, 1)
                 }
                 Layout::Citus => {
-                    let now = coordinator_now(client).await?;
+                    let now = now.ok_or_else(|| Error::invariant("Citus settle without a time"))?;
                     let stmt = client.prepare_cached(CITUS_SETTLE).await?;
                     let (f, t) = (from.get(), to.get());
                     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =

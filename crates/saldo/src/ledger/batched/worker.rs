@@ -287,6 +287,15 @@ async fn apply_batch(
     // copy committing in between would make our INSERT hit the key, and the batch would rerun
     // as a replay: still correct.)
     // (On Citus the locks are several statements, each awaited: the read follows them all.)
+    // On Citus a settle stamps both sides with the coordinator's `now()`: the transaction's
+    // start, the same value whenever read, so it is read here, before the locks, not while
+    // they are held.
+    let settled_at = match layout {
+        Layout::Citus if ops.iter().any(|o| matches!(o, Op::Settle { .. })) => {
+            Some(holds::coordinator_now(client).await?)
+        }
+        _ => None,
+    };
     let (mut locked, found) = futures::try_join!(holds::lock(client, layout, &accounts), async {
         if place_ids.is_empty() {
             Ok(Vec::new())
@@ -329,7 +338,7 @@ async fn apply_batch(
         )));
     }
     // After the INSERT: a hold placed and settled in this batch is a row by now.
-    write_settles(client, layout, &plan.settled, &states).await?;
+    write_settles(client, layout, &plan.settled, &states, settled_at).await?;
     let answered: Vec<&str> = plan
         .decisions
         .iter()
@@ -493,6 +502,7 @@ async fn write_settles(
     layout: Layout,
     settled: &BTreeMap<String, (TransferStatus, Option<i64>)>,
     states: &States,
+    settled_at: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<(), Error> {
     if settled.is_empty() {
         return Ok(());
@@ -517,7 +527,8 @@ async fn write_settles(
                     accounts.push(if side { state.from } else { state.to }.get());
                 }
             }
-            let now = holds::coordinator_now(client).await?;
+            let now = settled_at
+                .ok_or_else(|| Error::invariant("a Citus batch settled holds without a time"))?;
             let stmt = client.prepare_cached(CITUS_SETTLE_MANY).await?;
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
                 &accounts,
