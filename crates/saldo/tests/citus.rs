@@ -371,11 +371,8 @@ async fn migrating_names_the_layout() {
 
 // ---- the stock operations on Citus ----
 //
-// Here: the contract and model suites and the cross-worker tests. The stock, batched and
-// listing suites and the ledger and holds suites passed on Citus in the helpers' runs (rerun
-// them by adding their modules back), but all together they put a 2-core machine at load 90
-// and past CI's 30 minutes; their Citus-specific paths are covered by `citus/stock.rs` and
-// `citus/ledger.rs`.
+// The stock suites as on one node (each test's database is dropped when it ends: left behind,
+// their maintenance daemons put a 2-core machine at load 100), plus the cross-worker tests.
 
 /// Where this binary's suites get a fresh database: the Citus cluster.
 mod harness {
@@ -395,6 +392,21 @@ mod contract;
 #[path = "suite/model.rs"]
 mod model;
 
+#[path = "suite/stock.rs"]
+mod stock;
+
+#[path = "suite/batched.rs"]
+mod batched;
+
+#[path = "suite/listing.rs"]
+mod listing;
+
+#[path = "suite/sales.rs"]
+mod sales;
+
+#[path = "suite/retry.rs"]
+mod retry;
+
 /// Products on different workers, crossing orders, the refusals of what Citus does not run.
 #[path = "citus/stock.rs"]
 mod citus_only;
@@ -410,9 +422,17 @@ mod ledger_ordered {
         };
         pub const TRANSFER: saldo::ledger::TransferStrategy =
             saldo::ledger::TransferStrategy::Ordered;
+        /// The suites size their races for Citus and skip what is single-node by nature.
+        pub const CITUS: bool = true;
         /// Each case makes a Citus database (seconds): a few cases, still every operation.
         pub const LEDGER_MODEL_CASES: u32 = 4;
     }
+
+    #[path = "ledger.rs"]
+    mod ledger;
+
+    #[path = "holds.rs"]
+    mod holds;
 
     #[path = "ledger_model.rs"]
     mod ledger_model;
@@ -427,11 +447,21 @@ mod ledger_batched {
         };
         pub const TRANSFER: saldo::ledger::TransferStrategy =
             saldo::ledger::TransferStrategy::Batched;
+        pub const CITUS: bool = true;
         pub const LEDGER_MODEL_CASES: u32 = 4;
     }
 
+    #[path = "ledger.rs"]
+    mod ledger;
+
+    #[path = "holds.rs"]
+    mod holds;
+
     #[path = "ledger_model.rs"]
     mod ledger_model;
+
+    #[path = "ledger_engine.rs"]
+    mod ledger_engine;
 }
 
 /// Crossed transfers, holds and their settles between accounts on different workers.

@@ -29,8 +29,9 @@ pub const OPENING_BALANCE: i64 = 100_000;
 /// Amount of each transfer (seed 002: 10).
 pub const TRANSFER_AMOUNT: i64 = 10;
 
-/// Seed 002's race on `ledger` (empty): opens accounts 1 and 2 with [`OPENING_BALANCE`] each,
-/// then fires `transfers` transfers of [`TRANSFER_AMOUNT`] at once, half 1 → 2 and half 2 → 1,
+/// Seed 002's race on `ledger` (empty): opens account 1 and [`second_account`] (2 on one node)
+/// with [`OPENING_BALANCE`] each, then fires `transfers` transfers of [`TRANSFER_AMOUNT`] at
+/// once, half each way,
 /// with ids `{id_prefix}-{i}`. Every answer, in order; bounded by the lab's run timeout. The
 /// race below and the ledger test suites run it.
 pub async fn crossed(

@@ -4,7 +4,8 @@
 //!
 //! A Citus database cannot be cloned from a template (its shards live on the workers, named by
 //! the coordinator's metadata), so each test database is made distributed and migrated anew:
-//! a few seconds, against tens of milliseconds on one node; Citus suites stay small.
+//! about a second, against tens of milliseconds on one node. It is dropped on every node when
+//! its [`TestDb`] is ([`DroppedAtEnd`]).
 //!
 //! Without Citus, every test using it fails with pg-local's one-line "Citus not found" error,
 //! which says what to install: it is not skipped.
@@ -99,6 +100,26 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
             .with_lock_timeout_ms(CITUS_WAIT_MS)
             .with_statement_timeout_ms(CITUS_WAIT_MS),
         layout: Layout::Citus,
+        _dropped_at_end: Some(DroppedAtEnd(name)),
+    }
+}
+
+/// A Citus test database, dropped on every node when its [`TestDb`] is (at the end of the test,
+/// passed or panicked). Left behind, each database keeps a Citus maintenance daemon on every
+/// node, and the coordinator's polls every node for lock waits each `2 × deadlock_timeout`
+/// (100 ms here): a hundred forgotten databases kept about a thousand backends busy and the
+/// load of a 2-core machine past 100.
+pub(super) struct DroppedAtEnd(String);
+
+impl Drop for DroppedAtEnd {
+    fn drop(&mut self) {
+        // `WITH (FORCE)` ends the sessions still open (the pool's, a worker task's); a failure
+        // only leaves the database behind, so it is reported and not raised.
+        if let Some(Ok(cluster)) = CITUS.get() {
+            if let Err(e) = cluster.drop_database(&self.0) {
+                eprintln!("dropping Citus test database {}: {e}", self.0);
+            }
+        }
     }
 }
 

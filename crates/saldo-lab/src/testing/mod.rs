@@ -53,6 +53,9 @@ pub struct TestDb {
     pub tx: TxOptions,
     /// Single, or Citus for a database from [`citus_db`].
     pub layout: db::Layout,
+    /// Drops a Citus test database when the test is done with it (`None` on one node, where a
+    /// database left behind costs nothing until the cluster stops).
+    _dropped_at_end: Option<citus::DroppedAtEnd>,
 }
 
 impl TestDb {
@@ -302,6 +305,7 @@ async fn fresh_db(shared: &Shared, max_size: usize) -> TestDb {
         url,
         tx: shared.tx.clone(),
         layout: db::Layout::Single,
+        _dropped_at_end: None,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use saldo::audit::{audit_stock, Invariant};
+use saldo::audit::Invariant;
 use saldo::domain::{OrderItems, SaleId, Ttl};
 use saldo::stock::{admin, SaleRequest, StrategyConfig, StrategyName};
 use saldo::Error;
@@ -142,7 +142,7 @@ async fn the_audit_counts_sold_units() {
         )
         .await
         .expect("raw sale");
-    let d = audit_stock(&db.pool).await.expect("audit");
+    let d = db.audit_stock().await.expect("audit");
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(
         (d[0].product_id, d[0].invariant, d[0].expected, d[0].actual),
