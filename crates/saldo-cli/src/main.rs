@@ -264,16 +264,10 @@ async fn run() -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Command::Audit { repair: false, .. } = cli.command {
-        // Read-only on Citus: no migration (its schema is `saldo migrate`'s), no repair (a
-        // repair is an operation, and those do not run there yet: refused below).
+        // Read-only on Citus: no migration (its schema is `saldo migrate`'s). A repair writes,
+        // so it goes through the migration check below like every operation.
         if db::layout(&pool).await? == db::Layout::Citus {
-            let clean = citus_audit(&pool).await?;
-            pool.close();
-            return Ok(if clean {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            });
+            return citus_audit_exit(&pool).await;
         }
     }
     let layout = db::migrate_to_serve(&pool)
@@ -297,6 +291,9 @@ async fn run() -> Result<ExitCode> {
             if repair && !print_repair(&store, apply).await? {
                 pool.close();
                 return Ok(ExitCode::FAILURE);
+            }
+            if store.is_citus() {
+                return citus_audit_exit(&pool).await;
             }
             let stock = saldo::audit::audit_stock(&pool).await?;
             let ledger = saldo::audit::audit_ledger(&pool).await?;
@@ -361,6 +358,17 @@ fn print_divergences(
             d.invariant, d.expected, d.actual
         );
     }
+}
+
+/// [`citus_audit`], then the pool closed and the exit status: failure unless clean.
+async fn citus_audit_exit(pool: &deadpool_postgres::Pool) -> anyhow::Result<ExitCode> {
+    let clean = citus_audit(pool).await?;
+    pool.close();
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// `saldo audit` on a Citus coordinator ([`saldo::audit::citus`]): one line per divergence and

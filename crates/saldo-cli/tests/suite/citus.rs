@@ -151,8 +151,9 @@ const SCRIPT: &[(&str, &str, bool, &str)] = &[
         false,
         r#"{"order_id": "bad id!", "items": []}"#,
     ),
-    // The audit after all of it: clean on both, in the same shape.
+    // The audit after all of it: clean on both, in the same shape; so nothing to repair.
     ("GET", "/v1/admin/audit", true, ""),
+    ("POST", "/v1/admin/repair", true, r#"{"apply": true}"#),
 ];
 
 /// Of one answer: the status, the problem type (if any) and the body with every timestamp

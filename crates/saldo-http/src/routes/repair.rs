@@ -105,7 +105,6 @@ pub struct RepairView {
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "A Citus database (`unsupported-on-citus`: repair is not run there yet; `saldo audit` audits it); nothing written", body = Problem, content_type = PROBLEM),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
         (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
         (status = 503, description = "Not applied (deadline, contention, database unavailable; retry)", body = Problem, content_type = PROBLEM),

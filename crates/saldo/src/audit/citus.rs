@@ -276,6 +276,19 @@ pub async fn audit(pool: &Pool, options: CitusAuditOptions) -> Result<CitusAudit
 
 /// Every product checked on its own shard, one routed query each.
 pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
+    let mut out: Vec<Divergence> = divergent_products(pool)
+        .await?
+        .iter()
+        .flat_map(ProductState::divergences)
+        .collect();
+    out.truncate(MAX_DIVERGENCES as usize);
+    Ok(out)
+}
+
+/// The divergent products (at most [`MAX_DIVERGENCES`], by id), each read on its own shard in
+/// one routed query: exact per product, which is all a repair needs, since it re-reads each
+/// product under its row lock before writing (`stock::repair`).
+pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
     let client = checkout(pool, "audit_stock").await?;
     let sql = product_state_sql();
     let statement = client.prepare(&sql).await?;
@@ -285,7 +298,10 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
         let ids = page(&client, "SELECT product_id FROM stock", "product_id", after).await?;
         for &id in &ids {
             if let Some(row) = client.query_opt(&statement, &[&id]).await? {
-                out.extend(ProductState::from_row(&row)?.divergences());
+                let state = ProductState::from_row(&row)?;
+                if !state.divergences().is_empty() {
+                    out.push(state);
+                }
             }
         }
         match ids.last() {

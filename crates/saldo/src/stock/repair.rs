@@ -15,6 +15,13 @@
 //!
 //! Bounded: at most [`crate::audit::MAX_DIVERGENCES`] products per repair, one short
 //! transaction each. Lock order: one stock row per transaction, nothing else locked.
+//!
+//! On Citus the plan reads each product on its own shard group ([`audit::citus`]: no common
+//! snapshot across shards, and none is needed, since `apply` re-reads every product under its
+//! lock), and the lock, the re-read, the write and the movement all name the product, so each
+//! transaction stays on that one shard group.
+
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -100,10 +107,15 @@ fn target(state: &ProductState) -> (Counts, RepairAction) {
     )
 }
 
-/// What a repair would change, per divergent product (read-only, the audit's snapshot).
+/// What a repair would change, per divergent product (read-only: the audit's snapshot on one
+/// node, each product's own shard on Citus).
 pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
-    Ok(audit::divergent_products(&store.pool)
-        .await?
+    let divergent = if store.is_citus() {
+        audit::citus::divergent_products(&store.pool).await?
+    } else {
+        audit::divergent_products(&store.pool).await?
+    };
+    Ok(divergent
         .iter()
         .map(|state| {
             let (after, action) = target(state);
@@ -152,8 +164,14 @@ fn reason(p: &ProductRepair) -> Result<Reason, Error> {
 
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
     let planned = planned.clone();
+    // The product's state, read on its shard group on Citus (one routed statement).
+    let state_sql: Arc<str> = if store.is_citus() {
+        audit::citus::product_state_sql().into()
+    } else {
+        PRODUCT_STATE.into()
+    };
     in_transaction(&store.pool, &store.tx, "repair", move |client| {
-        let planned = planned.clone();
+        let (planned, state_sql) = (planned.clone(), state_sql.clone());
         crate::tx_body!(client => async move {
             let id = planned.product_id.get();
             let Some(row) = client.query_opt(LOCK_ROW, &[&id]).await? else {
@@ -167,7 +185,7 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
                 return Ok(RepairAction::Changed);
             }
             let state = ProductState::from_row(
-                &client.query_one(PRODUCT_STATE, &[&Some(id)]).await?,
+                &client.query_one(&*state_sql, &[&Some(id)]).await?,
             )?;
             let (after, action) = target(&state);
             if after != planned.after {
@@ -217,18 +235,17 @@ pub async fn apply(store: &Store, plan: &[ProductRepair]) -> Result<Vec<ProductR
 
 /// Plans, applies when `apply_it`, and re-audits.
 pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error> {
-    // The plan reads every product in one snapshot (the single-node audit), which a Citus
-    // database does not have; its audit is `audit::citus`. Not built for Citus yet.
-    if store.is_citus() {
-        return Err(Error::UnsupportedOnCitus("repair"));
-    }
     let planned = plan(store).await?;
     let products = if apply_it {
         apply(store, &planned).await?
     } else {
         planned
     };
-    let remaining = audit::audit_stock(&store.pool).await?;
+    let remaining = if store.is_citus() {
+        audit::citus::audit_stock(&store.pool).await?
+    } else {
+        audit::audit_stock(&store.pool).await?
+    };
     Ok(RepairReport {
         applied: apply_it,
         products,

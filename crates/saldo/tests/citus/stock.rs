@@ -2,7 +2,7 @@
 //! and the operations refused on Citus up front.
 
 use saldo::domain::{LocationId, OrderId, Priority, Ttl};
-use saldo::stock::{admin, backorders, locations, repair, StrategyConfig, StrategyName};
+use saldo::stock::{admin, backorders, locations, StrategyConfig, StrategyName};
 use saldo::Error;
 use saldo_lab::race::buyers::buy_all;
 use saldo_lab::testing::TestDb;
@@ -123,10 +123,10 @@ fn sold_confirmed(granted: &[OrderId], orders: &[saldo::stock::ReserveRequest], 
 }
 
 /// What the stock engine does not run on Citus yet is refused before anything is written:
-/// backorders, stock per location, repair. Typed, so the service answers 409
+/// backorders and stock per location. Typed, so the service answers 409
 /// `unsupported-on-citus`, never a 500 or half a write.
 #[tokio::test]
-async fn backorders_locations_and_repair_are_refused_up_front() {
+async fn backorders_and_locations_are_refused_up_front() {
     let db = test_db().await;
     let store = db.store();
     admin::set_count(&store, pid(1), 5).await.expect("count");
@@ -152,7 +152,6 @@ async fn backorders_locations_and_repair_are_refused_up_front() {
             .map(drop),
         "location priority",
     );
-    refused(repair::repair(&store, true).await.map(drop), "repair");
     assert_eq!(admin::get(&store, pid(1)).await.expect("stock"), before);
     let client = db.pool.get().await.expect("client");
     let locations: i64 = client
