@@ -1,11 +1,12 @@
 //! `saldo serve --citus-workers 2` and `saldo race --citus-workers 2` through the real binary
 //! (issue 13): the service runs on a local Citus cluster it starts, and every answer of one
 //! script of requests (successes, replays, refusals, bad input) has the same status and problem
-//! type as on one node, with the same stock and balances at the end.
+//! type as on one node, with the same stock and balances at the end; and the tools pointed at
+//! an existing coordinator with `--database-url` (serve, audit, repair).
 
 use std::process::Stdio;
 
-use saldo_lab::testing::test_db;
+use saldo_lab::testing::{citus_db, test_db};
 use serde_json::Value;
 
 use super::tokens::Serve;
@@ -255,4 +256,73 @@ async fn race_on_a_local_citus_cluster_shows_the_naive_transfer_deadlocking() {
         naive["errors"]["40P01"].as_u64().unwrap_or(0) > 0,
         "{naive}"
     );
+}
+
+/// `saldo <tool>` with `--database-url url`: (exit success, stdout + stderr).
+async fn tool(data_dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, String) {
+    let out = super::tokens::saldo(data_dir)
+        .args(["--database-url", url])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .expect("run saldo");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Production's setup: saldo pointed at an existing Citus coordinator by URL (here a database
+/// of the test cluster, laid out distributed). `serve` serves it; `saldo audit` audits it the
+/// Citus way and fails on a divergence planted behind saldo's back; `saldo audit --repair
+/// --apply` repairs it (one product's shard group per transaction) and audits clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_work_on_an_existing_coordinator_by_url() {
+    let db = citus_db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = Serve::start(&db.url, dir.path(), &[]).await;
+    let admin = serve.generated("admin").expect("admin token printed");
+    let api = serve.generated("api").expect("api token printed");
+    for (method, path, token, body) in [
+        ("PUT", "/v1/products/1/stock", &admin, r#"{"count": 5}"#),
+        ("PUT", "/v1/products/2/stock", &admin, r#"{"count": 5}"#),
+        (
+            "POST",
+            "/v1/reservations",
+            &api,
+            r#"{"order_id": "o-1", "items": [{"product_id": 1, "quantity": 2}, {"product_id": 2, "quantity": 1}]}"#,
+        ),
+    ] {
+        let (status, _, body) = essence(&serve.request(method, path, Some(token), body).await);
+        assert!(status < 300, "{method} {path}: {status} {body}");
+    }
+    serve.stop().await;
+
+    let (clean, said) = tool(dir.path(), &db.url, &["audit"]).await;
+    assert!(clean, "{said}");
+    assert!(said.contains("audit clean (Citus)"), "{said}");
+
+    let client = db.pool.get().await.expect("client");
+    client
+        .batch_execute("UPDATE stock SET available = available - 1 WHERE product_id = 2")
+        .await
+        .expect("a write behind saldo's back");
+    let (clean, said) = tool(dir.path(), &db.url, &["audit"]).await;
+    assert!(!clean, "the planted divergence: {said}");
+    assert!(said.contains("product 2"), "{said}");
+
+    let (done, said) = tool(dir.path(), &db.url, &["audit", "--repair", "--apply"]).await;
+    assert!(done, "{said}");
+    assert!(said.contains("repaired:"), "{said}");
+    assert!(said.contains("audit clean (Citus)"), "{said}");
+    let available: i32 = client
+        .query_one("SELECT available FROM stock WHERE product_id = 2", &[])
+        .await
+        .expect("stock")
+        .get(0);
+    assert_eq!(available, 4, "5 counted, 1 reserved");
 }
