@@ -402,7 +402,7 @@ where
     F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
     let client = checkout(pool, operation).await?;
-    let begin = begin_statement(options);
+    let begin = begin_statements(options);
     match run_once(TxClient::new(client), &begin, work, operation).await {
         Attempt::Ended(client, result) => {
             if result.is_err() {
@@ -463,24 +463,34 @@ pub async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Er
 }
 
 /// BEGIN with this transaction's settings; the timeouts capped by the deadline's time left.
-fn begin_statement(options: &TxOptions) -> String {
+/// One query string on one node. On Citus one query per statement, sent pipelined (one round
+/// trip still): Citus replays each `SET LOCAL`'s whole query string on the worker connections
+/// it opens when `citus.propagate_set_commands = 'local'`, so a single string would replay its
+/// `BEGIN` there too, and every worker would answer "there is already a transaction in
+/// progress", relayed to us as a WARNING (logged once per transaction).
+fn begin_statements(options: &TxOptions) -> Vec<String> {
     // Integers bounded by the clamp: nothing from a caller is spliced into the SQL as text.
-    format!(
-        "BEGIN; {}SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}{}",
-        if options.citus {
-            "SET LOCAL citus.propagate_set_commands = 'local'; \
-             SET LOCAL citus.max_adaptive_executor_pool_size = 1; "
-        } else {
-            ""
-        },
-        deadline::cap_ms(options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS)),
-        deadline::cap_ms(options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS)),
-        if options.index_paths_only {
-            "; SET LOCAL enable_seqscan = off"
-        } else {
-            ""
-        }
-    )
+    let mut statements = vec!["BEGIN".to_owned()];
+    if options.citus {
+        statements.push("SET LOCAL citus.propagate_set_commands = 'local'".to_owned());
+        statements.push("SET LOCAL citus.max_adaptive_executor_pool_size = 1".to_owned());
+    }
+    statements.push(format!(
+        "SET LOCAL lock_timeout = {}",
+        deadline::cap_ms(options.lock_timeout_ms.clamp(1, MAX_TIMEOUT_MS))
+    ));
+    statements.push(format!(
+        "SET LOCAL statement_timeout = {}",
+        deadline::cap_ms(options.statement_timeout_ms.clamp(1, MAX_TIMEOUT_MS))
+    ));
+    if options.index_paths_only {
+        statements.push("SET LOCAL enable_seqscan = off".to_owned());
+    }
+    if options.citus {
+        statements
+    } else {
+        vec![statements.join("; ")]
+    }
 }
 
 /// How one attempt ended. Lives on the stack for one match; its size does not matter.
@@ -496,14 +506,17 @@ enum Attempt<T> {
 
 async fn run_once<'a, T, F>(
     client: TxClient,
-    begin: &str,
+    begin: &[String],
     work: &mut F,
     operation: &'static str,
 ) -> Attempt<T>
 where
     F: FnMut(TxClient) -> TxFuture<'a, T>,
 {
-    if let Err(e) = client.batch_execute(begin).await {
+    // Pipelined: every statement is sent before the first answer is awaited.
+    let began =
+        futures::future::try_join_all(begin.iter().map(|sql| client.batch_execute(sql))).await;
+    if let Err(e) = began {
         return Attempt::Ended(client, Err(e.into()));
     }
     let body = work(client);
@@ -570,5 +583,27 @@ mod tests {
         for attempt in 0..40 {
             assert!(p.backoff(attempt) <= Duration::from_millis(50));
         }
+    }
+
+    /// On Citus every setting is its own query, so the string Citus replays on the workers for
+    /// a `SET LOCAL` holds no `BEGIN` (see `begin_statements`); one node keeps one string.
+    #[test]
+    fn citus_begins_with_one_statement_per_query() {
+        let options = TxOptions::default().with_lock_timeout_ms(300);
+        let single = begin_statements(&options);
+        assert_eq!(single.len(), 1);
+        assert!(single[0].starts_with("BEGIN; ") && single[0].contains("lock_timeout = 300"));
+
+        let citus = begin_statements(&TxOptions {
+            citus: true,
+            ..options
+        });
+        assert_eq!(citus[0], "BEGIN");
+        assert_eq!(citus[1], "SET LOCAL citus.propagate_set_commands = 'local'");
+        assert!(citus
+            .iter()
+            .skip(1)
+            .all(|q| q.starts_with("SET LOCAL ") && !q.contains(';')));
+        assert!(citus.iter().any(|q| q == "SET LOCAL lock_timeout = 300"));
     }
 }

@@ -18,7 +18,8 @@ use crate::stock::backorders;
 use crate::stock::layout;
 use crate::stock::locations;
 use crate::stock::sql::{
-    INSERT_ALLOCATED_RESERVATIONS, INSERT_RESERVATIONS, LOCK_STOCK, ORDER_ROWS,
+    insert_reservations_values, INSERT_ALLOCATED_RESERVATIONS, INSERT_RESERVATIONS, LOCK_STOCK,
+    ORDER_ROWS, RESERVATIONS_VALUES_CHUNK,
 };
 use crate::stock::types::{
     ConfirmOutcome, PendingItem, Placement, ReleaseOutcome, RereserveRequest, Reservation,
@@ -372,7 +373,7 @@ async fn reserve_tx(
         let id = Uuid::new_v4();
         new_rows.push(id, order_id, product, quantity, ttl, intent.request_key());
     }
-    let mut written = insert_rows(client, &new_rows).await?;
+    let mut written = insert_rows(client, layout, &new_rows).await?;
     backorders::mark(client, &mut written, &backordered).await?;
     if layout == Layout::Citus {
         // The router after the ordered stock locks (ARCHITECTURE.md, "On Citus").
@@ -472,27 +473,57 @@ impl<'a> NewRows<'a> {
     }
 }
 
-/// Writes `rows` in one statement and answers them as rows, in the order given, with the
-/// database's `created_at` and `expires_at`. Every row must come back: anything else is an
-/// invariant failure, never a shorter answer.
-pub(crate) async fn insert_rows(client: &Client, rows: &NewRows<'_>) -> Result<Vec<Row>, Error> {
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &rows.ids,
-        &rows.orders,
-        &rows.products,
-        &rows.quantities,
-        &rows.ttls_s,
-        &rows.request_keys,
-    ];
-    // Rows with allocations (the located path) say so; every other path keeps its statement.
-    let insert = if rows.allocated.iter().any(|&a| a) {
-        params.push(&rows.allocated);
-        INSERT_ALLOCATED_RESERVATIONS
+/// Writes `rows` and answers them as rows, in the order given, with the database's
+/// `created_at` and `expires_at`: on one node in one statement; on Citus as multi-row VALUES
+/// of at most [`RESERVATIONS_VALUES_CHUNK`] rows each, which Citus routes row by row to the
+/// shards (its `INSERT … SELECT` runs through the coordinator). Every row must come back:
+/// anything else is an invariant failure, never a shorter answer.
+pub(crate) async fn insert_rows(
+    client: &Client,
+    layout: Layout,
+    rows: &NewRows<'_>,
+) -> Result<Vec<Row>, Error> {
+    let allocated = rows.allocated.iter().any(|&a| a);
+    let returned = if layout == Layout::Citus && !allocated {
+        let mut returned = Vec::with_capacity(rows.len());
+        for start in (0..rows.len()).step_by(RESERVATIONS_VALUES_CHUNK) {
+            let end = (start + RESERVATIONS_VALUES_CHUNK).min(rows.len());
+            let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(6 * (end - start));
+            for i in start..end {
+                params.push(&rows.ids[i]);
+                params.push(&rows.orders[i]);
+                params.push(&rows.products[i]);
+                params.push(&rows.quantities[i]);
+                params.push(&rows.ttls_s[i]);
+                params.push(&rows.request_keys[i]);
+            }
+            // One statement text per chunk size: at most RESERVATIONS_VALUES_CHUNK of them.
+            let stmt = client
+                .prepare_cached(&insert_reservations_values(end - start))
+                .await?;
+            returned.extend(client.query(&stmt, &params).await?);
+        }
+        returned
     } else {
-        INSERT_RESERVATIONS
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &rows.ids,
+            &rows.orders,
+            &rows.products,
+            &rows.quantities,
+            &rows.ttls_s,
+            &rows.request_keys,
+        ];
+        // Rows with allocations (the located path) say so; every other path keeps its
+        // statement.
+        let insert = if allocated {
+            params.push(&rows.allocated);
+            INSERT_ALLOCATED_RESERVATIONS
+        } else {
+            INSERT_RESERVATIONS
+        };
+        let stmt = client.prepare_cached(insert).await?;
+        client.query(&stmt, &params).await?
     };
-    let stmt = client.prepare_cached(insert).await?;
-    let returned = client.query(&stmt, &params).await?;
     let mut times: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
         HashMap::with_capacity(returned.len());
     for r in &returned {

@@ -23,6 +23,7 @@ use crate::domain::{
 };
 use crate::error::{Error, InputError};
 use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::schema::Layout;
 use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::lifecycle::{
     current_items, insert_rows, parse_rows, plan, replay_of_concurrent_copy, Intent, NewRows, Plan,
@@ -175,7 +176,8 @@ async fn reserve_tx(
             new_rows.mark_allocated();
         }
     }
-    let mut written = insert_rows(client, &new_rows).await?;
+    // Stock per location runs on one node only (`reserve` refuses Citus before this).
+    let mut written = insert_rows(client, Layout::Single, &new_rows).await?;
     let mut allocations = Allocations::default();
     for row in written.iter_mut() {
         let Some(parts) = taken.get(&row.item.product_id) else {

@@ -246,3 +246,52 @@ async fn an_order_naming_a_location_is_refused_before_any_lock() {
     ];
     assert_eq!(after, before);
 }
+
+/// A transaction's lock timeout holds on the worker where its row waits, not only on the
+/// coordinator (saldo sets `citus.propagate_set_commands = 'local'` before its timeouts): a
+/// reserve behind a held stock row gives up after its 300 ms lock timeout with 55P03, long
+/// before its 60 s statement timeout. Without the propagation the worker session waits with
+/// PostgreSQL's default (no lock timeout) until the statement timeout cancels it: 57014.
+#[tokio::test]
+async fn the_lock_timeout_holds_on_the_workers() {
+    use saldo::retry::RetryPolicy;
+    use saldo::stock::{build, Store};
+    use saldo_lab::testing::RowLock;
+    let db = test_db().await;
+    admin::set_count(&db.store(), pid(1), 5)
+        .await
+        .expect("count");
+    let held = RowLock::take_each(
+        &db,
+        "SELECT 1 FROM stock WHERE product_id = $1 FOR UPDATE",
+        &[1],
+    )
+    .await;
+    let tx = db
+        .tx
+        .clone()
+        .with_lock_timeout_ms(300)
+        .with_statement_timeout_ms(60_000)
+        .with_retry(RetryPolicy::default().with_max_attempts(1));
+    let store = Store::new(db.pool.clone(), tx).with_layout(db.layout);
+    let engine = build(StrategyName::Atomic, store, &StrategyConfig::default());
+    let started = std::time::Instant::now();
+    let refused = engine
+        .reserve(&request("o-waits", &[(1, 1)], Ttl::default()))
+        .await
+        .expect_err("the row is held");
+    let waited = started.elapsed();
+    held.release().await;
+    assert_eq!(
+        refused.sqlstate().map(|c| c.code()),
+        Some("55P03"),
+        "a lock timeout, after {waited:?}: {refused:?}"
+    );
+    assert_eq!(
+        admin::get(&db.store(), pid(1))
+            .await
+            .expect("stock")
+            .available,
+        5
+    );
+}

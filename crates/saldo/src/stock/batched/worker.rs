@@ -642,7 +642,7 @@ async fn write_grants(
     let to_available: Vec<i32> = grants.taken.values().map(|q| -q).collect();
     let to_reserved: Vec<i32> = grants.taken.values().copied().collect();
     let (inserted, updated) = futures::try_join!(
-        insert_rows(client, &grants.new_rows),
+        insert_rows(client, layout, &grants.new_rows),
         layout::apply_deltas(client, layout, &products, &to_available, &to_reserved)
     )?;
     if updated != products.len() as u64 {
