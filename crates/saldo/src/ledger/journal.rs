@@ -73,23 +73,44 @@ const INSERT: &str = concat!(
      RETURNING ",
     transfer_columns!()
 );
-/// Citus: both sides of every transfer in one statement (`$1` names the side's account; the
-/// other arrays are repeated per side). Citus runs the SELECT on the coordinator, so `now()`
-/// is one value for both sides; `created_at` is written from it rather than left to each
-/// shard's default.
-const CITUS_INSERT: &str = concat!(
-    "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind, status, \
-     timeout_s, expires_at, group_id, group_position, created_at) \
-     SELECT t.account_id, t.id, t.from_account, t.to_account, t.amount, t.kind, t.status, \
-            t.timeout_s, now() + make_interval(secs => t.timeout_s), $10, t.group_position, \
-            now() \
-       FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
-                   $6::text[], $7::text[], $8::int[], $9::smallint[]) \
-            AS t(account_id, id, from_account, to_account, amount, kind, status, timeout_s, \
-                 group_position) \
-     RETURNING account_id, ",
-    transfer_columns!()
-);
+/// Side rows per [`citus_insert_sides`] statement at most: 9 parameters each plus the group,
+/// far under PostgreSQL's 65,535, and a bounded number of statement texts per connection.
+const CITUS_SIDES_CHUNK: usize = 64;
+
+/// Citus: side rows as multi-row `VALUES`, `$1` the group, then per row its account, id, from,
+/// to, amount, kind, status, timeout and group position. Citus routes each row to its
+/// account's shard (an `INSERT … SELECT FROM unnest` ran through the coordinator, the slow
+/// path that cost the reservation rows most of a multi-item order's time) and evaluates
+/// `now()` on the coordinator, so both sides carry one `created_at` and one deadline.
+/// `rows` in 1..=[`CITUS_SIDES_CHUNK`].
+fn citus_insert_sides(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|i| {
+            let p = 1 + 9 * i;
+            format!(
+                "(${a}::bigint, ${id}::text, ${f}::bigint, ${t}::bigint, ${m}::bigint, \
+                 ${k}::text, ${s}::text, ${o}::int, now() + make_interval(secs => ${o}::int), \
+                 $1::text, ${g}::smallint, now())",
+                a = p + 1,
+                id = p + 2,
+                f = p + 3,
+                t = p + 4,
+                m = p + 5,
+                k = p + 6,
+                s = p + 7,
+                o = p + 8,
+                g = p + 9,
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind, status, \
+         timeout_s, expires_at, group_id, group_position, created_at) VALUES {} \
+         RETURNING account_id, {}",
+        values.join(", "),
+        transfer_columns!()
+    )
+}
 /// Citus: an id's global key and router, written after the account locks (ARCHITECTURE,
 /// "Lock order across workers") and before the sides, so a second transfer under a taken id
 /// fails here with 23505 on `transfer_ids_pkey`, as the primary key fails on one node. One row
@@ -306,26 +327,44 @@ pub(super) async fn insert_many(
                 let stmt = client.prepare_cached(CITUS_INSERT_POSITIONS).await?;
                 client.execute(&stmt, &[&group, &positions, &ids]).await?;
             }
-            // Each side's account: the debit side's is `from`, the credit side's `to`.
-            let accounts: Vec<i64> = from.iter().chain(&to).copied().collect();
-            let stmt = client.prepare_cached(CITUS_INSERT).await?;
-            let rows = client
-                .query(
-                    &stmt,
-                    &[
-                        &accounts,
-                        &twice(&ids),
-                        &twice(&from),
-                        &twice(&to),
-                        &twice(&amounts),
-                        &twice(&kinds),
-                        &twice(&statuses),
-                        &twice(&timeouts),
-                        &twice(&positions),
-                        &group,
-                    ],
+            // Each side's account: the debit side's is `from`, the credit side's `to`; every
+            // debit side, then every credit side.
+            let sides = ts.len() * 2;
+            let side = |i: usize| {
+                (
+                    i % ts.len(),
+                    if i < ts.len() {
+                        from[i]
+                    } else {
+                        to[i - ts.len()]
+                    },
                 )
-                .await?;
+            };
+            let mut rows = Vec::with_capacity(sides);
+            for start in (0..sides).step_by(CITUS_SIDES_CHUNK) {
+                let end = (start + CITUS_SIDES_CHUNK).min(sides);
+                let accounts: Vec<i64> = (start..end).map(|i| side(i).1).collect();
+                let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    Vec::with_capacity(1 + 9 * (end - start));
+                params.push(&group);
+                for (n, i) in (start..end).enumerate() {
+                    let t = side(i).0;
+                    params.push(&accounts[n]);
+                    params.push(&ids[t]);
+                    params.push(&from[t]);
+                    params.push(&to[t]);
+                    params.push(&amounts[t]);
+                    params.push(&kinds[t]);
+                    params.push(&statuses[t]);
+                    params.push(&timeouts[t]);
+                    params.push(&positions[t]);
+                }
+                // One statement text per chunk size: at most CITUS_SIDES_CHUNK of them.
+                let stmt = client
+                    .prepare_cached(&citus_insert_sides(end - start))
+                    .await?;
+                rows.extend(client.query(&stmt, &params).await?);
+            }
             debit_sides(rows)?
         }
     };
@@ -518,4 +557,21 @@ pub(super) async fn open(
         min_balance: Some(limits.min_balance()),
         max_balance: limits.max_balance(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Citus sides write the columns the single node's INSERT writes, plus the side's
+    /// account and `created_at`; row `i` takes parameters 2 + 9i ..= 10 + 9i, the group is `$1`.
+    #[test]
+    fn the_citus_sides_number_their_parameters_per_row() {
+        let two = citus_insert_sides(2);
+        assert!(two.starts_with("INSERT INTO transfers (account_id, id, from_account"));
+        assert!(two.contains("VALUES ($2::bigint, $3::text,"));
+        assert!(two.contains("$1::text, $10::smallint, now()), ($11::bigint, $12::text,"));
+        assert!(two.contains("$1::text, $19::smallint, now()) RETURNING account_id, "));
+        assert!(!two.contains("$20"));
+    }
 }
