@@ -64,12 +64,12 @@ async fn one_i64(
 /// How many divergences saldo's stock audit finds: [`saldo::audit::audit_stock`] in one
 /// snapshot on one node, per product on its shard on Citus ([`saldo::audit::citus`]).
 pub async fn stock_divergences(pool: &Pool) -> Result<u64, Error> {
-    let found = if is_citus(pool).await? {
-        saldo::audit::citus::audit_stock(pool).await?.len()
+    let layout = if is_citus(pool).await? {
+        saldo::db::Layout::Citus
     } else {
-        saldo::audit::audit_stock(pool).await?.len()
+        saldo::db::Layout::Single
     };
-    Ok(found as u64)
+    Ok(saldo::audit::audit_stock_of(pool, layout).await?.len() as u64)
 }
 
 /// How many divergences saldo's ledger audit finds: [`saldo::audit::audit_ledger`] on one

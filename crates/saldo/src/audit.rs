@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
 use crate::retry::checkout;
+use crate::schema::Layout;
 
 pub mod citus;
 
@@ -336,6 +337,36 @@ SELECT * FROM (
       FROM per_row WHERE quantity <> allocated
      GROUP BY product_id
 ) d ORDER BY product_id, invariant LIMIT $1";
+
+/// The stock audit of a database of `layout`: [`audit_stock`] in one snapshot on one node,
+/// per product on its own shard group on Citus ([`citus::audit_stock`]).
+pub async fn audit_stock_of(pool: &Pool, layout: Layout) -> Result<Vec<Divergence>, Error> {
+    match layout {
+        Layout::Single => audit_stock(pool).await,
+        Layout::Citus => citus::audit_stock(pool).await,
+    }
+}
+
+/// The divergent products of a database of `layout` ([`divergent_products`], or
+/// [`citus::divergent_products`] on Citus).
+pub async fn divergent_products_of(
+    pool: &Pool,
+    layout: Layout,
+) -> Result<Vec<ProductState>, Error> {
+    match layout {
+        Layout::Single => divergent_products(pool).await,
+        Layout::Citus => citus::divergent_products(pool).await,
+    }
+}
+
+/// One product's [`ProductState`] query for a database of `layout` (`$1`: the product): on
+/// Citus routed whole to the product's shard group ([`citus::product_state_sql`]).
+pub fn product_state_sql_of(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Single => PRODUCT_STATE,
+        Layout::Citus => citus::PRODUCT_STATE_ROUTED.as_str(),
+    }
+}
 
 /// Runs the stock audit; an empty answer means every product is consistent with its history,
 /// its backorders and (stocked per location) its locations and allocations. All three queries

@@ -113,8 +113,9 @@ pub(super) struct DroppedAtEnd(String);
 
 impl Drop for DroppedAtEnd {
     fn drop(&mut self) {
-        // `WITH (FORCE)` ends the sessions still open (the pool's, a worker task's); a failure
-        // only leaves the database behind, so it is reported and not raised.
+        // `WITH (FORCE)` ends the sessions still open (the pool's, a worker task's) and waits
+        // at most 5 s for them to exit before failing: the drop is bounded. A failure only
+        // leaves the database behind, so it is reported and not raised.
         if let Some(Ok(cluster)) = CITUS.get() {
             if let Err(e) = cluster.drop_database(&self.0) {
                 eprintln!("dropping Citus test database {}: {e}", self.0);

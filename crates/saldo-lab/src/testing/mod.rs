@@ -118,10 +118,7 @@ impl TestDb {
     /// The stock audit of this database's layout (on Citus the per-product one,
     /// `saldo::audit::citus`).
     pub async fn audit_stock(&self) -> Result<Vec<saldo::audit::Divergence>, saldo::Error> {
-        match self.layout {
-            db::Layout::Single => saldo::audit::audit_stock(&self.pool).await,
-            db::Layout::Citus => saldo::audit::citus::audit_stock(&self.pool).await,
-        }
+        saldo::audit::audit_stock_of(&self.pool, self.layout).await
     }
 
     /// Waits (bounded) until some session of this database waits for a row lock (on Citus:

@@ -167,6 +167,10 @@ pub(crate) const PRODUCT_FILTERS: [(&str, &str); 6] = [
     ("WHERE i.sold_at", "WHERE i.product_id = $1 AND i.sold_at"),
 ];
 
+/// [`product_state_sql`], built once.
+pub static PRODUCT_STATE_ROUTED: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(product_state_sql);
+
 /// [`super::PRODUCT_STATE`] routed to one shard (see [`PRODUCT_FILTERS`]).
 pub fn product_state_sql() -> String {
     PRODUCT_FILTERS
@@ -290,8 +294,7 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
 /// product under its row lock before writing (`stock::repair`).
 pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
     let client = checkout(pool, "audit_stock").await?;
-    let sql = product_state_sql();
-    let statement = client.prepare(&sql).await?;
+    let statement = client.prepare(PRODUCT_STATE_ROUTED.as_str()).await?;
     let mut out = Vec::new();
     let mut after = 0_i64;
     while out.len() < MAX_DIVERGENCES as usize {

@@ -327,29 +327,17 @@ pub(super) async fn insert_many(
                 let stmt = client.prepare_cached(CITUS_INSERT_POSITIONS).await?;
                 client.execute(&stmt, &[&group, &positions, &ids]).await?;
             }
-            // Each side's account: the debit side's is `from`, the credit side's `to`; every
-            // debit side, then every credit side.
-            let sides = ts.len() * 2;
-            let side = |i: usize| {
-                (
-                    i % ts.len(),
-                    if i < ts.len() {
-                        from[i]
-                    } else {
-                        to[i - ts.len()]
-                    },
-                )
-            };
+            // Every debit side (on `from`'s shard), then every credit side (on `to`'s).
+            let (n, sides) = (ts.len(), 2 * ts.len());
             let mut rows = Vec::with_capacity(sides);
             for start in (0..sides).step_by(CITUS_SIDES_CHUNK) {
                 let end = (start + CITUS_SIDES_CHUNK).min(sides);
-                let accounts: Vec<i64> = (start..end).map(|i| side(i).1).collect();
                 let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                     Vec::with_capacity(1 + 9 * (end - start));
                 params.push(&group);
-                for (n, i) in (start..end).enumerate() {
-                    let t = side(i).0;
-                    params.push(&accounts[n]);
+                for i in start..end {
+                    let t = i % n;
+                    params.push(if i < n { &from[t] } else { &to[t] });
                     params.push(&ids[t]);
                     params.push(&from[t]);
                     params.push(&to[t]);

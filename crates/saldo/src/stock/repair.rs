@@ -21,11 +21,9 @@
 //! lock), and the lock, the re-read, the write and the movement all name the product, so each
 //! transaction stays on that one shard group.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
-use crate::audit::{self, Divergence, ProductState, PRODUCT_STATE};
+use crate::audit::{self, Divergence, ProductState};
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::Error;
 use crate::retry::in_transaction;
@@ -110,12 +108,8 @@ fn target(state: &ProductState) -> (Counts, RepairAction) {
 /// What a repair would change, per divergent product (read-only: the audit's snapshot on one
 /// node, each product's own shard on Citus).
 pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
-    let divergent = if store.is_citus() {
-        audit::citus::divergent_products(&store.pool).await?
-    } else {
-        audit::divergent_products(&store.pool).await?
-    };
-    Ok(divergent
+    Ok(audit::divergent_products_of(&store.pool, store.layout)
+        .await?
         .iter()
         .map(|state| {
             let (after, action) = target(state);
@@ -165,13 +159,9 @@ fn reason(p: &ProductRepair) -> Result<Reason, Error> {
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
     let planned = planned.clone();
     // The product's state, read on its shard group on Citus (one routed statement).
-    let state_sql: Arc<str> = if store.is_citus() {
-        audit::citus::product_state_sql().into()
-    } else {
-        PRODUCT_STATE.into()
-    };
+    let state_sql = audit::product_state_sql_of(store.layout);
     in_transaction(&store.pool, &store.tx, "repair", move |client| {
-        let (planned, state_sql) = (planned.clone(), state_sql.clone());
+        let planned = planned.clone();
         crate::tx_body!(client => async move {
             let id = planned.product_id.get();
             let Some(row) = client.query_opt(LOCK_ROW, &[&id]).await? else {
@@ -185,7 +175,7 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
                 return Ok(RepairAction::Changed);
             }
             let state = ProductState::from_row(
-                &client.query_one(&*state_sql, &[&Some(id)]).await?,
+                &client.query_one(state_sql, &[&Some(id)]).await?,
             )?;
             let (after, action) = target(&state);
             if after != planned.after {
@@ -241,11 +231,7 @@ pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error
     } else {
         planned
     };
-    let remaining = if store.is_citus() {
-        audit::citus::audit_stock(&store.pool).await?
-    } else {
-        audit::audit_stock(&store.pool).await?
-    };
+    let remaining = audit::audit_stock_of(&store.pool, store.layout).await?;
     Ok(RepairReport {
         applied: apply_it,
         products,
