@@ -57,7 +57,7 @@ async fn one_i64(
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<i64, Error> {
-    let client = checkout(pool, "lab_checks").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     Ok(client.query_one(sql, params).await?.try_get(0)?)
 }
 
@@ -88,13 +88,13 @@ pub async fn ledger_divergences(pool: &Pool) -> Result<u64, Error> {
 
 /// True on a Citus coordinator: the audits there are `saldo::audit::citus`'s.
 async fn is_citus(pool: &Pool) -> Result<bool, Error> {
-    let client = checkout(pool, "lab_checks").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     Ok(saldo::schema::detect(&client).await? == saldo::schema::Layout::Citus)
 }
 
 /// [`StockTotals`] of the database.
 pub async fn stock_totals(pool: &Pool) -> Result<StockTotals, Error> {
-    let client = checkout(pool, "lab_checks").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     let row = client.query_one(TOTALS, &[]).await?;
     Ok(StockTotals {
         available: row.try_get(0)?,
@@ -105,7 +105,7 @@ pub async fn stock_totals(pool: &Pool) -> Result<StockTotals, Error> {
 
 /// Reservation rows per order id (all statuses).
 pub async fn rows_per_order(pool: &Pool) -> Result<BTreeMap<String, i64>, Error> {
-    let client = checkout(pool, "lab_checks").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     client
         .query(ROWS_PER_ORDER, &[])
         .await?

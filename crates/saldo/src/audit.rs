@@ -23,8 +23,9 @@ use serde::Serialize;
 
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
-use crate::retry::checkout;
-use crate::schema::Layout;
+use crate::operation::Operation;
+use crate::store::retry::checkout;
+use crate::store::schema::Layout;
 
 pub mod citus;
 
@@ -291,7 +292,7 @@ impl ProductState {
 /// The products that diverge (at most [`MAX_DIVERGENCES`]), read in one snapshot: what the
 /// audit reports and what a repair plans from.
 pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
-    let mut client = checkout(pool, "audit_stock").await?;
+    let mut client = checkout(pool, Operation::AuditStock).await?;
     let tx = snapshot(&mut client).await?;
     let all: Option<i64> = None;
     let rows = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
@@ -372,7 +373,7 @@ pub fn product_state_sql_of(layout: Layout) -> &'static str {
 /// its backorders and (stocked per location) its locations and allocations. All three queries
 /// read one snapshot.
 pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
-    let mut client = checkout(pool, "audit_stock").await?;
+    let mut client = checkout(pool, Operation::AuditStock).await?;
     let tx = snapshot(&mut client).await?;
     let all: Option<i64> = None;
     let states = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
@@ -484,7 +485,7 @@ fn sum_i64(row: &tokio_postgres::Row, column: &str) -> Result<i64, Error> {
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
 /// zero and every balance equals its journal.
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
-    let mut client = checkout(pool, "audit_ledger").await?;
+    let mut client = checkout(pool, Operation::AuditLedger).await?;
     let tx = snapshot(&mut client).await?;
     let totals = tx.query_one(LEDGER_TOTAL, &[]).await?;
     let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;

@@ -9,6 +9,7 @@ pub use crate::domain::InputError;
 use crate::domain::{
     AccountId, GroupId, LocationId, OrderId, ProductId, SaleId, TransferId, TransferStatus,
 };
+use crate::operation::Operation;
 
 /// Everything a library operation can return.
 #[derive(Debug, thiserror::Error)]
@@ -79,15 +80,12 @@ pub enum Error {
     /// The operation's deadline passed before it could be applied: nothing was applied, and the
     /// same request may be sent again.
     #[error("the deadline passed before {operation} was applied; nothing was applied")]
-    DeadlineExceeded { operation: &'static str },
+    DeadlineExceeded { operation: Operation },
     /// The COMMIT was sent but its answer was lost (deadline or connection): the operation may
     /// or may not have been applied. Replaying the same request (same order or transfer id)
     /// tells which, and never applies it twice.
     #[error("the outcome of {operation} is unknown: its commit was in flight when {cause}; replay the same request to learn it")]
-    OutcomeUnknown {
-        operation: &'static str,
-        cause: String,
-    },
+    OutcomeUnknown { operation: Operation, cause: String },
     #[error("count {count} is below the {reserved} units reserved for product {product_id}")]
     CountBelowReserved {
         product_id: ProductId,

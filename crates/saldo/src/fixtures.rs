@@ -14,8 +14,9 @@ use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
 use crate::error::Error;
-use crate::retry::checkout;
-use crate::schema::{self, Layout};
+use crate::operation::Operation;
+use crate::store::retry::checkout;
+use crate::store::schema::{self, Layout};
 
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
 const EMPTY_ALL: &str =
@@ -93,7 +94,7 @@ const MAKE_HOLDS_DUE: &str = "UPDATE transfers SET expires_at = now() - interval
 
 /// See [`MAKE_HOLDS_DUE`]; returns how many holds are now due.
 pub async fn make_holds_due(pool: &Pool, ids: &[&str]) -> Result<u64, Error> {
-    let client = checkout(pool, "fixtures_make_holds_due").await?;
+    let client = checkout(pool, Operation::Fixture).await?;
     let rows = client.query(MAKE_HOLDS_DUE, &[&ids]).await?;
     let due: std::collections::BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
     Ok(due.len() as u64)
@@ -102,7 +103,7 @@ pub async fn make_holds_due(pool: &Pool, ids: &[&str]) -> Result<u64, Error> {
 /// Back to empty tables (stock, reservations, movements, journal, accounts but the system
 /// account, whose balance goes back to 0): the fresh state every lab run starts from.
 pub async fn empty_all(pool: &Pool) -> Result<(), Error> {
-    let client = checkout(pool, "fixtures_empty_all").await?;
+    let client = checkout(pool, Operation::Fixture).await?;
     let citus = schema::detect(&client).await? == Layout::Citus;
     client
         .batch_execute(if citus { EMPTY_ALL_CITUS } else { EMPTY_ALL })
@@ -117,7 +118,7 @@ pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<()
     let n = i64::from(products);
     let citus = is_citus(pool).await?;
     let bulk = Bulk {
-        operation: "fixtures_stock_products",
+        operation: Operation::Fixture,
         empty: if citus {
             EMPTY_STOCK_CITUS
         } else {
@@ -150,7 +151,7 @@ pub async fn stock_products_at(
     locations: &[&str],
 ) -> Result<(), Error> {
     stock_products(pool, products, units).await?;
-    let mut client = checkout(pool, "fixtures_stock_locations").await?;
+    let mut client = checkout(pool, Operation::Fixture).await?;
     let tx = client.transaction().await?;
     tx.execute(LOCATIONS, &[&locations]).await?;
     tx.execute(LOCATE_STOCK, &[&locations]).await?;
@@ -167,7 +168,7 @@ pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> 
     let n = i64::from(accounts);
     let citus = is_citus(pool).await?;
     let bulk = Bulk {
-        operation: "fixtures_open_accounts",
+        operation: Operation::Fixture,
         empty: if citus {
             EMPTY_LEDGER_CITUS
         } else {
@@ -189,14 +190,14 @@ pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> 
 }
 
 async fn is_citus(pool: &Pool) -> Result<bool, Error> {
-    let client = checkout(pool, "fixtures_layout").await?;
+    let client = checkout(pool, Operation::Fixture).await?;
     Ok(schema::detect(&client).await? == Layout::Citus)
 }
 
 /// A bulk fixture: empty the tables and fill them again in one transaction (every fill statement
 /// takes the same `$1` value and `$2` count), then refresh the planner's statistics.
 struct Bulk {
-    operation: &'static str,
+    operation: Operation,
     empty: &'static str,
     fill: &'static [&'static str],
     analyze: &'static str,

@@ -44,18 +44,22 @@
 //! ```
 
 pub mod audit;
-mod batch;
-pub mod db;
-pub mod deadline;
+pub mod batch;
 pub mod domain;
 pub mod error;
 pub mod fixtures;
 pub mod ledger;
 pub mod listing;
+pub mod operation;
 pub mod ops;
-pub mod retry;
-pub mod schema;
 pub mod stock;
+pub mod store;
 pub mod telemetry;
 
+// The store's modules under their long-standing paths (`saldo::retry::TxOptions`, …), for
+// embedders; the crate itself names them by their home.
+pub use store::{db, deadline, retry, schema};
+
 pub use error::{Error, InputError};
+pub use operation::Operation;
+pub use store::handle::Store;

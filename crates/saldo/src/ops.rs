@@ -6,7 +6,8 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::retry::checkout;
+use crate::operation::Operation;
+use crate::store::retry::checkout;
 
 /// Most blocked sessions returned by one look.
 pub const MAX_BLOCKED_SESSIONS: i64 = 1_000;
@@ -42,7 +43,7 @@ pub struct BlockedSession {
 
 /// Sessions waiting on locks now, oldest transaction first, at most [`MAX_BLOCKED_SESSIONS`].
 pub async fn locks(pool: &Pool) -> Result<Vec<BlockedSession>, Error> {
-    let client = checkout(pool, "locks").await?;
+    let client = checkout(pool, Operation::Locks).await?;
     let rows = client
         .query(BLOCKED, &[&MAX_BLOCKED_SESSIONS, &QUERY_PREFIX_CHARS])
         .await?;
@@ -61,7 +62,7 @@ pub async fn locks(pool: &Pool) -> Result<Vec<BlockedSession>, Error> {
 
 /// Deadlocks PostgreSQL has detected in this database since its statistics were reset.
 pub async fn deadlocks(pool: &Pool) -> Result<i64, Error> {
-    let client = checkout(pool, "deadlocks").await?;
+    let client = checkout(pool, Operation::Deadlocks).await?;
     let row = client.query_opt(DEADLOCKS, &[]).await?;
     Ok(match row {
         Some(r) => r.try_get::<_, Option<i64>>("deadlocks")?.unwrap_or(0),
@@ -100,7 +101,7 @@ pub async fn citus_node_of(
     by: DistributedBy,
     key: i64,
 ) -> Result<Option<String>, Error> {
-    let client = checkout(pool, "ops_citus_node_of").await?;
+    let client = checkout(pool, Operation::Lab).await?;
     let row = client.query_opt(NODE_OF, &[&by.table(), &key]).await?;
     Ok(row.map(|r| r.try_get(0)).transpose()?)
 }
@@ -124,7 +125,7 @@ const KEY_ELSEWHERE: &str = "WITH placed AS ( \
 /// The smallest key in `2..=MAX_PLACEMENT_PROBE` whose shard is on another node than key 1's:
 /// a pair of keys a test or a race can be sure crosses workers (`None` on one worker).
 pub async fn citus_key_elsewhere(pool: &Pool, by: DistributedBy) -> Result<Option<i64>, Error> {
-    let client = checkout(pool, "ops_citus_key_elsewhere").await?;
+    let client = checkout(pool, Operation::Lab).await?;
     let row = client
         .query_opt(KEY_ELSEWHERE, &[&by.table(), &MAX_PLACEMENT_PROBE])
         .await?;

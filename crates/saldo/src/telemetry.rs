@@ -12,6 +12,7 @@ use metrics::{describe_counter, describe_histogram, Unit};
 use tokio_postgres::error::SqlState;
 
 use crate::error::Error;
+use crate::operation::Operation;
 
 pub const TX_RETRIES: &str = "saldo_tx_retries_total";
 pub const TX_GIVEUPS: &str = "saldo_tx_giveups_total";
@@ -31,29 +32,14 @@ pub const TRANSACTIONS: &str = "saldo_tx_total";
 pub const DEADLINE_EXCEEDED: &str = "saldo_deadline_exceeded_total";
 /// COMMITs whose answer was lost (deadline or connection): the caller was told to replay.
 pub const OUTCOME_UNKNOWN: &str = "saldo_outcome_unknown_total";
+/// Duration of one transaction of the batched stock engine (a batch, or an order run alone;
+/// retries included) and the orders it answered, by operation.
+pub const BATCH_SECONDS: &str = "saldo_batch_seconds";
+pub const BATCH_ORDERS: &str = "saldo_batch_orders";
+/// The same for the batched ledger engine.
+pub const LEDGER_BATCH_SECONDS: &str = "saldo_ledger_batch_seconds";
+pub const LEDGER_BATCH_OPERATIONS: &str = "saldo_ledger_batch_operations";
 
-/// Every `operation` name passed to `retry::in_transaction` on a served path (the lab's fixture
-/// writes are left out). Per-operation counters are registered at zero for these.
-pub const OPERATIONS: &[&str] = &[
-    "reserve",
-    "reserve_batch",
-    "confirm",
-    "confirm_batch",
-    "release",
-    "lock_probe",
-    "sweep",
-    "set_count",
-    "adjust",
-    "open_account",
-    "deposit",
-    "withdraw",
-    "transfer",
-    "extend",
-    "sell",
-    "repair",
-    "set_location_count",
-    "set_location_priority",
-];
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
 /// `outcome` values of [`RESERVATIONS`] (see `stock::types::telemetry_outcome`).
@@ -178,24 +164,34 @@ pub fn describe() {
         "Time a stock write waited for its rows, by strategy."
     );
     describe_histogram!(
-        crate::stock::batched::BATCH_SECONDS,
+        BATCH_SECONDS,
         Unit::Seconds,
         "Duration of one batched transaction, by operation."
     );
     describe_histogram!(
-        crate::stock::batched::BATCH_ORDERS,
+        BATCH_ORDERS,
         Unit::Count,
         "Orders in one batched transaction, by operation."
     );
-    for &operation in OPERATIONS {
-        metrics::counter!(TRANSACTIONS, "operation" => operation).increment(0);
-        metrics::counter!(CHECK_VIOLATIONS, "operation" => operation).increment(0);
-        metrics::counter!(DEADLINE_EXCEEDED, "operation" => operation).increment(0);
-        metrics::counter!(OUTCOME_UNKNOWN, "operation" => operation).increment(0);
+    describe_histogram!(
+        LEDGER_BATCH_SECONDS,
+        Unit::Seconds,
+        "Duration of one batched ledger transaction."
+    );
+    describe_histogram!(
+        LEDGER_BATCH_OPERATIONS,
+        Unit::Count,
+        "Ledger operations in one batched transaction."
+    );
+    for &operation in Operation::SERVED {
+        metrics::counter!(TRANSACTIONS, "operation" => operation.as_str()).increment(0);
+        metrics::counter!(CHECK_VIOLATIONS, "operation" => operation.as_str()).increment(0);
+        metrics::counter!(DEADLINE_EXCEEDED, "operation" => operation.as_str()).increment(0);
+        metrics::counter!(OUTCOME_UNKNOWN, "operation" => operation.as_str()).increment(0);
         for &sqlstate in RETRY_SQLSTATES {
-            metrics::counter!(TX_RETRIES, "operation" => operation, "sqlstate" => sqlstate)
+            metrics::counter!(TX_RETRIES, "operation" => operation.as_str(), "sqlstate" => sqlstate)
                 .increment(0);
-            metrics::counter!(TX_GIVEUPS, "operation" => operation, "sqlstate" => sqlstate)
+            metrics::counter!(TX_GIVEUPS, "operation" => operation.as_str(), "sqlstate" => sqlstate)
                 .increment(0);
         }
     }
@@ -221,25 +217,25 @@ pub fn describe() {
 }
 
 /// One call of `retry::in_transaction`.
-pub(crate) fn transaction(operation: &'static str) {
-    metrics::counter!(TRANSACTIONS, "operation" => operation).increment(1);
+pub(crate) fn transaction(operation: Operation) {
+    metrics::counter!(TRANSACTIONS, "operation" => operation.as_str()).increment(1);
 }
 
-pub(crate) fn tx_retry(operation: &'static str, sqlstate: &str) {
-    metrics::counter!(TX_RETRIES, "operation" => operation, "sqlstate" => sqlstate.to_owned())
+pub(crate) fn tx_retry(operation: Operation, sqlstate: &str) {
+    metrics::counter!(TX_RETRIES, "operation" => operation.as_str(), "sqlstate" => sqlstate.to_owned())
         .increment(1);
 }
 
-pub(crate) fn tx_giveup(operation: &'static str, sqlstate: &str) {
-    metrics::counter!(TX_GIVEUPS, "operation" => operation, "sqlstate" => sqlstate.to_owned())
+pub(crate) fn tx_giveup(operation: Operation, sqlstate: &str) {
+    metrics::counter!(TX_GIVEUPS, "operation" => operation.as_str(), "sqlstate" => sqlstate.to_owned())
         .increment(1);
 }
 
 /// Counts CHECK violations: each one is a code path that tried to write without the condition.
-pub(crate) fn observe_error(operation: &'static str, e: &Error) {
+pub(crate) fn observe_error(operation: Operation, e: &Error) {
     if e.sqlstate() == Some(&SqlState::CHECK_VIOLATION) {
-        metrics::counter!(CHECK_VIOLATIONS, "operation" => operation).increment(1);
-        tracing::error!(operation, error = %e, "CHECK constraint violated");
+        metrics::counter!(CHECK_VIOLATIONS, "operation" => operation.as_str()).increment(1);
+        tracing::error!(operation = operation.as_str(), error = %e, "CHECK constraint violated");
     }
 }
 

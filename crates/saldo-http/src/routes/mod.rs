@@ -62,7 +62,7 @@ where
             Ok(joined) => joined,
             Err(_) => {
                 return Err(ApiError::Domain(saldo::Error::OutcomeUnknown {
-                    operation: "request",
+                    operation: saldo::Operation::Request,
                     cause: "it was still running past the request's deadline".into(),
                 }))
             }

@@ -87,7 +87,7 @@ async fn counters_exist_before_their_first_event() {
         "process_start_time_seconds".to_owned(),
         "process_threads".to_owned(),
     ];
-    for &operation in telemetry::OPERATIONS {
+    for operation in saldo::Operation::SERVED.iter().map(|o| o.as_str()) {
         expected.push(format!(
             r#"saldo_check_violations_total{{operation="{operation}"}}"#
         ));

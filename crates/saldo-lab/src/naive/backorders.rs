@@ -51,7 +51,7 @@ pub async fn naive_restock(
     start.wait().await;
     let ((available, reserved, backordered), plan) = read?;
     tokio::time::sleep(think).await;
-    let client = checkout(pool, "naive_restock").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     let movement: i64 = client
         .query_one(RECORD, &[&product, &units])
         .await?
@@ -88,7 +88,7 @@ async fn naive_read(
     product: i64,
     units: i32,
 ) -> Result<Read, Error> {
-    let client = checkout(pool, "naive_restock").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     let row = client.query_one(READ_STOCK, &[&product]).await?;
     let books = (
         row.try_get("available")?,

@@ -53,7 +53,7 @@ pub async fn settle(
     how: Settle,
     think: Duration,
 ) -> Result<TransferStatus, Error> {
-    let client = saldo::retry::checkout(pool, "naive_settle").await?;
+    let client = saldo::retry::checkout(pool, saldo::Operation::Lab).await?;
     let Some(row) = client.query_opt(READ_HOLD, &[&id]).await? else {
         return Err(Error::Invariant(format!("no transfer {id}")));
     };
@@ -74,7 +74,7 @@ pub async fn settle(
         Settle::Void => (TransferStatus::Voided, 0),
         Settle::Expire => (TransferStatus::Expired, 0),
     };
-    in_transaction(pool, options, "naive_settle", |client| {
+    in_transaction(pool, options, saldo::Operation::Lab, |client| {
         saldo::tx_body!(client => async {
             let posted_amount = (posted > 0).then_some(posted);
             client
@@ -97,7 +97,7 @@ pub async fn hold(
     timeout: TransferTimeout,
     think: Duration,
 ) -> Result<(), Error> {
-    let client = saldo::retry::checkout(pool, "naive_hold").await?;
+    let client = saldo::retry::checkout(pool, saldo::Operation::Lab).await?;
     let row = client
         .query_one(READ_ACCOUNT, &[&request.from.get()])
         .await?;
@@ -119,7 +119,7 @@ pub async fn hold(
     }
     tokio::time::sleep(think.min(MAX_THINK)).await;
     let timeout_s = i32::try_from(timeout.secs()).unwrap_or(i32::MAX);
-    in_transaction(pool, options, "naive_hold", |client| {
+    in_transaction(pool, options, saldo::Operation::Lab, |client| {
         saldo::tx_body!(client => async {
             client
                 .execute(OVERWRITE_HELD, &[&request.from.get(), &(held + amount)])
@@ -154,7 +154,7 @@ pub async fn group(
     think: Duration,
 ) -> Result<(), Error> {
     let think = think.min(MAX_THINK);
-    in_transaction(pool, options, "naive_group", |client| {
+    in_transaction(pool, options, saldo::Operation::Lab, |client| {
         saldo::tx_body!(client => async {
             for t in transfers {
                 let balance: i64 = client

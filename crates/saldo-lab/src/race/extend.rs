@@ -82,7 +82,7 @@ async fn naive_extend(
     order_id: &OrderId,
     ttl_s: f64,
 ) -> Result<(), Error> {
-    let client = checkout(pool, "naive_extend").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     let rows = client
         .query(
             "SELECT product_id, status, expires_at > now() AS live FROM reservations \
@@ -183,7 +183,7 @@ pub async fn run_on(
     }
     sweeper::sweep(store).await?;
 
-    let client = checkout(&store.pool, "race_extend").await?;
+    let client = checkout(&store.pool, saldo::Operation::Lab).await?;
     let rows = client
         .query(
             "SELECT order_id, status FROM reservations WHERE order_id LIKE $1",

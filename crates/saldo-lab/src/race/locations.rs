@@ -118,7 +118,7 @@ async fn naive_reserve(
     start.wait().await;
     let decided = decided?;
     tokio::time::sleep(NAIVE_THINK).await;
-    let client = checkout(pool, "naive_locations").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     for item in &decided {
         for (location, _, available, reserved) in &item.parts {
             client
@@ -147,7 +147,7 @@ async fn naive_decide(
     pool: &deadpool_postgres::Pool,
     items: &[(i64, i64)],
 ) -> Result<Vec<NaiveItem>, Error> {
-    let client = checkout(pool, "naive_locations").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     let mut out = Vec::with_capacity(items.len());
     for &(product, quantity) in items {
         let product_id = ProductId::new(product)?;
@@ -276,7 +276,7 @@ pub async fn run_on(
             Err(e) => *outcome.errors.entry(error_kind(&e)).or_default() += 1,
         }
     }
-    let client = checkout(&store.pool, "split_locations_check").await?;
+    let client = checkout(&store.pool, saldo::Operation::Lab).await?;
     let stocked: BTreeMap<(i64, &str), i64> =
         STOCKED.iter().map(|&(p, l, c)| ((p, l), c)).collect();
     for r in client

@@ -71,7 +71,7 @@ async fn naive_sell(
     start.wait().await;
     let after = decided?;
     tokio::time::sleep(NAIVE_THINK).await;
-    let client = checkout(pool, "naive_sell").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     client
         .execute(
             "INSERT INTO sales (sale_id) VALUES ($1)",
@@ -99,7 +99,7 @@ async fn naive_read(
     pool: &deadpool_postgres::Pool,
     request: &SaleRequest,
 ) -> Result<Vec<(ProductId, Quantity, i32)>, Error> {
-    let client = checkout(pool, "naive_sell").await?;
+    let client = checkout(pool, saldo::Operation::Lab).await?;
     let mut after = Vec::new();
     for (product, quantity) in request.items.iter() {
         let row = client

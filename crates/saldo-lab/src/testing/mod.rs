@@ -166,7 +166,7 @@ impl TestDb {
 pub async fn ledger_divergences(store: &Store) -> Vec<String> {
     use saldo::audit::citus;
     let text = |d: &dyn std::fmt::Debug| format!("{d:?}");
-    match store.layout {
+    match store.layout() {
         db::Layout::Single => saldo::audit::audit_ledger(&store.pool)
             .await
             .expect("ledger audit")

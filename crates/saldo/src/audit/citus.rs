@@ -29,7 +29,8 @@ use serde::Serialize;
 
 use super::{Divergence, LedgerDivergence, ProductState, MAX_DIVERGENCES};
 use crate::error::Error;
-use crate::retry::checkout;
+use crate::operation::Operation;
+use crate::store::retry::checkout;
 
 /// Products or accounts listed per page (each is then checked on its own shard).
 const PAGE: i64 = 500;
@@ -293,7 +294,7 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
 /// one routed query: exact per product, which is all a repair needs, since it re-reads each
 /// product under its row lock before writing (`stock::repair`).
 pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
-    let client = checkout(pool, "audit_stock").await?;
+    let client = checkout(pool, Operation::AuditStock).await?;
     let statement = client.prepare(PRODUCT_STATE_ROUTED.as_str()).await?;
     let mut out = Vec::new();
     let mut after = 0_i64;
@@ -318,7 +319,7 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
 
 /// Every account checked on its own shard, one routed query each.
 pub async fn audit_accounts(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
-    let client = checkout(pool, "audit_ledger").await?;
+    let client = checkout(pool, Operation::AuditLedger).await?;
     let statement = client.prepare(ACCOUNT_STATE).await?;
     let mut out = Vec::new();
     let mut after = -1_i64;
@@ -357,7 +358,7 @@ async fn page(
 /// includes transfers whose 2PC was half-way through its commit. Not a verdict (the
 /// [`audit_transfers`] recheck is); public so that tests can show what it alone would report.
 pub async fn suspect_transfers(pool: &Pool) -> Result<Vec<String>, Error> {
-    let client = checkout(pool, "audit_ledger").await?;
+    let client = checkout(pool, Operation::AuditLedger).await?;
     let rows = client.query(SUSPECTS, &[&MAX_SUSPECTS]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
@@ -371,7 +372,7 @@ pub async fn audit_transfers(
     options: CitusAuditOptions,
 ) -> Result<(Vec<TransferDivergence>, Vec<String>), Error> {
     let deadline = Instant::now() + options.recheck_for.min(MAX_RECHECK);
-    let client = checkout(pool, "audit_ledger").await?;
+    let client = checkout(pool, Operation::AuditLedger).await?;
     let ids: Vec<String> = client
         .query(SUSPECTS, &[&MAX_SUSPECTS])
         .await?

@@ -10,8 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schedule::{Batchable, Claim, Shared};
 use super::Ticket;
-use crate::deadline;
 use crate::error::Error;
+use crate::operation::Operation;
+use crate::store::deadline;
 
 /// How long a caller whose job started before its deadline keeps waiting for the answer: the
 /// batch runs under that deadline, so only a COMMIT in flight (or a bug) can take longer.
@@ -208,7 +209,7 @@ impl<J: Batchable> Lanes<J> {
     pub async fn answer<T>(
         &self,
         partition: usize,
-        operation: &'static str,
+        operation: Operation,
         ticket: &Ticket,
         answer: oneshot::Receiver<Result<T, Error>>,
     ) -> Result<T, Error> {
@@ -227,7 +228,7 @@ impl<J: Batchable> Lanes<J> {
             () = tokio::time::sleep_until(deadline) => {}
         }
         if ticket.withdraw() {
-            metrics::counter!(crate::telemetry::DEADLINE_EXCEEDED, "operation" => operation)
+            metrics::counter!(crate::telemetry::DEADLINE_EXCEEDED, "operation" => operation.as_str())
                 .increment(1);
             return Err(Error::DeadlineExceeded { operation });
         }

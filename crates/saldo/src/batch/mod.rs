@@ -14,6 +14,7 @@
 //!
 //! What a batch does (grant reservations, move money) stays with each engine.
 
+pub mod config;
 pub(crate) mod lane;
 pub(crate) mod schedule;
 

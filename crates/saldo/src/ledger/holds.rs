@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::ledger::apply::{self, AccountRow, Locked, NewTransfer, Settle, Settled, TransferState};
 use crate::ledger::journal;
 use crate::ledger::types::{account_from_db, Group, Transfer};
-use crate::schema::Layout;
+use crate::store::schema::Layout;
 
 const LOCK: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance \
      FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE";

@@ -17,7 +17,7 @@ use crate::ledger::apply::NewTransfer;
 use crate::ledger::types::{
     account_from_db, checked_balance, Account, Movement, Transfer, TransferKind,
 };
-use crate::schema::Layout;
+use crate::store::schema::Layout;
 
 /// Every column a [`Transfer`] is read from, in every statement that returns one.
 macro_rules! transfer_columns {

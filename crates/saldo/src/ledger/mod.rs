@@ -59,15 +59,16 @@ pub use types::{
     TransferRequest, TransferStrategy,
 };
 
+use crate::batch::config::BatchedConfig;
 use crate::domain::{
     AccountId, Amount, BalanceLimits, GroupId, InputError as In, TransferId, TransferTimeout,
     MAX_AMOUNT, MAX_GROUP_TRANSFERS,
 };
 use crate::error::{Error, InputError};
-use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
-use crate::schema::Layout;
-use crate::stock::batched::BatchedConfig;
-use crate::stock::Store;
+use crate::operation::Operation;
+use crate::store::handle::Store;
+use crate::store::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::store::schema::Layout;
 use batched::BatchedLedger;
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
@@ -172,8 +173,8 @@ impl Ledger {
             .into());
         }
         let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
-        let layout = self.store.layout;
-        let result = in_transaction(&self.store.pool, &self.store.tx, "open_account", |client| {
+        let layout = self.store.layout();
+        let result = in_transaction(&self.store.pool, &self.store.tx, Operation::OpenAccount, |client| {
             let opening_id = &opening_id;
             crate::tx_body!(client => journal::open(client, layout, id, opening_balance, limits, opening_id))
         })
@@ -234,7 +235,7 @@ impl Ledger {
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
         let movement = request.movement();
-        let result = apply_one(&self.store, strategy, "transfer", movement).await;
+        let result = apply_one(&self.store, strategy, Operation::Transfer, movement).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }
@@ -260,18 +261,18 @@ impl Ledger {
     /// released. [`Error::TransferNotPending`] if it was voided, expired or posted otherwise;
     /// the same post again answers the same transfer with `replayed`.
     pub async fn post(&self, id: &TransferId, amount: Option<Amount>) -> Result<Transfer, Error> {
-        self.settle("post", id, Settle::Post(amount)).await
+        self.settle(Operation::Post, id, Settle::Post(amount)).await
     }
 
     /// Voids a hold: its amount is released. Idempotent like [`Ledger::post`].
     pub async fn void(&self, id: &TransferId) -> Result<Transfer, Error> {
-        self.settle("void", id, Settle::Void).await
+        self.settle(Operation::Void, id, Settle::Void).await
     }
 
     /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none.
     pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
         let client = self.client().await?;
-        let mut t = journal::find(&client, self.store.layout, id)
+        let mut t = journal::find(&client, self.store.layout(), id)
             .await?
             .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
         t.replayed = false;
@@ -319,13 +320,13 @@ impl Ledger {
         }
         let group: &GroupId = &request.id;
         let ts = &ts;
-        let layout = self.store.layout;
+        let layout = self.store.layout();
         let mut run = 1;
         loop {
             let result = in_idempotent_transaction(
                 &self.store.pool,
                 &self.store.tx,
-                "transfer_group",
+                Operation::TransferGroup,
                 GROUPS_KEY,
                 |client| crate::tx_body!(client => holds::place_group(client, layout, group, ts)),
             )
@@ -334,7 +335,7 @@ impl Ledger {
                 // A lone transfer took one of the ids meanwhile: the rerun names it.
                 Err(e)
                     if e.is_unique_violation_of(transfers_key(layout))
-                        && run < crate::retry::REPLAY_RACE_ATTEMPTS =>
+                        && run < crate::store::retry::REPLAY_RACE_ATTEMPTS =>
                 {
                     run += 1;
                 }
@@ -352,17 +353,17 @@ impl Ledger {
     pub async fn expire_due_with_batch(&self, batch: i64) -> Result<u64, Error> {
         let batch = batch.clamp(1, EXPIRE_BATCH);
         // No retry: the next round picks up whatever this one did not finish.
-        let options = crate::retry::TxOptions {
-            retry: crate::retry::RetryPolicy::none(),
+        let options = crate::store::retry::TxOptions {
+            retry: crate::store::retry::RetryPolicy::none(),
             ..self.store.tx.clone()
         };
         let mut total = 0u64;
-        let layout = self.store.layout;
+        let layout = self.store.layout();
         for _ in 0..MAX_EXPIRE_BATCHES_PER_ROUND {
             let result = in_transaction(
                 &self.store.pool,
                 &options,
-                "expire_holds",
+                Operation::ExpireHolds,
                 |client| crate::tx_body!(client => holds::expire_batch(client, layout, batch)),
             )
             .await;
@@ -394,17 +395,17 @@ impl Ledger {
     pub async fn transfers_of(&self, id: AccountId, limit: i64) -> Result<Vec<Transfer>, Error> {
         let client = self.client().await?;
         journal::account(&client, id).await?;
-        journal::list(&client, self.store.layout, id, limit.clamp(1, MAX_LIST)).await
+        journal::list(&client, self.store.layout(), id, limit.clamp(1, MAX_LIST)).await
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
-        checkout(&self.store.pool, "ledger_read").await
+        checkout(&self.store.pool, Operation::LedgerRead).await
     }
 
     /// Post or void with the served strategy: one transaction, or through the engine.
     async fn settle(
         &self,
-        operation: &'static str,
+        operation: Operation,
         id: &TransferId,
         how: Settle,
     ) -> Result<Transfer, Error> {
@@ -412,7 +413,7 @@ impl Ledger {
             TransferStrategy::Ordered => settle_alone(&self.store, operation, id, how).await,
             TransferStrategy::Batched => self.engine.settle(id, how).await,
         };
-        observe(operation, &result.as_ref().map(|t| t.replayed));
+        observe(operation.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }
 
@@ -442,13 +443,13 @@ impl Ledger {
 }
 
 /// The name an operation on a new transfer runs under (metrics, "not applied" answers).
-pub(crate) fn operation(t: &NewTransfer<'_>) -> &'static str {
+pub(crate) fn operation(t: &NewTransfer<'_>) -> Operation {
     match (t.pending, t.movement.kind) {
-        (Some(_), _) => "hold",
-        (None, TransferKind::Deposit) => "deposit",
-        (None, TransferKind::Withdrawal) => "withdraw",
-        (None, TransferKind::Opening) => "open_account",
-        (None, TransferKind::Transfer) => "transfer",
+        (Some(_), _) => Operation::Hold,
+        (None, TransferKind::Deposit) => Operation::Deposit,
+        (None, TransferKind::Withdrawal) => Operation::Withdraw,
+        (None, TransferKind::Opening) => Operation::OpenAccount,
+        (None, TransferKind::Transfer) => Operation::Transfer,
     }
 }
 
@@ -457,10 +458,10 @@ pub(crate) fn operation(t: &NewTransfer<'_>) -> &'static str {
 /// Validated by the caller.
 pub(crate) async fn place_alone(
     store: &Store,
-    operation: &'static str,
+    operation: Operation,
     t: NewTransfer<'_>,
 ) -> Result<Transfer, Error> {
-    let layout = store.layout;
+    let layout = store.layout();
     in_idempotent_transaction(
         &store.pool,
         &store.tx,
@@ -474,11 +475,11 @@ pub(crate) async fn place_alone(
 /// One post or void as its own transaction.
 pub(crate) async fn settle_alone(
     store: &Store,
-    operation: &'static str,
+    operation: Operation,
     id: &TransferId,
     how: Settle,
 ) -> Result<Transfer, Error> {
-    let layout = store.layout;
+    let layout = store.layout();
     in_transaction(
         &store.pool,
         &store.tx,
@@ -492,11 +493,11 @@ pub(crate) async fn settle_alone(
 async fn apply_one(
     store: &Store,
     strategy: &dyn MoveFunds,
-    operation: &'static str,
+    operation: Operation,
     movement: Movement<'_>,
 ) -> Result<Transfer, Error> {
     validate(&movement)?;
-    let layout = store.layout;
+    let layout = store.layout();
     in_idempotent_transaction(
         &store.pool,
         &store.tx,

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::ledger::apply::{self, NewTransfer};
 use crate::ledger::holds;
 use crate::ledger::types::Movement;
-use crate::schema::Layout;
+use crate::store::schema::Layout;
 
 pub(super) async fn move_funds(
     client: &Client,

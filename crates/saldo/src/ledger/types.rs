@@ -52,7 +52,7 @@ pub trait MoveFunds: Send + Sync {
     async fn move_funds(
         &self,
         client: &deadpool_postgres::Client,
-        layout: crate::schema::Layout,
+        layout: crate::store::schema::Layout,
         m: &Movement<'_>,
     ) -> Result<(), Error>;
 }

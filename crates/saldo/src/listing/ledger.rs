@@ -6,7 +6,8 @@ use crate::domain::AccountId;
 use crate::error::Error;
 use crate::ledger::journal::account_from_row;
 use crate::ledger::Account;
-use crate::stock::Store;
+use crate::operation::Operation;
+use crate::store::handle::Store;
 
 /// `$1` is 0 on the first page, so the system account never shows.
 const ACCOUNTS: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance \
@@ -21,7 +22,7 @@ pub async fn accounts(
     let read_rows = limit.get() as usize + 1;
     let accounts = read(
         store,
-        "list_accounts",
+        Operation::ListAccounts,
         ACCOUNTS,
         Cursor::numeric_key(cursor),
         read_rows,

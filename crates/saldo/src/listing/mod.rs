@@ -18,8 +18,9 @@ use tokio_postgres::Row;
 
 use crate::domain::{valid_token, InputError};
 use crate::error::Error;
-use crate::retry::checkout;
-use crate::stock::Store;
+use crate::operation::Operation;
+use crate::store::handle::Store;
+use crate::store::retry::checkout;
 
 /// Rows per page when the client names no limit.
 pub const DEFAULT_PAGE_LIMIT: u32 = 100;
@@ -178,7 +179,7 @@ pub struct Page<T> {
 /// rows; a row the schema should never hold is an invariant error, not a panic.
 async fn read<K, T>(
     store: &Store,
-    operation: &'static str,
+    operation: Operation,
     sql: &str,
     after: K,
     rows: usize,

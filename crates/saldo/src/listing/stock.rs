@@ -8,7 +8,9 @@ use chrono::{DateTime, Utc};
 use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
 use crate::domain::{OrderId, ProductId};
 use crate::error::Error;
-use crate::stock::{Status, Stock, Store};
+use crate::operation::Operation;
+use crate::stock::{Status, Stock};
+use crate::store::handle::Store;
 
 const PRODUCTS: &str = "SELECT product_id, available, reserved, version, backorder_limit, \
                         backordered FROM stock \
@@ -52,7 +54,7 @@ pub async fn products(
     let read_rows = limit.get() as usize + 1;
     let stock = read(
         store,
-        "list_products",
+        Operation::ListProducts,
         PRODUCTS,
         Cursor::numeric_key(cursor),
         read_rows,
@@ -89,7 +91,7 @@ pub async fn orders(
     };
     let orders = read(
         store,
-        "list_orders",
+        Operation::ListOrders,
         ORDERS,
         Cursor::text_key(cursor),
         read_rows,

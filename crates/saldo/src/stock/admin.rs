@@ -6,10 +6,12 @@
 
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
-use crate::retry::{checkout, in_transaction};
+use crate::operation::Operation;
 use crate::stock::backorders;
 use crate::stock::sql::STOCK_ROW;
-use crate::stock::types::{Stock, Store};
+use crate::stock::types::Stock;
+use crate::store::handle::Store;
+use crate::store::retry::{checkout, in_transaction};
 
 const LOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, backordered, \
      located FROM stock WHERE product_id = $1 FOR UPDATE";
@@ -71,7 +73,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
         return Err(InputError::CountOutOfRange(count).into());
     }
     let count = i32::try_from(count).map_err(|_| InputError::CountOutOfRange(count))?;
-    in_transaction(&store.pool, &store.tx, "set_count", move |client| {
+    in_transaction(&store.pool, &store.tx, Operation::SetCount, move |client| {
         crate::tx_body!(client => async {
             client
                 .execute(
@@ -118,7 +120,7 @@ pub async fn adjust(
         return Err(InputError::DeltaOutOfRange(delta).into());
     }
     let delta = i32::try_from(delta).map_err(|_| InputError::DeltaOutOfRange(delta))?;
-    in_transaction(&store.pool, &store.tx, "adjust", move |client| {
+    in_transaction(&store.pool, &store.tx, Operation::Adjust, move |client| {
         crate::tx_body!(client => async {
             if delta > 0 {
                 backorders::prelock(client, product_id).await?;
@@ -164,7 +166,7 @@ pub async fn adjust(
 
 /// Reads a product's stock.
 pub async fn get(store: &Store, product_id: ProductId) -> Result<Stock, Error> {
-    let client = checkout(&store.pool, "stock").await?;
+    let client = checkout(&store.pool, Operation::StockRead).await?;
     let row = client
         .query_opt(STOCK_ROW, &[&product_id.get()])
         .await?

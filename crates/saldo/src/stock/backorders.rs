@@ -34,10 +34,12 @@ use deadpool_postgres::Client;
 
 use crate::domain::{InputError, ProductId, Quantity, MAX_BACKORDER_LIMIT};
 use crate::error::Error;
-use crate::retry::in_transaction;
+use crate::operation::Operation;
 use crate::stock::admin::stock_of;
 use crate::stock::lifecycle::Row;
-use crate::stock::types::{Status, Stock, Store};
+use crate::stock::types::{Status, Stock};
+use crate::store::handle::Store;
+use crate::store::retry::in_transaction;
 
 /// Rounds of [`fill_backorders`] at most: each locks the oldest backorders that the remaining
 /// units cover; a later round only runs when a row left between the read and its lock.
@@ -110,28 +112,33 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
     if store.is_citus() {
         return Err(Error::UnsupportedOnCitus("backorders"));
     }
-    in_transaction(&store.pool, &store.tx, "set_policy", move |client| {
-        crate::tx_body!(client => async {
-            let row = client
-                .query_opt(LOCK_POLICY, &[&product_id.get()])
-                .await?
-                .ok_or(Error::UnknownProduct(product_id))?;
-            let backordered: i32 = row.try_get("backordered")?;
-            // Not on a product stocked per location (see `Error::BackordersAndLocations`).
-            if limit > 0 && row.try_get::<_, bool>("located")? {
-                return Err(Error::BackordersAndLocations(product_id));
-            }
-            if limit < backordered {
-                return Err(Error::BackorderLimitBelowBackordered {
-                    product_id,
-                    limit,
-                    backordered,
-                });
-            }
-            let row = client.query_one(SET_POLICY, &[&product_id.get(), &limit]).await?;
-            stock_of(product_id, &row)
-        })
-    })
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        Operation::SetPolicy,
+        move |client| {
+            crate::tx_body!(client => async {
+                let row = client
+                    .query_opt(LOCK_POLICY, &[&product_id.get()])
+                    .await?
+                    .ok_or(Error::UnknownProduct(product_id))?;
+                let backordered: i32 = row.try_get("backordered")?;
+                // Not on a product stocked per location (see `Error::BackordersAndLocations`).
+                if limit > 0 && row.try_get::<_, bool>("located")? {
+                    return Err(Error::BackordersAndLocations(product_id));
+                }
+                if limit < backordered {
+                    return Err(Error::BackorderLimitBelowBackordered {
+                        product_id,
+                        limit,
+                        backordered,
+                    });
+                }
+                let row = client.query_one(SET_POLICY, &[&product_id.get(), &limit]).await?;
+                stock_of(product_id, &row)
+            })
+        },
+    )
     .await
 }
 

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use super::lifecycle::{self, UnitTaker};
 use super::types::{
     telemetry_outcome, ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation,
-    ReserveRequest, ReservedItem, StockStrategy, Store, StrategyName,
+    ReserveRequest, ReservedItem, StockStrategy, StrategyName,
 };
 use super::{atomic, batched, optimistic, pessimistic, trace};
 use crate::domain::OrderId;
 use crate::error::Error;
+use crate::store::handle::Store;
 
 /// Knobs a strategy may read when it is built. Each has a bounded default.
 #[derive(Debug, Clone, Default)]

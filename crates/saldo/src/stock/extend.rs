@@ -17,10 +17,12 @@ use uuid::Uuid;
 
 use crate::domain::{MaxHold, OrderId, ProductId, Ttl};
 use crate::error::Error;
-use crate::retry::in_transaction;
+use crate::operation::Operation;
 use crate::stock::layout;
 use crate::stock::lifecycle::Row;
-use crate::stock::types::{ReservedItem, Status, Store};
+use crate::stock::types::{ReservedItem, Status};
+use crate::store::handle::Store;
+use crate::store::retry::in_transaction;
 
 /// The transaction's clock: every comparison and the new expiry use the same `now()`.
 const NOW: &str = "SELECT now() AS now";
@@ -98,8 +100,8 @@ pub async fn extend(
     ttl: Ttl,
     max_hold: MaxHold,
 ) -> Result<ExtendOutcome, Error> {
-    let layout = store.layout;
-    let result = in_transaction(&store.pool, &store.tx, "extend", move |client| {
+    let layout = store.layout();
+    let result = in_transaction(&store.pool, &store.tx, Operation::Extend, move |client| {
         crate::tx_body!(client => async {
             let rows = layout::lock_order_rows(client, layout, order_id).await?;
             let now: DateTime<Utc> = client.query_one(NOW, &[]).await?.try_get("now")?;

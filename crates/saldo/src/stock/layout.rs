@@ -14,7 +14,6 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 use crate::error::Error;
-use crate::schema::Layout;
 use crate::stock::lifecycle::{parse_rows, Row};
 use crate::stock::sql::{
     route_orders_values, APPLY_DELTAS, APPLY_ONE_DELTA, CLOCK, DUE_PRODUCTS, DUE_ROWS,
@@ -22,6 +21,7 @@ use crate::stock::sql::{
     ORDER_ROWS, ORDER_ROWS_FOR_UPDATE, ORDER_ROWS_ROUTED, PROBE_LOCKS, PROBE_ONE_LOCK,
     PRODUCT_DUE_ROWS, PRODUCT_ORDERS_ROWS_FOR_UPDATE, SETTLE, SETTLE_AT,
 };
+use crate::store::schema::Layout;
 
 /// The products of an order's router row (none: the order has no rows).
 async fn routed_products(client: &Client, order_id: &str) -> Result<Vec<i64>, Error> {

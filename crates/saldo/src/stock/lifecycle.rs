@@ -12,8 +12,7 @@ use uuid::Uuid;
 
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
 use crate::error::Error;
-use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
-use crate::schema::Layout;
+use crate::operation::Operation;
 use crate::stock::backorders;
 use crate::stock::layout;
 use crate::stock::locations;
@@ -23,8 +22,11 @@ use crate::stock::sql::{
 };
 use crate::stock::types::{
     ConfirmOutcome, PendingItem, Placement, ReleaseOutcome, RereserveRequest, Reservation,
-    ReserveRequest, ReservedItem, Status, Store,
+    ReserveRequest, ReservedItem, Status,
 };
+use crate::store::handle::Store;
+use crate::store::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::store::schema::Layout;
 use crate::telemetry;
 
 /// How a strategy takes units from `available` into `reserved` inside the reserve transaction.
@@ -313,11 +315,11 @@ async fn reserve_with(
     taking: Taking<'_>,
     intent: Intent<'_>,
 ) -> Result<Reservation, Error> {
-    let layout = store.layout;
+    let layout = store.layout();
     let result = in_idempotent_transaction(
         &store.pool,
         &store.tx,
-        "reserve",
+        Operation::Reserve,
         LIVE_INDEX,
         move |client| crate::tx_body!(client => reserve_tx(client, layout, taking, intent)),
     )
@@ -648,8 +650,8 @@ async fn lock_order(
 }
 
 pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-    let layout = store.layout;
-    let outcome = in_transaction(&store.pool, &store.tx, "confirm", move |client| {
+    let layout = store.layout();
+    let outcome = in_transaction(&store.pool, &store.tx, Operation::Confirm, move |client| {
         crate::tx_body!(client => async {
             let mut rows = lock_order(client, layout, order_id).await?;
             let active: Vec<&Row> = rows
@@ -718,41 +720,42 @@ pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
 }
 
 pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
-    let layout = store.layout;
-    let (outcome, newly) = in_transaction(&store.pool, &store.tx, "release", move |client| {
-        crate::tx_body!(client => async {
-            let rows = lock_order(client, layout, order_id).await?;
-            let active: Vec<&Row> = rows
-                .iter()
-                .filter(|r| r.item.status == Status::Active)
-                .collect();
-            settle(client, layout, &active, Status::Released).await?;
-            let newly = active.len() as u64;
-            let released = rows
-                .iter()
-                .filter(|r| matches!(r.item.status, Status::Active | Status::Released))
-                .map(|r| ReservedItem {
-                    status: Status::Released,
-                    ..r.item.clone()
-                })
-                .collect();
-            Ok((
-                ReleaseOutcome {
-                    order_id: order_id.clone(),
-                    released,
-                },
-                newly,
-            ))
+    let layout = store.layout();
+    let (outcome, newly) =
+        in_transaction(&store.pool, &store.tx, Operation::Release, move |client| {
+            crate::tx_body!(client => async {
+                let rows = lock_order(client, layout, order_id).await?;
+                let active: Vec<&Row> = rows
+                    .iter()
+                    .filter(|r| r.item.status == Status::Active)
+                    .collect();
+                settle(client, layout, &active, Status::Released).await?;
+                let newly = active.len() as u64;
+                let released = rows
+                    .iter()
+                    .filter(|r| matches!(r.item.status, Status::Active | Status::Released))
+                    .map(|r| ReservedItem {
+                        status: Status::Released,
+                        ..r.item.clone()
+                    })
+                    .collect();
+                Ok((
+                    ReleaseOutcome {
+                        order_id: order_id.clone(),
+                        released,
+                    },
+                    newly,
+                ))
+            })
         })
-    })
-    .await?;
+        .await?;
     telemetry::settled("released", newly);
     Ok(outcome)
 }
 
 pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
-    let client = checkout(&store.pool, "order").await?;
-    let mut rows = layout::order_rows(&client, store.layout, order_id).await?;
+    let client = checkout(&store.pool, Operation::Order).await?;
+    let mut rows = layout::order_rows(&client, store.layout(), order_id).await?;
     if rows.is_empty() {
         return Err(Error::UnknownOrder(order_id.clone()));
     }

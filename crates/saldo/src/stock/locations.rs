@@ -22,17 +22,17 @@ use crate::domain::{
     LocationId, Priority, ProductId, Quantity, MAX_LOCATIONS_PER_PRODUCT, MAX_STOCK_COUNT,
 };
 use crate::error::{Error, InputError};
-use crate::retry::{checkout, in_idempotent_transaction, in_transaction};
-use crate::schema::Layout;
+use crate::operation::Operation;
 use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::lifecycle::{
     current_items, insert_rows, parse_rows, plan, replay_of_concurrent_copy, Intent, NewRows, Plan,
     Row, LIVE_INDEX,
 };
 use crate::stock::sql::{APPLY_DELTAS, ORDER_ROWS};
-use crate::stock::types::{
-    LocationQuantity, Placement, Reservation, Status, Stock, StockLocation, Store,
-};
+use crate::stock::types::{LocationQuantity, Placement, Reservation, Status, Stock, StockLocation};
+use crate::store::handle::Store;
+use crate::store::retry::{checkout, in_idempotent_transaction, in_transaction};
+use crate::store::schema::Layout;
 
 /// The location that holds a product's stock from before its first location count.
 pub const DEFAULT_LOCATION: &str = "default";
@@ -132,7 +132,7 @@ pub(crate) async fn reserve(
     in_idempotent_transaction(
         &store.pool,
         &store.tx,
-        "reserve",
+        Operation::Reserve,
         LIVE_INDEX,
         move |client| crate::tx_body!(client => reserve_tx(client, intent, placement)),
     )
@@ -492,7 +492,7 @@ pub async fn set_count(
     if store.is_citus() {
         return Err(Error::UnsupportedOnCitus("stock per location"));
     }
-    in_transaction(&store.pool, &store.tx, "set_location_count", move |client| {
+    in_transaction(&store.pool, &store.tx, Operation::SetLocationCount, move |client| {
         crate::tx_body!(client => set_count_tx(client, product_id, location_id, count))
     })
     .await
@@ -609,7 +609,7 @@ pub async fn set_priority(
     in_transaction(
         &store.pool,
         &store.tx,
-        "set_location_priority",
+        Operation::SetLocationPriority,
         move |client| {
             crate::tx_body!(client => async {
                 let row = client
@@ -627,7 +627,7 @@ pub async fn set_priority(
 
 /// A product's totals and its locations, read in one statement (one snapshot).
 pub async fn get(store: &Store, product_id: ProductId) -> Result<LocatedStock, Error> {
-    let client = checkout(&store.pool, "stock").await?;
+    let client = checkout(&store.pool, Operation::StockRead).await?;
     read_located(&client, product_id).await
 }
 

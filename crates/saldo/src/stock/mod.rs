@@ -33,12 +33,14 @@ pub mod sweeper;
 pub mod trace;
 pub mod types;
 
+// The store under its old path, for embedders (`saldo::stock::Store`).
+pub use crate::store::handle::Store;
 pub use engine::{build, StockEngine, StrategyConfig};
 pub use extend::ExtendOutcome;
 pub use lifecycle::UnitTaker;
 pub use sales::{Sale, SaleRequest, SoldItem};
 pub use types::{
     ConfirmOutcome, LocationQuantity, PendingItem, Placement, ReleaseOutcome, RereserveRequest,
-    Reservation, ReserveRequest, ReservedItem, Status, Stock, StockLocation, StockStrategy, Store,
+    Reservation, ReserveRequest, ReservedItem, Status, Stock, StockLocation, StockStrategy,
     StrategyName,
 };

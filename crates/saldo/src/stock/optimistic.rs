@@ -7,7 +7,7 @@
 //! Isolation: under READ COMMITTED (the default) every statement of the reserve transaction
 //! takes a fresh snapshot, so the re-read inside the same transaction sees the new version.
 //! Under SERIALIZABLE the UPDATE of a row changed after the snapshot fails with 40001 instead of
-//! matching zero rows, and the whole-transaction retry ([`crate::retry`]) reruns it from BEGIN.
+//! matching zero rows, and the whole-transaction retry ([`crate::store::retry`]) reruns it from BEGIN.
 //!
 //! The backoff sleeps inside the transaction, holding only the rows of this order's earlier
 //! (lower id) items — never the contested row — and is bounded by attempts × `max_backoff_ms`.
@@ -17,10 +17,10 @@ use deadpool_postgres::Client;
 
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
-use crate::retry::RetryPolicy;
 use crate::stock::lifecycle::UnitTaker;
 use crate::stock::sql::STOCK_ROW;
 use crate::stock::trace::{Session, TraceSink, TraceStep};
+use crate::store::retry::RetryPolicy;
 
 /// Most attempts per item, whatever the configuration says.
 pub const MAX_OPTIMISTIC_ATTEMPTS: u32 = 50;

@@ -2,7 +2,7 @@
 //! carrying the sufficiency condition so that a row without enough stock is not even locked;
 //! check again in the application under the lock; then UPDATE. The row stays locked from the
 //! read to the commit, so nobody can change the balance in between. The transaction is short
-//! (nothing external inside) and bounded by `lock_timeout` (see [`crate::retry::TxOptions`]).
+//! (nothing external inside) and bounded by `lock_timeout` (see [`crate::store::retry::TxOptions`]).
 //!
 //! Under READ COMMITTED a session waiting for the lock re-evaluates the condition on the
 //! committed row, exactly like the atomic UPDATE; under SERIALIZABLE it gets 40001 instead and

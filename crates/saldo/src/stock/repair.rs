@@ -26,8 +26,9 @@ use serde::Serialize;
 use crate::audit::{self, Divergence, ProductState};
 use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
 use crate::error::Error;
-use crate::retry::in_transaction;
-use crate::stock::types::Store;
+use crate::operation::Operation;
+use crate::store::handle::Store;
+use crate::store::retry::in_transaction;
 
 const LOCK_ROW: &str = "SELECT version, located FROM stock WHERE product_id = $1 FOR UPDATE";
 const SET_ROW: &str = crate::stock_update!(
@@ -108,7 +109,7 @@ fn target(state: &ProductState) -> (Counts, RepairAction) {
 /// What a repair would change, per divergent product (read-only: the audit's snapshot on one
 /// node, each product's own shard on Citus).
 pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
-    Ok(audit::divergent_products_of(&store.pool, store.layout)
+    Ok(audit::divergent_products_of(&store.pool, store.layout())
         .await?
         .iter()
         .map(|state| {
@@ -159,8 +160,8 @@ fn reason(p: &ProductRepair) -> Result<Reason, Error> {
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
     let planned = planned.clone();
     // The product's state, read on its shard group on Citus (one routed statement).
-    let state_sql = audit::product_state_sql_of(store.layout);
-    in_transaction(&store.pool, &store.tx, "repair", move |client| {
+    let state_sql = audit::product_state_sql_of(store.layout());
+    in_transaction(&store.pool, &store.tx, Operation::Repair, move |client| {
         let planned = planned.clone();
         crate::tx_body!(client => async move {
             let id = planned.product_id.get();
@@ -231,7 +232,7 @@ pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error
     } else {
         planned
     };
-    let remaining = audit::audit_stock_of(&store.pool, store.layout).await?;
+    let remaining = audit::audit_stock_of(&store.pool, store.layout()).await?;
     Ok(RepairReport {
         applied: apply_it,
         products,

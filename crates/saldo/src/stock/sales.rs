@@ -18,10 +18,12 @@ use serde::Serialize;
 
 use crate::domain::{OrderItems, ProductId, SaleId};
 use crate::error::Error;
-use crate::retry::in_idempotent_transaction;
+use crate::operation::Operation;
 use crate::stock::lifecycle::refusal;
 use crate::stock::locations::{self, Destination};
-use crate::stock::types::{Placement, Store};
+use crate::stock::types::Placement;
+use crate::store::handle::Store;
+use crate::store::retry::in_idempotent_transaction;
 
 /// The sales table's primary key: a unique violation on it is a concurrent copy that won.
 const SALE_KEY: &str = "sales_pkey";
@@ -121,56 +123,62 @@ pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
 /// or not, under its lock order) and record where the units came from.
 async fn sell_tx(store: &Store, request: &SaleRequest, located: bool) -> Result<Sale, Error> {
     let citus = store.is_citus();
-    in_idempotent_transaction(&store.pool, &store.tx, "sell", SALE_KEY, move |client| {
-        crate::tx_body!(client => async {
-            if citus {
-                // `sale_items` refers to `sales`, a reference table: Citus writes it only in a
-                // transaction that reached the shards over one connection per node, which the
-                // multi-shard read of the sale's items below would not do in parallel mode.
-                client.batch_execute(CITUS_SEQUENTIAL).await?;
-            }
-            let sale_id = &request.sale_id;
-            let stmt = client.prepare_cached(SALE_ITEMS).await?;
-            let existing = client.query(&stmt, &[&sale_id.as_str()]).await?;
-            if !existing.is_empty() {
-                let sale = sale_of(sale_id, &existing, true)?;
-                return if same_items(&sale, &request.items) {
-                    Ok(sale)
-                } else {
-                    Err(Error::SaleConflict(sale_id.clone()))
-                };
-            }
-            client.execute(INSERT_SALE, &[&sale_id.as_str()]).await?;
-            let taken = if located {
-                let items: Vec<_> = request.items.iter().collect();
-                let placement = Placement::default();
-                locations::take_units(client, &items, &placement, Destination::Sold).await?
-            } else {
-                let stmt = client.prepare_cached(SELL_UNITS).await?;
-                for (product, quantity) in request.items.iter() {
-                    let rows = client
-                        .execute(&stmt, &[&product.get(), &quantity.get()])
-                        .await?;
-                    if rows == 0 {
-                        return Err(refusal(client, product, quantity).await);
-                    }
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        Operation::Sell,
+        SALE_KEY,
+        move |client| {
+            crate::tx_body!(client => async {
+                if citus {
+                    // `sale_items` refers to `sales`, a reference table: Citus writes it only in a
+                    // transaction that reached the shards over one connection per node, which the
+                    // multi-shard read of the sale's items below would not do in parallel mode.
+                    client.batch_execute(CITUS_SEQUENTIAL).await?;
                 }
-                locations::Taken::new()
-            };
-            let (products, quantities): (Vec<i64>, Vec<i32>) = request
-                .items
-                .iter()
-                .map(|(p, q)| (p.get(), q.get()))
-                .unzip();
-            let stmt = client.prepare_cached(INSERT_ITEMS).await?;
-            let rows = client
-                .query(&stmt, &[&sale_id.as_str(), &products, &quantities])
-                .await?;
-            if !taken.is_empty() {
-                locations::record_sale(client, sale_id.as_str(), &taken).await?;
-            }
-            sale_of(sale_id, &rows, false)
-        })
-    })
+                let sale_id = &request.sale_id;
+                let stmt = client.prepare_cached(SALE_ITEMS).await?;
+                let existing = client.query(&stmt, &[&sale_id.as_str()]).await?;
+                if !existing.is_empty() {
+                    let sale = sale_of(sale_id, &existing, true)?;
+                    return if same_items(&sale, &request.items) {
+                        Ok(sale)
+                    } else {
+                        Err(Error::SaleConflict(sale_id.clone()))
+                    };
+                }
+                client.execute(INSERT_SALE, &[&sale_id.as_str()]).await?;
+                let taken = if located {
+                    let items: Vec<_> = request.items.iter().collect();
+                    let placement = Placement::default();
+                    locations::take_units(client, &items, &placement, Destination::Sold).await?
+                } else {
+                    let stmt = client.prepare_cached(SELL_UNITS).await?;
+                    for (product, quantity) in request.items.iter() {
+                        let rows = client
+                            .execute(&stmt, &[&product.get(), &quantity.get()])
+                            .await?;
+                        if rows == 0 {
+                            return Err(refusal(client, product, quantity).await);
+                        }
+                    }
+                    locations::Taken::new()
+                };
+                let (products, quantities): (Vec<i64>, Vec<i32>) = request
+                    .items
+                    .iter()
+                    .map(|(p, q)| (p.get(), q.get()))
+                    .unzip();
+                let stmt = client.prepare_cached(INSERT_ITEMS).await?;
+                let rows = client
+                    .query(&stmt, &[&sale_id.as_str(), &products, &quantities])
+                    .await?;
+                if !taken.is_empty() {
+                    locations::record_sale(client, sale_id.as_str(), &taken).await?;
+                }
+                sale_of(sale_id, &rows, false)
+            })
+        },
+    )
     .await
 }

@@ -4,10 +4,12 @@
 //! expiry exactly one winner. A deadlock or serialization failure simply ends the round.
 
 use crate::error::Error;
-use crate::retry::{in_transaction, RetryPolicy, TxOptions};
+use crate::operation::Operation;
 use crate::stock::layout;
 use crate::stock::lifecycle::{self, Row};
-use crate::stock::types::{Status, Store};
+use crate::stock::types::Status;
+use crate::store::handle::Store;
+use crate::store::retry::{in_transaction, RetryPolicy, TxOptions};
 
 /// Rows expired per transaction (seed 000 uses 500).
 pub const SWEEP_BATCH: i64 = 500;
@@ -28,10 +30,10 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
         index_paths_only: true,
         ..store.tx.clone()
     };
-    let layout = store.layout;
+    let layout = store.layout();
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES_PER_ROUND {
-        let result = in_transaction(&store.pool, &options, "sweep", move |client| {
+        let result = in_transaction(&store.pool, &options, Operation::Sweep, move |client| {
             crate::tx_body!(client => async {
                 let rows = layout::lock_due_rows(client, layout, batch).await?;
                 let refs: Vec<&Row> = rows.iter().collect();

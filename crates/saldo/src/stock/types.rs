@@ -6,7 +6,6 @@
 //! that depends on all of them ([`super::engine`]).
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Pool;
 use serde::Serialize;
 
 use std::collections::BTreeMap;
@@ -15,41 +14,7 @@ use crate::domain::{
     AllocationMode, LocationId, MaxHold, OrderId, OrderItems, ProductId, RequestKey, Ttl,
 };
 use crate::error::Error;
-use crate::retry::TxOptions;
-use crate::schema::Layout;
-
-/// The database and the per-transaction settings every operation runs with, and the schema's
-/// layout: on [`Layout::Citus`] the operations take their locks one distribution value at a
-/// time and write the routers (ARCHITECTURE.md, "On Citus").
-#[derive(Clone)]
-pub struct Store {
-    pub pool: Pool,
-    pub tx: TxOptions,
-    pub layout: Layout,
-}
-
-impl Store {
-    /// A store on a single-node database ([`Layout::Single`]).
-    pub fn new(pool: Pool, tx: TxOptions) -> Self {
-        Store {
-            pool,
-            tx,
-            layout: Layout::Single,
-        }
-    }
-
-    /// The same store on a database of `layout` (what [`crate::db::migrate_to_serve`] returned).
-    pub fn with_layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self.tx.citus = layout == Layout::Citus;
-        self
-    }
-
-    /// True on a Citus coordinator.
-    pub fn is_citus(&self) -> bool {
-        self.layout == Layout::Citus
-    }
-}
+use crate::store::handle::Store;
 
 /// A request to reserve every item of an order, or none.
 #[derive(Debug, Clone)]

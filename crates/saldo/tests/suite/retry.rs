@@ -29,7 +29,7 @@ async fn run(
     failing: u32,
 ) -> (Result<u32, Error>, u32) {
     let runs = Arc::new(AtomicU32::new(0));
-    let result = in_transaction(&db.pool, options, "test", |client| {
+    let result = in_transaction(&db.pool, options, saldo::Operation::Lab, |client| {
         let runs = runs.clone();
         saldo::tx_body!(client => async move {
             let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
@@ -95,13 +95,14 @@ async fn other_errors_are_never_retried() {
     }
     // A business refusal from the body: returned as is, after one run.
     let runs = AtomicU32::new(0);
-    let result: Result<(), Error> = in_transaction(&db.pool, &options, "test", |client| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        saldo::tx_body!(client => async {
-            Err(Error::UnknownAccount(AccountId::new(1).expect("id")))
+    let result: Result<(), Error> =
+        in_transaction(&db.pool, &options, saldo::Operation::Lab, |client| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            saldo::tx_body!(client => async {
+                Err(Error::UnknownAccount(AccountId::new(1).expect("id")))
+            })
         })
-    })
-    .await;
+        .await;
     assert!(matches!(result, Err(Error::UnknownAccount(_))));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(stats.retries(), 0);
@@ -136,7 +137,7 @@ async fn attempts_are_bounded_whatever_the_configuration() {
 
 /// The value of the setting `name` inside a transaction run with `options`.
 async fn setting_in_transaction(db: &TestDb, options: &TxOptions, name: &'static str) -> String {
-    in_transaction(&db.pool, options, "test", |client| {
+    in_transaction(&db.pool, options, saldo::Operation::Lab, |client| {
         saldo::tx_body!(client => async {
             Ok(client.query_one(&format!("SHOW {name}"), &[]).await?.get::<_, String>(0))
         })
@@ -210,7 +211,7 @@ async fn a_rerun_queues_for_the_pool_behind_waiting_callers() {
         let (pool, log, options) = (pool.clone(), log.clone(), options.clone());
         tokio::spawn(async move {
             let runs = AtomicU32::new(0);
-            in_transaction(&pool, &options, "test", |client| {
+            in_transaction(&pool, &options, saldo::Operation::Lab, |client| {
                 let first_run = runs.fetch_add(1, Ordering::SeqCst) == 0;
                 let (pool, log) = (pool.clone(), log.clone());
                 saldo::tx_body!(client => async move {
@@ -235,7 +236,7 @@ async fn a_rerun_queues_for_the_pool_behind_waiting_callers() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let log2 = log.clone();
-    in_transaction(&pool, &options, "test", |client| {
+    in_transaction(&pool, &options, saldo::Operation::Lab, |client| {
         let log = log2.clone();
         saldo::tx_body!(client => async move {
             log.lock().expect("log").push("other");
@@ -344,7 +345,7 @@ async fn a_dropped_transaction_leaves_nothing_behind_for_the_next_user() {
     let options = TxOptions::default();
     let abandoned = tokio::time::timeout(
         Duration::from_millis(200),
-        in_transaction(&pool, &options, "test", |client| {
+        in_transaction(&pool, &options, saldo::Operation::Lab, |client| {
             saldo::tx_body!(client => async {
                 client
                     .batch_execute("UPDATE stock SET available = 0 WHERE product_id = 1")
@@ -359,7 +360,7 @@ async fn a_dropped_transaction_leaves_nothing_behind_for_the_next_user() {
     assert!(abandoned.is_err(), "the body must have been cancelled");
 
     // The next transaction on the (one-connection) pool commits only its own work.
-    in_transaction(&pool, &options, "test", |client| {
+    in_transaction(&pool, &options, saldo::Operation::Lab, |client| {
         saldo::tx_body!(client => async {
             client.batch_execute("SELECT 1").await?;
             Ok::<_, Error>(())

@@ -14,6 +14,7 @@ use crate::domain::{AccountId, Amount, TransferId, TransferTimeout};
 use crate::error::Error;
 use crate::ledger::apply::{NewTransfer, Settle};
 use crate::ledger::types::{Movement, Transfer, TransferKind};
+use crate::operation::Operation;
 
 /// One ledger operation, owned so that it can wait in a queue.
 #[derive(Debug, Clone)]
@@ -80,22 +81,22 @@ impl Op {
     }
 
     /// The operation's name in metrics and in "not applied" answers.
-    pub fn operation(&self) -> &'static str {
+    pub fn operation(&self) -> Operation {
         match self {
             Op::Place { .. } => match self.new_transfer() {
                 Some(t) => crate::ledger::operation(&t),
-                None => "transfer",
+                None => Operation::Transfer,
             },
             Op::Settle {
                 how: Settle::Post(_),
                 ..
-            } => "post",
-            Op::Settle { .. } => "void",
+            } => Operation::Post,
+            Op::Settle { .. } => Operation::Void,
         }
     }
 }
 
-/// A queued operation with the deadline it carries from its caller (see [`crate::deadline`]).
+/// A queued operation with the deadline it carries from its caller (see [`crate::store::deadline`]).
 pub(crate) struct Job {
     pub op: Op,
     pub reply: oneshot::Sender<Result<Transfer, Error>>,

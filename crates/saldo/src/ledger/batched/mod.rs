@@ -23,21 +23,22 @@
 mod job;
 mod worker;
 
-pub use worker::{LEDGER_BATCH_OPERATIONS, LEDGER_BATCH_SECONDS};
+pub use crate::telemetry::{LEDGER_BATCH_OPERATIONS, LEDGER_BATCH_SECONDS};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
 
+use crate::batch::config::BatchedConfig;
+use crate::batch::lane::BatchedStats;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
-use crate::deadline;
 use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
 use crate::ledger::apply::{NewTransfer, Settle};
 use crate::ledger::types::Transfer;
-use crate::stock::batched::{BatchedConfig, BatchedStats};
-use crate::stock::Store;
+use crate::store::deadline;
+use crate::store::handle::Store;
 use job::{Job, Op};
 
 /// The batched ledger engine. Cheap to clone; clones share the queues and workers, which start

@@ -18,7 +18,7 @@
 //! replay (`in_idempotent_transaction`), anything else replays its operations one by one as
 //! their own transactions, in arrival order, each under its own deadline.
 //!
-//! On Citus (`store.layout`) the same steps with `holds`' and `journal`'s Citus statements: the
+//! On Citus (`store.layout()`) the same steps with `holds`' and `journal`'s Citus statements: the
 //! locks one account per statement in ascending id, the settles' accounts from `transfer_ids`,
 //! the states from the debit sides, and the settle UPDATE moving both sides of each hold.
 
@@ -33,19 +33,16 @@ use tokio::time::Instant;
 use super::job::{Job, Op};
 use crate::batch::lane::Counters;
 use crate::batch::schedule::{drive, Pace, Shared};
-use crate::deadline;
 use crate::domain::{AccountId, TransferId, TransferStatus};
 use crate::error::Error;
 use crate::ledger::apply::{self, Locked, NewTransfer, Settled, TransferState};
 use crate::ledger::types::{account_from_db, Transfer};
 use crate::ledger::{holds, journal, transfers_key};
-use crate::retry::{in_idempotent_transaction, TxOptions};
-use crate::schema::Layout;
-use crate::stock::Store;
-
-/// Duration of one ledger batch transaction (retries included) and operations per batch.
-pub const LEDGER_BATCH_SECONDS: &str = "saldo_ledger_batch_seconds";
-pub const LEDGER_BATCH_OPERATIONS: &str = "saldo_ledger_batch_operations";
+use crate::operation::Operation;
+use crate::store::deadline;
+use crate::store::handle::Store;
+use crate::store::retry::{in_idempotent_transaction, TxOptions};
+use crate::store::schema::Layout;
 
 /// What a settle needs before the locks: the two accounts of each transfer (read unlocked; the
 /// state is read again under the locks).
@@ -120,11 +117,11 @@ impl Worker {
         let started = Instant::now();
         let ops: Vec<&Op> = jobs.iter().map(|j| &j.op).collect();
         let ops = &ops[..];
-        let layout = self.store.layout;
+        let layout = self.store.layout();
         let result = in_idempotent_transaction(
             &self.store.pool,
             &self.tx,
-            "ledger_batch",
+            Operation::LedgerBatch,
             transfers_key(layout),
             move |client| crate::tx_body!(client => apply_batch(client, layout, ops)),
         )
@@ -204,8 +201,9 @@ async fn one_transaction(store: &Store, op: &Op) -> Result<Transfer, Error> {
 }
 
 fn record_batch(started: Instant, operations: usize) {
-    metrics::histogram!(LEDGER_BATCH_SECONDS).record(started.elapsed().as_secs_f64());
-    metrics::histogram!(LEDGER_BATCH_OPERATIONS).record(operations as f64);
+    metrics::histogram!(crate::telemetry::LEDGER_BATCH_SECONDS)
+        .record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::telemetry::LEDGER_BATCH_OPERATIONS).record(operations as f64);
 }
 
 /// What one operation of the batch came to, before the writes tell the rows.

@@ -13,6 +13,7 @@ use crate::batch::schedule::Batchable;
 use crate::batch::Ticket;
 use crate::domain::OrderId;
 use crate::error::Error;
+use crate::operation::Operation;
 use crate::stock::types::{ConfirmOutcome, Reservation, ReserveRequest};
 
 /// The two kinds of batch transaction.
@@ -34,7 +35,7 @@ pub(crate) enum Work {
     },
 }
 
-/// A queued operation with the deadline it carries from its caller (see [`crate::deadline`]).
+/// A queued operation with the deadline it carries from its caller (see [`crate::store::deadline`]).
 pub(crate) struct Job {
     pub work: Work,
     pub deadline: Option<Instant>,
@@ -51,11 +52,11 @@ impl Job {
     }
 
     /// Answers a job that will never run with `error` (for its operation).
-    pub(super) fn refuse(self, error: impl Fn(&'static str) -> Error) {
+    pub(super) fn refuse(self, error: impl Fn(Operation) -> Error) {
         // The caller may have gone; then the answer has nowhere to go.
         match self.work {
-            Work::Reserve { reply, .. } => drop(reply.send(Err(error("reserve")))),
-            Work::Confirm { reply, .. } => drop(reply.send(Err(error("confirm")))),
+            Work::Reserve { reply, .. } => drop(reply.send(Err(error(Operation::Reserve)))),
+            Work::Confirm { reply, .. } => drop(reply.send(Err(error(Operation::Confirm)))),
         }
     }
 }

@@ -26,17 +26,21 @@
 pub(crate) mod job;
 mod worker;
 
-pub use worker::{BATCH_ORDERS, BATCH_SECONDS};
+pub use crate::telemetry::{BATCH_ORDERS, BATCH_SECONDS};
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+pub use crate::batch::config::{
+    BatchedConfig, DEFAULT_IN_FLIGHT, DEFAULT_MAX_BATCH, DEFAULT_PARTITIONS,
+    DEFAULT_QUEUE_CAPACITY, MAX_BATCH_LIMIT, MAX_IN_FLIGHT, MAX_LINGER, MAX_PARTITIONS,
+    MAX_QUEUE_CAPACITY,
+};
 pub use crate::batch::lane::BatchedStats;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
-use crate::batch::schedule::Pace;
-use crate::deadline;
+use crate::operation::Operation;
+use crate::store::deadline;
 use job::{Job, Work};
 
 use crate::domain::OrderId;
@@ -45,75 +49,9 @@ use crate::stock::atomic::Atomic;
 use crate::stock::lifecycle;
 use crate::stock::types::{
     ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
-    StockStrategy, Store,
+    StockStrategy,
 };
-
-/// Default number of partitions (workers). Each holds one connection while its batch runs.
-pub const DEFAULT_PARTITIONS: usize = 4;
-/// Most partitions a configuration may ask for.
-pub const MAX_PARTITIONS: usize = 64;
-/// Default queue capacity per partition: beyond it `reserve` answers `Overloaded` at once.
-pub const DEFAULT_QUEUE_CAPACITY: usize = 4_096;
-/// Most queued requests per partition a configuration may ask for.
-pub const MAX_QUEUE_CAPACITY: usize = 1_000_000;
-/// Default most orders granted by one transaction.
-pub const DEFAULT_MAX_BATCH: usize = 512;
-/// Most orders one batch may hold, whatever the configuration says (bounds the statement size:
-/// at most this × `MAX_ITEMS_PER_ORDER` rows per insert).
-pub const MAX_BATCH_LIMIT: usize = 10_000;
-/// Longest optional linger (waiting for more requests before starting a batch).
-pub const MAX_LINGER: Duration = Duration::from_millis(50);
-/// Default batches one partition may run at once (each on its own connection). Batches in
-/// flight never share a product or an order, so this only lets unrelated orders proceed
-/// without waiting for each other's batch; a hot product still has one batch at a time.
-pub const DEFAULT_IN_FLIGHT: usize = 2;
-/// Most batches in flight per partition a configuration may ask for.
-pub const MAX_IN_FLIGHT: usize = 64;
-/// Knobs of the batched engine; every value is clamped to its limit when the engine is built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchedConfig {
-    pub partitions: usize,
-    pub queue_capacity: usize,
-    pub max_batch: usize,
-    /// Zero by default: the next batch is whatever queued while the previous one ran.
-    pub linger: Duration,
-    /// Batch transactions one partition may run at once, on products and orders disjoint
-    /// from one another.
-    pub in_flight: usize,
-}
-
-impl Default for BatchedConfig {
-    fn default() -> Self {
-        BatchedConfig {
-            partitions: DEFAULT_PARTITIONS,
-            queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            max_batch: DEFAULT_MAX_BATCH,
-            linger: Duration::ZERO,
-            in_flight: DEFAULT_IN_FLIGHT,
-        }
-    }
-}
-
-impl BatchedConfig {
-    /// How the workers form batches.
-    pub(crate) fn pace(&self) -> Pace {
-        Pace {
-            max_batch: self.max_batch,
-            linger: self.linger,
-            in_flight: self.in_flight,
-        }
-    }
-
-    pub(crate) fn clamped(&self) -> BatchedConfig {
-        BatchedConfig {
-            partitions: self.partitions.clamp(1, MAX_PARTITIONS),
-            queue_capacity: self.queue_capacity.clamp(1, MAX_QUEUE_CAPACITY),
-            max_batch: self.max_batch.clamp(1, MAX_BATCH_LIMIT),
-            linger: self.linger.min(MAX_LINGER),
-            in_flight: self.in_flight.clamp(1, MAX_IN_FLIGHT),
-        }
-    }
-}
+use crate::store::handle::Store;
 
 /// The batched strategy. Cheap to clone; clones share the queues and workers.
 #[derive(Clone)]
@@ -220,7 +158,7 @@ impl StockStrategy for Batched {
             }
             Ok(Admission::Queued) => {
                 self.lanes
-                    .answer(partition, "reserve", &ticket, answer)
+                    .answer(partition, Operation::Reserve, &ticket, answer)
                     .await
             }
             Err(e) => Err(e),
@@ -258,7 +196,7 @@ impl StockStrategy for Batched {
             }
             Admission::Queued => {
                 self.lanes
-                    .answer(partition, "confirm", &ticket, answer)
+                    .answer(partition, Operation::Confirm, &ticket, answer)
                     .await
             }
         }
@@ -279,32 +217,5 @@ impl StockStrategy for Batched {
 
     async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
         lifecycle::order(&self.store, order_id).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_is_clamped_to_its_limits() {
-        let c = BatchedConfig {
-            partitions: 0,
-            queue_capacity: usize::MAX,
-            max_batch: 0,
-            linger: Duration::from_secs(10),
-            in_flight: 0,
-        }
-        .clamped();
-        assert_eq!(
-            c,
-            BatchedConfig {
-                partitions: 1,
-                queue_capacity: MAX_QUEUE_CAPACITY,
-                max_batch: 1,
-                linger: MAX_LINGER,
-                in_flight: 1,
-            }
-        );
     }
 }

@@ -21,12 +21,10 @@ use futures::stream::StreamExt;
 use super::job::{Job, Work};
 use crate::batch::lane::Counters;
 use crate::batch::schedule::{drive, Pace, Shared};
-use crate::deadline;
 use crate::domain::{AllocationMode, LocationId};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::Error;
-use crate::retry::{in_transaction, TxOptions};
-use crate::schema::Layout;
+use crate::operation::Operation;
 use crate::stock::allocate::{allocate, Shortfall, Source};
 use crate::stock::atomic::Atomic;
 use crate::stock::layout;
@@ -35,17 +33,15 @@ use crate::stock::lifecycle::{
 };
 use crate::stock::locations;
 use crate::stock::sql::{LOCK_STOCK, ORDERS_ROWS};
-use crate::stock::types::{
-    ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status, Store,
-};
+use crate::stock::types::{ConfirmOutcome, Reservation, ReserveRequest, ReservedItem, Status};
+use crate::store::deadline;
+use crate::store::handle::Store;
+use crate::store::retry::{in_transaction, TxOptions};
+use crate::store::schema::Layout;
 use crate::telemetry;
 
 /// Confirms of a failed batch replayed side by side at most.
 const FALLBACK_CONCURRENCY: usize = 16;
-
-/// Duration of one batch transaction (retries included) and orders per batch.
-pub const BATCH_SECONDS: &str = "saldo_batch_seconds";
-pub const BATCH_ORDERS: &str = "saldo_batch_orders";
 
 pub(super) struct Worker {
     pub partition: usize,
@@ -121,30 +117,30 @@ impl Worker {
         let started = Instant::now();
         let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.0).collect();
         let requests = &requests[..];
-        let layout = self.store.layout;
+        let layout = self.store.layout();
         let result = in_transaction(
             &self.store.pool,
             &self.tx,
-            "reserve_batch",
+            Operation::ReserveBatch,
             move |client| crate::tx_body!(client => grant_batch(client, layout, requests)),
         )
         .await;
-        record_batch("reserve", started, jobs.len());
+        record_batch(Operation::Reserve, started, jobs.len());
         match result {
             Ok(outcomes) => {
                 self.counters.committed(jobs.len());
-                answer_each("reserve", jobs, outcomes);
+                answer_each(Operation::Reserve, jobs, outcomes);
             }
             Err(Error::OutcomeUnknown { cause, .. }) => {
                 for (_, reply, _) in jobs {
                     let _ = reply.send(Err(Error::OutcomeUnknown {
-                        operation: "reserve",
+                        operation: Operation::Reserve,
                         cause: cause.clone(),
                     }));
                 }
             }
             Err(e) => {
-                self.warn_fallback("reserve", jobs.len(), &e);
+                self.warn_fallback(Operation::Reserve, jobs.len(), &e);
                 // A batch that waited out a lock: the products still locked are named, and only
                 // the orders that touch them are refused, so a locked product holds up its
                 // partition-mates for one lock timeout at most.
@@ -182,11 +178,11 @@ impl Worker {
             .collect();
         let products: Vec<i64> = products.into_iter().collect();
         let probe = &products;
-        let layout = self.store.layout;
+        let layout = self.store.layout();
         let free = in_transaction(
             &self.store.pool,
             &self.tx,
-            "lock_probe",
+            Operation::LockProbe,
             move |client| crate::tx_body!(client => layout::unlocked(client, layout, probe)),
         )
         .await;
@@ -203,15 +199,15 @@ impl Worker {
         let started = Instant::now();
         let order_ids: Vec<&OrderId> = jobs.iter().map(|j| &j.0).collect();
         let order_ids = &order_ids[..];
-        let layout = self.store.layout;
+        let layout = self.store.layout();
         let result = in_transaction(
             &self.store.pool,
             &self.tx,
-            "confirm_batch",
+            Operation::ConfirmBatch,
             move |client| crate::tx_body!(client => confirm_tx(client, layout, order_ids)),
         )
         .await;
-        record_batch("confirm", started, jobs.len());
+        record_batch(Operation::Confirm, started, jobs.len());
         match result {
             Ok(outcomes) => {
                 let newly: u64 = outcomes.iter().flatten().map(|(_, n)| n).sum();
@@ -221,18 +217,18 @@ impl Worker {
                 }
                 self.counters.committed(jobs.len());
                 let outcomes = outcomes.into_iter().map(|o| o.map(|(outcome, _)| outcome));
-                answer_each("confirm", jobs, outcomes.collect());
+                answer_each(Operation::Confirm, jobs, outcomes.collect());
             }
             Err(Error::OutcomeUnknown { cause, .. }) => {
                 for (_, reply, _) in jobs {
                     let _ = reply.send(Err(Error::OutcomeUnknown {
-                        operation: "confirm",
+                        operation: Operation::Confirm,
                         cause: cause.clone(),
                     }));
                 }
             }
             Err(e) => {
-                self.warn_fallback("confirm", jobs.len(), &e);
+                self.warn_fallback(Operation::Confirm, jobs.len(), &e);
                 // Side by side (bounded), each under its own deadline: a confirm stuck behind a
                 // locked product does not hold up the others for its lock timeout.
                 futures::stream::iter(jobs)
@@ -248,10 +244,10 @@ impl Worker {
         }
     }
 
-    fn warn_fallback(&self, operation: &'static str, orders: usize, e: &Error) {
+    fn warn_fallback(&self, operation: Operation, orders: usize, e: &Error) {
         tracing::warn!(
             partition = self.partition,
-            operation,
+            operation = operation.as_str(),
             orders,
             error = %e,
             "batch failed; answering its orders one by one"
@@ -266,7 +262,7 @@ type Reply<T> = oneshot::Sender<Result<T, Error>>;
 /// that differs is an invariant failure, reported to every caller (the batch committed, so what
 /// each one got is unknown to us) instead of leaving the unmatched ones unanswered.
 fn answer_each<W, T>(
-    operation: &'static str,
+    operation: Operation,
     jobs: Vec<(W, Reply<T>, Deadline)>,
     outcomes: Vec<Result<T, Error>>,
 ) {
@@ -301,7 +297,7 @@ pub(super) async fn reserve_alone(
 ) -> Result<Reservation, Error> {
     let started = Instant::now();
     let outcome = lifecycle::reserve(store, &Atomic, Intent::Reserve(request)).await;
-    record_batch("reserve", started, 1);
+    record_batch(Operation::Reserve, started, 1);
     counters.committed(1);
     outcome
 }
@@ -314,17 +310,18 @@ pub(super) async fn confirm_alone(
 ) -> Result<ConfirmOutcome, Error> {
     let started = Instant::now();
     let outcome = lifecycle::confirm(store, order_id).await;
-    record_batch("confirm", started, 1);
+    record_batch(Operation::Confirm, started, 1);
     counters.committed(1);
     outcome
 }
 
 /// One transaction of the engine (a batch, or an order run alone): its duration and how many
 /// orders it answered.
-fn record_batch(operation: &'static str, started: Instant, orders: usize) {
-    metrics::histogram!(BATCH_SECONDS, "operation" => operation)
+fn record_batch(operation: Operation, started: Instant, orders: usize) {
+    metrics::histogram!(telemetry::BATCH_SECONDS, "operation" => operation.as_str())
         .record(started.elapsed().as_secs_f64());
-    metrics::histogram!(BATCH_ORDERS, "operation" => operation).record(orders as f64);
+    metrics::histogram!(telemetry::BATCH_ORDERS, "operation" => operation.as_str())
+        .record(orders as f64);
 }
 
 /// What one order of the batch came to, before the insert tells the new rows' expiry.

@@ -2,7 +2,7 @@
 //!
 //! A caller that will stop waiting at some instant (an HTTP request with a timeout) runs the
 //! operation inside [`within`]. Everything the operation does on its way to PostgreSQL reads
-//! the deadline from here: [`crate::retry::in_transaction`] refuses to start a transaction
+//! the deadline from here: [`crate::store::retry::in_transaction`] refuses to start a transaction
 //! whose deadline has passed, waits for a pooled connection no longer than what is left, and
 //! sets `lock_timeout` and `statement_timeout` to no more than what is left; the batched engine
 //! carries it in each queued job and drops a job whose deadline passed before its batch began.

@@ -27,8 +27,9 @@ use futures::future::BoxFuture;
 use rand::Rng;
 use tokio_postgres::error::SqlState;
 
-use crate::deadline;
 use crate::error::Error;
+use crate::operation::Operation;
+use crate::store::deadline;
 use crate::telemetry;
 
 /// Default total attempts, the first included (seed 002).
@@ -302,7 +303,7 @@ macro_rules! tx_body {
 pub async fn in_transaction<'a, T, F>(
     pool: &Pool,
     options: &TxOptions,
-    operation: &'static str,
+    operation: Operation,
     mut work: F,
 ) -> Result<T, Error>
 where
@@ -329,7 +330,12 @@ where
                 if let Some(stats) = &options.stats {
                     stats.retried(&sqlstate);
                 }
-                tracing::debug!(operation, attempt, sqlstate, "retrying transaction");
+                tracing::debug!(
+                    operation = operation.as_str(),
+                    attempt,
+                    sqlstate,
+                    "retrying transaction"
+                );
                 let backoff = options.retry.backoff(attempt);
                 if deadline::remaining().is_some_and(|left| left <= backoff) {
                     // The failed attempt rolled back; there is no time for another.
@@ -366,7 +372,7 @@ pub const REPLAY_RACE_ATTEMPTS: u32 = 3;
 pub async fn in_idempotent_transaction<'a, T, F>(
     pool: &Pool,
     options: &TxOptions,
-    operation: &'static str,
+    operation: Operation,
     constraint: &str,
     mut work: F,
 ) -> Result<T, Error>
@@ -378,7 +384,7 @@ where
         match in_transaction(pool, options, operation, &mut work).await {
             Err(e) if e.is_unique_violation_of(constraint) && run < REPLAY_RACE_ATTEMPTS => {
                 tracing::debug!(
-                    operation,
+                    operation = operation.as_str(),
                     constraint,
                     run,
                     "lost to a concurrent copy; rerunning"
@@ -395,7 +401,7 @@ where
 async fn attempt_once<'a, T, F>(
     pool: &Pool,
     options: &TxOptions,
-    operation: &'static str,
+    operation: Operation,
     work: &mut F,
 ) -> Result<T, Error>
 where
@@ -424,7 +430,7 @@ where
 /// The last allowed attempt failed with 40P01/40001: counted, and named with its SQLSTATE.
 fn give_up(
     options: &TxOptions,
-    operation: &'static str,
+    operation: Operation,
     attempts: u32,
     sqlstate: String,
     e: Error,
@@ -443,15 +449,15 @@ fn give_up(
     }
 }
 
-fn deadline_exceeded(operation: &'static str) -> Error {
-    metrics::counter!(telemetry::DEADLINE_EXCEEDED, "operation" => operation).increment(1);
+fn deadline_exceeded(operation: Operation) -> Error {
+    metrics::counter!(telemetry::DEADLINE_EXCEEDED, "operation" => operation.as_str()).increment(1);
     Error::DeadlineExceeded { operation }
 }
 
 /// A pooled connection, waiting no longer than the deadline allows: the one way the library
 /// takes a connection (transactions here, single reads elsewhere), so every caller honours the
 /// deadline and keeps the pool's error as the source of [`Error::Pool`].
-pub async fn checkout(pool: &Pool, operation: &'static str) -> Result<Client, Error> {
+pub async fn checkout(pool: &Pool, operation: Operation) -> Result<Client, Error> {
     let got = match deadline::remaining() {
         Some(left) => match tokio::time::timeout(left, pool.get()).await {
             Ok(got) => got,
@@ -508,7 +514,7 @@ async fn run_once<'a, T, F>(
     client: TxClient,
     begin: &[String],
     work: &mut F,
-    operation: &'static str,
+    operation: Operation,
 ) -> Attempt<T>
 where
     F: FnMut(TxClient) -> TxFuture<'a, T>,
@@ -560,9 +566,13 @@ where
     }
 }
 
-fn outcome_unknown(operation: &'static str, cause: &str) -> Error {
-    metrics::counter!(telemetry::OUTCOME_UNKNOWN, "operation" => operation).increment(1);
-    tracing::warn!(operation, cause, "commit outcome unknown");
+fn outcome_unknown(operation: Operation, cause: &str) -> Error {
+    metrics::counter!(telemetry::OUTCOME_UNKNOWN, "operation" => operation.as_str()).increment(1);
+    tracing::warn!(
+        operation = operation.as_str(),
+        cause,
+        "commit outcome unknown"
+    );
     Error::OutcomeUnknown {
         operation,
         cause: cause.to_owned(),

@@ -8,7 +8,7 @@ use tokio_postgres::NoTls;
 
 use crate::error::Error;
 
-pub use crate::schema::Layout;
+pub use crate::store::schema::Layout;
 
 /// Default pool size and timeouts (the CLI's flags default to these too).
 pub const DEFAULT_POOL_SIZE: usize = 32;
@@ -89,7 +89,7 @@ pub async fn migrate(pool: &Pool) -> Result<Layout, Error> {
 }
 
 /// [`migrate`] for a caller that is about to run saldo's operations: returns the layout, which
-/// the caller gives its [`crate::stock::Store`] (`Store::with_layout`), so the operations take
+/// the caller gives its [`crate::store::handle::Store`] (`Store::with_layout`), so the operations take
 /// their locks as the layout requires.
 pub async fn migrate_to_serve(pool: &Pool) -> Result<Layout, Error> {
     migrate(pool).await
@@ -99,14 +99,14 @@ pub async fn migrate_to_serve(pool: &Pool) -> Result<Layout, Error> {
 /// installed in it (a read; nothing is migrated).
 pub async fn layout(pool: &Pool) -> Result<Layout, Error> {
     let client = pool.get().await.map_err(Error::from)?;
-    crate::schema::detect(&client).await
+    crate::store::schema::detect(&client).await
 }
 
 /// [`migrate`] in an explicit layout (`saldo migrate --citus`): [`Layout::Citus`] on a database
 /// without the Citus extension is refused before anything is applied.
 pub async fn migrate_as(pool: &Pool, layout: Layout) -> Result<(), Error> {
     let mut client = pool.get().await.map_err(Error::from)?;
-    if layout == Layout::Citus && crate::schema::detect(&client).await? != Layout::Citus {
+    if layout == Layout::Citus && crate::store::schema::detect(&client).await? != Layout::Citus {
         return Err(Error::Migration(
             "--citus: this database has no Citus extension (run `CREATE EXTENSION citus` on \
              a Citus coordinator and add its workers first)"
@@ -119,7 +119,7 @@ pub async fn migrate_as(pool: &Pool, layout: Layout) -> Result<(), Error> {
     client
         .batch_execute("SET client_min_messages = warning; SELECT pg_advisory_lock(724101)")
         .await?;
-    let result = refinery::Runner::new(&crate::schema::migrations(layout))
+    let result = refinery::Runner::new(&crate::store::schema::migrations(layout))
         .run_async(&mut **client)
         .await
         .map(|report| {
