@@ -17,6 +17,7 @@
 pub mod config;
 pub(crate) mod lane;
 pub(crate) mod schedule;
+pub(crate) mod worker;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

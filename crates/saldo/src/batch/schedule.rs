@@ -300,30 +300,59 @@ pub(crate) async fn drive<J, F, Fut>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{OrderId, OrderItems, Ttl};
-    use crate::stock::batched::job::{Job, Kind, Work};
-    use crate::stock::types::ReserveRequest;
-    use tokio::sync::oneshot;
+    use std::sync::{Arc, Weak};
 
-    /// Reply receivers the tests keep alive, so that no job counts as abandoned.
-    type Keep = Vec<Box<dyn std::any::Any>>;
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Kind {
+        Reserve,
+        Confirm,
+    }
+
+    /// A queued job as the scheduler sees one: rows, a key, a kind, and a caller who may leave.
+    struct Job {
+        key: String,
+        rows: Vec<i64>,
+        kind: Kind,
+        caller: Weak<()>,
+    }
+
+    impl Batchable for Job {
+        type Kind = Kind;
+        fn rows(&self) -> impl Iterator<Item = i64> + '_ {
+            self.rows.iter().copied()
+        }
+        fn key(&self) -> &str {
+            &self.key
+        }
+        fn kind(&self) -> Kind {
+            self.kind
+        }
+        fn abandoned(&self) -> bool {
+            self.caller.strong_count() == 0
+        }
+    }
+
+    /// The callers the tests keep waiting, so that no job counts as abandoned.
+    type Keep = Vec<Arc<()>>;
+
+    fn job(keep: &mut Keep, order: &str, rows: &[i64], kind: Kind) -> Job {
+        let caller = Arc::new(());
+        let job = Job {
+            key: order.to_owned(),
+            rows: rows.to_vec(),
+            kind,
+            caller: Arc::downgrade(&caller),
+        };
+        keep.push(caller);
+        job
+    }
 
     fn reserve(keep: &mut Keep, order: &str, products: &[i64]) -> Job {
-        let request = ReserveRequest {
-            order_id: OrderId::new(order).expect("valid order id"),
-            items: OrderItems::new(products.iter().map(|p| (*p, 1))).expect("valid items"),
-            ttl: Ttl::from_secs(60).expect("valid ttl"),
-        };
-        let (reply, rx) = oneshot::channel();
-        keep.push(Box::new(rx));
-        Job::new(Work::Reserve { request, reply }, None)
+        job(keep, order, products, Kind::Reserve)
     }
 
     fn confirm(keep: &mut Keep, order: &str) -> Job {
-        let (reply, rx) = oneshot::channel();
-        keep.push(Box::new(rx));
-        let order_id = OrderId::new(order).expect("valid order id");
-        Job::new(Work::Confirm { order_id, reply }, None)
+        job(keep, order, &[], Kind::Confirm)
     }
 
     fn orders(jobs: &[Job]) -> Vec<&str> {

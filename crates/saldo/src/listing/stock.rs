@@ -61,7 +61,7 @@ pub async fn products(
         |row| {
             let product_id =
                 ProductId::new(row.try_get("product_id")?).map_err(|e| corrupt("stock", e))?;
-            crate::stock::admin::stock_of(product_id, row)
+            crate::stock::rows::stock::stock_of(product_id, row)
         },
     )
     .await?;

@@ -1,112 +1,163 @@
-//! The factory: [`build`] turns a [`StrategyName`] into a running strategy, and
-//! [`StockEngine`] wraps a [`UnitTaker`] in the shared lifecycle.
+//! The façade callers hold: [`StockEngine`], one strategy on one store, every stock operation
+//! of an order. [`build`] makes the engine of a served [`StrategyName`].
 //!
-//! Kept apart from [`super::types`] because it imports every strategy: the strategies import
-//! the types, the engine imports the strategies, and nothing points back.
+//! The engine asks its strategy only what differs between strategies (how an order is reserved
+//! and confirmed); everything else is the shared flows. It counts every reservation's outcome
+//! once, whatever the strategy did inside.
 
 use std::sync::Arc;
 
-use super::lifecycle::{self, UnitTaker};
-use super::types::{
-    telemetry_outcome, ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation,
-    ReserveRequest, ReservedItem, StockStrategy, StrategyName,
-};
-use super::{atomic, batched, optimistic, pessimistic, trace};
-use crate::domain::OrderId;
+use crate::domain::{MaxHold, OrderId, Ttl};
 use crate::error::Error;
+use crate::stock::decide::plan::Intent;
+use crate::stock::flows::{extend, reserve, sales, settle};
+use crate::stock::model::{
+    ConfirmOutcome, ExtendOutcome, Placement, ReleaseOutcome, RereserveRequest, Reservation,
+    ReserveRequest, ReservedItem, Sale, SaleRequest, StrategyName,
+};
+use crate::stock::strategy::atomic::Atomic;
+use crate::stock::strategy::batched::{Batched, BatchedConfig};
+use crate::stock::strategy::optimistic::{Optimistic, OptimisticConfig};
+use crate::stock::strategy::pessimistic::Pessimistic;
+use crate::stock::strategy::trace::TraceSink;
+use crate::stock::strategy::StockStrategy;
 use crate::store::handle::Store;
+use crate::telemetry;
 
 /// Knobs a strategy may read when it is built. Each has a bounded default.
 #[derive(Debug, Clone, Default)]
 pub struct StrategyConfig {
     /// Attempts and backoff of the `optimistic` strategy before `VersionConflict`.
-    pub optimistic: optimistic::OptimisticConfig,
+    pub optimistic: OptimisticConfig,
     /// Lab only: where the pessimistic and optimistic takers (and the lab's naive ones) record
     /// their reads and writes, for `saldo race --explain`. `None` in production.
-    pub trace: Option<trace::TraceSink>,
+    pub trace: Option<TraceSink>,
     /// Queues, batch size and partitions of the `batched` strategy.
-    pub batched: batched::BatchedConfig,
+    pub batched: BatchedConfig,
 }
 
-/// Builds the named strategy over `store`. `batched` spawns its workers on the first `reserve`,
-/// on the tokio runtime that calls it; they stop when the returned value is dropped.
-pub fn build(name: StrategyName, store: Store, config: &StrategyConfig) -> Arc<dyn StockStrategy> {
+/// The engine of the named strategy over `store`. `batched` spawns its workers on the first
+/// `reserve`, on the tokio runtime that calls it; they stop when the last clone is dropped.
+pub fn build(name: StrategyName, store: Store, config: &StrategyConfig) -> StockEngine {
     let trace = config.trace.clone();
-    match name {
-        StrategyName::Atomic => Arc::new(StockEngine::new(store, atomic::Atomic)),
-        StrategyName::Pessimistic => {
-            Arc::new(StockEngine::new(store, pessimistic::Pessimistic { trace }))
-        }
-        StrategyName::Optimistic => Arc::new(StockEngine::new(
-            store,
-            optimistic::Optimistic {
-                config: config.optimistic,
-                trace,
-            },
-        )),
-        StrategyName::Batched => Arc::new(batched::Batched::new(store, &config.batched)),
-    }
+    let strategy: Arc<dyn StockStrategy> = match name {
+        StrategyName::Atomic => Arc::new(Atomic),
+        StrategyName::Pessimistic => Arc::new(Pessimistic { trace }),
+        StrategyName::Optimistic => Arc::new(Optimistic {
+            config: config.optimistic,
+            trace,
+        }),
+        StrategyName::Batched => Arc::new(Batched::new(store.clone(), &config.batched)),
+    };
+    StockEngine::with(store, strategy)
 }
 
-/// The stock engine: one strategy for the contested step, the shared lifecycle around it.
+/// One strategy on one store. Cheap to clone; clones share the strategy (the batched one's
+/// queues and workers).
 #[derive(Clone)]
-pub struct StockEngine<T: UnitTaker> {
+pub struct StockEngine {
     store: Store,
-    taker: T,
+    strategy: Arc<dyn StockStrategy>,
 }
 
-impl<T: UnitTaker> StockEngine<T> {
-    pub fn new(store: Store, taker: T) -> Self {
-        StockEngine { store, taker }
+impl StockEngine {
+    /// The engine of `strategy` over `store` (the lab plugs its naive strategies in here; a
+    /// `Batched` must be built on the same store).
+    pub fn new(store: Store, strategy: impl StockStrategy + 'static) -> Self {
+        StockEngine::with(store, Arc::new(strategy))
     }
 
-    /// For the race lab only (`saldo-lab`'s `naive-replay`): reserve under the idempotency rule
-    /// before issue 11, under which an order id stopped being a key once the order was released
-    /// or expired, so a late retry takes the units again. The rule itself stays in `lifecycle`
-    /// (one `plan` for every intent); this is its one public door, so the lab can show
-    /// `saldo race late-retry` failing without it. Never used by the service.
+    pub fn with(store: Store, strategy: Arc<dyn StockStrategy>) -> Self {
+        StockEngine { store, strategy }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.strategy.name()
+    }
+
+    /// The database and transaction settings the engine runs on.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
+    /// the order's current state, whatever happened to it since; other items are a conflict.
+    pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+        let result = self.strategy.reserve(&self.store, request).await;
+        telemetry::reservation_outcome(reserve::outcome(&result));
+        result
+    }
+
+    /// [`StockEngine::reserve`] with a placement (pinned locations, single or split
+    /// allocation): every item takes the locked path, whatever the strategy.
+    pub async fn reserve_placed(
+        &self,
+        request: &ReserveRequest,
+        placement: &Placement,
+    ) -> Result<Reservation, Error> {
+        if placement.is_default() {
+            return self.reserve(request).await;
+        }
+        let intent = Intent::Reserve(request);
+        let taker = self.strategy.taker();
+        let result = reserve::reserve(&self.store, taker, intent, placement).await;
+        telemetry::reservation_outcome(reserve::outcome(&result));
+        result
+    }
+
+    /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
+    /// `rereserve_id`. Same refusals as `reserve`.
+    pub async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
+        let intent = Intent::Rereserve(request);
+        let taker = self.strategy.taker();
+        let result = reserve::reserve(&self.store, taker, intent, &Placement::default()).await;
+        telemetry::reservation_outcome(reserve::outcome(&result));
+        result
+    }
+
+    /// For the race lab only (`saldo-lab`'s `naive-replay`): reserve under the older rule under
+    /// which an order id stopped being an idempotency key once the order was released or
+    /// expired, so a late retry takes the units again. The rule itself stays in the shared
+    /// idempotency decision; this is its one public door, so the lab can show `saldo race
+    /// late-retry` failing without per-request idempotency. Never used by the service.
     pub async fn reserve_forgetting_released(
         &self,
         request: &ReserveRequest,
     ) -> Result<Reservation, Error> {
-        let intent = lifecycle::Intent::ForgetfulReserve(request);
-        lifecycle::reserve(&self.store, &self.taker, intent).await
-    }
-}
-
-#[async_trait::async_trait]
-impl<T: UnitTaker> StockStrategy for StockEngine<T> {
-    fn name(&self) -> &'static str {
-        self.taker.name()
+        let intent = Intent::ForgetfulReserve(request);
+        let taker = self.strategy.taker();
+        reserve::reserve(&self.store, taker, intent, &Placement::default()).await
     }
 
-    fn store(&self) -> &Store {
-        &self.store
+    /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
+    pub async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+        self.strategy.confirm(&self.store, order_id).await
     }
 
-    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        let intent = lifecycle::Intent::Reserve(request);
-        let result = lifecycle::reserve(&self.store, &self.taker, intent).await;
-        telemetry_outcome(&result);
-        result
+    /// active → released, units back to available. Idempotent.
+    pub async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
+        settle::release(&self.store, order_id).await
     }
 
-    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
-        let intent = lifecycle::Intent::Rereserve(request);
-        let result = lifecycle::reserve(&self.store, &self.taker, intent).await;
-        telemetry_outcome(&result);
-        result
+    /// Every reservation row of an order.
+    pub async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
+        settle::order(&self.store, order_id).await
     }
 
-    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-        lifecycle::confirm(&self.store, order_id).await
+    /// Moves the expiry of the order's active reservations to now + `ttl`, never past
+    /// `max_hold` since each was made; what already expired is
+    /// [`Error::ReservationExpired`].
+    pub async fn extend(
+        &self,
+        order_id: &OrderId,
+        ttl: Ttl,
+        max_hold: MaxHold,
+    ) -> Result<ExtendOutcome, Error> {
+        extend::extend(&self.store, order_id, ttl, max_hold).await
     }
 
-    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
-        lifecycle::release(&self.store, order_id).await
-    }
-
-    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
-        lifecycle::order(&self.store, order_id).await
+    /// Sells every item straight from `available`, or none; idempotent by `sale_id`.
+    pub async fn sell(&self, request: &SaleRequest) -> Result<Sale, Error> {
+        sales::sell(&self.store, request).await
     }
 }

@@ -1,46 +1,43 @@
-//! The stock engine: reserve, confirm, release, expire, and the admin operations.
+//! The stock side: reserve, confirm, release, expire, sell, count, repair.
 //!
-//! Strategies differ in how the contested step — taking units from `available` — is done
-//! ([`UnitTaker`]); the rest (idempotency, reservation rows, confirm, release, the sweeper) is
-//! shared in `lifecycle`, which `batched` builds its batch transactions from too, so every
-//! strategy keeps the same contract.
+//! Layers, each importing only the ones below it (ARCHITECTURE.md walks one reservation
+//! through them):
 //!
-//! Layout, imports pointing one way: [`types`] (the shared vocabulary and the
-//! [`StockStrategy`] contract) ← `lifecycle` ← the strategies ← [`engine`] (the factory).
-//! Everything public is re-exported here, so `saldo::stock::X` names keep working.
+//! - [`model`]: the vocabulary (requests, outcomes, rows), a leaf;
+//! - `sql`: every statement, in one place, named pairs where Citus needs its own form;
+//! - `rows`: data access, the statements run through the store's dialect;
+//! - [`decide`]: pure decisions over rows already read: idempotency, where an item's units
+//!   come from, what settling does, extension, fills, repairs;
+//! - `taker` ([`UnitTaker`]): the contested step's contract;
+//! - [`flows`]: each operation as one transaction: read and lock, decide, write;
+//! - [`strategy`]: atomic, pessimistic, optimistic (each a [`UnitTaker`]) and batched;
+//! - [`engine`]: [`StockEngine`], the façade the service, the lab and the bench hold.
 //!
 //! Global lock order, for every path: reservation rows of one order, then stock rows in
-//! ascending product id, then (products stocked per location, [`locations`]) their
-//! `stock_locations` rows in (product, location) order. Nothing takes a reservation row while
-//! holding a stock row, nor a location row without its product's stock row.
+//! ascending product id, each product's `stock_locations` rows right after its stock row. A
+//! location row is only locked under its product's stock row, and nothing takes a reservation
+//! row while holding a stock row (but the arrival paths' backorders, see
+//! [`flows::backorders`]).
 
-pub mod admin;
-pub mod allocate;
-pub mod atomic;
-pub mod backorders;
-pub mod batched;
+pub mod decide;
 pub mod engine;
-pub mod extend;
-mod layout;
-mod lifecycle;
-pub mod locations;
-pub mod optimistic;
-pub mod pessimistic;
-pub mod repair;
-pub mod sales;
+pub mod flows;
+pub mod model;
+pub(crate) mod rows;
 mod sql;
-pub mod sweeper;
-pub mod trace;
-pub mod types;
+pub mod strategy;
+pub mod taker;
 
-// The store under its old path, for embedders (`saldo::stock::Store`).
+// The public names under the paths embedders know (`saldo::stock::admin::set_count`, …).
 pub use crate::store::handle::Store;
+pub use decide::allocate;
 pub use engine::{build, StockEngine, StrategyConfig};
-pub use extend::ExtendOutcome;
-pub use lifecycle::UnitTaker;
-pub use sales::{Sale, SaleRequest, SoldItem};
-pub use types::{
-    ConfirmOutcome, LocationQuantity, PendingItem, Placement, ReleaseOutcome, RereserveRequest,
-    Reservation, ReserveRequest, ReservedItem, Status, Stock, StockLocation, StockStrategy,
-    StrategyName,
+pub use flows::{admin, backorders, extend, locations, repair, sales, sweeper};
+pub use model::{
+    ConfirmOutcome, Counts, ExtendOutcome, LocatedStock, Location, LocationQuantity, PendingItem,
+    Placement, ProductRepair, ReleaseOutcome, RepairAction, RepairReport, RereserveRequest,
+    Reservation, ReserveRequest, ReservedItem, Sale, SaleRequest, SoldItem, Status, Stock,
+    StockLocation, StockRow, StrategyName,
 };
+pub use strategy::{atomic, batched, optimistic, pessimistic, trace, StockStrategy};
+pub use taker::{Taken, UnitTaker};

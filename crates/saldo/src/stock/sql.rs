@@ -1,10 +1,16 @@
-//! The SQL text every stock path shares, in one place so that a column or a bookkeeping rule
-//! cannot be forgotten in one copy: the columns of a reservation row, the INSERT of reservation
-//! rows, and the tail of every write to a stock row (`version` moves, `updated_at` is stamped).
+//! Every SQL statement of the stock side, in one place: the reservation rows, the stock rows, the
+//! routers, backorders, locations, sales, counts and repairs. Where Citus needs its own form the
+//! statement is a named pair ([`Sql::pair`], [`Sql::per_key`]); the store's dialect picks the
+//! text once. Statements whose Citus form takes other parameters (a router read first, a clock
+//! read first, one statement per product) are written out twice here, `CITUS_` beside its
+//! single-node form, and chosen by the data-access functions of [`super::rows`].
 //!
-//! A leaf: statement text only, no code from the crate.
+//! Text only: nothing here runs a statement. Values are always bound, never spliced in.
 
-/// The columns of a reservation row as `lifecycle::parse_rows` reads them (by name). Every
+use crate::store::dialect::Sql;
+use crate::store::values::{Col, Values};
+
+/// The columns of a reservation row as `rows::reservations::parse` reads them (by name). Every
 /// query that hands rows to it selects (or returns) these.
 #[macro_export]
 #[doc(hidden)]
@@ -42,58 +48,43 @@ macro_rules! select_reservations {
     };
 }
 
-/// One order's rows, per product oldest first (the order `lifecycle::current_items` relies on).
-pub(crate) const ORDER_ROWS: &str =
-    select_reservations!("WHERE order_id = $1 ORDER BY product_id, created_at");
-/// The same, locked: the first step of confirm and release (reservation rows before stock).
-pub(crate) const ORDER_ROWS_FOR_UPDATE: &str =
-    select_reservations!("WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE");
+// ---- Reservation rows -------------------------------------------------------------------------
+
+/// One order's rows, per product oldest first (the order `decide` relies on).
+pub(crate) const ORDER_ROWS: Sql = Sql::same(select_reservations!(
+    "WHERE order_id = $1 ORDER BY product_id, created_at"
+));
+/// The same, locked: the first step of confirm, release and extend (reservation rows before
+/// stock rows: the global lock order).
+pub(crate) const ORDER_ROWS_FOR_UPDATE: Sql = Sql::same(select_reservations!(
+    "WHERE order_id = $1 ORDER BY product_id, created_at FOR UPDATE"
+));
 /// Many orders' rows (a batch's), read after its stock rows are locked: the idempotency
-/// decision is made on what committed before the batch held them.
-pub(crate) const ORDERS_ROWS: &str =
-    select_reservations!("WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at");
-/// Many orders' rows locked in one consistent order (order id, then as [`ORDER_ROWS_FOR_UPDATE`]
-/// locks one order's), before any stock row: the global lock order.
-pub(crate) const ORDERS_ROWS_FOR_UPDATE: &str = select_reservations!(
+/// decision is made on what committed before the batch held them. (On Citus an unlocked read
+/// across shards, which it allows.)
+pub(crate) const ORDERS_ROWS: Sql = Sql::same(select_reservations!(
+    "WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at"
+));
+/// Many orders' rows locked in one consistent order (order id, then as
+/// [`ORDER_ROWS_FOR_UPDATE`] locks one order's), before any stock row.
+pub(crate) const ORDERS_ROWS_FOR_UPDATE: Sql = Sql::same(select_reservations!(
     "WHERE order_id = ANY($1) ORDER BY order_id, product_id, created_at FOR UPDATE"
-);
+));
 /// Active rows past their expiry, oldest first, skipping rows a confirm holds (the sweeper).
-pub(crate) const DUE_ROWS: &str = select_reservations!(
+pub(crate) const DUE_ROWS: Sql = Sql::same(select_reservations!(
     "WHERE status = 'active' AND expires_at < now() \
      ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
-);
+));
 /// Moves rows to a final status; `settled_at` from the clock, read while the stock rows are
-/// locked (see `lifecycle::settle`).
-pub(crate) const SETTLE: &str =
-    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)";
-
-/// A product's stock row, unlocked (the admin read; the optimistic and naive first read).
-pub(crate) const STOCK_ROW: &str = "SELECT available, reserved, version, backorder_limit, \
-     backordered, located FROM stock WHERE product_id = $1";
-
-/// Locks stock rows in the global lock order (ascending product id) and reads what they hold.
-pub(crate) const LOCK_STOCK: &str =
-    "SELECT product_id, available, backorder_limit, located FROM stock \
-     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE";
-/// Of these products, those no other transaction holds locked (never waits).
-pub(crate) const PROBE_LOCKS: &str = "SELECT product_id FROM stock \
-     WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE SKIP LOCKED";
-
+/// locked (see `flows::settle`).
+pub(crate) const SETTLE: Sql = Sql::same(
+    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)",
+);
 /// Writes reservation rows, one per element of the parallel arrays (id, order id, product,
-/// quantity, TTL in seconds, request key), and returns what only the database knows: each row's
-/// `created_at` and `expires_at` by id (the rest is what was sent; returning whole rows cost a
-/// batch of 128 rows measurably: BENCHMARKS.md). The reserve of one order and the batch of many
-/// orders insert through this one statement.
-pub(crate) const INSERT_RESERVATIONS: &str =
-    "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key) \
-     SELECT g.id, g.order_id, g.product_id, g.quantity, \
-            now() + make_interval(secs => g.ttl_s), g.request_key \
-       FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[]) \
-            AS g(id, order_id, product_id, quantity, ttl_s, request_key) \
-     RETURNING id, created_at, expires_at";
-/// [`INSERT_RESERVATIONS`] with a seventh array: which rows have allocations (the located
-/// path's; the hot path keeps the statement above).
-pub(crate) const INSERT_ALLOCATED_RESERVATIONS: &str =
+/// quantity, TTL in seconds, request key, allocated), and returns what only the database knows:
+/// each row's `created_at` and `expires_at` by id (returning whole rows cost a batch of 128 rows
+/// measurably: BENCHMARKS.md). Every reserve, re-reserve and batch inserts through this.
+pub(crate) const INSERT_RESERVATIONS: Sql = Sql::same(
     "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key, \
                                allocated) \
      SELECT g.id, g.order_id, g.product_id, g.quantity, \
@@ -101,137 +92,337 @@ pub(crate) const INSERT_ALLOCATED_RESERVATIONS: &str =
        FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[], \
                    $7::bool[]) \
             AS g(id, order_id, product_id, quantity, ttl_s, request_key, allocated) \
-     RETURNING id, created_at, expires_at";
+     RETURNING id, created_at, expires_at",
+);
+/// Rows per [`CITUS_INSERT_RESERVATIONS`] statement at most: 6 parameters each, far under
+/// PostgreSQL's 65,535, and a bounded number of statement texts per connection.
+pub(crate) const RESERVATIONS_VALUES_CHUNK: usize = 128;
+/// [`INSERT_RESERVATIONS`] on Citus, as multi-row `VALUES` (Citus routes each row to its
+/// shard; the `unnest` form runs through the coordinator). No row there has allocations
+/// (stock per location is not offered on Citus).
+pub(crate) static CITUS_INSERT_RESERVATIONS: Values = Values::new(
+    "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key)",
+    &[
+        Col::cast("::uuid"),
+        Col::cast("::text"),
+        Col::cast("::bigint"),
+        Col::cast("::int"),
+        Col::wrapped("now() + make_interval(secs => ", "::float8)"),
+        Col::cast("::text"),
+    ],
+    "RETURNING id, created_at, expires_at",
+);
+/// The product the routed Citus statements below are routed by: the order's router row.
+pub(crate) const CITUS_ORDER_PRODUCTS: Sql =
+    Sql::same("SELECT products FROM orders WHERE order_id = $1");
+/// Many orders' router rows.
+pub(crate) const CITUS_ORDERS_PRODUCTS: Sql =
+    Sql::same("SELECT order_id, products FROM orders WHERE order_id = ANY($1)");
+/// [`ORDER_ROWS`] routed to the shards of the order's products.
+pub(crate) const CITUS_ORDER_ROWS: Sql = Sql::same(select_reservations!(
+    "WHERE order_id = $1 AND product_id = ANY($2) ORDER BY product_id, created_at"
+));
+/// Many orders' rows on one product, locked (one shard per statement).
+pub(crate) const CITUS_PRODUCT_ORDERS_ROWS_FOR_UPDATE: Sql = Sql::same(select_reservations!(
+    "WHERE product_id = $1 AND order_id = ANY($2) ORDER BY order_id, created_at FOR UPDATE"
+));
+/// Products with due rows, unlocked (the sweeper's first step on Citus).
+pub(crate) const CITUS_DUE_PRODUCTS: Sql = Sql::same(
+    "SELECT DISTINCT product_id FROM reservations \
+     WHERE status = 'active' AND expires_at < now() ORDER BY product_id LIMIT $1",
+);
+/// [`DUE_ROWS`] of one product.
+pub(crate) const CITUS_PRODUCT_DUE_ROWS: Sql = Sql::same(select_reservations!(
+    "WHERE product_id = $1 AND status = 'active' AND expires_at < now() \
+     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+));
+/// The clock [`SETTLE`] reads inside its UPDATE, read on its own (Citus refuses a VOLATILE
+/// function in an UPDATE of a distributed table).
+pub(crate) const CLOCK: Sql = Sql::same("SELECT clock_timestamp() AS at");
+/// [`SETTLE`] with the clock as a parameter, routed by the rows' products.
+pub(crate) const CITUS_SETTLE: Sql = Sql::same(
+    "UPDATE reservations SET status = $2, settled_at = $3 \
+     WHERE product_id = ANY($4) AND id = ANY($1)",
+);
+/// The router write (Citus only): one row per order, its new products distinct and ascending;
+/// an order's row gains the products it did not list. Multi-row `VALUES`, routed per shard.
+pub(crate) static CITUS_ROUTE_ORDERS: Values = Values::new(
+    "INSERT INTO orders AS o (order_id, products)",
+    &[Col::cast(""), Col::cast("::bigint[]")],
+    "ON CONFLICT (order_id) DO UPDATE SET products = o.products || EXCLUDED.products \
+     WHERE NOT o.products @> EXCLUDED.products",
+);
+/// Moves the expiry of rows this transaction holds locked and decided on.
+pub(crate) const EXTEND_ROWS: Sql = Sql::same(
+    "UPDATE reservations SET expires_at = now() + make_interval(secs => $2) \
+     WHERE id = ANY($1) AND status = 'active' RETURNING id, expires_at",
+);
+/// The transaction's clock: an extension's comparisons and the new expiry use the same `now()`.
+pub(crate) const NOW: Sql = Sql::same("SELECT now() AS now");
+
+// ---- Stock rows -------------------------------------------------------------------------------
+
+/// The columns a take decides on ([`super::model::StockRow`]).
+macro_rules! stock_row_columns {
+    () => {
+        "product_id, available, backorder_limit, backordered, located"
+    };
+}
+
+/// A product's stock row, unlocked (the admin read; the optimistic and naive first read).
+pub(crate) const STOCK_ROW: Sql = Sql::same(
+    "SELECT available, reserved, version, backorder_limit, backordered, located FROM stock \
+     WHERE product_id = $1",
+);
+/// What a declined take read of a product's row, unlocked (to name a refusal, or to see that
+/// the product is stocked per location or takes backorders).
+pub(crate) const SEEN_ROW: Sql = Sql::same(concat!(
+    "SELECT ",
+    stock_row_columns!(),
+    " FROM stock WHERE product_id = $1"
+));
+/// Locks stock rows in the global lock order (ascending product id) and reads what a take
+/// decides on; on Citus one product (one shard) per statement, in that order.
+pub(crate) const LOCK_STOCK: Sql = Sql::per_key(
+    concat!(
+        "SELECT ",
+        stock_row_columns!(),
+        " FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE"
+    ),
+    concat!(
+        "SELECT ",
+        stock_row_columns!(),
+        " FROM stock WHERE product_id = $1 FOR UPDATE"
+    ),
+);
+/// Of these products, those no other transaction holds locked (never waits).
+pub(crate) const PROBE_LOCKS: Sql = Sql::per_key(
+    "SELECT product_id FROM stock WHERE product_id = ANY($1) ORDER BY product_id \
+     FOR UPDATE SKIP LOCKED",
+    "SELECT product_id FROM stock WHERE product_id = $1 FOR UPDATE SKIP LOCKED",
+);
 /// Adds (available, reserved) deltas to many stock rows in one statement.
-pub(crate) const APPLY_DELTAS: &str = crate::stock_update!(
+pub(crate) const APPLY_DELTAS: Sql = Sql::same(crate::stock_update!(
     "available = stock.available + d.a, reserved = stock.reserved + d.r",
     "FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(product_id, a, r) \
      WHERE stock.product_id = d.product_id"
-);
-
-// Citus twins (ARCHITECTURE.md, "On Citus"): Citus refuses a `FOR UPDATE` that spans shards
-// and a VOLATILE function in an UPDATE, so these take their locks one product (the
-// distribution value) per statement, in ascending order, and are chosen by `stock::layout`.
-// The single-node statements above stay as they are.
-
-/// The products an order has reservation rows on (its router row).
-pub(crate) const ORDER_PRODUCTS: &str = "SELECT products FROM orders WHERE order_id = $1";
-/// Many orders' router rows.
-pub(crate) const ORDERS_PRODUCTS: &str =
-    "SELECT order_id, products FROM orders WHERE order_id = ANY($1)";
-/// [`ORDER_ROWS`] routed to the shards of the order's products.
-pub(crate) const ORDER_ROWS_ROUTED: &str = select_reservations!(
-    "WHERE order_id = $1 AND product_id = ANY($2) ORDER BY product_id, created_at"
-);
-/// Many orders' rows on one product, locked (one shard per statement).
-pub(crate) const PRODUCT_ORDERS_ROWS_FOR_UPDATE: &str = select_reservations!(
-    "WHERE product_id = $1 AND order_id = ANY($2) ORDER BY order_id, created_at FOR UPDATE"
-);
-/// [`LOCK_STOCK`] for one product.
-pub(crate) const LOCK_ONE_STOCK: &str =
-    "SELECT product_id, available, backorder_limit, located FROM stock \
-     WHERE product_id = $1 FOR UPDATE";
-/// [`PROBE_LOCKS`] for one product.
-pub(crate) const PROBE_ONE_LOCK: &str =
-    "SELECT product_id FROM stock WHERE product_id = $1 FOR UPDATE SKIP LOCKED";
-/// Products with due rows, unlocked (the sweeper's first step on Citus).
-pub(crate) const DUE_PRODUCTS: &str = "SELECT DISTINCT product_id FROM reservations \
-     WHERE status = 'active' AND expires_at < now() ORDER BY product_id LIMIT $1";
-/// [`DUE_ROWS`] of one product.
-pub(crate) const PRODUCT_DUE_ROWS: &str = select_reservations!(
-    "WHERE product_id = $1 AND status = 'active' AND expires_at < now() \
-     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
-);
-/// The clock [`SETTLE`] reads inside its UPDATE, read on its own.
-pub(crate) const CLOCK: &str = "SELECT clock_timestamp() AS at";
-/// [`SETTLE`] with the clock as a parameter, routed by the rows' products.
-pub(crate) const SETTLE_AT: &str = "UPDATE reservations SET status = $2, settled_at = $3 \
-     WHERE product_id = ANY($4) AND id = ANY($1)";
-/// [`APPLY_DELTAS`] for one product (issued in ascending product id: the lock order).
-pub(crate) const APPLY_ONE_DELTA: &str = crate::stock_update!(
+));
+/// [`APPLY_DELTAS`] for one product (on Citus, issued in ascending product id: the lock order).
+pub(crate) const APPLY_ONE_DELTA: Sql = Sql::same(crate::stock_update!(
     "available = available + $2, reserved = reserved + $3",
     "WHERE product_id = $1"
+));
+/// The locked path's write of one row it holds: what it took (or sold), reserved and promised.
+pub(crate) const ADD_TO_ROW: Sql = Sql::same(crate::stock_update!(
+    "available = available + $2, reserved = reserved + $3, backordered = backordered + $4",
+    "WHERE product_id = $1"
+));
+/// Creates a product at zero when it is new (a count or a location count).
+pub(crate) const ENSURE_PRODUCT: Sql = Sql::same(
+    "INSERT INTO stock (product_id, available) VALUES ($1, 0) ON CONFLICT (product_id) DO NOTHING",
 );
-/// Writes the router rows of (order, product) pairs, adding products an order's row lacks.
-///
-/// Not used as written: Citus runs an `INSERT … SELECT` through the coordinator (intermediate
-/// results, then one insert per shard), 137 ms for a batch of 32 orders on the 2-worker test
-/// cluster; [`route_orders_values`] builds the same write as multi-row `VALUES`, which Citus
-/// routes per shard directly (6 ms). Kept as the statement's specification, for its test.
-#[cfg(test)]
-pub(crate) const ROUTE_ORDERS: &str = "INSERT INTO orders AS o (order_id, products) \
-     SELECT g.order_id, array_agg(DISTINCT g.product_id ORDER BY g.product_id) \
-       FROM unnest($1::text[], $2::bigint[]) AS g(order_id, product_id) GROUP BY g.order_id \
-     ON CONFLICT (order_id) DO UPDATE SET products = o.products || EXCLUDED.products \
-     WHERE NOT o.products @> EXCLUDED.products";
+/// One stock row locked with every column the admin paths answer with.
+pub(crate) const LOCK_ROW: Sql = Sql::same(
+    "SELECT available, reserved, version, backorder_limit, backordered, located FROM stock \
+     WHERE product_id = $1 FOR UPDATE",
+);
+/// A count or an adjustment: the row's new `available`.
+pub(crate) const SET_AVAILABLE: Sql = Sql::same(crate::stock_update!(
+    "available = $2",
+    "WHERE product_id = $1 \
+     RETURNING available, reserved, version, backorder_limit, backordered"
+));
+/// A physical count or an adjustment, append-only (the audit's history).
+pub(crate) const RECORD_MOVEMENT: Sql = Sql::same(
+    "INSERT INTO stock_movements (product_id, kind, quantity, reason, location_id) \
+     VALUES ($1, $2, $3, $4, $5) RETURNING id",
+);
+/// A repair's write of the counters the history says.
+pub(crate) const REPAIR_ROW: Sql = Sql::same(crate::stock_update!(
+    "available = $2, reserved = $3, backordered = $4",
+    "WHERE product_id = $1"
+));
 
-/// The router write for `orders` orders (Citus only): `INSERT … VALUES ($1, $2::bigint[]), …`,
-/// one row per order (its new products, distinct and ascending), with the conflict rule of
-/// `ROUTE_ORDERS`. `orders` ≥ 1; the caller bounds it (one batch).
-pub(crate) fn route_orders_values(orders: usize) -> String {
-    let rows: Vec<String> = (0..orders)
-        .map(|i| format!("(${}, ${}::bigint[])", 2 * i + 1, 2 * i + 2))
-        .collect();
-    format!(
-        "INSERT INTO orders AS o (order_id, products) VALUES {} \
-         ON CONFLICT (order_id) DO UPDATE SET products = o.products || EXCLUDED.products \
-         WHERE NOT o.products @> EXCLUDED.products",
-        rows.join(", ")
-    )
-}
+// ---- Backorders -------------------------------------------------------------------------------
 
-/// Rows per [`insert_reservations_values`] statement at most: 6 parameters each, far under
-/// PostgreSQL's 65,535, and a bounded number of statement texts per connection.
-pub(crate) const RESERVATIONS_VALUES_CHUNK: usize = 128;
+pub(crate) const SET_POLICY: Sql = Sql::same(crate::stock_update!(
+    "backorder_limit = $2",
+    "WHERE product_id = $1 \
+     RETURNING available, reserved, version, backorder_limit, backordered"
+));
+/// The arrival number comes from the sequence here, under the stock row lock.
+pub(crate) const MARK_BACKORDERS: Sql = Sql::same(
+    "UPDATE reservations SET backordered = d.b, \
+     backorder_arrival = nextval('backorder_arrivals') \
+     FROM unnest($1::uuid[], $2::int[]) AS d(id, b) WHERE reservations.id = d.id",
+);
+/// Dropped backorders of released or expired rows (their stock rows already locked).
+pub(crate) const DROP_BACKORDERS: Sql = Sql::same(crate::stock_update!(
+    "backordered = stock.backordered - d.b",
+    "FROM unnest($1::bigint[], $2::int[]) AS d(product_id, b) \
+     WHERE stock.product_id = d.product_id"
+));
+/// Every live backorder of the product, before its stock row is locked, in the order batched
+/// confirms lock many orders' rows (order id, product, created_at): two lockers of many orders'
+/// rows never wait on each other in a cycle. (The fill reads them again in arrival order.)
+pub(crate) const PRELOCK_BACKORDERS: Sql = Sql::same(
+    "SELECT id FROM reservations WHERE product_id = $1 AND backordered > 0 \
+     AND status IN ('active', 'confirmed') ORDER BY order_id, product_id, created_at FOR UPDATE",
+);
+/// The oldest live backorders that `$2` units reach (each row starts before `$2` is used up),
+/// locked; the outer conditions are checked again on the locked version.
+pub(crate) const OLDEST_BACKORDERS: Sql = Sql::same(
+    "SELECT id, status, backordered, backorder_arrival FROM reservations \
+     WHERE id IN (SELECT id FROM (SELECT id, sum(backordered) OVER \
+                  (ORDER BY backorder_arrival, id) - backordered AS before \
+                  FROM reservations WHERE product_id = $1 AND backordered > 0 \
+                  AND status IN ('active', 'confirmed')) q WHERE before < $2::int) \
+       AND backordered > 0 AND status IN ('active', 'confirmed') \
+     ORDER BY backorder_arrival, id FOR UPDATE",
+);
+pub(crate) const FILL_ROWS: Sql = Sql::same(
+    "UPDATE reservations SET backordered = reservations.backordered - d.f \
+     FROM unnest($1::uuid[], $2::int[]) AS d(id, f) WHERE reservations.id = d.id",
+);
+pub(crate) const RECORD_FILLS: Sql = Sql::same(
+    "INSERT INTO backorder_fills (product_id, reservation_id, arrival, quantity, sold, \
+                                  movement_id) \
+     SELECT $1, d.id, d.arrival, d.f, d.sold, $2 \
+       FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::bool[]) AS d(id, arrival, f, sold)",
+);
+/// Filled units leave available: to reserved for active rows, out of on hand (sold) for
+/// confirmed ones; either way they leave `backordered`.
+pub(crate) const FILL_STOCK: Sql = Sql::same(crate::stock_update!(
+    "available = available - $2 - $3, reserved = reserved + $2, \
+     backordered = backordered - $2 - $3",
+    "WHERE product_id = $1"
+));
 
-/// [`INSERT_RESERVATIONS`] on Citus: `INSERT … VALUES (…), …`, one row per reservation, six
-/// parameters each in the order of the arrays. Citus routes each row of a multi-row VALUES to
-/// its shard; the `INSERT … SELECT … FROM unnest` form instead runs through the coordinator
-/// (its rows are computed there, then copied to the shards), which cost a multi-item order on
-/// Citus most of its time. `rows` in 1..=[`RESERVATIONS_VALUES_CHUNK`].
-pub(crate) fn insert_reservations_values(rows: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|i| {
-            let p = 6 * i;
-            format!(
-                "(${}::uuid, ${}::text, ${}::bigint, ${}::int, \
-                 now() + make_interval(secs => ${}::float8), ${}::text)",
-                p + 1,
-                p + 2,
-                p + 3,
-                p + 4,
-                p + 5,
-                p + 6
-            )
-        })
-        .collect();
-    format!(
-        "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key) \
-         VALUES {} RETURNING id, created_at, expires_at",
-        values.join(", ")
-    )
-}
+// ---- Locations --------------------------------------------------------------------------------
+
+/// A product's location rows, locked in (product, location) order, with their priority.
+pub(crate) const LOCK_LOCATIONS: Sql = Sql::same(
+    "SELECT sl.product_id, sl.location_id, sl.available, sl.reserved, l.priority \
+       FROM stock_locations sl JOIN locations l USING (location_id) \
+      WHERE sl.product_id = ANY($1) \
+      ORDER BY sl.product_id, sl.location_id FOR UPDATE OF sl",
+);
+/// Locks the given (product, location) rows in the lock order.
+pub(crate) const LOCK_LOCATION_ROWS: Sql = Sql::same(
+    "SELECT 1 FROM stock_locations \
+     WHERE (product_id, location_id) IN (SELECT * FROM unnest($1::bigint[], $2::text[])) \
+     ORDER BY product_id, location_id FOR UPDATE",
+);
+pub(crate) const APPLY_LOCATION_DELTAS: Sql = Sql::same(
+    "UPDATE stock_locations sl \
+        SET available = sl.available + d.a, reserved = sl.reserved + d.r, updated_at = now() \
+       FROM unnest($1::bigint[], $2::text[], $3::int[], $4::int[]) \
+            AS d(product_id, location_id, a, r) \
+      WHERE sl.product_id = d.product_id AND sl.location_id = d.location_id",
+);
+pub(crate) const INSERT_ALLOCATIONS: Sql = Sql::same(
+    "INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
+     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[])",
+);
+pub(crate) const ALLOCATIONS_OF: Sql = Sql::same(
+    "SELECT reservation_id, product_id, location_id, quantity \
+       FROM reservation_allocations WHERE reservation_id = ANY($1) \
+      ORDER BY product_id, location_id",
+);
+pub(crate) const ENSURE_LOCATION: Sql = Sql::same(
+    "INSERT INTO locations (location_id) VALUES ($1) ON CONFLICT (location_id) DO NOTHING",
+);
+pub(crate) const UPSERT_PRIORITY: Sql = Sql::same(
+    "INSERT INTO locations (location_id, priority) VALUES ($1, $2) \
+     ON CONFLICT (location_id) DO UPDATE SET priority = EXCLUDED.priority \
+     RETURNING location_id, priority",
+);
+/// A product's first location count: what it held until now becomes the default location's.
+pub(crate) const ADOPT_DEFAULT: Sql = Sql::same(
+    "INSERT INTO stock_locations (product_id, location_id, available, reserved) \
+     VALUES ($1, $2, $3, $4)",
+);
+/// ... and its active reservations are allocated there, so every invariant holds from the start.
+pub(crate) const ALLOCATE_ACTIVE_TO_DEFAULT: Sql = Sql::same(
+    "WITH moved AS ( \
+       UPDATE reservations SET allocated = true \
+        WHERE product_id = $1 AND status = 'active' AND NOT allocated \
+        RETURNING id, product_id, quantity) \
+     INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
+     SELECT id, product_id, $2, quantity FROM moved",
+);
+pub(crate) const UPSERT_LOCATION_COUNT: Sql = Sql::same(
+    "INSERT INTO stock_locations (product_id, location_id, available) VALUES ($1, $2, $3) \
+     ON CONFLICT (product_id, location_id) DO UPDATE SET available = EXCLUDED.available, \
+     updated_at = now()",
+);
+pub(crate) const SET_LOCATED_TOTAL: Sql = Sql::same(crate::stock_update!(
+    "available = $2, located = true",
+    "WHERE product_id = $1 RETURNING available, reserved, version"
+));
+pub(crate) const STOCK_WITH_LOCATIONS: Sql = Sql::same(
+    "SELECT s.available, s.reserved, s.version, s.backorder_limit, s.backordered, \
+            sl.location_id, sl.available AS location_available, \
+            sl.reserved AS location_reserved \
+       FROM stock s LEFT JOIN stock_locations sl USING (product_id) \
+      WHERE s.product_id = $1 ORDER BY sl.location_id",
+);
+
+// ---- Sales ------------------------------------------------------------------------------------
+
+pub(crate) const SALE_ITEMS: Sql = Sql::same(
+    "SELECT product_id, quantity, sold_at FROM sale_items WHERE sale_id = $1 \
+     ORDER BY product_id",
+);
+/// Citus: `sale_items` refers to `sales`, a reference table, which Citus writes only in a
+/// transaction that reached the shards over one connection per node; the multi-shard read of
+/// the sale's items would not do that in parallel mode. Nothing is sent on one node.
+pub(crate) const SALE_MODE: Sql =
+    Sql::citus_only("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'");
+pub(crate) const INSERT_SALE: Sql = Sql::same("INSERT INTO sales (sale_id) VALUES ($1)");
+/// A sale's fast path: `available` only (sold units were never reserved), the condition inside
+/// the UPDATE; a product stocked per location is left to the locked path.
+pub(crate) const SELL_UNITS: Sql = Sql::same(crate::stock_update!(
+    "available = available - $2",
+    "WHERE product_id = $1 AND available >= $2 AND NOT located"
+));
+pub(crate) const INSERT_SALE_ITEMS: Sql = Sql::same(
+    "INSERT INTO sale_items (sale_id, product_id, quantity) \
+     SELECT $1, g.product_id, g.quantity FROM unnest($2::bigint[], $3::int[]) \
+     AS g(product_id, quantity) RETURNING product_id, quantity, sold_at",
+);
+pub(crate) const INSERT_SALE_ALLOCATIONS: Sql = Sql::same(
+    "INSERT INTO sale_allocations (sale_id, product_id, location_id, quantity) \
+     SELECT $1, g.product_id, g.location_id, g.quantity \
+       FROM unnest($2::bigint[], $3::text[], $4::int[]) AS g(product_id, location_id, quantity)",
+);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_reservation_values_write_what_the_unnest_form_writes() {
-        let two = insert_reservations_values(2);
-        let head = |s: &str| s[..s.find(" SELECT").or(s.find(" VALUES")).unwrap_or(0)].to_owned();
-        assert_eq!(head(&two), head(INSERT_RESERVATIONS));
+    fn the_citus_reservation_values_write_what_the_unnest_form_writes() {
+        let two = CITUS_INSERT_RESERVATIONS.statement(2);
+        assert!(two.starts_with(
+            "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, \
+             request_key) VALUES ($1::uuid"
+        ));
         assert!(two.contains("now() + make_interval(secs => $5::float8), $6::text), ($7::uuid"));
         assert!(two.ends_with("$12::text) RETURNING id, created_at, expires_at"));
-        assert!(INSERT_RESERVATIONS.contains("now() + make_interval(secs => g.ttl_s)"));
+        assert!(INSERT_RESERVATIONS
+            .single()
+            .contains("now() + make_interval(secs => g.ttl_s)"));
+        assert!(INSERT_RESERVATIONS
+            .single()
+            .ends_with("RETURNING id, created_at, expires_at"));
     }
 
     #[test]
     fn the_router_values_keep_the_conflict_rule() {
-        let two = route_orders_values(2);
+        let two = CITUS_ROUTE_ORDERS.statement(2);
         assert!(two.contains("VALUES ($1, $2::bigint[]), ($3, $4::bigint[]) ON CONFLICT"));
-        let tail = |s: &str| s[s.find("ON CONFLICT").unwrap_or(0)..].to_owned();
-        assert_eq!(tail(&two), tail(ROUTE_ORDERS));
+        assert!(two.ends_with("WHERE NOT o.products @> EXCLUDED.products"));
     }
 
     #[test]
@@ -241,7 +432,21 @@ mod tests {
             "UPDATE stock SET available = $2, version = version + 1, updated_at = now() \
              WHERE product_id = $1"
         );
-        assert!(APPLY_DELTAS.contains("version = version + 1, updated_at = now()"));
-        assert!(INSERT_RESERVATIONS.ends_with("RETURNING id, created_at, expires_at"));
+        for write in [
+            APPLY_DELTAS,
+            APPLY_ONE_DELTA,
+            ADD_TO_ROW,
+            SET_AVAILABLE,
+            REPAIR_ROW,
+            SET_POLICY,
+            DROP_BACKORDERS,
+            FILL_STOCK,
+            SET_LOCATED_TOTAL,
+            SELL_UNITS,
+        ] {
+            assert!(write
+                .single()
+                .contains("version = version + 1, updated_at = now()"));
+        }
     }
 }

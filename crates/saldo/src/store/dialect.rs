@@ -58,6 +58,16 @@ impl Sql {
         }
     }
 
+    /// A setting only Citus needs (a `SET LOCAL` for its executor): nothing is sent on one node
+    /// ([`Tx::batch`] skips an empty text).
+    pub const fn citus_only(citus: &'static str) -> Sql {
+        Sql {
+            single: "",
+            citus,
+            citus_per_key: false,
+        }
+    }
+
     /// The single-node text (tests and documentation).
     pub const fn single(&self) -> &'static str {
         self.single
@@ -82,6 +92,13 @@ impl Dialect {
 
     pub const fn layout(self) -> Layout {
         self.layout
+    }
+
+    /// Whether products may be stocked per location and take backorders in this layout: their
+    /// paths lock many products' rows per statement and are built for one node only, so on
+    /// Citus their entry points refuse before anything is read or written.
+    pub fn offers_locations_and_backorders(self) -> bool {
+        self.layout == Layout::Single
     }
 
     /// True on a Citus coordinator: for the data-access functions whose Citus form takes extra
@@ -154,9 +171,14 @@ impl<'a> Tx<'a> {
         Ok(self.client.execute(&stmt, params).await?)
     }
 
-    /// A statement without parameters, sent as a simple query (settings such as `SET LOCAL`).
+    /// A statement without parameters, sent as a simple query (settings such as `SET LOCAL`);
+    /// nothing at all when this dialect's text is empty ([`Sql::citus_only`]).
     pub async fn batch(&self, sql: &Sql) -> Result<(), Error> {
-        Ok(self.client.batch_execute(self.dialect.text(sql)).await?)
+        let text = self.dialect.text(sql);
+        if text.is_empty() {
+            return Ok(());
+        }
+        Ok(self.client.batch_execute(text).await?)
     }
 
     /// A keyed statement ([`Sql::per_key`]) over `keys` (ascending, distinct: the lock order):

@@ -1,17 +1,18 @@
-//! The expiry job (seed 000): active reservations past `expires_at` become `expired` and their
-//! units return to `available`. `FOR UPDATE SKIP LOCKED` lets many sweepers run at once and
-//! skips rows a confirm is holding; the `status = 'active'` condition gives a confirm racing an
+//! The expiry job: active reservations past `expires_at` become `expired` and their units
+//! return to `available`. `FOR UPDATE SKIP LOCKED` lets many sweepers run at once and skips
+//! rows a confirm is holding; the `status = 'active'` condition gives a confirm racing an
 //! expiry exactly one winner. A deadlock or serialization failure simply ends the round.
 
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::layout;
-use crate::stock::lifecycle::{self, Row};
-use crate::stock::types::Status;
+use crate::stock::flows::settle::settle;
+use crate::stock::model::{Row, Status};
+use crate::stock::rows::reservations;
+use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::{in_transaction, RetryPolicy, TxOptions};
 
-/// Rows expired per transaction (seed 000 uses 500).
+/// Rows expired per transaction.
 pub const SWEEP_BATCH: i64 = 500;
 /// Batches per round at most, so one round is bounded even under a flood of expiries.
 pub const MAX_BATCHES_PER_ROUND: usize = 1_000;
@@ -30,14 +31,15 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
         index_paths_only: true,
         ..store.tx.clone()
     };
-    let layout = store.layout();
+    let dialect = store.dialect();
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES_PER_ROUND {
         let result = in_transaction(&store.pool, &options, Operation::Sweep, move |client| {
             crate::tx_body!(client => async {
-                let rows = layout::lock_due_rows(client, layout, batch).await?;
+                let tx = Tx::new(client, dialect);
+                let rows = reservations::lock_due(&tx, batch).await?;
                 let refs: Vec<&Row> = rows.iter().collect();
-                lifecycle::settle(client, layout, &refs, Status::Expired).await?;
+                settle(&tx, &refs, Status::Expired).await?;
                 Ok(rows.len() as u64)
             })
         })

@@ -1,5 +1,5 @@
-//! Repair (issue 15, "counters that drift with no way to fix"): bring each divergent product's
-//! row back to what its reservations and history say, in two steps.
+//! Repair of counters that drifted: bring each divergent product's row back to what its
+//! reservations and history say, in two steps.
 //!
 //! [`plan`] reads the divergent products in the audit's snapshot and says, per product, what
 //! it would change: `reserved` ← Σ active reservations (their allocated units), `available` ←
@@ -21,90 +21,16 @@
 //! lock), and the lock, the re-read, the write and the movement all name the product, so each
 //! transaction stays on that one shard group.
 
-use serde::Serialize;
-
-use crate::audit::{self, Divergence, ProductState};
-use crate::domain::{ProductId, Reason, MAX_STOCK_COUNT};
+use crate::audit::{self, ProductState};
+use crate::domain::Reason;
 use crate::error::Error;
 use crate::operation::Operation;
+use crate::stock::decide::repair::target;
+use crate::stock::model::{Counts, ProductRepair, RepairAction, RepairReport};
+use crate::stock::rows::stock::{self, Movement};
+use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
-
-const LOCK_ROW: &str = "SELECT version, located FROM stock WHERE product_id = $1 FOR UPDATE";
-const SET_ROW: &str = crate::stock_update!(
-    "available = $2, reserved = $3, backordered = $4",
-    "WHERE product_id = $1"
-);
-const RECORD: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
-     VALUES ($1, 'adjustment', 0, $2)";
-
-/// A product's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Counts {
-    pub available: i64,
-    pub reserved: i64,
-    /// Units backordered (Σ live backorders; 0 for a product without backorders).
-    pub backordered: i64,
-}
-
-/// What became (or would become) of one product.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RepairAction {
-    /// Dry run: this is what `apply` would write.
-    Planned,
-    /// Written, with its `repair: …` movement.
-    Applied,
-    /// Left alone: the row changed between the plan and the lock (its version moved).
-    Changed,
-    /// Left alone: the history says fewer units on hand than are actively reserved, or more
-    /// than a count may hold; no row value can satisfy both invariants. Count the product.
-    /// Also a product stocked per location: its row is the sum of its locations, which a
-    /// product-wide repair would break; count its locations.
-    Unrepairable,
-}
-
-/// One divergent product: its row as planned from, and the counters it should have.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProductRepair {
-    pub product_id: ProductId,
-    /// The row's version the plan was made against.
-    pub version: i64,
-    pub before: Counts,
-    pub after: Counts,
-    pub action: RepairAction,
-}
-
-/// A whole repair: every divergent product, and what the audit says afterwards.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RepairReport {
-    pub applied: bool,
-    pub products: Vec<ProductRepair>,
-    /// The audit after the repair (dry run: the audit as it stands).
-    pub remaining: Vec<Divergence>,
-}
-
-fn target(state: &ProductState) -> (Counts, RepairAction) {
-    let reserved = state.active_reserved;
-    let available = state.expected_on_hand - reserved;
-    let backordered = state.live_backordered;
-    let action = if available < 0
-        || state.expected_on_hand > i64::from(MAX_STOCK_COUNT)
-        || backordered > state.backorder_limit
-    {
-        RepairAction::Unrepairable
-    } else {
-        RepairAction::Planned
-    };
-    (
-        Counts {
-            available,
-            reserved,
-            backordered,
-        },
-        action,
-    )
-}
 
 /// What a repair would change, per divergent product (read-only: the audit's snapshot on one
 /// node, each product's own shard on Citus).
@@ -129,29 +55,6 @@ pub async fn plan(store: &Store) -> Result<Vec<ProductRepair>, Error> {
         .collect())
 }
 
-impl ProductRepair {
-    /// Old and new values (`backordered` only when it moves, so a product without backorders
-    /// reads as before) and the version: what the movement's reason and the CLI say.
-    pub fn describe(&self) -> String {
-        let backordered = if self.before.backordered == self.after.backordered {
-            String::new()
-        } else {
-            format!(
-                ", backordered {} -> {}",
-                self.before.backordered, self.after.backordered
-            )
-        };
-        format!(
-            "available {} -> {}, reserved {} -> {}{backordered} (version {})",
-            self.before.available,
-            self.after.available,
-            self.before.reserved,
-            self.after.reserved,
-            self.version
-        )
-    }
-}
-
 /// The movement's reason: `repair: ` and what changed.
 fn reason(p: &ProductRepair) -> Result<Reason, Error> {
     Ok(Reason::new(format!("repair: {}", p.describe()))?)
@@ -161,22 +64,23 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
     let planned = planned.clone();
     // The product's state, read on its shard group on Citus (one routed statement).
     let state_sql = audit::product_state_sql_of(store.layout());
+    let dialect = store.dialect();
     in_transaction(&store.pool, &store.tx, Operation::Repair, move |client| {
         let planned = planned.clone();
         crate::tx_body!(client => async move {
+            let tx = Tx::new(client, dialect);
             let id = planned.product_id.get();
-            let Some(row) = client.query_opt(LOCK_ROW, &[&id]).await? else {
+            let Some(row) = stock::lock_one(&tx, planned.product_id).await? else {
                 return Ok(RepairAction::Changed);
             };
-            let version: i64 = row.try_get("version")?;
-            if row.try_get::<_, bool>("located")? {
+            if row.located {
                 return Ok(RepairAction::Unrepairable);
             }
-            if version != planned.version {
+            if row.stock.version != planned.version {
                 return Ok(RepairAction::Changed);
             }
             let state = ProductState::from_row(
-                &client.query_one(state_sql, &[&Some(id)]).await?,
+                &tx.client().query_one(state_sql, &[&Some(id)]).await?,
             )?;
             let (after, action) = target(&state);
             if after != planned.after {
@@ -193,12 +97,16 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
                 .map_err(|_| Error::invariant("repair target reserved out of range"))?;
             let backordered = i32::try_from(after.backordered)
                 .map_err(|_| Error::invariant("repair target backordered out of range"))?;
-            client
-                .execute(SET_ROW, &[&id, &available, &reserved, &backordered])
-                .await?;
-            client
-                .execute(RECORD, &[&id, &reason(&planned)?.as_str()])
-                .await?;
+            stock::repair(&tx, planned.product_id, available, reserved, backordered).await?;
+            let why = reason(&planned)?;
+            let movement = Movement {
+                product: planned.product_id,
+                kind: "adjustment",
+                quantity: 0,
+                reason: why.as_str(),
+                location: None,
+            };
+            stock::record(&tx, movement).await?;
             Ok(RepairAction::Applied)
         })
     })

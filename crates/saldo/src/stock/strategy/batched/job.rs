@@ -10,11 +10,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::batch::schedule::Batchable;
+use crate::batch::worker::Queued;
 use crate::batch::Ticket;
 use crate::domain::OrderId;
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::types::{ConfirmOutcome, Reservation, ReserveRequest};
+use crate::stock::model::{ConfirmOutcome, Reservation, ReserveRequest};
 
 /// The two kinds of batch transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,11 +24,20 @@ pub(crate) enum Kind {
     Confirm,
 }
 
+/// What a batch answers a queued reserve: its reservation, or that the order is not the batch's
+/// to grant (it needs backorders, decided from the rows the batch locked) and runs as its own
+/// transaction instead, on the path that decides such items.
+#[derive(Debug)]
+pub(crate) enum Granted {
+    Reserved(Reservation),
+    Alone,
+}
+
 /// One queued operation and where its answer goes.
 pub(crate) enum Work {
     Reserve {
         request: ReserveRequest,
-        reply: oneshot::Sender<Result<Reservation, Error>>,
+        reply: oneshot::Sender<Result<Granted, Error>>,
     },
     Confirm {
         order_id: OrderId,
@@ -35,7 +45,7 @@ pub(crate) enum Work {
     },
 }
 
-/// A queued operation with the deadline it carries from its caller (see [`crate::store::deadline`]).
+/// A queued operation with the deadline it carries from its caller.
 pub(crate) struct Job {
     pub work: Work,
     pub deadline: Option<Instant>,
@@ -50,13 +60,26 @@ impl Job {
             ticket: Arc::default(),
         }
     }
+}
 
-    /// Answers a job that will never run with `error` (for its operation).
-    pub(super) fn refuse(self, error: impl Fn(Operation) -> Error) {
+impl Queued for Job {
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+
+    fn refuse_late(self) {
         // The caller may have gone; then the answer has nowhere to go.
         match self.work {
-            Work::Reserve { reply, .. } => drop(reply.send(Err(error(Operation::Reserve)))),
-            Work::Confirm { reply, .. } => drop(reply.send(Err(error(Operation::Confirm)))),
+            Work::Reserve { reply, .. } => drop(reply.send(Err(Error::DeadlineExceeded {
+                operation: Operation::Reserve,
+            }))),
+            Work::Confirm { reply, .. } => drop(reply.send(Err(Error::DeadlineExceeded {
+                operation: Operation::Confirm,
+            }))),
         }
     }
 }

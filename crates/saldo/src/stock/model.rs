@@ -1,20 +1,20 @@
-//! The stock engine's shared vocabulary: the store, requests, rows, outcomes, strategy names and
-//! the [`StockStrategy`] contract.
+//! The stock side's vocabulary: requests, outcomes, rows as callers see them, strategy names.
 //!
-//! A leaf of `stock`: every strategy and the lifecycle import from here, and nothing here
-//! imports a strategy, so the strategies never depend (through `stock/mod.rs`) on the factory
-//! that depends on all of them ([`super::engine`]).
-
-use chrono::{DateTime, Utc};
-use serde::Serialize;
+//! The leaf of `stock`: every layer above (the data access in `rows`, the pure decisions in
+//! `decide`, the flows, the strategies and the engine) speaks these types, and nothing here
+//! imports any of them.
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::audit::Divergence;
 use crate::domain::{
-    AllocationMode, LocationId, MaxHold, OrderId, OrderItems, ProductId, RequestKey, Ttl,
+    AllocationMode, LocationId, OrderId, OrderItems, Priority, ProductId, RequestKey, SaleId, Ttl,
 };
 use crate::error::Error;
-use crate::store::handle::Store;
 
 /// A request to reserve every item of an order, or none.
 #[derive(Debug, Clone)]
@@ -95,6 +95,16 @@ impl Status {
             ))),
         }
     }
+    /// The status column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Confirmed => "confirmed",
+            Status::Released => "released",
+            Status::Expired => "expired",
+        }
+    }
+
     pub fn is_live(self) -> bool {
         matches!(self, Status::Active | Status::Confirmed)
     }
@@ -214,80 +224,173 @@ impl std::fmt::Display for StrategyName {
     }
 }
 
-/// The one contract every stock strategy keeps (and the contract suite checks): reserve all
-/// items or none without overselling, confirm, release, read an order.
-#[async_trait::async_trait]
-pub trait StockStrategy: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// The database and transaction settings the strategy runs on.
-    fn store(&self) -> &Store;
-    /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
-    /// the order's current state, whatever happened to it since; other items are a conflict.
-    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error>;
-    /// `reserve` with a placement (pinned locations, single or split allocation). The default
-    /// placement is plain `reserve`; any other runs the one located path
-    /// ([`super::locations::reserve`]) that every strategy shares (`batched` included: it
-    /// routes such an order there instead of queueing it).
-    async fn reserve_placed(
-        &self,
-        request: &ReserveRequest,
-        placement: &Placement,
-    ) -> Result<Reservation, Error> {
-        if placement.is_default() {
-            return self.reserve(request).await;
-        }
-        let intent = super::lifecycle::Intent::Reserve(request);
-        let result = super::locations::reserve(self.store(), intent, placement).await;
-        telemetry_outcome(&result);
-        result
-    }
-    /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
-    /// `rereserve_id`. Same refusals as `reserve`.
-    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error>;
-    /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
-    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error>;
-    /// active → released, units back to available. Idempotent.
-    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error>;
-    /// Every reservation row of an order.
-    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error>;
-    /// Moves the expiry of the order's active reservations to now + `ttl`, never past
-    /// `max_hold` since each was made; what already expired is
-    /// [`Error::ReservationExpired`]. No stock row moves, so every strategy (`batched`
-    /// included: its queues carry takes and confirms only) runs the one shared transaction of
-    /// [`super::extend::extend`].
-    async fn extend(
-        &self,
-        order_id: &OrderId,
-        ttl: Ttl,
-        max_hold: MaxHold,
-    ) -> Result<super::extend::ExtendOutcome, Error> {
-        super::extend::extend(self.store(), order_id, ttl, max_hold).await
-    }
-    /// Sells every item straight from `available`, or none; idempotent by `sale_id`. Every
-    /// strategy (`batched` included: a sale is never queued) runs the one transaction of
-    /// [`super::sales::sell`], whose take is `atomic`'s conditional UPDATE.
-    async fn sell(&self, request: &super::sales::SaleRequest) -> Result<super::sales::Sale, Error> {
-        super::sales::sell(self.store(), request).await
+/// A product's stock row as a take read it: enough to decide where an item the strategy could
+/// not take from `available` goes (refused, backordered, or allocated over locations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StockRow {
+    pub available: i32,
+    pub backorder_limit: i32,
+    pub backordered: i32,
+    /// Stocked per location: its units are allocated over its locations, never taken from the
+    /// row alone.
+    pub located: bool,
+}
+
+/// A request to sell every item, or none.
+#[derive(Debug, Clone)]
+pub struct SaleRequest {
+    pub sale_id: SaleId,
+    pub items: OrderItems,
+}
+
+/// One product of a sale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SoldItem {
+    pub product_id: ProductId,
+    pub quantity: i32,
+}
+
+/// What a sale did (or, replayed, what it did the first time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sale {
+    pub sale_id: SaleId,
+    /// Per product, ascending.
+    pub items: Vec<SoldItem>,
+    pub sold_at: DateTime<Utc>,
+    /// True when the sale had been made before: nothing was taken now.
+    pub replayed: bool,
+}
+
+/// What an extension did: the order's current items, the extended ones with their new expiry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExtendOutcome {
+    pub order_id: OrderId,
+    /// The active items, now expiring at `now + ttl`.
+    pub extended: Vec<ReservedItem>,
+}
+
+/// A product's totals and its locations (empty for a product never given a location).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LocatedStock {
+    pub stock: Stock,
+    pub locations: Vec<StockLocation>,
+}
+
+/// A location and its allocation priority.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Location {
+    pub location_id: LocationId,
+    pub priority: Priority,
+}
+
+/// A product's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub available: i64,
+    pub reserved: i64,
+    /// Units backordered (Σ live backorders; 0 for a product without backorders).
+    pub backordered: i64,
+}
+
+/// What became (or would become) of one product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepairAction {
+    /// Dry run: this is what `apply` would write.
+    Planned,
+    /// Written, with its `repair: …` movement.
+    Applied,
+    /// Left alone: the row changed between the plan and the lock (its version moved).
+    Changed,
+    /// Left alone: the history says fewer units on hand than are actively reserved, or more
+    /// than a count may hold; no row value can satisfy both invariants. Count the product.
+    /// Also a product stocked per location: its row is the sum of its locations, which a
+    /// product-wide repair would break; count its locations.
+    Unrepairable,
+}
+
+/// One divergent product: its row as planned from, and the counters it should have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProductRepair {
+    pub product_id: ProductId,
+    /// The row's version the plan was made against.
+    pub version: i64,
+    pub before: Counts,
+    pub after: Counts,
+    pub action: RepairAction,
+}
+
+impl ProductRepair {
+    /// Old and new values (`backordered` only when it moves, so a product without backorders
+    /// reads as before) and the version: what the movement's reason and the CLI say.
+    pub fn describe(&self) -> String {
+        let backordered = if self.before.backordered == self.after.backordered {
+            String::new()
+        } else {
+            format!(
+                ", backordered {} -> {}",
+                self.before.backordered, self.after.backordered
+            )
+        };
+        format!(
+            "available {} -> {}, reserved {} -> {}{backordered} (version {})",
+            self.before.available,
+            self.after.available,
+            self.before.reserved,
+            self.after.reserved,
+            self.version
+        )
     }
 }
 
-/// Counts a reservation outcome; shared by every strategy so the metric means the same thing.
-pub(crate) fn telemetry_outcome(result: &Result<Reservation, Error>) {
-    let outcome = match result {
-        Ok(r) if r.replayed => "replayed",
-        Ok(_) => "reserved",
-        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
-        Err(Error::IdempotencyConflict(_)) => "idempotency_conflict",
-        Err(Error::NothingToRereserve(_) | Error::NotRereservable { .. }) => "not_rereservable",
-        Err(Error::UnknownOrder(_)) => "unknown_order",
-        Err(Error::DeadlineExceeded { .. }) => "deadline_exceeded",
-        Err(Error::ProductLocked(_)) => "product_locked",
-        Err(Error::OutcomeUnknown { .. }) => "outcome_unknown",
-        Err(Error::VersionConflict { .. }) => "version_conflict",
-        Err(Error::UnknownProduct(_)) => "unknown_product",
-        Err(Error::UnknownLocation { .. }) => "unknown_location",
-        Err(Error::Input(_)) => "invalid",
-        Err(_) => "error",
-    };
-    crate::telemetry::reservation_outcome(outcome);
+/// A whole repair: every divergent product, and what the audit says afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    pub applied: bool,
+    pub products: Vec<ProductRepair>,
+    /// The audit after the repair (dry run: the audit as it stands).
+    pub remaining: Vec<Divergence>,
+}
+
+// ---- The engine's own rows (not part of any answer) ------------------------------------------
+
+/// One reservation row as the engine decides on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub id: Uuid,
+    pub order_id: String,
+    /// `None` for rows written by the order's own reserve request; the re-reserve's key else.
+    pub request_key: Option<String>,
+    /// Transaction start of the request that wrote the row: rows of one request share it.
+    pub created_at: DateTime<Utc>,
+    /// The row has `reservation_allocations` (written by the located path).
+    pub allocated: bool,
+    pub item: ReservedItem,
+}
+
+/// One allocation of a reservation row.
+#[derive(Debug, Clone)]
+pub(crate) struct Allocation {
+    pub reservation_id: Uuid,
+    pub product: i64,
+    pub location: LocationId,
+    pub quantity: i32,
+}
+
+/// A live backorder waiting for units, as a fill reads it (locked).
+#[derive(Debug, Clone)]
+pub(crate) struct Waiting {
+    pub id: Uuid,
+    pub status: Status,
+    pub backordered: i32,
+    pub arrival: i64,
+}
+
+/// One backorder filled by an arrival: `units` of it, sold at once when it was confirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fill {
+    pub id: Uuid,
+    pub arrival: i64,
+    pub units: i32,
+    pub sold: bool,
 }

@@ -1,14 +1,6 @@
-//! Hold extension (issue 15): move the expiry of an order's active reservations to now + ttl,
-//! for a slow payment, never past the maximum hold since each reservation was made.
-//!
-//! It races the sweeper with exactly one winner. Both take the order's reservation rows with
-//! `FOR UPDATE` (the sweeper with `SKIP LOCKED`) and decide on what they locked: a row the
-//! sweeper expired first is seen expired here (409); a row this extension locked first is
-//! skipped by the sweeper, which after the commit re-checks `expires_at` on the new version and
-//! leaves it. A row past its expiry but not yet swept counts as expired, so the answer never
-//! depends on how late the sweeper runs. No stock row is touched (units stay reserved), so
-//! every strategy extends through this one transaction: `batched` included, whose queues only
-//! carry takes and confirms.
+//! Which rows an extension moves, decided on the order's locked rows: every latest row still
+//! active, all or nothing, never past the maximum hold since it was made; a hold that already
+//! lapsed (expired, or due and not yet swept) refuses the whole extension.
 
 use std::collections::BTreeMap;
 
@@ -17,27 +9,7 @@ use uuid::Uuid;
 
 use crate::domain::{MaxHold, OrderId, ProductId, Ttl};
 use crate::error::Error;
-use crate::operation::Operation;
-use crate::stock::layout;
-use crate::stock::lifecycle::Row;
-use crate::stock::types::{ReservedItem, Status};
-use crate::store::handle::Store;
-use crate::store::retry::in_transaction;
-
-/// The transaction's clock: every comparison and the new expiry use the same `now()`.
-const NOW: &str = "SELECT now() AS now";
-/// Moves the expiry of rows this transaction holds locked and decided on.
-const EXTEND_ROWS: &str = "UPDATE reservations \
-     SET expires_at = now() + make_interval(secs => $2) \
-     WHERE id = ANY($1) AND status = 'active' RETURNING id, expires_at";
-
-/// What an extension did: the order's current items, the extended ones with their new expiry.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ExtendOutcome {
-    pub order_id: OrderId,
-    /// The active items, now expiring at `now + ttl`.
-    pub extended: Vec<ReservedItem>,
-}
+use crate::stock::model::{Row, Status};
 
 /// Which rows to extend, decided on the order's locked rows (pure, so it is tested alone).
 ///
@@ -93,67 +65,10 @@ pub(crate) fn plan(
     Ok(ids)
 }
 
-/// Extends the order's active reservations to now + `ttl`, all or nothing (see [`plan`]).
-pub async fn extend(
-    store: &Store,
-    order_id: &OrderId,
-    ttl: Ttl,
-    max_hold: MaxHold,
-) -> Result<ExtendOutcome, Error> {
-    let layout = store.layout();
-    let result = in_transaction(&store.pool, &store.tx, Operation::Extend, move |client| {
-        crate::tx_body!(client => async {
-            let rows = layout::lock_order_rows(client, layout, order_id).await?;
-            let now: DateTime<Utc> = client.query_one(NOW, &[]).await?.try_get("now")?;
-            let ids = plan(order_id, &rows, now, ttl, max_hold)?;
-            let ttl_s = ttl.as_duration().as_secs_f64();
-            let stmt = client.prepare_cached(EXTEND_ROWS).await?;
-            let updated = client.query(&stmt, &[&ids, &ttl_s]).await?;
-            if updated.len() != ids.len() {
-                // The rows were locked and active: nothing can have moved them.
-                return Err(Error::invariant(format!(
-                    "extended {} of {} locked active rows of order {order_id}",
-                    updated.len(),
-                    ids.len()
-                )));
-            }
-            let mut new_expiry = BTreeMap::new();
-            for r in &updated {
-                let id: Uuid = r.try_get("id")?;
-                let at: DateTime<Utc> = r.try_get("expires_at")?;
-                new_expiry.insert(id, at);
-            }
-            let extended = rows
-                .iter()
-                .filter_map(|r| {
-                    new_expiry.get(&r.id).map(|&expires_at| ReservedItem {
-                        expires_at,
-                        ..r.item.clone()
-                    })
-                })
-                .collect();
-            Ok(ExtendOutcome {
-                order_id: order_id.clone(),
-                extended,
-            })
-        })
-    })
-    .await;
-    crate::telemetry::extension_outcome(match &result {
-        Ok(_) => "extended",
-        Err(Error::ReservationExpired { .. }) => "expired",
-        Err(Error::HoldLimitExceeded { .. }) => "hold_limit",
-        Err(Error::NothingToExtend(_)) => "nothing_to_extend",
-        Err(Error::UnknownOrder(_)) => "unknown_order",
-        Err(_) => "error",
-    });
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ProductId;
+    use crate::stock::model::ReservedItem;
 
     fn at(seconds: i64) -> DateTime<Utc> {
         DateTime::<Utc>::from_timestamp(1_700_000_000 + seconds, 0).expect("time")

@@ -1,4 +1,4 @@
-//! The `optimistic` strategy (seed 004): read `available` and `version` without a lock, check in
+//! The `optimistic` strategy: read `available` and `version` without a lock, check in
 //! the application, then `UPDATE … WHERE product_id = $1 AND version = $2`. Zero rows means
 //! someone wrote in between: re-read and try again after a jittered backoff, up to
 //! [`OptimisticConfig::attempts`], then [`Error::VersionConflict`] — distinct from insufficient
@@ -13,13 +13,13 @@
 //! (lower id) items — never the contested row — and is bounded by attempts × `max_backoff_ms`.
 
 use async_trait::async_trait;
-use deadpool_postgres::Client;
 
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
-use crate::stock::lifecycle::UnitTaker;
-use crate::stock::sql::STOCK_ROW;
-use crate::stock::trace::{Session, TraceSink, TraceStep};
+use crate::stock::model::StockRow;
+use crate::stock::strategy::trace::{Session, TraceSink, TraceStep};
+use crate::stock::taker::{Taken, UnitTaker};
+use crate::store::dialect::{Sql, Tx};
 use crate::store::retry::RetryPolicy;
 
 /// Most attempts per item, whatever the configuration says.
@@ -27,9 +27,13 @@ pub const MAX_OPTIMISTIC_ATTEMPTS: u32 = 50;
 /// Longest single backoff, whatever the configuration says.
 pub const MAX_OPTIMISTIC_BACKOFF_MS: u64 = 100;
 
-const TAKE_IF_VERSION: &str = crate::stock_update!(
+const TAKE_IF_VERSION: Sql = Sql::same(crate::stock_update!(
     "available = available - $3, reserved = reserved + $3",
     "WHERE product_id = $1 AND version = $2 RETURNING available, reserved"
+));
+const READ_ROW: Sql = Sql::same(
+    "SELECT available, reserved, version, backorder_limit, backordered, located FROM stock \
+     WHERE product_id = $1",
 );
 
 /// What the unlocked read saw. Public for the race lab's naive takers (`saldo-lab`).
@@ -39,29 +43,42 @@ pub struct Seen {
     pub version: i64,
 }
 
+/// What the application-side check decided.
+pub enum Check {
+    /// Enough units on a product not stocked per location: write, on the version read.
+    Enough(Seen),
+    /// Not taken from `available` here: what was read of the row (`None`: no such product),
+    /// for the flow to decide ([`Taken::Declined`]).
+    Declined(Option<StockRow>),
+}
+
 /// Reads the row without a lock and checks it in the application: the first half of the
 /// optimistic strategy, and of the lab's naive ones, which differ in how they write. It lives
 /// here, with the safe strategy, so that nothing served depends on lab-only code; it is public
 /// for the lab.
 pub async fn read_and_check(
-    client: &Client,
+    tx: &Tx<'_>,
     session: &Session<'_>,
     product: ProductId,
     quantity: Quantity,
-) -> Result<Seen, Error> {
-    let stmt = client.prepare_cached(STOCK_ROW).await?;
-    let row = client
-        .query_opt(&stmt, &[&product.get()])
-        .await?
-        .ok_or(Error::UnknownProduct(product))?;
+) -> Result<Check, Error> {
+    let Some(row) = tx.query_opt(&READ_ROW, &[&product.get()]).await? else {
+        return Ok(Check::Declined(None));
+    };
     let seen = Seen {
         available: row.try_get("available")?,
         reserved: row.try_get("reserved")?,
         version: row.try_get("version")?,
     };
-    // The located path allocates such a product (see `stock::locations`).
-    if row.try_get::<_, bool>("located")? {
-        return Err(Error::StockedByLocation(product));
+    let stock_row = StockRow {
+        available: seen.available,
+        backorder_limit: row.try_get("backorder_limit")?,
+        backordered: row.try_get("backordered")?,
+        located: row.try_get("located")?,
+    };
+    // The flow allocates such a product over its locations.
+    if stock_row.located {
+        return Ok(Check::Declined(Some(stock_row)));
     }
     session.record(product, || TraceStep::Read {
         available: seen.available,
@@ -69,19 +86,13 @@ pub async fn read_and_check(
         version: seen.version,
     });
     if seen.available < quantity.get() {
-        let available = seen.available;
-        session.record(product, || TraceStep::Refused { available });
-        // The same read says whether the product takes backorders (the locked path decides).
-        if row.try_get::<_, i32>("backorder_limit")? > 0 {
-            return Err(Error::NeedsBackorderPath(product));
+        if stock_row.backorder_limit == 0 {
+            let available = seen.available;
+            session.record(product, || TraceStep::Refused { available });
         }
-        return Err(Error::InsufficientStock {
-            product_id: product,
-            requested: quantity.get(),
-            available,
-        });
+        return Ok(Check::Declined(Some(stock_row)));
     }
-    Ok(seen)
+    Ok(Check::Enough(seen))
 }
 
 /// How hard the optimistic strategy tries before answering `VersionConflict`.
@@ -127,16 +138,18 @@ impl UnitTaker for Optimistic {
         "optimistic"
     }
 
-    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+    async fn take(&self, tx: &Tx<'_>, items: &[(ProductId, Quantity)]) -> Result<Taken, Error> {
         let session = Session::start(self.trace.as_ref());
         let policy = self.config.policy();
-        let update = client.prepare_cached(TAKE_IF_VERSION).await?;
-        'items: for &(product, quantity) in items {
+        let update = tx.prepare(&TAKE_IF_VERSION).await?;
+        'items: for (index, &(product, quantity)) in items.iter().enumerate() {
             for attempt in 1..=policy.max_attempts {
-                let version = read_and_check(client, &session, product, quantity)
-                    .await?
-                    .version;
-                if let Some(row) = client
+                let version = match read_and_check(tx, &session, product, quantity).await? {
+                    Check::Enough(seen) => seen.version,
+                    Check::Declined(seen) => return Ok(Taken::Declined { index, seen }),
+                };
+                if let Some(row) = tx
+                    .client()
                     .query_opt(&update, &[&product.get(), &version, &quantity.get()])
                     .await?
                 {
@@ -156,6 +169,6 @@ impl UnitTaker for Optimistic {
                 attempts: policy.max_attempts,
             });
         }
-        Ok(())
+        Ok(Taken::All)
     }
 }

@@ -1,6 +1,6 @@
 //! The `batched` strategy: group commit at the application level, the answer to a hot product.
 //!
-//! One hot stock row serialises every transaction that touches it (seed 000), so one reservation
+//! One hot stock row serialises every transaction that touches it, so one reservation
 //! per transaction sells at most 1 / lock-hold-time per second. Here reservations queue per
 //! partition of products; one worker per partition takes whatever queued while its previous
 //! batch ran, and grants the whole batch in ONE transaction that locks each stock row once.
@@ -19,17 +19,17 @@
 //! pays, and batches form only when requests actually meet.
 //!
 //! Confirms go through the same workers (each sale is a reserve and a confirm, and a confirm
-//! settles on the same hot stock row); release and order reads use the shared lifecycle.
+//! settles on the same hot stock row); everything else runs the shared flows.
 //! Workers start on the first `reserve` or `confirm` (on the caller's tokio runtime) and end
 //! when the last clone of the [`Batched`] value is dropped: their queues close and drain.
 
+mod grant;
 pub(crate) mod job;
 mod worker;
 
-pub use crate::telemetry::{BATCH_ORDERS, BATCH_SECONDS};
-
 use std::sync::{Arc, Weak};
 
+use async_trait::async_trait;
 use tokio::sync::oneshot;
 
 pub use crate::batch::config::{
@@ -39,19 +39,20 @@ pub use crate::batch::config::{
 };
 pub use crate::batch::lane::BatchedStats;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
-use crate::operation::Operation;
-use crate::store::deadline;
-use job::{Job, Work};
-
+use crate::batch::worker::Worker;
 use crate::domain::OrderId;
 use crate::error::Error;
-use crate::stock::atomic::Atomic;
-use crate::stock::lifecycle;
-use crate::stock::types::{
-    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
-    StockStrategy,
-};
+use crate::operation::Operation;
+use crate::stock::decide::plan::Intent;
+use crate::stock::flows::reserve;
+use crate::stock::model::{ConfirmOutcome, Placement, Reservation, ReserveRequest};
+use crate::stock::strategy::atomic::Atomic;
+use crate::stock::strategy::StockStrategy;
+use crate::stock::taker::UnitTaker;
+use crate::store::deadline;
 use crate::store::handle::Store;
+pub use crate::telemetry::{BATCH_ORDERS, BATCH_SECONDS};
+use job::{Granted, Job, Work};
 
 /// The batched strategy. Cheap to clone; clones share the queues and workers.
 #[derive(Clone)]
@@ -117,31 +118,44 @@ impl Batched {
 
     fn start_workers(&self) {
         self.lanes.start(|partition, rx, shared| {
-            let worker = worker::Worker {
+            let w = Worker::new(
                 partition,
-                store: self.store.clone(),
-                tx: self.store.tx.clone().with_index_paths_only(),
-                pace: self.config.pace(),
+                &self.store,
+                self.config.pace(),
                 shared,
-                counters: self.counters.clone(),
-                _alive: self.alive.clone(),
-            };
-            tokio::spawn(worker.run(rx));
+                &self.counters,
+                &self.alive,
+            );
+            tokio::spawn(async move {
+                w.run(
+                    rx,
+                    |job| worker::run_alone(&w, job),
+                    |jobs| worker::run_batch(&w, jobs),
+                )
+                .await;
+            });
         });
     }
 }
 
-#[async_trait::async_trait]
+#[async_trait]
 impl StockStrategy for Batched {
     fn name(&self) -> &'static str {
         "batched"
     }
 
-    fn store(&self) -> &Store {
-        &self.store
+    /// An order run as its own transaction (a re-reserve, an order the batch hands over) takes
+    /// like `atomic`: the row locks keep it correct beside the batches.
+    fn taker(&self) -> &dyn UnitTaker {
+        &Atomic
     }
 
-    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+    /// Runs on the store the engine was built with (the same as `_store`).
+    async fn reserve(
+        &self,
+        _store: &Store,
+        request: &ReserveRequest,
+    ) -> Result<Reservation, Error> {
         let (reply, answer) = oneshot::channel();
         let work = Work::Reserve {
             request: request.clone(),
@@ -150,36 +164,32 @@ impl StockStrategy for Batched {
         let job = Job::new(work, deadline::current());
         let ticket = job.ticket.clone();
         let partition = self.partition_of(request);
-        let result = match self.admit(partition, job) {
-            Ok(Admission::Direct(claim)) => {
+        let granted = match self.admit(partition, job)? {
+            Admission::Direct(claim) => {
                 let outcome = worker::reserve_alone(&self.store, &self.counters, request).await;
                 drop(claim);
-                outcome
+                return outcome;
             }
-            Ok(Admission::Queued) => {
+            Admission::Queued => {
                 self.lanes
                     .answer(partition, Operation::Reserve, &ticket, answer)
-                    .await
+                    .await?
             }
-            Err(e) => Err(e),
         };
-        // The batch could not serve it from `available` on a product that takes backorders:
-        // the per-order locked path decides (a batch stays a plain in-memory grant).
-        let result = match result {
-            Err(Error::NeedsBackorderPath(_)) => {
-                lifecycle::reserve_backordering(&self.store, lifecycle::Intent::Reserve(request))
-                    .await
+        match granted {
+            Granted::Reserved(reservation) => Ok(reservation),
+            // Its items need what a batch does not grant (backorders): its own transaction.
+            Granted::Alone => {
+                let intent = Intent::Reserve(request);
+                reserve::reserve(&self.store, &Atomic, intent, &Placement::default()).await
             }
-            other => other,
-        };
-        crate::stock::types::telemetry_outcome(&result);
-        result
+        }
     }
 
     /// Confirms are batched too: each one settles on the product's stock row, so on a hot
     /// product one confirm per transaction would cap sales at `atomic`'s rate. An order's
     /// products are unknown before its rows are read, so confirms spread by order id.
-    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+    async fn confirm(&self, _store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
         let (reply, answer) = oneshot::channel();
         let work = Work::Confirm {
             order_id: order_id.clone(),
@@ -200,22 +210,5 @@ impl StockStrategy for Batched {
                     .await
             }
         }
-    }
-
-    /// Re-reserves are rare (what expired or was released, on purpose): one `atomic`
-    /// transaction, like an order run alone. The row locks keep it correct beside the batches.
-    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
-        let intent = lifecycle::Intent::Rereserve(request);
-        let result = lifecycle::reserve(&self.store, &Atomic, intent).await;
-        crate::stock::types::telemetry_outcome(&result);
-        result
-    }
-
-    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
-        lifecycle::release(&self.store, order_id).await
-    }
-
-    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
-        lifecycle::order(&self.store, order_id).await
     }
 }

@@ -1,0 +1,186 @@
+//! Reserve and re-reserve: one transaction, every item or none.
+//!
+//! Read the order's rows → decide replay, conflict or take ([`decide::plan`]) → take the units
+//! item by item ([`taking`]: the strategy's take, the locked path for what it declines) →
+//! write the reservation rows (with their backorders and allocations) and, on Citus, the
+//! order's router → answer the order as it now stands. A concurrent copy of the same request
+//! that commits first makes this one rerun as a replay (the unique live index, through
+//! `in_idempotent_transaction`), or, when its take was refused after waiting for that copy's
+//! row lock, read the order again and answer the replay.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::operation::Operation;
+use crate::stock::decide::plan::{current_items, plan, Intent, Plan};
+use crate::stock::flows::taking::{take_items, Destination, ItemTaken};
+use crate::stock::model::{Placement, Reservation};
+use crate::stock::rows::backorders;
+use crate::stock::rows::locations::{self, Allocations};
+use crate::stock::rows::reservations::{self, NewRows, LIVE_INDEX};
+use crate::stock::taker::UnitTaker;
+use crate::store::dialect::Tx;
+use crate::store::handle::Store;
+use crate::store::retry::in_idempotent_transaction;
+use crate::telemetry;
+
+/// Reserves (or re-reserves) through `taker`, in one transaction.
+pub(crate) async fn reserve(
+    store: &Store,
+    taker: &dyn UnitTaker,
+    intent: Intent<'_>,
+    placement: &Placement,
+) -> Result<Reservation, Error> {
+    if placement.is_default() || store.dialect().offers_locations_and_backorders() {
+        let dialect = store.dialect();
+        in_idempotent_transaction(
+            &store.pool,
+            &store.tx,
+            Operation::Reserve,
+            LIVE_INDEX,
+            move |client| {
+                crate::tx_body!(client => reserve_tx(Tx::new(client, dialect), taker, intent, placement))
+            },
+        )
+        .await
+    } else {
+        // An order naming a location on a layout without stock per location: refused before
+        // any lock.
+        Err(Error::UnsupportedOnCitus("stock per location"))
+    }
+}
+
+async fn reserve_tx(
+    tx: Tx<'_>,
+    taker: &dyn UnitTaker,
+    intent: Intent<'_>,
+    placement: &Placement,
+) -> Result<Reservation, Error> {
+    let order_id = intent.order_id();
+    let mut rows = reservations::of_order(&tx, order_id).await?;
+    let take = match plan(intent, &rows)? {
+        Plan::Replay => {
+            locations::attach(&tx, &mut rows).await?;
+            return Ok(Reservation {
+                order_id: order_id.clone(),
+                items: current_items(&rows),
+                replayed: true,
+            });
+        }
+        Plan::Take(take) => take,
+    };
+
+    let started = Instant::now();
+    let taken = match take_items(&tx, taker, &take, placement, Destination::Reserved).await {
+        Ok(taken) => taken,
+        Err(refusal) => return replay_of_concurrent_copy(&tx, intent, refusal).await,
+    };
+    metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => taker.name())
+        .record(started.elapsed().as_secs_f64());
+
+    let mut new_rows = NewRows::default();
+    for ((product, quantity), item) in take.iter().zip(&taken) {
+        let id = Uuid::new_v4();
+        new_rows.push(
+            id,
+            order_id,
+            *product,
+            *quantity,
+            intent.ttl(),
+            intent.request_key(),
+        );
+        if item.locations().is_some() {
+            new_rows.mark_allocated();
+        }
+    }
+    let mut written = reservations::insert(&tx, &new_rows).await?;
+    let backordered: Vec<i32> = taken.iter().map(ItemTaken::backordered).collect();
+    backorders::mark(&tx, &mut written, &backordered).await?;
+    write_allocations(&tx, &mut written, &taken).await?;
+    // The router after the ordered stock locks (a no-op on one node).
+    let known = HashMap::from([(
+        order_id.as_str(),
+        rows.iter().map(|r| r.item.product_id.get()).collect(),
+    )]);
+    let new = take.iter().map(|(p, _)| (order_id.as_str(), p.get()));
+    reservations::route(&tx, new, &known).await?;
+    rows.extend(written);
+    Ok(Reservation {
+        order_id: order_id.clone(),
+        items: current_items(&rows),
+        replayed: false,
+    })
+}
+
+/// The `reservation_allocations` of the items served over locations (after their rows), and
+/// the same on the rows the answer shows.
+async fn write_allocations(
+    tx: &Tx<'_>,
+    written: &mut [crate::stock::model::Row],
+    taken: &[ItemTaken],
+) -> Result<(), Error> {
+    let mut allocations = Allocations::default();
+    for (row, item) in written.iter_mut().zip(taken) {
+        let Some(parts) = item.locations() else {
+            continue;
+        };
+        for (location, quantity) in parts {
+            allocations.push(row.id, row.item.product_id, location, *quantity);
+        }
+        row.item.allocations = locations::in_location_order(parts);
+    }
+    allocations.insert(tx).await
+}
+
+/// The `outcome` label a reserve is counted under (by the engine, once per request, whatever
+/// the strategy).
+pub(crate) fn outcome(result: &Result<Reservation, Error>) -> &'static str {
+    match result {
+        Ok(r) if r.replayed => "replayed",
+        Ok(_) => "reserved",
+        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
+        Err(Error::IdempotencyConflict(_)) => "idempotency_conflict",
+        Err(Error::NothingToRereserve(_) | Error::NotRereservable { .. }) => "not_rereservable",
+        Err(Error::UnknownOrder(_)) => "unknown_order",
+        Err(Error::DeadlineExceeded { .. }) => "deadline_exceeded",
+        Err(Error::ProductLocked(_)) => "product_locked",
+        Err(Error::OutcomeUnknown { .. }) => "outcome_unknown",
+        Err(Error::VersionConflict { .. }) => "version_conflict",
+        Err(Error::UnknownProduct(_)) => "unknown_product",
+        Err(Error::UnknownLocation { .. }) => "unknown_location",
+        Err(Error::Input(_)) => "invalid",
+        Err(_) => "error",
+    }
+}
+
+/// A take refused for want of stock may have waited on the row lock for a concurrent copy of
+/// this very request, which then took the units: that is a replay, not a refusal. Under READ
+/// COMMITTED the next statement sees what committed meanwhile, so read the order again. Answers
+/// the replay, or the original refusal (also when the transaction is aborted and cannot read).
+pub(crate) async fn replay_of_concurrent_copy(
+    tx: &Tx<'_>,
+    intent: Intent<'_>,
+    refusal: Error,
+) -> Result<Reservation, Error> {
+    if !matches!(
+        refusal,
+        Error::InsufficientStock { .. } | Error::VersionConflict { .. }
+    ) {
+        return Err(refusal);
+    }
+    let order_id = intent.order_id();
+    let Ok(rows) = reservations::of_order(tx, order_id).await else {
+        return Err(refusal);
+    };
+    match plan(intent, &rows) {
+        Ok(Plan::Replay) => Ok(Reservation {
+            order_id: order_id.clone(),
+            items: current_items(&rows),
+            replayed: true,
+        }),
+        _ => Err(refusal),
+    }
+}

@@ -1,0 +1,108 @@
+//! Direct sales (the path for slow payment methods): nothing is reserved, and when the money
+//! clears the units go from `available` straight to sold, all items or none, if they are still
+//! there. Idempotent by `sale_id`: the same items again answer the original result and take
+//! nothing; other items under the same id are [`Error::SaleConflict`].
+//!
+//! One transaction: the `sales` row first (the idempotency key: a concurrent copy of the same
+//! sale waits on its unique index and, once the first commits, reruns as a replay), then the
+//! items taken the way a reservation takes them ([`super::taking`], with the sale's own fast
+//! take: the condition inside the UPDATE, from `available` only), then the items, stamped while
+//! the rows are locked so the audit orders them against counts. Every strategy sells through
+//! this path (a sale is never queued), so a sale racing reservations for the last unit meets
+//! them on the same row lock and the same condition.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::domain::{OrderItems, ProductId, Quantity};
+use crate::error::Error;
+use crate::operation::Operation;
+use crate::stock::flows::taking::{take_items, Destination};
+use crate::stock::model::{Placement, Sale, SaleRequest};
+use crate::stock::rows::{locations, sales};
+use crate::stock::taker::{seen, Taken, UnitTaker};
+use crate::store::dialect::Tx;
+use crate::store::handle::Store;
+use crate::store::retry::in_idempotent_transaction;
+
+/// The sale's fast take: `available` straight to sold, the condition inside the UPDATE.
+struct SellUnits;
+
+#[async_trait]
+impl UnitTaker for SellUnits {
+    fn name(&self) -> &'static str {
+        "sale"
+    }
+
+    async fn take(&self, tx: &Tx<'_>, items: &[(ProductId, Quantity)]) -> Result<Taken, Error> {
+        for (index, &(product, quantity)) in items.iter().enumerate() {
+            if !sales::sell_units(tx, product, quantity).await? {
+                let seen = seen(tx, product).await?;
+                return Ok(Taken::Declined { index, seen });
+            }
+        }
+        Ok(Taken::All)
+    }
+}
+
+fn same_items(sale: &Sale, items: &OrderItems) -> bool {
+    let sold: BTreeMap<ProductId, i32> = sale
+        .items
+        .iter()
+        .map(|i| (i.product_id, i.quantity))
+        .collect();
+    sold.len() == items.len()
+        && items
+            .iter()
+            .all(|(p, q)| sold.get(&p).copied() == Some(q.get()))
+}
+
+/// Sells every item or none (see the module header).
+pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
+    let dialect = store.dialect();
+    let result = in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        Operation::Sell,
+        sales::SALE_KEY,
+        move |client| crate::tx_body!(client => sell_tx(Tx::new(client, dialect), request)),
+    )
+    .await;
+    crate::telemetry::sale_outcome(match &result {
+        Ok(s) if s.replayed => "replayed",
+        Ok(_) => "sold",
+        Err(Error::InsufficientStock { .. }) => "insufficient_stock",
+        Err(Error::UnknownProduct(_)) => "unknown_product",
+        Err(Error::UnknownLocation { .. }) => "unknown_location",
+        Err(Error::SaleConflict(_)) => "idempotency_conflict",
+        Err(_) => "error",
+    });
+    result
+}
+
+async fn sell_tx(tx: Tx<'_>, request: &SaleRequest) -> Result<Sale, Error> {
+    sales::begin(&tx).await?;
+    let sale_id = &request.sale_id;
+    if let Some(sale) = sales::find(&tx, sale_id).await? {
+        return if same_items(&sale, &request.items) {
+            Ok(sale)
+        } else {
+            Err(Error::SaleConflict(sale_id.clone()))
+        };
+    }
+    sales::insert(&tx, sale_id).await?;
+    let items: Vec<(ProductId, Quantity)> = request.items.iter().collect();
+    let placement = Placement::default();
+    let taken = take_items(&tx, &SellUnits, &items, &placement, Destination::Sold).await?;
+    let sale = sales::insert_items(&tx, sale_id, &items).await?;
+    let located: BTreeMap<ProductId, Vec<_>> = items
+        .iter()
+        .zip(&taken)
+        .filter_map(|((product, _), item)| item.locations().map(|parts| (*product, parts.to_vec())))
+        .collect();
+    if !located.is_empty() {
+        locations::record_sale(&tx, sale_id.as_str(), &located).await?;
+    }
+    Ok(sale)
+}

@@ -1,0 +1,10 @@
+//! The stock side's data access: each function runs the statements of [`super::sql`] through a
+//! [`crate::store::dialect::Tx`] and turns rows into the engine's types. This is where a Citus
+//! form that takes other steps than the single-node one (a router read first, one statement per
+//! product, a clock read first) is chosen; the flows above never ask which layout they run on.
+
+pub(crate) mod backorders;
+pub(crate) mod locations;
+pub(crate) mod reservations;
+pub(crate) mod sales;
+pub(crate) mod stock;

@@ -1,0 +1,85 @@
+//! Direct sales' rows: the `sales` row (the idempotency key), the sale's fast take from
+//! `available`, its items (stamped `sold_at` while the stock rows are locked).
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::{ProductId, Quantity, SaleId};
+use crate::error::Error;
+use crate::stock::model::{Sale, SoldItem};
+use crate::stock::sql;
+use crate::store::dialect::Tx;
+
+/// The sales table's primary key: a unique violation on it is a concurrent copy that won.
+pub(crate) const SALE_KEY: &str = "sales_pkey";
+
+/// The items of `sale_id` as a [`Sale`] (`None`: no such sale yet).
+pub(crate) async fn find(tx: &Tx<'_>, sale_id: &SaleId) -> Result<Option<Sale>, Error> {
+    let rows = tx.query(&sql::SALE_ITEMS, &[&sale_id.as_str()]).await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    sale_of(sale_id, &rows, true).map(Some)
+}
+
+fn sale_of(sale_id: &SaleId, rows: &[tokio_postgres::Row], replayed: bool) -> Result<Sale, Error> {
+    let mut items = Vec::with_capacity(rows.len());
+    let mut sold_at: Option<DateTime<Utc>> = None;
+    for r in rows {
+        items.push(SoldItem {
+            product_id: ProductId::new(r.try_get("product_id")?)?,
+            quantity: r.try_get("quantity")?,
+        });
+        let at: DateTime<Utc> = r.try_get("sold_at")?;
+        sold_at = Some(sold_at.map_or(at, |s| s.min(at)));
+    }
+    items.sort_by_key(|i| i.product_id);
+    let sold_at =
+        sold_at.ok_or_else(|| Error::invariant(format!("sale {sale_id} has no items")))?;
+    Ok(Sale {
+        sale_id: sale_id.clone(),
+        items,
+        sold_at,
+        replayed,
+    })
+}
+
+/// Starts a sale: the executor mode Citus needs (nothing on one node), then the `sales` row.
+pub(crate) async fn begin(tx: &Tx<'_>) -> Result<(), Error> {
+    tx.batch(&sql::SALE_MODE).await
+}
+
+/// Writes the `sales` row, the sale's idempotency key.
+pub(crate) async fn insert(tx: &Tx<'_>, sale_id: &SaleId) -> Result<(), Error> {
+    tx.execute(&sql::INSERT_SALE, &[&sale_id.as_str()]).await?;
+    Ok(())
+}
+
+/// The sale's fast take of one item: from `available` if there is enough and the product is
+/// not stocked per location. True when taken.
+pub(crate) async fn sell_units(
+    tx: &Tx<'_>,
+    product: ProductId,
+    quantity: Quantity,
+) -> Result<bool, Error> {
+    let taken = tx
+        .execute(&sql::SELL_UNITS, &[&product.get(), &quantity.get()])
+        .await?;
+    Ok(taken == 1)
+}
+
+/// Writes the sale's items and answers the sale.
+pub(crate) async fn insert_items(
+    tx: &Tx<'_>,
+    sale_id: &SaleId,
+    items: &[(ProductId, Quantity)],
+) -> Result<Sale, Error> {
+    let (products, quantities): (Vec<i64>, Vec<i32>) =
+        items.iter().map(|(p, q)| (p.get(), q.get())).unzip();
+    let rows = tx
+        .query(
+            &sql::INSERT_SALE_ITEMS,
+            &[&sale_id.as_str(), &products, &quantities],
+        )
+        .await?;
+    sale_of(sale_id, &rows, false)
+}
