@@ -18,7 +18,7 @@ use saldo::stock::{self, Store, StrategyConfig, StrategyName};
 use tokio::net::TcpListener;
 
 use crate::config::{ConfigError, Generated, RawSettings};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Everything the service needs to start, validated or checked by [`Application::build`].
 #[derive(Debug, Clone)]

@@ -5,8 +5,8 @@
 //! Database and pool failures answer 503 (try again) or 500 without their internals: the full
 //! error goes to the log, the client gets the kind and, for contention, the SQLSTATE.
 //!
-//! What each error answers is a table: [`library`] for the library's errors, [`ApiError`]'s own
-//! below; both build [`Parts`], rendered once by `into_response`.
+//! What each error answers is a table: `library` for the library's errors, [`ApiError`]'s own
+//! below; both build `Parts`, rendered once by `into_response`.
 
 mod library;
 mod parts;
