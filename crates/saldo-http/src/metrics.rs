@@ -205,7 +205,7 @@ pub async fn sample(pool: &Pool) {
 /// without bound); the per-product counts are in [`Refusals`], served by an admin endpoint.
 /// `sold_out` refusals are a campaign ending; `short` (some left, fewer than asked) and above
 /// all `enough` (the read after the refusal found enough: a race with a release, or a bug) on a
-/// product that has stock are what the seeds say to alert on.
+/// product that has stock are what to alert on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StockAtRefusal {
     SoldOut,

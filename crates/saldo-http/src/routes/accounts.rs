@@ -1,4 +1,4 @@
-//! Money routes (seed 002, issue 14): open an account with its limits (admin), read it (balance,
+//! Money routes: open an account with its limits (admin), read it (balance,
 //! held, available, pending credits) and its latest transfers, and move money between two
 //! accounts at once or as a hold (`"pending": true`). Transfers always lock both accounts in id
 //! order, with the served transfer strategy (`ordered`, or the batched ledger engine that

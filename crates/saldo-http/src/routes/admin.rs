@@ -1,5 +1,5 @@
 //! Operator routes (admin token): one sweeper round, the divergence audit, who waits on which
-//! lock (seed 002's `pg_blocking_pids` view, shared with `saldo locks`), and the most refused
+//! lock (the `pg_blocking_pids` view, shared with `saldo locks`), and the most refused
 //! products (kept out of metric labels to bound their cardinality).
 
 use axum::extract::State;

@@ -1,4 +1,4 @@
-//! `POST /v1/admin/repair` (admin; issue 15): what `saldo audit --repair [--apply]` does, over
+//! `POST /v1/admin/repair` (admin): what `saldo audit --repair [--apply]` does, over
 //! HTTP. A dry run unless `{"apply": true}`: per divergent product, its counters and what they
 //! should be (`reserved` from the active reservations, `available` from the history); applied,
 //! each product is written under its row lock with a `repair: …` movement, a product that

@@ -1,5 +1,5 @@
-//! Direct sales (issue 15): `POST /v1/sales` takes units from available straight to sold, all
-//! items or none, for payment methods that clear too late to hold a reservation (seed 000).
+//! Direct sales: `POST /v1/sales` takes units from available straight to sold, all
+//! items or none, for payment methods that clear too late to hold a reservation.
 //! 201 when sold now; 200 with the original result and `"replayed": true` when the same sale
 //! id comes again with the same items; 409 `idempotency-conflict` with other items. Refusals
 //! are a reservation's (409 `insufficient-stock`, 404 `unknown-product`), counted alike.

@@ -1,5 +1,5 @@
 //! Stock routes: set a physical count, adjust and set the backorder policy (admin), read a
-//! product's stock (with its locations); per location (issue 15): count one location of a
+//! product's stock (with its locations); per location: count one location of a
 //! product, set a location's allocation priority (admin).
 
 use axum::Json;

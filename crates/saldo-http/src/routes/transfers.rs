@@ -1,8 +1,8 @@
-//! Holds and linked transfers (issue 14): post a pending transfer (whole or partial), void it,
+//! Holds and linked transfers: post a pending transfer (whole or partial), void it,
 //! read any transfer with its status, and apply a linked group of transfers all or none.
 //! Post, void and the sweeper's expiry race for a hold with exactly one winner; a loser gets 409
-//! `transfer-not-pending` naming the state the hold reached (`transfer_status`), and the winner's own call repeated
-//! answers 200 with the same transfer (`replayed: true`).
+//! `transfer-not-pending` naming the state the hold reached (`transfer_status`), and the
+//! winner's own call repeated answers 200 with the same transfer (`replayed: true`).
 
 use axum::body::Bytes;
 use axum::extract::State;

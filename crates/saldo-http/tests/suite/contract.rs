@@ -158,8 +158,8 @@ async fn the_served_document_passes_the_structural_checks() {
     }
 }
 
-/// The checks can fail: the document as it was before issue 16, with `limit` and `top`
-/// declared as path parameters and errors without the problem schema, is refused.
+/// The checks can fail: a document with `limit` and `top` declared as path parameters and
+/// errors without the problem schema (as the served one once was) is refused.
 #[test]
 fn the_structural_checks_refuse_a_query_parameter_declared_in_the_path() {
     let doc = json!({

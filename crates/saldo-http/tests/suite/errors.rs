@@ -239,7 +239,7 @@ pub(crate) fn assert_not_applied(answer: &Answer) {
     assert_eq!(answer.body["applied"], false, "{}", answer.text);
 }
 
-/// Issue 11: reservations queued behind a locked hot product in the batched engine (the served
+/// Deadlines travel: reservations queued behind a locked hot product in the batched engine (the served
 /// default) answer by the request's deadline, say "not applied", and are never committed
 /// later. On the old code they got a bare 503 `timeout` and most of them committed once the
 /// lock went away.

@@ -222,7 +222,7 @@ async fn ttl_s_sets_the_expiry_and_defaults_to_the_server_setting() {
     assert!((800..=900).contains(&gap), "gap {gap}s");
 }
 
-/// Issue 11, reproduced on the old main: reserve `rr-1` → 201, release, the same POST again →
+/// Idempotency per request, for good: before it, reserve `rr-1` → 201, release, the same POST again →
 /// 201 with a brand-new active reservation (the cancelled units sold again). Now: 200, replayed,
 /// the real status, nothing taken; re-reserving is `POST /v1/orders/{id}/rereserve`.
 #[tokio::test]
