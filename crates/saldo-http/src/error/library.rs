@@ -322,7 +322,10 @@ fn contention(sqlstate: &str) -> Parts {
     Parts::unavailable("contention", "Too much contention, try again").with("sqlstate", sqlstate)
 }
 
-/// No connection, or one that failed before anything was sent for COMMIT.
+/// No connection, or one that failed before COMMIT was sent (a COMMIT whose answer was lost is
+/// the library's `OutcomeUnknown`): nothing was applied.
 pub(super) fn database_unavailable(detail: &str) -> Parts {
-    Parts::unavailable("database-unavailable", "Database unavailable").detail(detail)
+    Parts::unavailable("database-unavailable", "Database unavailable")
+        .detail(detail)
+        .with("applied", false)
 }

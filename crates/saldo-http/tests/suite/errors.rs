@@ -594,3 +594,41 @@ async fn every_library_error_answers_a_client_status_or_503() {
         }
     }
 }
+
+/// Every `database-unavailable` answer says nothing was applied (`"applied": false`), as the
+/// other not-applied 503s do: the pool gave no connection, the connection failed before COMMIT
+/// (a lost COMMIT is `outcome-unknown`), or `/readyz` found no database.
+#[tokio::test]
+async fn database_unavailable_says_nothing_was_applied() {
+    use axum::response::IntoResponse;
+    use http_body_util::BodyExt;
+    let db = crate::harness::test_db().await;
+    let errors: Vec<saldo::Error> = vec![
+        deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait).into(),
+        saldo::Error::Database(connection_failure().await),
+        saldo::Error::Database(raised(&db, "08006").await),
+        saldo::Error::Database(raised(&db, "57P01").await),
+    ];
+    let mut answers: Vec<saldo_http::ApiError> = errors
+        .into_iter()
+        .map(saldo_http::ApiError::Domain)
+        .collect();
+    answers.push(saldo_http::ApiError::NotReady(
+        saldo_http::error::NotReady::DatabaseUnavailable("refused".into()),
+    ));
+    for answer in answers {
+        let response = answer.into_response();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(
+            problem["type"], "urn:saldo:problem:database-unavailable",
+            "{problem}"
+        );
+        assert_eq!(problem["applied"], false, "{problem}");
+    }
+}
