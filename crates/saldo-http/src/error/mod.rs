@@ -213,8 +213,8 @@ impl IntoResponse for ApiError {
 
 /// Logs a 5xx with what an operator needs to find its cause. For a database error: the
 /// SQLSTATE and, when PostgreSQL names them, the constraint, schema, table, column and data type,
-/// plus the server's primary message. Never the bind parameters, and never PostgreSQL's DETAIL
-/// (it can quote row values).
+/// plus the server's primary message (`db_message`). Never the bind parameters, and never
+/// PostgreSQL's DETAIL (it can quote row values).
 fn log_server_error(e: &ApiError, status: StatusCode) {
     let status = status.as_u16();
     let source = match e {
@@ -232,7 +232,8 @@ fn log_server_error(e: &ApiError, status: StatusCode) {
             status,
             sqlstate,
             severity = d.severity(),
-            message = d.message(),
+            // Not `message`: that key is the event's own, and a JSON log line would carry it twice.
+            db_message = d.message(),
             constraint = d.constraint(),
             schema = d.schema(),
             table = d.table(),
