@@ -189,6 +189,9 @@ pub struct ReleaseView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OrderView {
     pub order_id: String,
+    /// From every row: `active` while any is held; else `confirmed` if any was sold; else
+    /// `released` if any was released; else `expired`. What `GET /v1/orders` says of the order.
+    pub status: ItemStatus,
     pub items: Vec<ItemView>,
 }
 
@@ -457,7 +460,7 @@ pub async fn release(
     params(OrderPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
-        (status = 200, description = "The order's reservation rows", body = OrderView),
+        (status = 200, description = "The order's status and its reservation rows", body = OrderView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
@@ -469,9 +472,10 @@ pub async fn get_order(
 ) -> Result<Json<OrderView>, ApiError> {
     let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
     let id = order_id.clone();
-    let items = detached(async move { stock.order(&id).await }).await?;
+    let items = views(&detached(async move { stock.order(&id).await }).await?);
     Ok(Json(OrderView {
         order_id: order_id.as_str().to_owned(),
-        items: views(&items),
+        status: ItemStatus::of_order(items.iter().map(|i| i.status)),
+        items,
     }))
 }
