@@ -144,7 +144,8 @@ pub fn item_location_id() -> Schema {
         .max_length(Some(MAX_ORDER_ID_LEN))
         .pattern(Some(id_pattern()))
         .description(Some(
-            "Take this item only from this location (products stocked per location);                  absent or null: saldo allocates",
+            "Take this item only from this location (products stocked per location); absent or \
+             null: saldo allocates",
         ))
         .build()
         .into()
@@ -155,7 +156,9 @@ pub fn allocation() -> Schema {
         .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
         .enum_values(Some(["single", "split"]))
         .description(Some(
-            "How items without a location are allocated across a product's locations                  (lower priority first, then by id): `single` takes each item from the first                  location that has enough, `split` (the default: absent or null) fills from                  locations in order",
+            "How items without a location are allocated across a product's locations (lower \
+             priority first, then by id): `single` takes each item from the first location that \
+             has enough, `split` (the default: absent or null) fills from locations in order",
         ))
         .build()
         .into()
@@ -178,7 +181,8 @@ pub fn reserve_items() -> Schema {
     array.min_items = Some(1);
     array.max_items = Some(MAX_ITEMS_PER_ORDER);
     array.description = Some(
-        "The order's lines; a product named twice is summed, and may not name two              different locations"
+        "The order's lines; a product named twice is summed, and may not name two different \
+         locations"
             .to_owned(),
     );
     array.into()

@@ -159,6 +159,32 @@ async fn the_served_document_passes_the_structural_checks() {
     }
 }
 
+/// Every description in the document, wherever it sits.
+fn descriptions<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(d)) = m.get("description") {
+                out.push(d);
+            }
+            m.values().for_each(|v| descriptions(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| descriptions(v, out)),
+        _ => {}
+    }
+}
+
+/// No description carries a run of spaces: a Rust string literal continued onto the next line
+/// without its `\` keeps the indentation (three did, in the schemas of a reservation's items).
+#[test]
+fn descriptions_have_no_runs_of_spaces_from_a_broken_line_continuation() {
+    let doc = saldo_http::openapi::document(true);
+    let mut all = Vec::new();
+    descriptions(&doc, &mut all);
+    assert!(all.len() > 100, "{} descriptions", all.len());
+    let broken: Vec<&&str> = all.iter().filter(|d| d.contains("   ")).collect();
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
 /// The checks can fail: a document with `limit` and `top` declared as path parameters and
 /// errors without the problem schema (as the served one once was) is refused.
 #[test]
