@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod routes;
 pub mod server;
+pub mod starting;
 pub mod startup;
 pub mod state;
 pub mod tokens;

@@ -214,8 +214,9 @@ fn complete(path: &str, op: &mut Map<String, Value>, api_required: bool) {
     if path.starts_with("/v1/") {
         add.push((
             "503",
-            "Not applied: the database is unavailable or busy, or the deadline passed (retry); \
-             `outcome-unknown` only for a write whose COMMIT got no answer (replay)",
+            "Not applied: the service is starting, the database is unavailable or busy, or the \
+             deadline passed (retry); `outcome-unknown` only for a write whose COMMIT got no \
+             answer (replay)",
         ));
     }
     let responses = op

@@ -78,6 +78,9 @@ pub enum ApiError {
     /// A response a layer produced without a body (404 no route, 405, timeout…).
     #[error("{0}")]
     Bare(StatusCode),
+    /// The service is still starting (migrating its database): nothing was applied (503).
+    #[error("the service is starting")]
+    Starting,
     #[error("{0}")]
     Internal(String),
 }
@@ -137,6 +140,9 @@ impl ApiError {
                 library::database_unavailable("the database does not answer")
             }
             ApiError::Bare(status) => bare(*status),
+            ApiError::Starting => Parts::unavailable("starting", "Starting, try again")
+                .detail("the service is starting (migrating its database); nothing was applied")
+                .with("applied", false),
             ApiError::Internal(_) => Parts::internal(),
         }
     }

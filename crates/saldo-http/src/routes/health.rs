@@ -36,7 +36,8 @@ pub async fn healthz() -> Json<HealthView> {
     responses(
         (status = 200, description = "Ready", body = HealthView),
         (status = 503, description = "`database-unavailable`: the database does not answer; \
-            `pool-busy`: every connection is in use", body = Problem, content_type = PROBLEM_JSON),
+            `pool-busy`: every connection is in use; `starting`: the service is still migrating \
+            its database", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthView>, ApiError> {
     match check(&state.store().pool).await {
