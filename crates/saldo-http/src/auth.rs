@@ -9,8 +9,8 @@ use axum::http::request::Parts;
 
 pub use crate::credentials::{Credentials, Source, RELOAD_CHECK_INTERVAL_MS};
 use crate::error::ApiError;
+use crate::state::AppState;
 pub use crate::tokens::{Token, MAX_TOKEN_LEN, MIN_TOKEN_LEN};
-use crate::AppState;
 
 fn bearer(parts: &Parts) -> Option<&[u8]> {
     let value = parts.headers.get(AUTHORIZATION)?.as_bytes();

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::config::MAX_BODY_BYTES;
-use crate::ApiError;
+use crate::error::ApiError;
 
 /// The body-read timeout, as the middleware's state.
 #[derive(Debug, Clone, Copy)]

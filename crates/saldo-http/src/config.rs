@@ -8,7 +8,7 @@
 //! generated for this process only. API authentication is on unless explicitly disabled.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,13 +178,17 @@ impl From<TokenError> for ConfigError {
 }
 
 impl RawSettings {
-    pub fn validate(self) -> Result<Validated, ConfigError> {
+    /// The settings every request reads, and the tokens generated on the way (see the module's
+    /// header for the token rules).
+    pub fn validate(mut self) -> Result<Validated, ConfigError> {
         let admin_env = self
             .admin_token
+            .take()
             .map(|raw| Token::new("SALDO_ADMIN_TOKEN", raw))
             .transpose()?;
         let api_env = self
             .api_token
+            .take()
             .map(|raw| Token::new("SALDO_API_TOKEN", raw))
             .transpose()?;
         if self.api_auth == ApiAuth::Disabled && api_env.is_some() {
@@ -202,62 +206,10 @@ impl RawSettings {
         let mut generated = Vec::new();
         let api_needed = self.api_auth == ApiAuth::Required;
         let credentials = match &self.token_dir {
-            Some(dir) => {
-                let store = TokenStore::new(dir);
-                let mut source = |env: Option<Token>, kind| -> Result<Source, ConfigError> {
-                    if let Some(t) = env {
-                        return Ok(Source::Fixed(t.digest()));
-                    }
-                    let (_, new) = store.ensure(kind)?;
-                    if let Some(token) = new {
-                        generated.push(Generated {
-                            kind,
-                            token,
-                            stored: true,
-                        });
-                    }
-                    Ok(Source::Stored)
-                };
-                let admin = source(admin_env, TokenKind::Admin)?;
-                let api = if api_needed {
-                    Some(source(api_env, TokenKind::Api)?)
-                } else {
-                    None
-                };
-                Credentials::with_store(admin, api, dir)?
-            }
-            None => {
-                let mut digest = |env: Option<Token>, kind| match env {
-                    Some(t) => t.digest(),
-                    None => {
-                        let token = tokens::generate();
-                        let digest = token.digest();
-                        generated.push(Generated {
-                            kind,
-                            token,
-                            stored: false,
-                        });
-                        digest
-                    }
-                };
-                let admin = digest(admin_env, TokenKind::Admin);
-                let api = api_needed.then(|| digest(api_env, TokenKind::Api));
-                Credentials::fixed(admin, api)
-            }
+            Some(dir) => stored_credentials(dir, admin_env, api_env, api_needed, &mut generated)?,
+            None => process_credentials(admin_env, api_env, api_needed, &mut generated),
         };
-        let conn_timeout = |name, value| {
-            in_range(name, value, MIN_CONN_TIMEOUT_MS, MAX_CONN_TIMEOUT_MS)
-                .map(Duration::from_millis)
-        };
-        let header_read_timeout =
-            conn_timeout("header read timeout (ms)", self.header_read_timeout_ms)?;
-        let idle_timeout = conn_timeout("idle timeout (ms)", self.idle_timeout_ms)?;
-        let body_read_timeout = conn_timeout("body read timeout (ms)", self.body_read_timeout_ms)?;
-        let max_connections = self
-            .max_connections
-            .map(|n| in_range("max connections", n, 1, MAX_CONNECTIONS_LIMIT))
-            .transpose()?
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        let connections = self.connection_limits()?;
         Ok(Validated {
             settings: Settings {
                 credentials: Arc::new(credentials),
@@ -265,14 +217,99 @@ impl RawSettings {
                 default_transfer_timeout,
                 max_hold,
                 request_timeout: Duration::from_millis(self.request_timeout_ms),
-                header_read_timeout,
-                idle_timeout,
-                body_read_timeout,
-                max_connections,
+                header_read_timeout: connections.header_read_timeout,
+                idle_timeout: connections.idle_timeout,
+                body_read_timeout: connections.body_read_timeout,
+                max_connections: connections.max_connections,
             },
             generated,
         })
     }
+
+    /// The connection timeouts and cap, each within its bounds.
+    fn connection_limits(&self) -> Result<ConnectionLimits, ConfigError> {
+        let timeout = |name, value| {
+            in_range(name, value, MIN_CONN_TIMEOUT_MS, MAX_CONN_TIMEOUT_MS)
+                .map(Duration::from_millis)
+        };
+        Ok(ConnectionLimits {
+            header_read_timeout: timeout("header read timeout (ms)", self.header_read_timeout_ms)?,
+            idle_timeout: timeout("idle timeout (ms)", self.idle_timeout_ms)?,
+            body_read_timeout: timeout("body read timeout (ms)", self.body_read_timeout_ms)?,
+            max_connections: self
+                .max_connections
+                .map(|n| in_range("max connections", n, 1, MAX_CONNECTIONS_LIMIT))
+                .transpose()?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        })
+    }
+}
+
+/// The validated connection settings.
+struct ConnectionLimits {
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    body_read_timeout: Duration,
+    max_connections: Option<usize>,
+}
+
+/// Tokens with a token directory: one given by the environment wins (never stored); otherwise
+/// the stored one, generated and stored hashed when there is none (and added to `generated`).
+fn stored_credentials(
+    dir: &Path,
+    admin_env: Option<Token>,
+    api_env: Option<Token>,
+    api_needed: bool,
+    generated: &mut Vec<Generated>,
+) -> Result<Credentials, ConfigError> {
+    let store = TokenStore::new(dir);
+    let mut source = |env: Option<Token>, kind| -> Result<Source, ConfigError> {
+        if let Some(t) = env {
+            return Ok(Source::Fixed(t.digest()));
+        }
+        let (_, new) = store.ensure(kind)?;
+        if let Some(token) = new {
+            generated.push(Generated {
+                kind,
+                token,
+                stored: true,
+            });
+        }
+        Ok(Source::Stored)
+    };
+    let admin = source(admin_env, TokenKind::Admin)?;
+    let api = if api_needed {
+        Some(source(api_env, TokenKind::Api)?)
+    } else {
+        None
+    };
+    Ok(Credentials::with_store(admin, api, dir)?)
+}
+
+/// Tokens without a token directory: one given by the environment, else one generated for this
+/// process only (added to `generated`).
+fn process_credentials(
+    admin_env: Option<Token>,
+    api_env: Option<Token>,
+    api_needed: bool,
+    generated: &mut Vec<Generated>,
+) -> Credentials {
+    let mut digest = |env: Option<Token>, kind| match env {
+        Some(t) => t.digest(),
+        None => {
+            let token = tokens::generate();
+            let digest = token.digest();
+            generated.push(Generated {
+                kind,
+                token,
+                stored: false,
+            });
+            digest
+        }
+    };
+    let admin = digest(admin_env, TokenKind::Admin);
+    let api = api_needed.then(|| digest(api_env, TokenKind::Api));
+    Credentials::fixed(admin, api)
 }
 
 /// Parses a strategy name for the service. Every [`StrategyName`] keeps the invariants under

@@ -409,6 +409,8 @@ impl Serving {
         reason
     }
 
+    /// Serves the connection with hyper and closes it when one of its timeouts, a reclaim or
+    /// the server's stage says so.
     async fn supervise(
         &self,
         stream: TcpStream,
@@ -435,95 +437,120 @@ impl Serving {
         });
         let http = self.http.serve_connection(io, service);
         tokio::pin!(http);
-        let clock = conn.clock;
-        // Set once the server decided to close: why, and when to stop waiting (None: the stage
-        // decides, as in a drain).
-        let mut closing: Option<(CloseReason, Option<Instant>)> = None;
         if *stage.borrow() != Stage::Running {
             return CloseReason::Shutdown;
         }
+        // Set once the server decided to close: why, and when to stop waiting (None: the stage
+        // decides, as in a drain).
+        let mut closing: Option<(CloseReason, Option<Instant>)> = None;
         loop {
-            let wake_at = match closing {
-                Some((_, Some(at))) => at,
-                // Draining: the stage decides; look again after an idle period.
-                Some((_, None)) => {
-                    clock.instant(saturating_add_ms(clock.now_ms(), self.timeouts.idle))
-                }
-                None => clock.instant(conn.deadline(self.timeouts).0),
-            };
-            tokio::select! {
-                ended = http.as_mut() => {
-                    return match (closing, ended) {
-                        (Some((reason, _)), _) => reason,
-                        (None, Ok(())) => CloseReason::Client,
-                        (None, Err(e)) => {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                            CloseReason::Error
-                        }
-                    };
-                }
-                _ = conn.wake.notified() => {
-                    if closing.is_none() && conn.reclaim.swap(false, Ordering::AcqRel) && conn.idle() {
-                        match plan_close(&conn, CloseReason::Reclaimed) {
-                            Closing::Now(reason) => return reason,
-                            Closing::After(reason, at) => {
-                                http.as_mut().graceful_shutdown();
-                                closing = Some((reason, Some(at)));
-                            }
-                        }
-                    }
-                }
+            let wake_at = self.wake_at(&conn, closing);
+            let step = tokio::select! {
+                ended = http.as_mut() => return ended_by(closing, ended),
+                _ = conn.wake.notified() => on_wake(&conn, closing),
                 changed = stage.changed() => {
                     let now = if changed.is_err() { Stage::Abort } else { *stage.borrow_and_update() };
-                    match now {
-                        Stage::Running => {}
-                        Stage::Abort => return CloseReason::Shutdown,
-                        Stage::Draining => {
-                            if conn.idle() && conn.reading_head.load(Ordering::Acquire) {
-                                return CloseReason::Shutdown;
-                            }
-                            // hyper closes an idle connection now, a busy one after its
-                            // response; the Abort stage bounds the wait.
-                            http.as_mut().graceful_shutdown();
-                            closing = Some((CloseReason::Shutdown, None));
-                        }
-                    }
+                    on_stage(&conn, now)
                 }
-                _ = tokio::time::sleep_until(wake_at.into()) => {
-                    if let Some((reason, Some(_))) = closing {
-                        return reason;
-                    }
-                    let (ms, reason) = conn.deadline(self.timeouts);
-                    if closing.is_none() && clock.now_ms() >= ms {
-                        match plan_close(&conn, reason) {
-                            Closing::Now(reason) => return reason,
-                            Closing::After(reason, at) => {
-                                http.as_mut().graceful_shutdown();
-                                closing = Some((reason, Some(at)));
-                            }
-                        }
-                    }
+                _ = tokio::time::sleep_until(wake_at.into()) => self.on_timer(&conn, closing),
+            };
+            match step {
+                Step::Continue => {}
+                Step::Drop(reason) => return reason,
+                Step::Graceful(reason, until) => {
+                    http.as_mut().graceful_shutdown();
+                    closing = Some((reason, until));
                 }
             }
         }
     }
+
+    /// When the supervisor looks again if nothing wakes it: the close deadline once closing,
+    /// after an idle period while draining, else the connection's own deadline.
+    fn wake_at(
+        &self,
+        conn: &ConnState,
+        closing: Option<(CloseReason, Option<Instant>)>,
+    ) -> Instant {
+        let clock = conn.clock;
+        match closing {
+            Some((_, Some(at))) => at,
+            Some((_, None)) => clock.instant(saturating_add_ms(clock.now_ms(), self.timeouts.idle)),
+            None => clock.instant(conn.deadline(self.timeouts).0),
+        }
+    }
+
+    /// The timer fired: past the close deadline, drop the connection; past the connection's
+    /// own deadline (header read, idle, stall), close it.
+    fn on_timer(&self, conn: &ConnState, closing: Option<(CloseReason, Option<Instant>)>) -> Step {
+        if let Some((reason, Some(_))) = closing {
+            return Step::Drop(reason);
+        }
+        let (ms, reason) = conn.deadline(self.timeouts);
+        if closing.is_none() && conn.clock.now_ms() >= ms {
+            plan_close(conn, reason)
+        } else {
+            Step::Continue
+        }
+    }
 }
 
-enum Closing {
+/// What the supervisor does next.
+enum Step {
+    Continue,
     /// Drop the connection now.
-    Now(CloseReason),
-    /// Tell hyper to close; drop it at this instant if it has not.
-    After(CloseReason, Instant),
+    Drop(CloseReason),
+    /// Tell hyper to close (after the response in flight); drop it at this instant if it has
+    /// not (None: when the server's stage says).
+    Graceful(CloseReason, Option<Instant>),
+}
+
+/// Why a connection hyper finished serving ended.
+fn ended_by(
+    closing: Option<(CloseReason, Option<Instant>)>,
+    ended: Result<(), hyper::Error>,
+) -> CloseReason {
+    match (closing, ended) {
+        (Some((reason, _)), _) => reason,
+        (None, Ok(())) => CloseReason::Client,
+        (None, Err(e)) => {
+            tracing::debug!(error = %e, "connection ended with an error");
+            CloseReason::Error
+        }
+    }
+}
+
+/// Woken: close the connection if the accept loop asked to reclaim it and it is still idle.
+fn on_wake(conn: &ConnState, closing: Option<(CloseReason, Option<Instant>)>) -> Step {
+    if closing.is_none() && conn.reclaim.swap(false, Ordering::AcqRel) && conn.idle() {
+        plan_close(conn, CloseReason::Reclaimed)
+    } else {
+        Step::Continue
+    }
+}
+
+/// The server's stage changed: abort drops the connection; a drain drops it if it is between
+/// requests with no byte of a new one, else lets hyper close it after its response (the abort
+/// stage bounds the wait).
+fn on_stage(conn: &ConnState, now: Stage) -> Step {
+    match now {
+        Stage::Running => Step::Continue,
+        Stage::Abort => Step::Drop(CloseReason::Shutdown),
+        Stage::Draining if conn.idle() && conn.reading_head.load(Ordering::Acquire) => {
+            Step::Drop(CloseReason::Shutdown)
+        }
+        Stage::Draining => Step::Graceful(CloseReason::Shutdown, None),
+    }
 }
 
 /// How to close a connection with no request in flight. While a head is being read there is
 /// nothing to lose and it is dropped at once; between requests hyper closes it itself (after
 /// flushing the last response), within [`CLOSE_GRACE`].
-fn plan_close(conn: &ConnState, reason: CloseReason) -> Closing {
+fn plan_close(conn: &ConnState, reason: CloseReason) -> Step {
     if conn.reading_head.load(Ordering::Acquire) {
-        Closing::Now(reason)
+        Step::Drop(reason)
     } else {
-        Closing::After(reason, Instant::now() + CLOSE_GRACE)
+        Step::Graceful(reason, Some(Instant::now() + CLOSE_GRACE))
     }
 }
 

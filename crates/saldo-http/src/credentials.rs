@@ -153,12 +153,9 @@ impl Credentials {
         checked.1 = stamp;
         // Fail closed: a stored kind whose file is missing, unreadable or insecure accepts
         // nothing until the file is fixed (`saldo token rotate`), rather than a stale token.
-        let stored = match reload.store.read() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "token store: refusing stored tokens until fixed");
-                Default::default()
-            }
+        let (stored, refused) = match reload.store.read() {
+            Ok(stored) => (stored, None),
+            Err(e) => (Default::default(), Some(e)),
         };
         let fresh = |source: Option<Source>, kind, old: Option<TokenDigest>| match source {
             Some(Source::Stored) => stored.get(kind).map(|t| t.digest),
@@ -170,10 +167,16 @@ impl Credentials {
         };
         current.admin = fresh(Some(self.admin), TokenKind::Admin, current.admin);
         current.api = fresh(self.api, TokenKind::Api, current.api);
-        tracing::info!(
-            file = %reload.store.path().display(),
-            "token store changed: stored tokens reloaded"
-        );
+        // One line per change, saying what it did: reloaded, or refused (nothing was reloaded).
+        match refused {
+            None => tracing::info!(
+                file = %reload.store.path().display(),
+                "token store changed: stored tokens reloaded"
+            ),
+            Some(e) => {
+                tracing::error!(error = %e, "token store: refusing stored tokens until fixed")
+            }
+        }
     }
 }
 
@@ -184,5 +187,86 @@ impl fmt::Debug for Credentials {
             .field("api", &self.api)
             .field("store", &self.store.as_ref().map(|r| r.store.path()))
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// What a subscriber wrote, line by line.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        /// The lines written since the last call.
+        fn take(&self) -> Vec<String> {
+            let bytes = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    /// Lets the next request look at the file again.
+    fn after_the_check_interval() {
+        std::thread::sleep(Duration::from_millis(RELOAD_CHECK_INTERVAL_MS + 100));
+    }
+
+    /// One change of the file logs one line saying what happened: a file turned insecure is
+    /// refused (and nothing says "reloaded"), the file fixed again is reloaded.
+    #[test]
+    fn a_changed_token_file_logs_what_happened_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = TokenStore::new(dir.path());
+        let (_, admin) = store.ensure(TokenKind::Admin).expect("admin token");
+        let admin = admin.expect("generated now");
+        let credentials =
+            Credentials::with_store(Source::Stored, None, dir.path()).expect("credentials");
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let file = store.path();
+
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        after_the_check_interval();
+        assert!(
+            !credentials.is_admin(admin.expose().as_bytes()),
+            "fails closed"
+        );
+        let lines = captured.take();
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].contains("refusing"), "{lines:#?}");
+
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        after_the_check_interval();
+        assert!(
+            credentials.is_admin(admin.expose().as_bytes()),
+            "trusted again"
+        );
+        let lines = captured.take();
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].contains("reloaded"), "{lines:#?}");
     }
 }

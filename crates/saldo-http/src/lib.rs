@@ -19,7 +19,9 @@ pub mod metrics;
 pub mod openapi;
 pub mod routes;
 pub mod server;
+pub mod starting;
 pub mod startup;
+pub mod state;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -27,10 +29,6 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::{middleware, Extension, Router};
-use metrics_exporter_prometheus::PrometheusHandle;
-use saldo::ledger::{Ledger, TransferStrategy};
-use saldo::stock::batched::BatchedConfig;
-use saldo::stock::{StockStrategy, Store};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use utoipa::OpenApi;
@@ -38,53 +36,9 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use config::{RawSettings, Settings};
 pub use error::ApiError;
+pub use state::{AppState, OpenApiJson};
 
-/// The rendered OpenAPI document, shared by the `/openapi.json` handler.
-#[derive(Clone)]
-pub struct OpenApiJson(pub Arc<String>);
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    pub stock: Arc<dyn StockStrategy>,
-    /// Accounts and transfers, on the same store as the stock strategy.
-    pub ledger: Arc<Ledger>,
-    pub settings: Arc<Settings>,
-    pub prometheus: PrometheusHandle,
-    pub refusals: Arc<metrics::Refusals>,
-}
-
-impl AppState {
-    pub fn new(
-        stock: Arc<dyn StockStrategy>,
-        settings: Settings,
-        prometheus: PrometheusHandle,
-    ) -> Self {
-        AppState {
-            ledger: Arc::new(Ledger::new(stock.store().clone())),
-            stock,
-            settings: Arc::new(settings),
-            prometheus,
-            refusals: Arc::new(metrics::Refusals::default()),
-        }
-    }
-
-    /// The same state with the ledger serving `strategy` (its deposits, withdrawals, holds,
-    /// posts and voids too); `ordered` otherwise.
-    pub fn with_transfer_strategy(mut self, strategy: TransferStrategy) -> Self {
-        let store = self.stock.store().clone();
-        let config = BatchedConfig::default();
-        self.ledger = Arc::new(Ledger::serving(store, strategy, &config));
-        self
-    }
-
-    /// The database the strategy runs on.
-    pub fn store(&self) -> &Store {
-        self.stock.store()
-    }
-}
-
-/// How much later than a request's deadline plus [`routes::ANSWER_GRACE`] the whole-request
+/// How much later than a request's deadline plus [`routes::task::ANSWER_GRACE`] the whole-request
 /// backstop timeout fires.
 const BACKSTOP_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -110,11 +64,11 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(config::MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(config::MAX_BODY_BYTES))
         // A backstop only: library operations answer by the deadline (plus a COMMIT in flight),
-        // and `routes::detached` turns a later answer into "outcome unknown". Firing first,
+        // and `routes::task::detached` turns a later answer into "outcome unknown". Firing first,
         // this would answer a bare 503 that says nothing of whether the write happened.
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
-            timeout + routes::ANSWER_GRACE + BACKSTOP_SLACK,
+            timeout + routes::task::ANSWER_GRACE + BACKSTOP_SLACK,
         ))
         .layer(middleware::from_fn(
             move |request, next: middleware::Next| {

@@ -20,7 +20,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::connections::{
@@ -115,33 +115,15 @@ pub async fn serve(
     metrics::gauge!(CONNECTIONS_CAP).set(cap as f64);
     let slots = Arc::new(Semaphore::new(cap));
     let (stage_tx, stage_rx) = watch::channel(Stage::Running);
-    let mut errors = ErrorLog::default();
-    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut accepting = Accepting {
+        errors: ErrorLog::default(),
+        backoff: ACCEPT_BACKOFF_MIN,
+    };
     loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => break,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _peer)) => {
-                metrics::counter!(CONNECTIONS_ACCEPTED).increment(1);
-                backoff = ACCEPT_BACKOFF_MIN;
-                stream
-            }
-            Err(e) if is_per_connection(&e) => continue,
-            Err(e) => {
-                metrics::counter!(ACCEPT_ERRORS).increment(1);
-                errors.record(&e, serving.registry.len());
-                // Out of descriptors or memory: idle connections are what we can give back.
-                serving.registry.reclaim(RECLAIM_BATCH);
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => break,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                continue;
-            }
+        let stream = match accepting.next(&listener, &serving, &mut stop).await {
+            Accepted::Stream(stream) => stream,
+            Accepted::Again => continue,
+            Accepted::Stopped => break,
         };
         let permit = match slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -163,6 +145,70 @@ pub async fn serve(
         });
     }
     drop(listener);
+    drain_connections(&slots, cap, drain, &stage_tx).await;
+    Ok(())
+}
+
+/// What one accept gave.
+enum Accepted {
+    Stream(TcpStream),
+    /// An error, handled: accept again.
+    Again,
+    /// `stop` turned true.
+    Stopped,
+}
+
+/// The accept side of the loop: what it remembers between accepts.
+struct Accepting {
+    errors: ErrorLog,
+    backoff: Duration,
+}
+
+impl Accepting {
+    /// The next accepted connection, or [`Accepted::Again`] after an error: one connection's
+    /// is skipped; exhaustion (EMFILE, ENFILE, …) reclaims idle connections and backs off.
+    async fn next(
+        &mut self,
+        listener: &TcpListener,
+        serving: &Serving,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Accepted {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return Accepted::Stopped,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                metrics::counter!(CONNECTIONS_ACCEPTED).increment(1);
+                self.backoff = ACCEPT_BACKOFF_MIN;
+                Accepted::Stream(stream)
+            }
+            Err(e) if is_per_connection(&e) => Accepted::Again,
+            Err(e) => {
+                metrics::counter!(ACCEPT_ERRORS).increment(1);
+                self.errors.record(&e, serving.registry.len());
+                // Out of descriptors or memory: idle connections are what we can give back.
+                serving.registry.reclaim(RECLAIM_BATCH);
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return Accepted::Stopped,
+                    _ = tokio::time::sleep(self.backoff) => {}
+                }
+                self.backoff = (self.backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                Accepted::Again
+            }
+        }
+    }
+}
+
+/// After the last accept: lets requests in flight finish (every slot back) within `drain`,
+/// then tells the connections left to close now and waits [`ABORT_WAIT`] at most.
+async fn drain_connections(
+    slots: &Arc<Semaphore>,
+    cap: usize,
+    drain: Duration,
+    stage_tx: &watch::Sender<Stage>,
+) {
     let open = cap - slots.available_permits().min(cap);
     tracing::info!(
         open,
@@ -172,21 +218,21 @@ pub async fn serve(
     let all = u32::try_from(cap).unwrap_or(u32::MAX);
     if tokio::time::timeout(drain, slots.acquire_many(all))
         .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        drain_s = drain.as_secs(),
+        "connections still open after the drain time; closing them"
+    );
+    let _ = stage_tx.send(Stage::Abort);
+    if tokio::time::timeout(ABORT_WAIT, slots.acquire_many(all))
+        .await
         .is_err()
     {
-        tracing::warn!(
-            drain_s = drain.as_secs(),
-            "connections still open after the drain time; closing them"
-        );
-        let _ = stage_tx.send(Stage::Abort);
-        if tokio::time::timeout(ABORT_WAIT, slots.acquire_many(all))
-            .await
-            .is_err()
-        {
-            tracing::warn!("some connections did not close in time");
-        }
+        tracing::warn!("some connections did not close in time");
     }
-    Ok(())
 }
 
 /// At the cap: asks idle connections to close and waits for one of them to free its slot,

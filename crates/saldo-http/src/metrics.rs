@@ -4,11 +4,11 @@
 //! PostgreSQL's deadlock counter at scrape time, and keeps per-product refusal counts in a
 //! bounded map served by an admin endpoint instead of as metric labels (bounded cardinality).
 //!
-//! [`install`] also registers every family once ([`describe`]): HELP text, counters at zero
+//! [`install`] also registers every family once (`describe`): HELP text, counters at zero
 //! with their known label values (the library's through `saldo::telemetry::describe`), the
 //! process metrics (`process_*`, read from `/proc` by `metrics-process` at each scrape) and
 //! `saldo_build_info`. A new metric of the service is named here and described in
-//! [`describe`]; one of the library in `saldo::telemetry`.
+//! `describe`; one of the library in `saldo::telemetry`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -52,7 +52,7 @@ static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
 /// Reads `/proc/self` at each scrape (no thread of its own).
 static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder once, registers every family ([`describe`])
+/// Installs the process-wide Prometheus recorder once, registers every family (`describe`)
 /// and returns its handle; later calls return the same handle (the recorder is global: one per
 /// process, tests included).
 pub fn install() -> Result<PrometheusHandle, String> {
@@ -73,6 +73,21 @@ pub fn install() -> Result<PrometheusHandle, String> {
 /// the library's families, the process metrics and the build-info gauge. Needs the recorder.
 fn describe() {
     saldo::telemetry::describe();
+    describe_requests_and_pool();
+    describe_refusals();
+    describe_connections();
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the version label is saldo's version."
+    );
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    let process = PROCESS.get_or_init(metrics_process::Collector::default);
+    process.describe();
+    process.collect();
+}
+
+/// Request timing, the pool sampled at scrape and PostgreSQL's deadlock counter.
+fn describe_requests_and_pool() {
     describe_histogram!(
         HTTP_DURATION,
         Unit::Seconds,
@@ -103,6 +118,10 @@ fn describe() {
         Unit::Count,
         "Deadlocks PostgreSQL detected in this database (pg_stat_database, read at scrape)."
     );
+}
+
+/// Insufficient-stock refusals, at zero for every `stock` label.
+fn describe_refusals() {
     describe_counter!(
         REFUSALS,
         Unit::Count,
@@ -111,6 +130,11 @@ fn describe() {
     for stock in StockAtRefusal::ALL {
         metrics::counter!(REFUSALS, "stock" => stock.label()).increment(0);
     }
+}
+
+/// The connection layer's families ([`crate::connections`]), counters at zero for every close
+/// reason.
+fn describe_connections() {
     use crate::connections as c;
     describe_gauge!(c::CONNECTIONS_OPEN, Unit::Count, "HTTP connections open.");
     describe_gauge!(
@@ -138,14 +162,6 @@ fn describe() {
     for reason in c::CloseReason::ALL {
         metrics::counter!(c::CONNECTIONS_CLOSED, "reason" => reason.label()).increment(0);
     }
-    describe_gauge!(
-        BUILD_INFO,
-        "Always 1; the version label is saldo's version."
-    );
-    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let process = PROCESS.get_or_init(metrics_process::Collector::default);
-    process.describe();
-    process.collect();
 }
 
 /// Middleware: request duration by method, matched route (never the raw path: ids would make
@@ -189,7 +205,7 @@ pub async fn sample(pool: &Pool) {
 /// without bound); the per-product counts are in [`Refusals`], served by an admin endpoint.
 /// `sold_out` refusals are a campaign ending; `short` (some left, fewer than asked) and above
 /// all `enough` (the read after the refusal found enough: a race with a release, or a bug) on a
-/// product that has stock are what the seeds say to alert on.
+/// product that has stock are what to alert on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StockAtRefusal {
     SoldOut,

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::connections::{Clock, Registry, Serving, Timeouts};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Shortest and longest sweeper interval.
 pub const MIN_SWEEP_INTERVAL_S: u64 = 1;

@@ -4,7 +4,9 @@
 //!
 //! [`Application::build`] validates everything and binds before anything is served; the caller
 //! then shows the generated tokens (once), announces the address and calls
-//! [`Application::run_until`] with its shutdown signal.
+//! [`Application::run_until`] with its shutdown signal. While it builds, requests on the bound
+//! listener are answered 503 `starting` at once ([`crate::starting`]) instead of waiting in the
+//! kernel's backlog for the migrations.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,7 +20,8 @@ use saldo::stock::{self, Store, StrategyConfig, StrategyName};
 use tokio::net::TcpListener;
 
 use crate::config::{ConfigError, Generated, RawSettings};
-use crate::AppState;
+use crate::starting::Starting;
+use crate::state::AppState;
 
 /// Everything the service needs to start, validated or checked by [`Application::build`].
 #[derive(Debug, Clone)]
@@ -55,6 +58,9 @@ pub enum StartupError {
     },
 }
 
+/// What `Application::prepare` builds: the state, its pool and the tokens generated on the way.
+type Prepared = (AppState, Pool, Vec<Generated>);
+
 /// A service ready to serve: migrated, its listener bound.
 pub struct Application {
     listener: TcpListener,
@@ -81,11 +87,52 @@ impl Application {
 
     /// [`Application::build`] on a listener the caller bound (with [`crate::listener::bind`])
     /// before anything else, so that a port in use is reported before anything is created,
-    /// migrated or printed. `config.listen` only names it in errors.
+    /// migrated or printed. `config.listen` only names it in errors. Requests that arrive
+    /// meanwhile are answered 503 `starting` at once ([`Starting`]).
     pub async fn build_on(
         config: ServiceConfig,
         listener: TcpListener,
     ) -> Result<Application, StartupError> {
+        Self::build_while_starting(config, Starting::answer(listener)).await
+    }
+
+    /// [`Application::build_on`] for a caller that has been answering on its listener since it
+    /// bound it (to cover what it does before building: starting a database, say).
+    pub async fn build_while_starting(
+        config: ServiceConfig,
+        starting: Starting,
+    ) -> Result<Application, StartupError> {
+        let (listen, strategy, transfer_strategy, sweep_every) = (
+            config.listen,
+            config.strategy,
+            config.transfer_strategy,
+            config.sweep_every,
+        );
+        let built = Self::prepare(config).await;
+        // Stopped whether or not the build succeeded: on failure the listener closes with it.
+        let listener = starting.stop().await.map_err(|source| StartupError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let (state, pool, generated) = built?;
+        let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
+            addr: listen,
+            source,
+        })?;
+        Ok(Application {
+            listener,
+            local_addr,
+            state,
+            pool,
+            strategy,
+            transfer_strategy,
+            sweep_every,
+            generated,
+        })
+    }
+
+    /// Validates the settings, connects, migrates, builds the strategy and the state.
+    async fn prepare(config: ServiceConfig) -> Result<Prepared, StartupError> {
         let validated = config.settings.validate()?;
         let pool = db::connect(&config.database_url, &config.pool)?;
         let layout = db::migrate_to_serve(&pool).await?;
@@ -97,20 +144,7 @@ impl Application {
         let prometheus = crate::metrics::install().map_err(StartupError::Metrics)?;
         let state = AppState::new(engine, validated.settings, prometheus)
             .with_transfer_strategy(config.transfer_strategy);
-        let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        Ok(Application {
-            listener,
-            local_addr,
-            state,
-            pool,
-            strategy: config.strategy,
-            transfer_strategy: config.transfer_strategy,
-            sweep_every: config.sweep_every,
-            generated: validated.generated,
-        })
+        Ok((state, pool, validated.generated))
     }
 
     /// The address actually bound (port 0 picks a free one).

@@ -18,6 +18,26 @@
     return node;
   }
 
+  // A description's Markdown, as far as the document uses it: `inline code` becomes <code>,
+  // the rest stays text (never HTML: the document is data, not markup).
+  function md(text) {
+    const parts = String(text || '').split('`');
+    if (parts.length % 2 === 0) return [text]; // an unpaired backtick: show the text as it is
+    return parts.map((part, i) => (i % 2 ? el('code', {}, part) : part)).filter((p) => p !== '');
+  }
+
+  // The scheme of the operator routes, as the document's security requirements name it.
+  const ADMIN_SCHEME = 'admin_token';
+
+  // True when every way to call the operation needs the admin token (and nothing else does).
+  function adminOnly(op) {
+    const reqs = op.security || [];
+    return reqs.length > 0 && reqs.every((r) => {
+      const names = Object.keys(r);
+      return names.length === 1 && names[0] === ADMIN_SCHEME;
+    });
+  }
+
   function resolve(doc, schema) {
     let s = schema || {};
     for (let i = 0; i < 8 && s.$ref; i++) {
@@ -72,7 +92,7 @@
       Object.entries(s.properties).map(([k, v]) => el('tr', {},
         el('td', {}, el('code', {}, k), required.has(k) ? ' *' : ''),
         el('td', { class: 'constraint' }, describe(doc, v)),
-        el('td', {}, resolve(doc, v).description || v.description || ''))));
+        el('td', {}, md(resolve(doc, v).description || v.description || '')))));
   }
 
   // A starting body for "Try it": the smallest values the schema allows.
@@ -138,18 +158,22 @@
 
   function operation(doc, method, path, op) {
     const key = method.toUpperCase() + ' ' + path;
-    const security = op.security && op.security.length
-      ? 'Bearer token: ' + op.security.map((r) => Object.keys(r).join(' + ')).join(' or ')
-      : 'No token needed';
+    const admin = adminOnly(op);
+    const security = admin
+      ? 'Admin token only (Bearer ' + ADMIN_SCHEME + ')'
+      : op.security && op.security.length
+        ? 'Bearer token: ' + op.security.map((r) => Object.keys(r).join(' + ')).join(' or ')
+        : 'No token needed';
     const params = op.parameters || [];
     const media = op.requestBody && op.requestBody.content && op.requestBody.content['application/json'];
     return el('details', { class: 'op', 'data-operation': key, id: op.operationId ? 'op-' + op.operationId : null },
       el('summary', {},
         el('span', { class: 'method m-' + method }, method),
         el('span', { class: 'path' }, path),
-        el('span', { class: 'summary' }, op.summary || '')),
+        el('span', { class: 'summary' }, md(op.summary)),
+        admin ? el('span', { class: 'badge admin-only', title: 'Needs the admin token' }, 'admin') : null),
       el('div', { class: 'op-body' },
-        op.description ? el('p', {}, op.description) : null,
+        op.description ? el('p', {}, md(op.description)) : null,
         el('p', { class: 'muted' }, security),
         params.length ? [el('h4', {}, 'Parameters'), el('table', {},
           el('tr', {}, el('th', {}, 'name'), el('th', {}, 'in'), el('th', {}, 'allowed'), el('th', {}, 'description')),
@@ -157,7 +181,7 @@
             el('td', {}, el('code', {}, p.name), p.required ? ' *' : ''),
             el('td', {}, p.in),
             el('td', { class: 'constraint' }, describe(doc, p.schema)),
-            el('td', {}, p.description || (p.schema && p.schema.description) || ''))))] : null,
+            el('td', {}, md(p.description || (p.schema && p.schema.description) || '')))))] : null,
         media ? [el('h4', {}, 'Body (application/json)'), propertiesTable(doc, media.schema)] : null,
         el('h4', {}, 'Responses'),
         el('table', {}, Object.entries(op.responses || {}).map(([status, r]) => {
@@ -165,7 +189,7 @@
           const types = Object.keys(content);
           return el('tr', {},
             el('td', { class: 'status-' + status[0] }, status),
-            el('td', {}, r.description || ''),
+            el('td', {}, md(r.description)),
             el('td', { class: 'constraint' }, types.map((t) => t + (content[t].schema ? ': ' + describe(doc, content[t].schema) : '')).join('; ')));
         })),
         tryIt(doc, method, path, op)));
@@ -174,7 +198,9 @@
   function render(doc) {
     const info = doc.info || {};
     document.getElementById('title').textContent = (info.title || 'API') + ' ' + (info.version || '');
-    document.getElementById('description').textContent = info.description || '';
+    const description = document.getElementById('description');
+    description.textContent = '';
+    description.append(...md(info.description));
     const root = document.getElementById('reference');
     root.textContent = '';
     const tags = (doc.tags || []).map((t) => t.name);
@@ -192,7 +218,7 @@
     for (const [tag, ops] of byTag) {
       if (!ops.length) continue;
       root.append(el('section', { id: 'tag-' + tag },
-        el('h2', {}, tag), described.get(tag) ? el('p', { class: 'muted' }, described.get(tag)) : null, ops));
+        el('h2', {}, tag), described.get(tag) ? el('p', { class: 'muted' }, md(described.get(tag))) : null, ops));
     }
   }
 

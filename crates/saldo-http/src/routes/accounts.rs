@@ -1,4 +1,4 @@
-//! Money routes (seed 002, issue 14): open an account with its limits (admin), read it (balance,
+//! Money routes: open an account with its limits (admin), read it (balance,
 //! held, available, pending credits) and its latest transfers, and move money between two
 //! accounts at once or as a hold (`"pending": true`). Transfers always lock both accounts in id
 //! order, with the served transfer strategy (`ordered`, or the batched ledger engine that
@@ -9,19 +9,20 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use saldo::domain::{
-    AccountId, Amount, BalanceLimits, TransferId, TransferStatus, TransferTimeout,
-};
-use saldo::ledger::{Account, LinkedTransfer, Transfer, TransferKind, TransferRequest, MAX_LIST};
+use saldo::domain::{AccountId, Amount, BalanceLimits, TransferId};
+use saldo::ledger::{Transfer, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{detached, ApiJson, ApiPath, ApiQuery, PROBLEM};
+use super::bodies::TransferBody;
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::params::AccountPath;
+use super::schema;
+use super::task::detached;
+use super::views::{AccountView, TransferView};
 use crate::auth::{Admin, Client};
-use crate::error::{ApiError, Problem};
-use crate::openapi::{schema, AccountPath};
-use crate::AppState;
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 
 /// Transfers listed by `GET /v1/accounts/{id}/transfers` when `limit` is absent.
 pub const DEFAULT_LIST: i64 = 50;
@@ -48,87 +49,6 @@ pub struct OpenAccount {
     pub max_balance: Option<i64>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AccountView {
-    pub id: i64,
-    /// Posted money.
-    pub balance: i64,
-    /// The sum of the account's live pending debits (holds against it).
-    pub held: i64,
-    /// `balance - held`.
-    pub available: i64,
-    /// The sum of the account's live pending credits.
-    pub pending_credits: i64,
-    /// Absent (null) only for the system account, which has no limits.
-    pub min_balance: Option<i64>,
-    pub max_balance: Option<i64>,
-}
-
-impl From<Account> for AccountView {
-    fn from(a: Account) -> Self {
-        AccountView {
-            id: a.id.get(),
-            balance: a.balance,
-            held: a.held,
-            available: a.available,
-            pending_credits: a.pending_credits,
-            min_balance: a.min_balance,
-            max_balance: a.max_balance,
-        }
-    }
-}
-
-/// Move `amount` from one account to another, at once or as a hold (`pending`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TransferBody {
-    #[schema(schema_with = schema::transfer_id)]
-    pub id: String,
-    #[schema(schema_with = schema::account_id)]
-    #[serde(deserialize_with = "super::numbers::i64")]
-    pub from: i64,
-    /// Another account than `from`.
-    #[schema(schema_with = schema::other_account_id)]
-    #[serde(deserialize_with = "super::numbers::i64")]
-    pub to: i64,
-    #[schema(schema_with = schema::amount)]
-    #[serde(deserialize_with = "super::numbers::i64")]
-    pub amount: i64,
-    /// Hold `amount` against `from` until posted, voided or expired, instead of moving it now.
-    #[serde(default)]
-    pub pending: bool,
-    /// Seconds the hold lives (only with `pending`; default: the service's
-    /// `--transfer-timeout`).
-    #[serde(default, deserialize_with = "super::numbers::opt_i64")]
-    #[schema(schema_with = schema::transfer_timeout_s)]
-    pub timeout_s: Option<i64>,
-}
-
-impl TransferBody {
-    /// The validated transfer; `default_timeout` for a hold that names none.
-    pub fn parse(self, default_timeout: TransferTimeout) -> Result<LinkedTransfer, ApiError> {
-        let pending = match (self.pending, self.timeout_s) {
-            (false, Some(_)) => {
-                return Err(ApiError::InvalidBody(
-                    "timeout_s is only for a pending transfer (\"pending\": true)".into(),
-                ))
-            }
-            (false, None) => None,
-            (true, None) => Some(default_timeout),
-            (true, Some(s)) => Some(TransferTimeout::from_secs(s)?),
-        };
-        Ok(LinkedTransfer {
-            transfer: TransferRequest {
-                id: TransferId::new(self.id)?,
-                from: AccountId::new(self.from)?,
-                to: AccountId::new(self.to)?,
-                amount: Amount::new(self.amount)?,
-            },
-            pending,
-        })
-    }
-}
-
 /// Money entering or leaving the ledger through the system account.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -138,85 +58,6 @@ pub struct MovementBody {
     #[schema(schema_with = schema::amount)]
     #[serde(deserialize_with = "super::numbers::i64")]
     pub amount: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum KindView {
-    Transfer,
-    Opening,
-    Deposit,
-    Withdrawal,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusView {
-    Pending,
-    Posted,
-    Voided,
-    Expired,
-}
-
-impl From<TransferStatus> for StatusView {
-    fn from(s: TransferStatus) -> Self {
-        match s {
-            TransferStatus::Pending => StatusView::Pending,
-            TransferStatus::Posted => StatusView::Posted,
-            TransferStatus::Voided => StatusView::Voided,
-            TransferStatus::Expired => StatusView::Expired,
-        }
-    }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TransferView {
-    pub id: String,
-    /// 0 is the system account (openings, deposits).
-    pub from: i64,
-    pub to: i64,
-    pub amount: i64,
-    pub kind: KindView,
-    pub created_at: DateTime<Utc>,
-    /// True when this id was already journalled with the same payload (for a post or void:
-    /// when that same call had already won).
-    pub replayed: bool,
-    /// `posted` at once, or `pending` until posted, voided or expired.
-    pub status: StatusView,
-    /// What moved, once posted.
-    pub posted_amount: Option<i64>,
-    /// A transfer created pending: its timeout and deadline.
-    pub timeout_s: Option<u32>,
-    pub expires_at: Option<DateTime<Utc>>,
-    /// When a hold was posted, voided or expired.
-    pub settled_at: Option<DateTime<Utc>>,
-    /// The linked group it was applied in.
-    pub group_id: Option<String>,
-}
-
-impl From<Transfer> for TransferView {
-    fn from(t: Transfer) -> Self {
-        TransferView {
-            id: t.id.as_str().to_owned(),
-            from: t.from.get(),
-            to: t.to.get(),
-            amount: t.amount,
-            kind: match t.kind {
-                TransferKind::Transfer => KindView::Transfer,
-                TransferKind::Opening => KindView::Opening,
-                TransferKind::Deposit => KindView::Deposit,
-                TransferKind::Withdrawal => KindView::Withdrawal,
-            },
-            created_at: t.created_at,
-            replayed: t.replayed,
-            status: t.status.into(),
-            posted_amount: t.posted_amount,
-            timeout_s: t.timeout_s,
-            expires_at: t.expires_at,
-            settled_at: t.settled_at,
-            group_id: t.group_id.map(|g| g.as_str().to_owned()),
-        }
-    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -240,10 +81,10 @@ pub struct ListQuery {
     security(("admin_token" = [])),
     responses(
         (status = 201, description = "Opened", body = AccountView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "The account exists (`account`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id, opening balance or limits", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "The account exists (`account`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id, opening balance or limits", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn open_account(
     _: Admin,
@@ -268,9 +109,9 @@ pub async fn open_account(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The account", body = AccountView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn get_account(
     _: Client,
@@ -292,9 +133,9 @@ pub async fn get_account(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Latest transfers", body = TransfersView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn list_transfers(
     _: Client,
@@ -325,12 +166,12 @@ pub async fn list_transfers(
     responses(
         (status = 201, description = "Transferred (`status: posted`) or held (`status: pending`, `expires_at`)", body = TransferView),
         (status = 200, description = "Replay of an existing transfer (`replayed: true`)", body = TransferView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown account (`account`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "A limit refused it (`insufficient-funds` / `max-balance-exceeded`: `account`, `limit`, the amounts), the balance would leave 64 bits (`balance-out-of-range`), or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Same account, bad amount, id or timeout", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Contention or database unavailable; retry with the same id", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown account (`account`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "A limit refused it (`insufficient-funds` / `max-balance-exceeded`: `account`, `limit`, the amounts), the balance would leave 64 bits (`balance-out-of-range`), or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Same account, bad amount, id or timeout", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Contention or database unavailable; retry with the same id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn transfer(
     _: Client,
@@ -368,10 +209,10 @@ pub(super) fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView
     responses(
         (status = 201, description = "Deposited", body = TransferView),
         (status = 200, description = "Replay (`replayed: true`)", body = TransferView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "The account's max_balance (`max-balance-exceeded`), a balance out of 64 bits, or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "The account's max_balance (`max-balance-exceeded`), a balance out of 64 bits, or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn deposit(
     _: Admin,
@@ -399,10 +240,10 @@ pub async fn deposit(
     responses(
         (status = 201, description = "Withdrawn", body = TransferView),
         (status = 200, description = "Replay (`replayed: true`)", body = TransferView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient funds (`account`, `limit`, the amounts) or idempotency conflict", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient funds (`account`, `limit`, the amounts) or idempotency conflict", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Bad amount or id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn withdraw(
     _: Admin,

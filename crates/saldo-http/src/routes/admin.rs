@@ -1,22 +1,24 @@
 //! Operator routes (admin token): one sweeper round, the divergence audit, who waits on which
-//! lock (seed 002's `pg_blocking_pids` view, shared with `saldo locks`), and the most refused
+//! lock (the `pg_blocking_pids` view, shared with `saldo locks`), and the most refused
 //! products (kept out of metric labels to bound their cardinality).
 
 use axum::extract::State;
 use axum::Json;
 use saldo::audit::citus::{CitusAudit, CitusAuditOptions, TransferDivergence, TransferInvariant};
-use saldo::audit::{Divergence, Invariant, LedgerDivergence, LedgerInvariant};
+use saldo::audit::{LedgerDivergence, LedgerInvariant};
 use saldo::ops::BlockedSession;
 use saldo::stock::sweeper;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{detached, ApiQuery, PROBLEM};
+use super::extract::ApiQuery;
+use super::schema;
+use super::task::detached;
+use super::views::DivergenceView;
 use crate::auth::Admin;
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
 use crate::metrics::{RefusalsReport, MAX_TOP};
-use crate::openapi::schema;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Products listed by `/v1/admin/refusals` when `top` is absent.
 pub const DEFAULT_TOP: usize = 10;
@@ -27,42 +29,6 @@ pub struct SweepView {
     pub expired: u64,
     /// Pending transfers (holds) expired by this round.
     pub expired_transfers: u64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DivergenceView {
-    pub product_id: i64,
-    /// `reserved_matches_active`, `on_hand_matches_history`, `backordered_matches_live`,
-    /// `backordered_within_limit`, `filled_in_arrival_order`, or for products stocked per
-    /// location `locations_sum_to_available`, `locations_sum_to_reserved`,
-    /// `location_reserved_matches_allocations`, `allocations_match_quantity`.
-    pub invariant: String,
-    pub expected: i64,
-    pub actual: i64,
-}
-
-impl From<&Divergence> for DivergenceView {
-    fn from(d: &Divergence) -> Self {
-        DivergenceView {
-            product_id: d.product_id.get(),
-            invariant: match d.invariant {
-                Invariant::ReservedMatchesActive => "reserved_matches_active",
-                Invariant::OnHandMatchesHistory => "on_hand_matches_history",
-                Invariant::BackorderedMatchesLive => "backordered_matches_live",
-                Invariant::BackorderedWithinLimit => "backordered_within_limit",
-                Invariant::FilledInArrivalOrder => "filled_in_arrival_order",
-                Invariant::LocationsSumToAvailable => "locations_sum_to_available",
-                Invariant::LocationsSumToReserved => "locations_sum_to_reserved",
-                Invariant::LocationReservedMatchesAllocations => {
-                    "location_reserved_matches_allocations"
-                }
-                Invariant::AllocationsMatchQuantity => "allocations_match_quantity",
-            }
-            .to_owned(),
-            expected: d.expected,
-            actual: d.actual,
-        }
-    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -177,7 +143,7 @@ pub struct TopQuery {
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "How many reservations and holds expired", body = SweepView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<SweepView>, ApiError> {
     let store = state.store().clone();
@@ -196,7 +162,7 @@ pub async fn sweep(_: Admin, State(state): State<AppState>) -> Result<Json<Sweep
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The audit's findings", body = AuditView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn audit(_: Admin, State(state): State<AppState>) -> Result<Json<AuditView>, ApiError> {
     let pool = state.store().pool.clone();
@@ -236,7 +202,7 @@ pub async fn audit(_: Admin, State(state): State<AppState>) -> Result<Json<Audit
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "Blocked sessions", body = LocksView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn locks(_: Admin, State(state): State<AppState>) -> Result<Json<LocksView>, ApiError> {
     let pool = state.store().pool.clone();
@@ -252,8 +218,8 @@ pub async fn locks(_: Admin, State(state): State<AppState>) -> Result<Json<Locks
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "Most refused products first", body = RefusalsReport),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "`top` outside 1..=1000", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "`top` outside 1..=1000", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn refusals(
     _: Admin,

@@ -1,7 +1,9 @@
 //! `/docs`: the interactive API reference. A small hand-written page (`assets/docs/`, compiled
 //! into the binary: nothing is fetched at build or run time) that renders `/openapi.json` and
-//! sends "Try it" requests with a token typed into the page. No token is needed to read it: the
-//! document is public. Served with a CSP that allows only this origin, and `nosniff`.
+//! sends "Try it" requests with a token typed into the page. Descriptions show their inline
+//! code as code; operations whose only security requirement is the admin token carry an
+//! `admin` mark. No token is needed to read it: the document is public. Served with a CSP that
+//! allows only this origin, and `nosniff`.
 
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,

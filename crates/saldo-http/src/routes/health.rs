@@ -10,9 +10,8 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::PROBLEM;
-use crate::error::{ApiError, NotReady, Problem};
-use crate::{AppState, OpenApiJson};
+use crate::error::{ApiError, NotReady, Problem, PROBLEM_JSON};
+use crate::state::{AppState, OpenApiJson};
 
 /// How long readiness waits for a free pooled connection before answering "pool busy".
 pub const READY_POOL_WAIT: Duration = Duration::from_secs(1);
@@ -37,7 +36,8 @@ pub async fn healthz() -> Json<HealthView> {
     responses(
         (status = 200, description = "Ready", body = HealthView),
         (status = 503, description = "`database-unavailable`: the database does not answer; \
-            `pool-busy`: every connection is in use", body = Problem, content_type = PROBLEM),
+            `pool-busy`: every connection is in use; `starting`: the service is still migrating \
+            its database", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthView>, ApiError> {
     match check(&state.store().pool).await {

@@ -10,14 +10,13 @@ use saldo::stock::Status;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::accounts::AccountView;
-use super::orders::ItemStatus;
-use super::stock::StockView;
-use super::{detached, ApiQuery, PROBLEM};
+use super::extract::ApiQuery;
+use super::schema;
+use super::task::detached;
+use super::views::{AccountView, ItemStatus, StockView};
 use crate::auth::Client;
-use crate::error::{ApiError, Problem};
-use crate::openapi::schema;
-use crate::AppState;
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 
 /// `limit` and `cursor` of a list.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -128,7 +127,7 @@ fn page(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "One page of products", body = ProductsPage),
-        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn list_products(
     _: Client,
@@ -152,7 +151,7 @@ pub async fn list_products(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "One page of orders", body = OrdersPage),
-        (status = 422, description = "Unknown status, `limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Unknown status, `limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn list_orders(
     _: Client,
@@ -188,7 +187,7 @@ pub async fn list_orders(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "One page of accounts", body = AccountsPage),
-        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn list_accounts(
     _: Client,

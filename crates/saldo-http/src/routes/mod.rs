@@ -1,82 +1,35 @@
-//! The routes, one module per resource, and what they share: extractors whose rejections are
-//! [`ApiError`]s, and the list of routes the OpenAPI document ([`crate::openapi`]) is collected
-//! from.
+//! The routes, one module per resource, and the list of them the OpenAPI document
+//! ([`crate::openapi`]) is collected from ([`router`]).
+//!
+//! Imports point one way: the leaves below (what several route modules share) import no route
+//! module; the route modules import leaves (and never this module); this module imports the
+//! route modules to list them.
 
+// Leaves: shared by the route modules.
+pub mod bodies;
+pub mod extract;
+pub(crate) mod numbers;
+pub mod params;
+pub mod schema;
+pub mod task;
+pub mod views;
+
+// One module per resource.
 pub mod accounts;
 pub mod admin;
 pub mod docs;
 pub mod health;
 pub mod lists;
-pub(crate) mod numbers;
 pub mod orders;
 pub mod repair;
 pub mod sales;
 pub mod stock;
 pub mod transfers;
 
-use axum::extract::{FromRequest, FromRequestParts};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::ApiError;
-use crate::AppState;
-
-/// A JSON body; syntax errors answer 400, shape errors 422, wrong media type 415, too big 413.
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
-pub struct ApiJson<T>(pub T);
-
-/// Path parameters; a segment that does not parse answers 422.
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Path), rejection(ApiError))]
-pub struct ApiPath<T>(pub T);
-
-/// Query parameters; a value that does not parse answers 422.
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
-pub struct ApiQuery<T>(pub T);
-
-/// How long after the request's deadline a handler still waits for its operation: the library
-/// answers by the deadline, except a COMMIT already in flight ([`saldo::deadline::COMMIT_GRACE`]).
-pub const ANSWER_GRACE: std::time::Duration =
-    std::time::Duration::from_secs(saldo::deadline::COMMIT_GRACE.as_secs() + 1);
-
-/// Runs one library operation on its own task, under the request's deadline, and waits for it.
-///
-/// Why its own task: axum drops a handler's future when the client goes away. Dropped half-way,
-/// a transaction would leave its connection inside `BEGIN …` and the pool would hand it to the
-/// next request, whose `COMMIT` would commit the abandoned work too. On its own task the
-/// operation always finishes, bounded by the deadline it carries (`saldo::deadline`): an
-/// answer of "not applied" is then true. Should the operation outlive the deadline plus
-/// [`ANSWER_GRACE`] (only a COMMIT in flight can), the answer is "outcome unknown": replay the
-/// same request (same order or transfer id) to learn it.
-pub(crate) async fn detached<T, F>(operation: F) -> Result<T, ApiError>
-where
-    F: std::future::Future<Output = Result<T, saldo::Error>> + Send + 'static,
-    T: Send + 'static,
-{
-    let deadline = saldo::deadline::current();
-    let task = tokio::spawn(saldo::deadline::within_opt(deadline, operation));
-    let joined = match deadline {
-        Some(deadline) => match tokio::time::timeout_at(deadline + ANSWER_GRACE, task).await {
-            Ok(joined) => joined,
-            Err(_) => {
-                return Err(ApiError::Domain(saldo::Error::OutcomeUnknown {
-                    operation: saldo::Operation::Request,
-                    cause: "it was still running past the request's deadline".into(),
-                }))
-            }
-        },
-        None => task.await,
-    };
-    match joined {
-        Ok(result) => result.map_err(ApiError::from),
-        Err(e) => Err(ApiError::Internal(format!("operation task failed: {e}"))),
-    }
-}
-
-/// Media type of error answers, for the `responses(...)` of every path.
-pub(crate) use crate::openapi::PROBLEM;
+use crate::state::AppState;
 
 /// Every route with its OpenAPI path.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -13,30 +13,19 @@ use saldo::domain::{
     AllocationMode, InputError, LocationId, OrderId, OrderItems, ProductId, RequestKey, Ttl,
     MAX_TTL_S, MIN_TTL_S,
 };
-use saldo::stock::{
-    Placement, RereserveRequest, Reservation, ReserveRequest, ReservedItem, Status,
-};
-use saldo::Error;
+use saldo::stock::{Placement, RereserveRequest, Reservation, ReserveRequest, ReservedItem};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{detached, ApiJson, ApiPath, PROBLEM};
+use super::bodies::{order_items, ItemRequest};
+use super::extract::{ApiJson, ApiPath};
+use super::params::OrderPath;
+use super::schema;
+use super::task::detached;
+use super::views::ItemStatus;
 use crate::auth::Client;
-use crate::error::{ApiError, Problem};
-use crate::openapi::{schema, OrderPath};
-use crate::AppState;
-
-/// One line of an order.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ItemRequest {
-    #[schema(schema_with = schema::product_id)]
-    #[serde(deserialize_with = "super::numbers::i64")]
-    pub product_id: i64,
-    #[schema(schema_with = schema::quantity)]
-    #[serde(deserialize_with = "super::numbers::i64")]
-    pub quantity: i64,
-}
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 
 /// One line of a reservation: a location may be named (take only from there).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -103,27 +92,6 @@ pub struct ExtendBody {
     #[serde(deserialize_with = "super::numbers::i64")]
     #[schema(schema_with = schema::extend_ttl_s)]
     pub ttl_s: i64,
-}
-
-/// Status of a reservation row.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ItemStatus {
-    Active,
-    Confirmed,
-    Released,
-    Expired,
-}
-
-impl From<Status> for ItemStatus {
-    fn from(s: Status) -> Self {
-        match s {
-            Status::Active => ItemStatus::Active,
-            Status::Confirmed => ItemStatus::Confirmed,
-            Status::Released => ItemStatus::Released,
-            Status::Expired => ItemStatus::Expired,
-        }
-    }
 }
 
 /// Units of one item taken at one location.
@@ -221,13 +189,10 @@ pub struct ReleaseView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OrderView {
     pub order_id: String,
+    /// From every row: `active` while any is held; else `confirmed` if any was sold; else
+    /// `released` if any was released; else `expired`. What `GET /v1/orders` says of the order.
+    pub status: ItemStatus,
     pub items: Vec<ItemView>,
-}
-
-pub(crate) fn order_items(items: &[ItemRequest]) -> Result<OrderItems, ApiError> {
-    Ok(OrderItems::new(
-        items.iter().map(|i| (i.product_id, i.quantity)),
-    )?)
 }
 
 /// The reservation's items and where they may come from. A product named twice is summed (as
@@ -279,14 +244,14 @@ fn order_id(raw: String) -> Result<OrderId, ApiError> {
     responses(
         (status = 201, description = "Reserved", body = ReservationView),
         (status = 200, description = "Replay of an existing reservation (`replayed: true`)", body = ReservationView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown product (`unknown-product`, `product_id`) or a location the product is not stocked at (`unknown-location`, `product_id`, `location_id`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient stock (`product_id`; at the named location, in one location for `single`, in all for `split`) or idempotency conflict (the order was reserved with other items)", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid input (a product named with two different locations included)", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown product (`unknown-product`, `product_id`) or a location the product is not stocked at (`unknown-location`, `product_id`, `location_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient stock (`product_id`; at the named location, in one location for `single`, in all for `split`) or idempotency conflict (the order was reserved with other items)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid input (a product named with two different locations included)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn reserve(
     _: Client,
@@ -322,9 +287,9 @@ fn reservation_response(
     state: &AppState,
     outcome: Result<Reservation, ApiError>,
 ) -> Result<(StatusCode, Json<ReservationView>), ApiError> {
-    let reservation = outcome.inspect_err(|e| note_refusal(state, e))?;
+    let reservation = outcome.inspect_err(|e| state.note_refusal(e))?;
     let items = views(&reservation.items);
-    let status = order_status(&items);
+    let status = ItemStatus::of_order(items.iter().map(|i| i.status));
     let expires_at = items
         .iter()
         .map(|i| i.expires_at)
@@ -347,33 +312,6 @@ fn reservation_response(
     ))
 }
 
-/// Counts a refusal for lack of stock in the per-product refusal map (reservations and direct
-/// sales alike).
-pub(crate) fn note_refusal(state: &AppState, e: &ApiError) {
-    if let ApiError::Domain(Error::InsufficientStock {
-        product_id,
-        requested,
-        available,
-    }) = e
-    {
-        state.refusals.record(*product_id, *requested, *available);
-    }
-}
-
-/// The order's status from its items' (see [`ReservationView::status`]).
-fn order_status(items: &[ItemView]) -> ItemStatus {
-    let any = |s: fn(&ItemStatus) -> bool| items.iter().any(|i| s(&i.status));
-    if any(|s| matches!(s, ItemStatus::Active)) {
-        ItemStatus::Active
-    } else if any(|s| matches!(s, ItemStatus::Confirmed)) {
-        ItemStatus::Confirmed
-    } else if any(|s| matches!(s, ItemStatus::Released)) {
-        ItemStatus::Released
-    } else {
-        ItemStatus::Expired
-    }
-}
-
 /// Re-reserve what an order lost (expired or released), all or nothing; idempotent by
 /// `rereserve_id`.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/rereserve", tag = "orders",
@@ -383,14 +321,14 @@ fn order_status(items: &[ItemView]) -> ItemStatus {
     responses(
         (status = 201, description = "Re-reserved: the order's current state", body = ReservationView),
         (status = 200, description = "Replay of this re-reserve (`replayed: true`): nothing taken", body = ReservationView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown order or product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient stock, nothing to re-reserve, a product still held or not in the order, or the same `rereserve_id` with other items", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order or product", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient stock, nothing to re-reserve, a product still held or not in the order, or the same `rereserve_id` with other items", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn rereserve(
     _: Client,
@@ -429,14 +367,14 @@ pub struct ExtendView {
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Extended: the active items with their new expiry", body = ExtendView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "The hold already expired (`reservation-expired`: the sweeper won; re-reserve) or nothing is active (`nothing-to-extend`: confirmed or released)", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid input, or `ttl_s` would hold past the maximum hold (`hold-limit`)", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (send it again: an extension is idempotent in effect)", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "The hold already expired (`reservation-expired`: the sweeper won; re-reserve) or nothing is active (`nothing-to-extend`: confirmed or released)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid input, or `ttl_s` would hold past the maximum hold (`hold-limit`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (send it again: an extension is idempotent in effect)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn extend(
     _: Client,
@@ -468,9 +406,9 @@ pub async fn extend(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was confirmed and what was missing", body = ConfirmView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn confirm(
     _: Client,
@@ -500,9 +438,9 @@ pub async fn confirm(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was released", body = ReleaseView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn release(
     _: Client,
@@ -522,10 +460,10 @@ pub async fn release(
     params(OrderPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
-        (status = 200, description = "The order's reservation rows", body = OrderView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM),
+        (status = 200, description = "The order's status and its reservation rows", body = OrderView),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn get_order(
     _: Client,
@@ -534,9 +472,10 @@ pub async fn get_order(
 ) -> Result<Json<OrderView>, ApiError> {
     let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
     let id = order_id.clone();
-    let items = detached(async move { stock.order(&id).await }).await?;
+    let items = views(&detached(async move { stock.order(&id).await }).await?);
     Ok(Json(OrderView {
         order_id: order_id.as_str().to_owned(),
-        items: views(&items),
+        status: ItemStatus::of_order(items.iter().map(|i| i.status)),
+        items,
     }))
 }

@@ -1,4 +1,4 @@
-//! `POST /v1/admin/repair` (admin; issue 15): what `saldo audit --repair [--apply]` does, over
+//! `POST /v1/admin/repair` (admin): what `saldo audit --repair [--apply]` does, over
 //! HTTP. A dry run unless `{"apply": true}`: per divergent product, its counters and what they
 //! should be (`reserved` from the active reservations, `available` from the history); applied,
 //! each product is written under its row lock with a `repair: …` movement, a product that
@@ -10,11 +10,12 @@ use saldo::stock::repair::{self, Counts, ProductRepair, RepairAction};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::admin::DivergenceView;
-use super::{detached, ApiJson, PROBLEM};
+use super::extract::ApiJson;
+use super::task::detached;
+use super::views::DivergenceView;
 use crate::auth::Admin;
-use crate::error::{ApiError, Problem};
-use crate::AppState;
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 
 /// Dry run unless `apply` is true.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -102,12 +103,12 @@ pub struct RepairView {
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "Per divergent product, what was (or would be) changed, and the audit afterwards", body = RepairView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry)", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn repair(
     _: Admin,

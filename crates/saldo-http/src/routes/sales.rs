@@ -1,5 +1,5 @@
-//! Direct sales (issue 15): `POST /v1/sales` takes units from available straight to sold, all
-//! items or none, for payment methods that clear too late to hold a reservation (seed 000).
+//! Direct sales: `POST /v1/sales` takes units from available straight to sold, all
+//! items or none, for payment methods that clear too late to hold a reservation.
 //! 201 when sold now; 200 with the original result and `"replayed": true` when the same sale
 //! id comes again with the same items; 409 `idempotency-conflict` with other items. Refusals
 //! are a reservation's (409 `insufficient-stock`, 404 `unknown-product`), counted alike.
@@ -13,12 +13,13 @@ use saldo::stock::{Sale, SaleRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::orders::{note_refusal, order_items, ItemRequest};
-use super::{detached, ApiJson, PROBLEM};
+use super::bodies::{order_items, ItemRequest};
+use super::extract::ApiJson;
+use super::schema;
+use super::task::detached;
 use crate::auth::Client;
-use crate::error::{ApiError, Problem};
-use crate::openapi::schema;
-use crate::AppState;
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 
 /// Sell every item now, or none.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -74,14 +75,14 @@ impl From<Sale> for SaleView {
     responses(
         (status = 201, description = "Sold", body = SaleView),
         (status = 200, description = "Replay of an existing sale (`replayed: true`): nothing taken", body = SaleView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the sale id was used with other items)", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the sale id was used with other items)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn sell(
     _: Client,
@@ -95,7 +96,7 @@ pub async fn sell(
     let stock = state.stock.clone();
     let sale = detached(async move { stock.sell(&request).await })
         .await
-        .inspect_err(|e| note_refusal(&state, e))?;
+        .inspect_err(|e| state.note_refusal(e))?;
     let code = if sale.replayed {
         StatusCode::OK
     } else {

@@ -1,19 +1,22 @@
 //! Stock routes: set a physical count, adjust and set the backorder policy (admin), read a
-//! product's stock (with its locations); per location (issue 15): count one location of a
+//! product's stock (with its locations); per location: count one location of a
 //! product, set a location's allocation priority (admin).
 
 use axum::Json;
 use saldo::domain::{LocationId, Priority, ProductId, Reason};
 use saldo::stock::locations::{self, LocatedStock, Location};
-use saldo::stock::{admin as stock_admin, backorders, Stock};
+use saldo::stock::{admin as stock_admin, backorders};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{detached, ApiJson, ApiPath, PROBLEM};
+use super::extract::{ApiJson, ApiPath};
+use super::params::{LocationPath, ProductLocationPath, ProductPath};
+use super::schema;
+use super::task::detached;
+use super::views::StockView;
 use crate::auth::{Admin, Client};
-use crate::error::{ApiError, Problem};
-use crate::openapi::{schema, LocationPath, ProductLocationPath, ProductPath};
-use crate::AppState;
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 use axum::extract::State;
 
 /// A physical count: on-hand (available + reserved) becomes `count`.
@@ -43,37 +46,6 @@ pub struct Policy {
     #[schema(schema_with = schema::backorder_limit)]
     #[serde(deserialize_with = "super::numbers::i64")]
     pub backorder_limit: i64,
-}
-
-/// A product's stock.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct StockView {
-    pub product_id: i64,
-    pub available: i32,
-    pub reserved: i32,
-    /// Bumped by every write of the row.
-    pub version: i64,
-    /// Most units that may be backordered. With `backordered`, present only for a product
-    /// with a backorder policy (absent: 0), so other products answer as before.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backorder_limit: Option<i32>,
-    /// Units backordered now (promised to live reservations, not on hand yet).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backordered: Option<i32>,
-}
-
-impl From<Stock> for StockView {
-    fn from(s: Stock) -> Self {
-        let policy = s.backorder_limit > 0 || s.backordered > 0;
-        StockView {
-            product_id: s.product_id.get(),
-            available: s.available,
-            reserved: s.reserved,
-            version: s.version,
-            backorder_limit: policy.then_some(s.backorder_limit),
-            backordered: policy.then_some(s.backordered),
-        }
-    }
 }
 
 /// A product's stock at one location.
@@ -162,9 +134,9 @@ fn product(raw: i64) -> Result<ProductId, ApiError> {
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The stock after the count", body = StockView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Count below the units reserved", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id or count", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Count below the units reserved", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id or count", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_count(
     _: Admin,
@@ -187,10 +159,10 @@ pub async fn set_count(
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The stock after the adjustment", body = StockView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Available would go negative (`would-go-negative`) or on-hand past the limit (`stock-limit`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id, delta or reason", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Available would go negative (`would-go-negative`) or on-hand past the limit (`stock-limit`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id, delta or reason", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn adjust(
     _: Admin,
@@ -216,10 +188,10 @@ pub async fn adjust(
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The stock under the new policy", body = StockView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a limit on a product stocked per location (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: backorders are not run there yet); nothing written", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a limit on a product stocked per location (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: backorders are not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_policy(
     _: Admin,
@@ -246,9 +218,9 @@ pub async fn set_policy(
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The product's stock after the count, with its locations", body = LocatedStockView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id or count, or one location too many for the product", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id or count, or one location too many for the product", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_location_count(
     _: Admin,
@@ -273,9 +245,9 @@ pub async fn set_location_count(
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The location", body = LocationView),
-        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "A Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id or priority", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "A Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id or priority", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_priority(
     _: Admin,
@@ -298,9 +270,9 @@ pub async fn set_priority(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The product's stock: totals, and each location's", body = LocatedStockView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn get_stock(
     _: Client,

@@ -1,8 +1,8 @@
-//! Holds and linked transfers (issue 14): post a pending transfer (whole or partial), void it,
+//! Holds and linked transfers: post a pending transfer (whole or partial), void it,
 //! read any transfer with its status, and apply a linked group of transfers all or none.
 //! Post, void and the sweeper's expiry race for a hold with exactly one winner; a loser gets 409
-//! `transfer-not-pending` naming the state the hold reached (`transfer_status`), and the winner's own call repeated
-//! answers 200 with the same transfer (`replayed: true`).
+//! `transfer-not-pending` naming the state the hold reached (`transfer_status`), and the
+//! winner's own call repeated answers 200 with the same transfer (`replayed: true`).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -13,11 +13,13 @@ use saldo::ledger::{Group, GroupRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::accounts::{TransferBody, TransferView};
-use super::{detached, ApiJson, ApiPath, PROBLEM};
+use super::bodies::TransferBody;
+use super::extract::{ApiJson, ApiPath};
+use super::task::detached;
+use super::views::TransferView;
 use crate::auth::Client;
-use crate::error::{ApiError, Problem};
-use crate::AppState;
+use crate::error::{ApiError, Problem, PROBLEM_JSON};
+use crate::state::AppState;
 
 /// The transfer a route names.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -33,7 +35,7 @@ pub struct TransferPath {
 #[serde(deny_unknown_fields)]
 pub struct PostBody {
     #[serde(default, deserialize_with = "super::numbers::opt_i64")]
-    #[schema(schema_with = crate::openapi::schema::post_amount)]
+    #[schema(schema_with = super::schema::post_amount)]
     pub amount: Option<i64>,
 }
 
@@ -76,12 +78,12 @@ impl From<Group> for GroupView {
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Posted (`status: posted`, `posted_amount`); `replayed: true` when this same post had already won", body = TransferView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "`transfer-not-pending`: voided, expired or posted otherwise (`transfer_status`, `posted_amount`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Bad id or amount, or more than the hold (`post-exceeds-hold`)", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Contention or database unavailable; retry", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`transfer-not-pending`: voided, expired or posted otherwise (`transfer_status`, `posted_amount`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Bad id or amount, or more than the hold (`post-exceeds-hold`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Contention or database unavailable; retry", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn post_transfer(
     _: Client,
@@ -108,11 +110,11 @@ pub async fn post_transfer(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "Voided (`status: voided`); `replayed: true` when already voided by a void", body = TransferView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "`transfer-not-pending`: posted or expired (`transfer_status`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Bad id", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Contention or database unavailable; retry", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`transfer-not-pending`: posted or expired (`transfer_status`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Bad id", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Contention or database unavailable; retry", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn void_transfer(
     _: Client,
@@ -131,9 +133,9 @@ pub async fn void_transfer(
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "The transfer", body = TransferView),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Bad id", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Bad id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn get_transfer(
     _: Client,
@@ -154,12 +156,12 @@ pub async fn get_transfer(
     responses(
         (status = 201, description = "Every transfer applied", body = GroupView),
         (status = 200, description = "Replay of the same group (`replayed: true`)", body = GroupView),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "A transfer names an unknown account (`failed_index`, `failed_transfer_id`, `account`)", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "Refused as a whole: the first transfer that failed (`failed_index`, `failed_transfer_id`) and why (limits, a transfer id already used), or the group id was used with another payload (`group_id`)", body = Problem, content_type = PROBLEM),
-        (status = 422, description = "Empty, over 100 transfers, a repeated transfer id, or a bad transfer (`failed_index`)", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "Contention or database unavailable; retry with the same group id", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "A transfer names an unknown account (`failed_index`, `failed_transfer_id`, `account`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Refused as a whole: the first transfer that failed (`failed_index`, `failed_transfer_id`) and why (limits, a transfer id already used), or the group id was used with another payload (`group_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Empty, over 100 transfers, a repeated transfer id, or a bad transfer (`failed_index`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Contention or database unavailable; retry with the same group id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn transfer_group(
     _: Client,

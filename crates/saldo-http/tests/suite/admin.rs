@@ -1,4 +1,4 @@
-//! Admin rows of the API table: sweep, audit, locks (seed 002's view: a session blocked on a row
+//! Admin rows of the API table: sweep, audit, locks (a session blocked on a row
 //! lock shows up with the pid that blocks it), refusals (top N, bounded).
 
 use std::time::Duration;

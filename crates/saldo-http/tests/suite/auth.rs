@@ -170,7 +170,7 @@ async fn app_with(raw: RawSettings) -> (TestApp, Vec<saldo_http::config::Generat
     (TestApp { db, state, router }, generated)
 }
 
-/// Regression (issue 11, 4a): with no API token configured, money and stock writes were open to
+/// Regression, secure by default: with no API token configured, money and stock writes were open to
 /// anyone who reached the port. Now the default settings require one.
 #[tokio::test]
 async fn writes_need_a_token_by_default() {

@@ -1,4 +1,4 @@
-//! Issue 15's backorders over HTTP: `PUT /v1/products/{id}/policy` (admin; 200, 409
+//! Backorders over HTTP: `PUT /v1/products/{id}/policy` (admin; 200, 409
 //! `backorder-limit-below-backordered`, 404, 422, 401), the reservation item's
 //! `"backordered"`, confirm's `"pending"`, a restock filling the oldest backorder first, and
 //! the stock read's `backorder_limit`/`backordered` (absent for a product without a policy, so

@@ -2,8 +2,9 @@
 //! checks (path parameters match their templates, every `$ref` resolves, every operation
 //! documents its errors with the problem schema), its limits are the code's constants and the
 //! server agrees with them at the boundaries, security is declared as configured, and `/docs`
-//! is served with strict headers and no token. (The full OpenAPI validator and schemathesis
-//! run against a real `saldo serve` in `.ci/contract`.)
+//! is served with strict headers and no token, and renders (under Node.js, `docs_page.js`)
+//! inline code as code and the admin-only operations marked. (The full OpenAPI validator and
+//! schemathesis run against a real `saldo serve` in `.ci/contract`.)
 
 use std::collections::BTreeSet;
 
@@ -158,8 +159,34 @@ async fn the_served_document_passes_the_structural_checks() {
     }
 }
 
-/// The checks can fail: the document as it was before issue 16, with `limit` and `top`
-/// declared as path parameters and errors without the problem schema, is refused.
+/// Every description in the document, wherever it sits.
+fn descriptions<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(d)) = m.get("description") {
+                out.push(d);
+            }
+            m.values().for_each(|v| descriptions(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| descriptions(v, out)),
+        _ => {}
+    }
+}
+
+/// No description carries a run of spaces: a Rust string literal continued onto the next line
+/// without its `\` keeps the indentation (three did, in the schemas of a reservation's items).
+#[test]
+fn descriptions_have_no_runs_of_spaces_from_a_broken_line_continuation() {
+    let doc = saldo_http::openapi::document(true);
+    let mut all = Vec::new();
+    descriptions(&doc, &mut all);
+    assert!(all.len() > 100, "{} descriptions", all.len());
+    let broken: Vec<&&str> = all.iter().filter(|d| d.contains("   ")).collect();
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// The checks can fail: a document with `limit` and `top` declared as path parameters and
+/// errors without the problem schema (as the served one once was) is refused.
 #[test]
 fn the_structural_checks_refuse_a_query_parameter_declared_in_the_path() {
     let doc = json!({
@@ -465,6 +492,88 @@ async fn docs_are_served_without_a_token_with_strict_headers() {
         .await
         .text
         .contains("/openapi.json"));
+}
+
+/// What `/docs` shows, rendered by `docs_page.js` under Node.js (the served script and
+/// document, a minimal DOM).
+async fn docs_rendered(app: &TestApp) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("docs.js");
+    let document = dir.path().join("openapi.json");
+    std::fs::write(&script, app.get("/docs/docs.js").await.text).expect("script");
+    std::fs::write(&document, app.get("/openapi.json").await.text).expect("document");
+    let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite/docs_page.js");
+    let run = tokio::process::Command::new("node")
+        .arg(harness)
+        .arg(&script)
+        .arg(&document)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), run)
+        .await
+        .expect("node answers in time")
+        .unwrap_or_else(|e| {
+            panic!("this test renders /docs with Node.js: install it (`apt-get install -y nodejs`): {e}")
+        });
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the harness prints JSON")
+}
+
+/// `/docs` renders the document's inline code (`` `type` ``) as code, not as backticks, and
+/// marks exactly the operations whose security requirement is the admin token alone.
+#[tokio::test]
+async fn the_docs_page_renders_code_and_marks_admin_routes() {
+    let app = spawn_app_with(Some(API), 4).await;
+    let doc = served(&app).await;
+    let shown = docs_rendered(&app).await;
+    let with_backticks = shown["with_backticks"].as_array().expect("texts");
+    assert!(
+        with_backticks.is_empty(),
+        "raw Markdown shown: {with_backticks:#?}"
+    );
+    assert!(
+        shown["description_code"]
+            .as_array()
+            .is_some_and(|c| c.contains(&json!("type"))),
+        "the API's description shows `type` as code: {shown}"
+    );
+    assert!(
+        shown["reference_code"]
+            .as_array()
+            .is_some_and(|c| c.contains(&json!("insufficient-funds"))),
+        "{shown}"
+    );
+    let admin_only: BTreeSet<String> = operations(&doc)
+        .into_iter()
+        .filter(|(_, _, op)| {
+            op["security"].as_array().is_some_and(|reqs| {
+                !reqs.is_empty()
+                    && reqs.iter().all(|r| {
+                        r.as_object()
+                            .is_some_and(|r| r.len() == 1 && r.contains_key("admin_token"))
+                    })
+            })
+        })
+        .map(|(method, path, _)| format!("{} {path}", method.to_uppercase()))
+        .collect();
+    assert!(admin_only.contains("PUT /v1/products/{product_id}/stock"));
+    assert!(!admin_only.contains("POST /v1/reservations"));
+    let rendered = shown["operations"].as_array().expect("operations");
+    assert_eq!(
+        rendered.len(),
+        operations(&doc).len(),
+        "every operation is shown"
+    );
+    let marked: BTreeSet<String> = rendered
+        .iter()
+        .filter(|op| op["admin"] == true)
+        .map(|op| op["key"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(marked, admin_only);
 }
 
 /// Follows `next_cursor` from the first page; every page within `limit`.

@@ -1,6 +1,7 @@
 //! Every error has one shape: malformed JSON (400), wrong media type (415), body over the limit
 //! (413), no such route (404), wrong method (405), request timeout and an unreachable database
-//! (503 with Retry-After, no internals) all answer problem+json.
+//! (503 with Retry-After, no internals) all answer problem+json; every library error answers a
+//! 4xx or a 503, a 500 only for a bug.
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
@@ -238,7 +239,7 @@ pub(crate) fn assert_not_applied(answer: &Answer) {
     assert_eq!(answer.body["applied"], false, "{}", answer.text);
 }
 
-/// Issue 11: reservations queued behind a locked hot product in the batched engine (the served
+/// Deadlines travel: reservations queued behind a locked hot product in the batched engine (the served
 /// default) answer by the request's deadline, say "not applied", and are never committed
 /// later. On the old code they got a bare 503 `timeout` and most of them committed once the
 /// lock went away.
@@ -296,4 +297,338 @@ async fn batched_requests_past_their_deadline_are_not_applied_later() {
         answered_in < std::time::Duration::from_secs(5),
         "answers took {answered_in:?}"
     );
+}
+
+/// A database error with this SQLSTATE, raised by the server itself (so it carries the code
+/// exactly as a real failure would).
+async fn raised(db: &crate::harness::TestDb, sqlstate: &str) -> tokio_postgres::Error {
+    let client = db.pool.get().await.expect("connection");
+    client
+        .batch_execute(&format!(
+            "DO $$ BEGIN RAISE EXCEPTION 'raised by the test' USING ERRCODE = '{sqlstate}'; END $$"
+        ))
+        .await
+        .expect_err("the server raises it")
+}
+
+/// A database error without a SQLSTATE: the connection itself failed (nothing listens on port 1).
+async fn connection_failure() -> tokio_postgres::Error {
+    tokio_postgres::connect(
+        "host=127.0.0.1 port=1 user=saldo dbname=saldo connect_timeout=2",
+        tokio_postgres::NoTls,
+    )
+    .await
+    .err()
+    .expect("nothing listens on port 1")
+}
+
+/// The variant's name. A match without a wildcard: a variant added to the library stops this
+/// file compiling until it is named here, given an example in [`every_library_error`] and
+/// counted in [`LIBRARY_VARIANTS`].
+fn variant(e: &saldo::Error) -> &'static str {
+    use saldo::Error as E;
+    match e {
+        E::Input(_) => "Input",
+        E::UnknownProduct(_) => "UnknownProduct",
+        E::InsufficientStock { .. } => "InsufficientStock",
+        E::IdempotencyConflict(_) => "IdempotencyConflict",
+        E::UnknownOrder(_) => "UnknownOrder",
+        E::NothingToRereserve(_) => "NothingToRereserve",
+        E::NotRereservable { .. } => "NotRereservable",
+        E::UnknownLocation { .. } => "UnknownLocation",
+        E::StockedByLocation(_) => "StockedByLocation",
+        E::SaleConflict(_) => "SaleConflict",
+        E::ReservationExpired { .. } => "ReservationExpired",
+        E::NothingToExtend(_) => "NothingToExtend",
+        E::HoldLimitExceeded { .. } => "HoldLimitExceeded",
+        E::ProductLocked(_) => "ProductLocked",
+        E::DeadlineExceeded { .. } => "DeadlineExceeded",
+        E::OutcomeUnknown { .. } => "OutcomeUnknown",
+        E::CountBelowReserved { .. } => "CountBelowReserved",
+        E::AdjustmentWouldGoNegative { .. } => "AdjustmentWouldGoNegative",
+        E::StockWouldExceedLimit { .. } => "StockWouldExceedLimit",
+        E::BackorderLimitBelowBackordered { .. } => "BackorderLimitBelowBackordered",
+        E::BackordersAndLocations(_) => "BackordersAndLocations",
+        E::UnsupportedOnCitus(_) => "UnsupportedOnCitus",
+        E::NeedsBackorderPath(_) => "NeedsBackorderPath",
+        E::VersionConflict { .. } => "VersionConflict",
+        E::Overloaded(_) => "Overloaded",
+        E::UnknownAccount(_) => "UnknownAccount",
+        E::AccountExists(_) => "AccountExists",
+        E::InsufficientFunds { .. } => "InsufficientFunds",
+        E::MaxBalanceExceeded { .. } => "MaxBalanceExceeded",
+        E::BalanceOutOfRange { .. } => "BalanceOutOfRange",
+        E::TransferConflict(_) => "TransferConflict",
+        E::UnknownTransfer(_) => "UnknownTransfer",
+        E::TransferNotPending { .. } => "TransferNotPending",
+        E::PostExceedsHold { .. } => "PostExceedsHold",
+        E::GroupConflict(_) => "GroupConflict",
+        E::GroupRefused { .. } => "GroupRefused",
+        E::Pool(_) => "Pool",
+        E::RetriesExhausted { .. } => "RetriesExhausted",
+        E::Database(_) => "Database",
+        E::Migration(_) => "Migration",
+        E::Invariant(_) => "Invariant",
+    }
+}
+
+/// How many variants [`variant`] names.
+const LIBRARY_VARIANTS: usize = 41;
+
+/// Bugs and broken deployments: the only library errors that may answer 500.
+const INTERNAL: [&str; 3] = ["Migration", "Invariant", "NeedsBackorderPath"];
+
+/// At least one example of every library error, real database errors included.
+async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
+    use saldo::domain::{
+        AccountId, GroupId, LocationId, OrderId, ProductId, SaleId, TransferId, TransferStatus,
+    };
+    use saldo::Error as E;
+    let p = ProductId::new(7).expect("id");
+    let o = || OrderId::new("o-1").expect("id");
+    let a = AccountId::new(3).expect("id");
+    let t = || TransferId::new("t-1").expect("id");
+    let g = || GroupId::new("g-1").expect("id");
+    let mut all = vec![
+        E::Input(saldo::InputError::EmptyOrder),
+        E::UnknownProduct(p),
+        E::InsufficientStock {
+            product_id: p,
+            requested: 2,
+            available: 1,
+        },
+        E::IdempotencyConflict(o()),
+        E::UnknownOrder(o()),
+        E::NothingToRereserve(o()),
+        E::NotRereservable {
+            order_id: o(),
+            product_id: p,
+            why: "still held",
+        },
+        E::UnknownLocation {
+            product_id: p,
+            location_id: LocationId::new("north").expect("id"),
+        },
+        E::StockedByLocation(p),
+        E::SaleConflict(SaleId::new("s-1").expect("id")),
+        E::ReservationExpired {
+            order_id: o(),
+            product_id: p,
+        },
+        E::NothingToExtend(o()),
+        E::HoldLimitExceeded {
+            order_id: o(),
+            product_id: p,
+            max_hold_s: 86_400,
+        },
+        E::ProductLocked(p),
+        E::DeadlineExceeded {
+            operation: "reserve",
+        },
+        E::OutcomeUnknown {
+            operation: "reserve",
+            cause: "the deadline passed".into(),
+        },
+        E::CountBelowReserved {
+            product_id: p,
+            count: 1,
+            reserved: 2,
+        },
+        E::AdjustmentWouldGoNegative {
+            product_id: p,
+            delta: -5,
+            available: 1,
+        },
+        E::StockWouldExceedLimit {
+            product_id: p,
+            delta: 5,
+            on_hand_after: 1_000_000_001,
+            max: 1_000_000_000,
+        },
+        E::BackorderLimitBelowBackordered {
+            product_id: p,
+            limit: 1,
+            backordered: 2,
+        },
+        E::BackordersAndLocations(p),
+        E::UnsupportedOnCitus("stock per location"),
+        E::NeedsBackorderPath(p),
+        E::VersionConflict {
+            product_id: p,
+            attempts: 4,
+        },
+        E::Overloaded("queue full".into()),
+        E::UnknownAccount(a),
+        E::AccountExists(a),
+        E::InsufficientFunds {
+            account: a,
+            requested: 5,
+            balance: 1,
+            held: 0,
+            min_balance: 0,
+        },
+        E::MaxBalanceExceeded {
+            account: a,
+            requested: 5,
+            balance: 1,
+            pending_credits: 2,
+            max_balance: 3,
+        },
+        E::BalanceOutOfRange { account: a },
+        E::TransferConflict(t()),
+        E::UnknownTransfer(t()),
+        E::TransferNotPending {
+            id: t(),
+            status: TransferStatus::Posted,
+            posted_amount: Some(4),
+        },
+        E::TransferNotPending {
+            id: t(),
+            status: TransferStatus::Voided,
+            posted_amount: None,
+        },
+        E::PostExceedsHold {
+            id: t(),
+            requested: 2,
+            held: 1,
+        },
+        E::GroupConflict(g()),
+        E::GroupRefused {
+            group: g(),
+            index: 3,
+            transfer: t(),
+            source: Box::new(E::UnknownAccount(a)),
+        },
+        E::GroupRefused {
+            group: g(),
+            index: 0,
+            transfer: t(),
+            source: Box::new(E::InsufficientFunds {
+                account: a,
+                requested: 5,
+                balance: 1,
+                held: 0,
+                min_balance: 0,
+            }),
+        },
+        E::GroupRefused {
+            group: g(),
+            index: 1,
+            transfer: t(),
+            source: Box::new(E::Input(saldo::InputError::SameAccount)),
+        },
+        deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait).into(),
+        deadpool_postgres::PoolError::Closed.into(),
+        deadpool_postgres::CreatePoolError::Build(
+            deadpool_postgres::BuildError::NoRuntimeSpecified,
+        )
+        .into(),
+        E::RetriesExhausted {
+            attempts: 4,
+            sqlstate: "40P01".into(),
+            source: raised(db, "40P01").await,
+        },
+        E::Database(connection_failure().await),
+        E::Migration("V9 failed".into()),
+        E::Invariant("a row the schema cannot produce".into()),
+    ];
+    // Every SQLSTATE the mapping tells apart, and two it does not (a constraint, a syntax error).
+    for sqlstate in [
+        "55P03", "57014", "40P01", "40001", "08006", "57P01", "23505", "42601",
+    ] {
+        all.push(E::Database(raised(db, sqlstate).await));
+    }
+    all
+}
+
+/// Walks every library error through the HTTP mapping: each answers a problem document with a
+/// 4xx or a 503 (with Retry-After), and only bugs (an invariant, a migration, the engine's
+/// internal signal) and database errors the service cannot name answer 500.
+#[tokio::test]
+async fn every_library_error_answers_a_client_status_or_503() {
+    use axum::response::IntoResponse;
+    use http_body_util::BodyExt;
+    let db = crate::harness::test_db().await;
+    let errors = every_library_error(&db).await;
+    let named: std::collections::BTreeSet<&str> = errors.iter().map(variant).collect();
+    assert_eq!(
+        named.len(),
+        LIBRARY_VARIANTS,
+        "an example of every variant: {named:?}"
+    );
+    for error in errors {
+        let name = variant(&error);
+        let sqlstate = error.sqlstate().map(|s| s.code().to_owned());
+        let response = saldo_http::ApiError::Domain(error).into_response();
+        let status = response.status();
+        let retry = response.headers().contains_key(header::RETRY_AFTER);
+        let is_problem = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.as_bytes())
+            == Some(&b"application/problem+json"[..]);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("a JSON body");
+        assert!(is_problem, "{name}: {text}");
+        assert_eq!(problem["status"], status.as_u16(), "{name}: {text}");
+        let unnamed_database_error = name == "Database"
+            && !sqlstate.as_deref().is_none_or(|s| {
+                ["55P03", "57014", "40P01", "40001"].contains(&s)
+                    || s.starts_with("08")
+                    || s.starts_with("57P")
+            });
+        match status.as_u16() {
+            400..=499 => {}
+            503 => assert!(retry, "{name}: a 503 says when to retry: {text}"),
+            500 => assert!(
+                INTERNAL.contains(&name) || unnamed_database_error,
+                "{name} answers 500: {text}"
+            ),
+            other => panic!("{name} answers {other}: {text}"),
+        }
+    }
+}
+
+/// Every `database-unavailable` answer says nothing was applied (`"applied": false`), as the
+/// other not-applied 503s do: the pool gave no connection, the connection failed before COMMIT
+/// (a lost COMMIT is `outcome-unknown`), or `/readyz` found no database.
+#[tokio::test]
+async fn database_unavailable_says_nothing_was_applied() {
+    use axum::response::IntoResponse;
+    use http_body_util::BodyExt;
+    let db = crate::harness::test_db().await;
+    let errors: Vec<saldo::Error> = vec![
+        deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait).into(),
+        saldo::Error::Database(connection_failure().await),
+        saldo::Error::Database(raised(&db, "08006").await),
+        saldo::Error::Database(raised(&db, "57P01").await),
+    ];
+    let mut answers: Vec<saldo_http::ApiError> = errors
+        .into_iter()
+        .map(saldo_http::ApiError::Domain)
+        .collect();
+    answers.push(saldo_http::ApiError::NotReady(
+        saldo_http::error::NotReady::DatabaseUnavailable("refused".into()),
+    ));
+    for answer in answers {
+        let response = answer.into_response();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(
+            problem["type"], "urn:saldo:problem:database-unavailable",
+            "{problem}"
+        );
+        assert_eq!(problem["applied"], false, "{problem}");
+    }
 }

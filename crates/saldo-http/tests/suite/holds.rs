@@ -1,4 +1,4 @@
-//! Issue 14 rows of the API table: holds (`"pending": true` → post whole or partial / void /
+//! The money-holds rows of the API table: holds (`"pending": true` → post whole or partial / void /
 //! expiry), `GET /v1/transfers/{id}`, the account's held / available / pending credits, limits
 //! when opening (refusals naming account, limit and amounts), linked groups, and overflow as a
 //! 409, never a 500. Every test ends with a clean audit.

@@ -458,14 +458,11 @@ impl Captured {
     }
 }
 
-/// A 500 logs the SQLSTATE, constraint, table and column of the database error behind it
-/// (before: only the error's text, so an operator grepping for a SQLSTATE found nothing), and
-/// never PostgreSQL's DETAIL, which quotes the failing row's values.
-#[tokio::test]
-async fn a_500_logs_sqlstate_constraint_and_table_but_not_row_values() {
+/// An app whose next stock adjustment with reason `secret-row-value` violates a constraint the
+/// code knows nothing about: no mapping, so a 500.
+async fn app_with_an_unmapped_constraint() -> TestApp {
     let app = spawn_app().await;
     app.stock(1, 5).await;
-    // A constraint the code knows nothing about: its violation has no mapping, so it is a 500.
     let client = app.db.pool.get().await.expect("connection");
     client
         .batch_execute(
@@ -474,8 +471,15 @@ async fn a_500_logs_sqlstate_constraint_and_table_but_not_row_values() {
         )
         .await
         .expect("constraint");
-    drop(client);
+    app
+}
 
+/// A 500 logs the SQLSTATE, constraint, table and column of the database error behind it
+/// (before: only the error's text, so an operator grepping for a SQLSTATE found nothing), and
+/// never PostgreSQL's DETAIL, which quotes the failing row's values.
+#[tokio::test]
+async fn a_500_logs_sqlstate_constraint_and_table_but_not_row_values() {
+    let app = app_with_an_unmapped_constraint().await;
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(captured.clone())
@@ -506,5 +510,74 @@ async fn a_500_logs_sqlstate_constraint_and_table_but_not_row_values() {
     assert!(
         !log.contains("secret-row-value"),
         "no row values in the log:\n{log}"
+    );
+}
+
+/// The keys of a JSON object, in order, duplicates kept (serde_json's `Value` keeps the last).
+struct Keys(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Keys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Keys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Keys, M::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    keys.push(key);
+                }
+                Ok(Keys(keys))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// The JSON log line of a failed request (as `saldo --log-format json` writes it: the event's
+/// fields at the top level) is one JSON object with each key once. The database error's own
+/// message was a second `message` key beside the event's, which many parsers refuse or read
+/// as the last one only.
+#[tokio::test]
+async fn the_json_log_of_a_database_error_has_each_key_once() {
+    let app = app_with_an_unmapped_constraint().await;
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(captured.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let a = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        adjust(&app, json!(1), json!("secret-row-value")).await
+    };
+    a.assert_problem(500, "internal");
+    let log = captured.text();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("request failed: database error"))
+        .collect();
+    assert_eq!(failed.len(), 1, "one line for the failure:\n{log}");
+    let Keys(keys) = serde_json::from_str(failed[0]).expect("a JSON object");
+    let mut seen = std::collections::BTreeSet::new();
+    let repeated: Vec<&String> = keys.iter().filter(|k| !seen.insert(k.as_str())).collect();
+    assert!(
+        repeated.is_empty(),
+        "keys {repeated:?} twice in {}",
+        failed[0]
+    );
+    let line: serde_json::Value = serde_json::from_str(failed[0]).expect("JSON");
+    assert_eq!(line["message"], "request failed: database error", "{line}");
+    assert!(
+        line["db_message"]
+            .as_str()
+            .is_some_and(|m| m.contains("test_only_refuses_this")),
+        "PostgreSQL's primary message is kept, under its own key: {line}"
     );
 }

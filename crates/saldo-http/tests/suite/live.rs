@@ -1,6 +1,6 @@
-//! Through a real listener and real connections (hyper client): seed 000's 50 buyers for the
-//! last unit (and a naive strategy failing the same check), seed 002's 200 crossed transfers,
-//! and graceful shutdown finishing an in-flight request.
+//! Through a real listener and real connections (hyper client): 50 buyers for the last unit
+//! (and a naive strategy failing the same check), 200 crossed transfers, and graceful shutdown
+//! finishing an in-flight request.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::support::{client, http, spawn_app_with, Live, ADMIN};
 
-/// Buyers racing for the last unit (seed 000).
+/// Buyers racing for the last unit.
 const BUYERS: usize = 50;
 /// Bounded poll for the in-flight request to be blocked.
 const LOCK_POLLS: usize = 200;
@@ -27,7 +27,7 @@ struct RaceOutcome {
     audit_ok: bool,
 }
 
-/// Seed 000's race through a real listener: one unit, [`BUYERS`] clients at once.
+/// The last-unit race through a real listener: one unit, [`BUYERS`] clients at once.
 async fn last_unit_race(state: saldo_http::AppState) -> RaceOutcome {
     let live = Live::start(state).await;
     let admin = client();
@@ -98,11 +98,11 @@ async fn fifty_buyers_one_unit_exactly_one_wins() {
     assert!(race.audit_ok);
 }
 
-/// Seed 000's bug as a strategy: read `available`, "think" (the payment call), then write the
+/// The lost update as a strategy: read `available`, "think" (the payment call), then write the
 /// computed value. Test-only: it shows the race test above can fail.
 struct LostUpdate;
 
-/// The think time between the read and the write that widens the race window (seed 000).
+/// The think time between the read and the write that widens the race window.
 const THINK: Duration = Duration::from_millis(50);
 
 #[async_trait::async_trait]
@@ -211,7 +211,7 @@ async fn shutdown_finishes_in_flight_requests() {
     stopping.await.expect("server stopped");
 }
 
-/// Crossed transfers (seed 002): half 1→2, half 2→1, all at once.
+/// Crossed transfers (the deadlock race): half 1→2, half 2→1, all at once.
 const TRANSFERS: usize = 200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,4 +1,4 @@
-//! Issue 15's locations over HTTP: `PUT /v1/products/{id}/locations/{location}/stock` and
+//! Stock per location over HTTP: `PUT /v1/products/{id}/locations/{location}/stock` and
 //! `PUT /v1/locations/{location}` (admin), `GET /v1/products/{id}/stock` with its locations,
 //! reservations allocated split (default) or single or at a named location, with their
 //! `allocations`, confirm and release per allocation, direct sales from the locations, refusals as problems (404

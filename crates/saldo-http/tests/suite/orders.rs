@@ -222,7 +222,7 @@ async fn ttl_s_sets_the_expiry_and_defaults_to_the_server_setting() {
     assert!((800..=900).contains(&gap), "gap {gap}s");
 }
 
-/// Issue 11, reproduced on the old main: reserve `rr-1` → 201, release, the same POST again →
+/// Idempotency per request, for good: before it, reserve `rr-1` → 201, release, the same POST again →
 /// 201 with a brand-new active reservation (the cancelled units sold again). Now: 200, replayed,
 /// the real status, nothing taken; re-reserving is `POST /v1/orders/{id}/rereserve`.
 #[tokio::test]
@@ -293,5 +293,92 @@ async fn a_late_retry_after_release_takes_nothing_and_rereserve_is_explicit() {
         (Some(1), Some(2)),
         "{}",
         stock.text
+    );
+}
+
+/// Lets an order's active reservations lapse now (their expiry moved into the past) and runs
+/// one sweeper round, so the test waits for no TTL.
+async fn expire_now(app: &crate::support::TestApp, order: &str) {
+    let client = app.db.pool.get().await.expect("connection");
+    client
+        .execute(
+            "UPDATE reservations SET expires_at = now() - interval '1 second' \
+             WHERE order_id = $1 AND status = 'active'",
+            &[&order],
+        )
+        .await
+        .expect("expiry moved");
+    let swept = app.admin(Method::POST, "/v1/admin/sweep", None).await;
+    assert_eq!(swept.status, StatusCode::OK, "{}", swept.text);
+}
+
+/// `GET /v1/orders/{id}` names the order's status, the same the order list gives it, in every
+/// state: active, confirmed, released, expired, and an order whose released item was
+/// re-reserved and then expired (released: the rule looks at every row, as the list does).
+#[tokio::test]
+async fn an_order_reads_with_the_status_the_list_gives_it() {
+    let app = spawn_app().await;
+    app.stock(1, 50).await;
+    app.stock(2, 50).await;
+    for order in [
+        "st-active",
+        "st-confirmed",
+        "st-released",
+        "st-expired",
+        "st-again",
+    ] {
+        let a = app.reserve(order, &[(1, 1), (2, 1)]).await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    }
+    for path in [
+        "/v1/orders/st-confirmed/confirm",
+        "/v1/orders/st-released/release",
+        "/v1/orders/st-again/release",
+    ] {
+        let a = app.call(Method::POST, path, None, None).await;
+        assert_eq!(a.status, StatusCode::OK, "{path}: {}", a.text);
+    }
+    expire_now(&app, "st-expired").await;
+    let again = app
+        .post(
+            "/v1/orders/st-again/rereserve",
+            json!({"rereserve_id": "st-again-1"}),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text);
+    expire_now(&app, "st-again").await;
+
+    let list = app.get("/v1/orders?limit=100").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.text);
+    let listed = list.body["orders"].as_array().expect("orders").clone();
+    assert_eq!(listed.len(), 5, "{}", list.text);
+    for (order, expected) in [
+        ("st-active", "active"),
+        ("st-confirmed", "confirmed"),
+        ("st-released", "released"),
+        ("st-expired", "expired"),
+        ("st-again", "released"),
+    ] {
+        let in_list = listed
+            .iter()
+            .find(|o| o["order_id"] == order)
+            .expect("listed");
+        assert_eq!(in_list["status"], expected, "{order} in the list");
+        let read = app.get(&format!("/v1/orders/{order}")).await;
+        assert_eq!(read.status, StatusCode::OK, "{}", read.text);
+        assert_eq!(read.body["status"], expected, "{order}: {}", read.text);
+    }
+    // The document says so too: a required `status` of the list's type.
+    let doc = saldo_http::openapi::document(true);
+    let view = &doc["components"]["schemas"]["OrderView"];
+    assert!(
+        view["required"]
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("status"))),
+        "{view}"
+    );
+    assert_eq!(
+        view["properties"]["status"]["$ref"],
+        "#/components/schemas/ItemStatus"
     );
 }

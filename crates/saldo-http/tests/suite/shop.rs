@@ -1,4 +1,4 @@
-//! Issue 15's routes: `POST /v1/orders/{id}/extend` (200, 409 `reservation-expired` whether or
+//! The shop routes: `POST /v1/orders/{id}/extend` (200, 409 `reservation-expired` whether or
 //! not the sweeper ran, 409 `nothing-to-extend`, 422 `hold-limit` and bad `ttl_s`, 404) and
 //! `POST /v1/sales` (201, replay 200, 409 conflict and stock, 404, 422; the audit stays clean)
 //! and `POST /v1/admin/repair` (dry run by default, `{"apply": true}` fixes, admin only).

@@ -137,3 +137,66 @@ fn a_lab_only_strategy_is_refused_before_anything_starts() {
         other => panic!("expected the lab-only strategy refused, got {other:?}"),
     }
 }
+
+/// A request that arrives while the service migrates its database is refused at once (503
+/// `starting`, Retry-After, nothing applied) instead of waiting in the listener's backlog until
+/// the migrations end; `/healthz` says the process is alive. Once built, the service answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_while_migrating_are_refused_at_once() {
+    let db = test_db().await;
+    // Migrating reads refinery's history table: while this transaction holds it, the service's
+    // start waits in its migrations, for as long as the test wants.
+    let mut holder = db.pool.get().await.expect("connection");
+    let tx = holder.transaction().await.expect("begin");
+    tx.batch_execute("LOCK TABLE refinery_schema_history IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let listener =
+        saldo_http::listener::bind("127.0.0.1:0".parse().expect("address")).expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let building = tokio::spawn(Application::build_on(
+        config(&db.url, StrategyName::Batched),
+        listener,
+    ));
+
+    let reserve = r#"{"order_id": "early-1", "items": [{"product_id": 5, "quantity": 1}]}"#;
+    let (status, body) = call(
+        addr,
+        "POST",
+        "/v1/reservations",
+        "any-token-0123456789",
+        reserve,
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    let problem: serde_json::Value = serde_json::from_str(&body).expect("problem+json");
+    assert_eq!(problem["type"], "urn:saldo:problem:starting", "{body}");
+    assert_eq!(problem["applied"], false, "{body}");
+    let (status, body) = call(addr, "GET", "/healthz", "", "").await;
+    assert_eq!(status, 200, "alive while starting: {body}");
+    let (status, _) = call(addr, "GET", "/readyz", "", "").await;
+    assert_eq!(status, 503, "not ready while starting");
+    assert!(!building.is_finished(), "still migrating");
+
+    tx.rollback().await.expect("release the history table");
+    let app = tokio::time::timeout(Duration::from_secs(60), building)
+        .await
+        .expect("built in time")
+        .expect("join")
+        .expect("start");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    let (status, body) = call(addr, "GET", "/readyz", "", "").await;
+    assert_eq!(
+        status, 200,
+        "the running service answers on the same listener: {body}"
+    );
+    stop.send(()).expect("still serving");
+    tokio::time::timeout(Duration::from_secs(60), serving)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("served");
+}

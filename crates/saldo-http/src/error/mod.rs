@@ -4,6 +4,12 @@
 //!
 //! Database and pool failures answer 503 (try again) or 500 without their internals: the full
 //! error goes to the log, the client gets the kind and, for contention, the SQLSTATE.
+//!
+//! What each error answers is a table: `library` for the library's errors, [`ApiError`]'s own
+//! below; both build `Parts`, rendered once by `into_response`.
+
+mod library;
+mod parts;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::Request;
@@ -13,9 +19,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use saldo::Error;
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio_postgres::error::SqlState;
 use utoipa::ToSchema;
+
+use parts::Parts;
 
 /// Media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -70,6 +78,9 @@ pub enum ApiError {
     /// A response a layer produced without a body (404 no route, 405, timeout…).
     #[error("{0}")]
     Bare(StatusCode),
+    /// The service is still starting (migrating its database): nothing was applied (503).
+    #[error("the service is starting")]
+    Starting,
     #[error("{0}")]
     Internal(String),
 }
@@ -84,545 +95,55 @@ pub enum NotReady {
     DatabaseUnavailable(String),
 }
 
-/// One problem before it is rendered.
-struct Parts {
-    status: StatusCode,
-    kind: &'static str,
-    title: &'static str,
-    detail: String,
-    extensions: Map<String, Value>,
-    retry_after: bool,
-}
-
-impl Parts {
-    fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: String) -> Self {
-        Parts {
-            status,
-            kind,
-            title,
-            detail,
-            extensions: Map::new(),
-            retry_after: false,
-        }
-    }
-    fn with(mut self, key: &str, value: Value) -> Self {
-        self.extensions.insert(key.to_owned(), value);
-        self
-    }
-    fn retry(mut self) -> Self {
-        self.retry_after = true;
-        self
-    }
-}
-
-fn domain(e: &Error) -> Parts {
-    use StatusCode as S;
-    let detail = e.to_string();
-    match e {
-        Error::Input(_) => Parts::new(
-            S::UNPROCESSABLE_ENTITY,
-            "invalid-input",
-            "Invalid input",
-            detail,
-        ),
-        Error::UnknownProduct(p) => {
-            Parts::new(S::NOT_FOUND, "unknown-product", "Unknown product", detail)
-                .with("product_id", json!(p))
-        }
-        Error::InsufficientStock {
-            product_id,
-            requested,
-            available,
-        } => Parts::new(
-            S::CONFLICT,
-            "insufficient-stock",
-            "Insufficient stock",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("requested", json!(requested))
-        .with("available", json!(available)),
-        Error::IdempotencyConflict(o) => Parts::new(
-            S::CONFLICT,
-            "idempotency-conflict",
-            "Idempotency conflict",
-            detail,
-        )
-        .with("order_id", json!(o)),
-        Error::UnknownOrder(o) => {
-            Parts::new(S::NOT_FOUND, "unknown-order", "Unknown order", detail)
-                .with("order_id", json!(o))
-        }
-        Error::CountBelowReserved {
-            product_id,
-            count,
-            reserved,
-        } => Parts::new(
-            S::CONFLICT,
-            "count-below-reserved",
-            "Count below reserved units",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("count", json!(count))
-        .with("reserved", json!(reserved)),
-        Error::BackorderLimitBelowBackordered {
-            product_id,
-            limit,
-            backordered,
-        } => Parts::new(
-            S::CONFLICT,
-            "backorder-limit-below-backordered",
-            "Backorder limit below the units backordered",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("backorder_limit", json!(limit))
-        .with("backordered", json!(backordered)),
-        Error::AdjustmentWouldGoNegative {
-            product_id,
-            delta,
-            available,
-        } => Parts::new(
-            S::CONFLICT,
-            "would-go-negative",
-            "Adjustment would make stock negative",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("delta", json!(delta))
-        .with("available", json!(available)),
-        Error::StockWouldExceedLimit {
-            product_id,
-            on_hand_after,
-            max,
-            ..
-        } => Parts::new(
-            S::CONFLICT,
-            "stock-limit",
-            "Stock would exceed its limit",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("on_hand_after", json!(on_hand_after))
-        .with("max", json!(max)),
-        Error::VersionConflict {
-            product_id,
-            attempts,
-        } => Parts::new(
-            S::CONFLICT,
-            "version-conflict",
-            "Version conflict, try again",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("attempts", json!(attempts))
-        .retry(),
-        Error::Overloaded(_) => Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "Overloaded, try again",
-            detail,
-        )
-        .retry(),
-        Error::UnknownAccount(a) => {
-            Parts::new(S::NOT_FOUND, "unknown-account", "Unknown account", detail)
-                .with("account", json!(a))
-        }
-        Error::AccountExists(a) => {
-            Parts::new(S::CONFLICT, "account-exists", "Account exists", detail)
-                .with("account", json!(a))
-        }
-        Error::InsufficientFunds {
-            account,
-            requested,
-            balance,
-            held,
-            min_balance,
-        } => Parts::new(
-            S::CONFLICT,
-            "insufficient-funds",
-            "Insufficient funds",
-            detail,
-        )
-        .with("account", json!(account))
-        .with("limit", json!("min_balance"))
-        .with("min_balance", json!(min_balance))
-        .with("requested", json!(requested))
-        .with("balance", json!(balance))
-        .with("held", json!(held)),
-        Error::MaxBalanceExceeded {
-            account,
-            requested,
-            balance,
-            pending_credits,
-            max_balance,
-        } => Parts::new(
-            S::CONFLICT,
-            "max-balance-exceeded",
-            "Max balance exceeded",
-            detail,
-        )
-        .with("account", json!(account))
-        .with("limit", json!("max_balance"))
-        .with("max_balance", json!(max_balance))
-        .with("requested", json!(requested))
-        .with("balance", json!(balance))
-        .with("pending_credits", json!(pending_credits)),
-        Error::UnknownTransfer(t) => {
-            Parts::new(S::NOT_FOUND, "unknown-transfer", "Unknown transfer", detail)
-                .with("transfer_id", json!(t))
-        }
-        Error::TransferNotPending {
-            id,
-            status,
-            posted_amount,
-        } => Parts::new(
-            S::CONFLICT,
-            "transfer-not-pending",
-            "Transfer not pending",
-            detail,
-        )
-        .with("transfer_id", json!(id))
-        .with("transfer_status", json!(status))
-        .with("posted_amount", json!(posted_amount)),
-        Error::PostExceedsHold {
-            id,
-            requested,
-            held,
-        } => Parts::new(
-            S::UNPROCESSABLE_ENTITY,
-            "post-exceeds-hold",
-            "Post exceeds the hold",
-            detail,
-        )
-        .with("transfer_id", json!(id))
-        .with("requested", json!(requested))
-        .with("held", json!(held)),
-        Error::GroupConflict(g) => Parts::new(
-            S::CONFLICT,
-            "idempotency-conflict",
-            "Idempotency conflict",
-            detail,
-        )
-        .with("group_id", json!(g)),
-        // The group's answer is its first failure's, naming the transfer and its position.
-        Error::GroupRefused {
-            group,
-            index,
-            transfer,
-            source,
-        } => {
-            let mut parts = domain(source);
-            parts.detail = detail;
-            parts
-                .with("group_id", json!(group))
-                .with("failed_index", json!(index))
-                .with("failed_transfer_id", json!(transfer))
-        }
-        Error::TransferConflict(t) => Parts::new(
-            S::CONFLICT,
-            "idempotency-conflict",
-            "Idempotency conflict",
-            detail,
-        )
-        .with("transfer_id", json!(t)),
-        Error::BalanceOutOfRange { account } => Parts::new(
-            S::CONFLICT,
-            "balance-out-of-range",
-            "Balance out of range",
-            detail,
-        )
-        .with("account", json!(account)),
-        Error::Pool(_) => Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "database-unavailable",
-            "Database unavailable",
-            "no database connection could be had in time".into(),
-        )
-        .retry(),
-        Error::RetriesExhausted {
-            attempts, sqlstate, ..
-        } => Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "contention",
-            "Too much contention, try again",
-            format!("the transaction was rerun {attempts} times and still conflicted"),
-        )
-        .with("sqlstate", json!(sqlstate))
-        .retry(),
-        Error::NothingToRereserve(o) => Parts::new(
-            S::CONFLICT,
-            "nothing-to-rereserve",
-            "Nothing to re-reserve",
-            detail,
-        )
-        .with("order_id", json!(o)),
-        Error::NotRereservable {
-            order_id,
-            product_id,
-            ..
-        } => Parts::new(
-            S::CONFLICT,
-            "not-rereservable",
-            "Product cannot be re-reserved",
-            detail,
-        )
-        .with("order_id", json!(order_id))
-        .with("product_id", json!(product_id)),
-        Error::UnknownLocation {
-            product_id,
-            location_id,
-        } => Parts::new(
-            S::NOT_FOUND,
-            "unknown-location",
-            "Product not stocked at that location",
-            detail,
-        )
-        .with("product_id", json!(product_id))
-        .with("location_id", json!(location_id)),
-        Error::StockedByLocation(p) => Parts::new(
-            S::CONFLICT,
-            "stocked-by-location",
-            "Product stocked per location",
-            detail,
-        )
-        .with("product_id", json!(p)),
-        Error::UnsupportedOnCitus(operation) => Parts::new(
-            S::CONFLICT,
-            "unsupported-on-citus",
-            "Operation not supported on Citus",
-            detail,
-        )
-        .with("operation", json!(operation)),
-        Error::BackordersAndLocations(p) => Parts::new(
-            S::CONFLICT,
-            "backorders-and-locations",
-            "Backorders and per-location stock cannot be combined",
-            detail,
-        )
-        .with("product_id", json!(p)),
-        Error::SaleConflict(sale) => Parts::new(
-            S::CONFLICT,
-            "idempotency-conflict",
-            "Idempotency conflict",
-            detail,
-        )
-        .with("sale_id", json!(sale)),
-        Error::ReservationExpired {
-            order_id,
-            product_id,
-        } => Parts::new(
-            S::CONFLICT,
-            "reservation-expired",
-            "Reservation expired",
-            detail,
-        )
-        .with("order_id", json!(order_id))
-        .with("product_id", json!(product_id)),
-        Error::NothingToExtend(o) => Parts::new(
-            S::CONFLICT,
-            "nothing-to-extend",
-            "Nothing to extend",
-            detail,
-        )
-        .with("order_id", json!(o)),
-        Error::HoldLimitExceeded {
-            order_id,
-            product_id,
-            max_hold_s,
-        } => Parts::new(
-            S::UNPROCESSABLE_ENTITY,
-            "hold-limit",
-            "Past the maximum hold",
-            detail,
-        )
-        .with("order_id", json!(order_id))
-        .with("product_id", json!(product_id))
-        .with("max_hold_s", json!(max_hold_s)),
-        Error::ProductLocked(p) => Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "database-timeout",
-            "Database timeout, try again",
-            detail,
-        )
-        .with("product_id", json!(p))
-        .with("applied", json!(false))
-        .retry(),
-        Error::DeadlineExceeded { .. } => Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "deadline-exceeded",
-            "Not applied: the request's deadline passed",
-            format!("{detail}; sending the same request again is safe"),
-        )
-        .with("applied", json!(false))
-        .retry(),
-        Error::OutcomeUnknown { .. } => Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "outcome-unknown",
-            "Outcome unknown: replay the request to learn it",
-            detail,
-        )
-        .with("applied", Value::Null)
-        .retry(),
-        Error::Database(db) => database(db),
-        // NeedsBackorderPath is the engine's internal routing signal: seen here, it is a bug.
-        Error::Migration(_) | Error::Invariant(_) | Error::NeedsBackorderPath(_) => internal(),
-    }
-}
-
-fn database(e: &tokio_postgres::Error) -> Parts {
-    use StatusCode as S;
-    let Some(code) = e.code() else {
-        // No SQLSTATE: the connection itself failed.
-        return Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "database-unavailable",
-            "Database unavailable",
-            "the database connection failed".into(),
-        )
-        .retry();
-    };
-    if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED {
-        Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "database-timeout",
-            "Database timeout, try again",
-            "a lock or statement timeout expired; nothing was applied".into(),
-        )
-        .with("sqlstate", json!(code.code()))
-        .with("applied", json!(false))
-        .retry()
-    } else if *code == SqlState::T_R_DEADLOCK_DETECTED
-        || *code == SqlState::T_R_SERIALIZATION_FAILURE
-    {
-        Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "contention",
-            "Too much contention, try again",
-            "the transaction conflicted with another one".into(),
-        )
-        .with("sqlstate", json!(code.code()))
-        .retry()
-    } else if code.code().starts_with("08") || code.code().starts_with("57P") {
-        Parts::new(
-            S::SERVICE_UNAVAILABLE,
-            "database-unavailable",
-            "Database unavailable",
-            "the database connection failed".into(),
-        )
-        .retry()
-    } else {
-        internal()
-    }
-}
-
-fn internal() -> Parts {
-    Parts::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "Internal error",
-        "the server failed; the error is in its log".into(),
-    )
-}
-
-fn bare(status: StatusCode) -> Parts {
-    use StatusCode as S;
-    let detail = status.canonical_reason().unwrap_or("error").to_owned();
-    match status {
-        S::NOT_FOUND => Parts::new(status, "not-found", "No such route", detail),
-        S::METHOD_NOT_ALLOWED => {
-            Parts::new(status, "method-not-allowed", "Method not allowed", detail)
-        }
-        S::PAYLOAD_TOO_LARGE => {
-            Parts::new(status, "payload-too-large", "Payload too large", detail)
-        }
-        S::SERVICE_UNAVAILABLE => Parts::new(
-            status,
-            "timeout",
-            "Request timed out",
-            "the request did not finish within the server's timeout".into(),
-        )
-        .retry(),
-        _ if status.is_server_error() => internal(),
-        _ => Parts::new(status, "http-error", "HTTP error", detail),
-    }
-}
-
 impl ApiError {
+    /// This error's entry: the library's errors by [`library`], the service's own here.
     fn parts(&self) -> Parts {
         use StatusCode as S;
         match self {
-            ApiError::Domain(e) => domain(e),
+            ApiError::Domain(e) => library::parts(e),
             ApiError::Unauthorized(d) => {
-                Parts::new(S::UNAUTHORIZED, "unauthorized", "Unauthorized", (*d).into())
+                Parts::new(S::UNAUTHORIZED, "unauthorized", "Unauthorized").detail(*d)
             }
-            ApiError::MalformedJson(d) => Parts::new(
-                S::BAD_REQUEST,
-                "malformed-json",
-                "Malformed JSON",
-                d.clone(),
-            ),
-            ApiError::InvalidBody(d) => Parts::new(
-                S::UNPROCESSABLE_ENTITY,
-                "invalid-body",
-                "Invalid request body",
-                d.clone(),
-            ),
-            ApiError::InvalidParameter(d) => Parts::new(
-                S::UNPROCESSABLE_ENTITY,
-                "invalid-input",
-                "Invalid input",
-                d.clone(),
-            ),
+            ApiError::MalformedJson(d) => {
+                Parts::new(S::BAD_REQUEST, "malformed-json", "Malformed JSON").detail(d)
+            }
+            ApiError::InvalidBody(d) => {
+                Parts::invalid("invalid-body", "Invalid request body").detail(d)
+            }
+            ApiError::InvalidParameter(d) => {
+                Parts::invalid("invalid-input", "Invalid input").detail(d)
+            }
             ApiError::UnsupportedMediaType(d) => Parts::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
-                d.clone(),
-            ),
-            ApiError::PayloadTooLarge => Parts::new(
-                S::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "Payload too large",
-                format!(
-                    "the body is larger than {} bytes",
-                    crate::config::MAX_BODY_BYTES
-                ),
             )
-            .with("limit_bytes", json!(crate::config::MAX_BODY_BYTES)),
+            .detail(d),
+            ApiError::PayloadTooLarge => payload_too_large(),
             ApiError::BodyTimeout(t) => Parts::new(
                 S::REQUEST_TIMEOUT,
                 "request-timeout",
                 "Request body timed out",
-                self.to_string(),
             )
+            .detail(self.to_string())
             .with(
                 "timeout_ms",
-                json!(u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
             ),
-            ApiError::UnreadableBody(_) => Parts::new(
-                S::BAD_REQUEST,
-                "unreadable-body",
-                "Unreadable request body",
-                "the request body could not be read".into(),
-            ),
-            ApiError::NotReady(NotReady::PoolBusy) => Parts::new(
-                S::SERVICE_UNAVAILABLE,
-                "pool-busy",
-                "Pool busy",
-                "every database connection is in use; the database itself may be fine".into(),
-            )
-            .retry(),
-            ApiError::NotReady(NotReady::DatabaseUnavailable(_)) => Parts::new(
-                S::SERVICE_UNAVAILABLE,
-                "database-unavailable",
-                "Database unavailable",
-                "the database does not answer".into(),
-            )
-            .retry(),
+            ApiError::UnreadableBody(_) => {
+                Parts::new(S::BAD_REQUEST, "unreadable-body", "Unreadable request body")
+                    .detail("the request body could not be read")
+            }
+            ApiError::NotReady(NotReady::PoolBusy) => Parts::unavailable("pool-busy", "Pool busy")
+                .detail("every database connection is in use; the database itself may be fine"),
+            ApiError::NotReady(NotReady::DatabaseUnavailable(_)) => {
+                library::database_unavailable("the database does not answer")
+            }
             ApiError::Bare(status) => bare(*status),
-            ApiError::Internal(_) => internal(),
+            ApiError::Starting => Parts::unavailable("starting", "Starting, try again")
+                .detail("the service is starting (migrating its database); nothing was applied")
+                .with("applied", false),
+            ApiError::Internal(_) => Parts::internal(),
         }
     }
 
@@ -630,6 +151,34 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.parts().status
     }
+}
+
+fn payload_too_large() -> Parts {
+    let limit = crate::config::MAX_BODY_BYTES;
+    Parts::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+        "Payload too large",
+    )
+    .detail(format!("the body is larger than {limit} bytes"))
+    .with("limit_bytes", limit)
+}
+
+/// A status a layer answered without a body (no route, wrong method, over the limit, the
+/// backstop timeout).
+fn bare(status: StatusCode) -> Parts {
+    use StatusCode as S;
+    let reason = status.canonical_reason().unwrap_or("error");
+    match status {
+        S::NOT_FOUND => Parts::new(status, "not-found", "No such route"),
+        S::METHOD_NOT_ALLOWED => Parts::new(status, "method-not-allowed", "Method not allowed"),
+        S::PAYLOAD_TOO_LARGE => Parts::new(status, "payload-too-large", "Payload too large"),
+        S::SERVICE_UNAVAILABLE => Parts::unavailable("timeout", "Request timed out")
+            .detail("the request did not finish within the server's timeout"),
+        _ if status.is_server_error() => Parts::internal(),
+        _ => Parts::new(status, "http-error", "HTTP error"),
+    }
+    .or_detail(|| reason.to_owned())
 }
 
 impl IntoResponse for ApiError {
@@ -644,7 +193,7 @@ impl IntoResponse for ApiError {
             kind: format!("{TYPE_PREFIX}{}", parts.kind),
             title: parts.title.to_owned(),
             status: parts.status.as_u16(),
-            detail: parts.detail,
+            detail: parts.detail.unwrap_or_default(),
             extensions: parts.extensions,
         };
         let body = serde_json::to_vec(&problem).unwrap_or_default();
@@ -670,8 +219,8 @@ impl IntoResponse for ApiError {
 
 /// Logs a 5xx with what an operator needs to find its cause. For a database error: the
 /// SQLSTATE and, when PostgreSQL names them, the constraint, schema, table, column and data type,
-/// plus the server's primary message. Never the bind parameters, and never PostgreSQL's DETAIL
-/// (it can quote row values).
+/// plus the server's primary message (`db_message`). Never the bind parameters, and never
+/// PostgreSQL's DETAIL (it can quote row values).
 fn log_server_error(e: &ApiError, status: StatusCode) {
     let status = status.as_u16();
     let source = match e {
@@ -689,7 +238,8 @@ fn log_server_error(e: &ApiError, status: StatusCode) {
             status,
             sqlstate,
             severity = d.severity(),
-            message = d.message(),
+            // Not `message`: that key is the event's own, and a JSON log line would carry it twice.
+            db_message = d.message(),
             constraint = d.constraint(),
             schema = d.schema(),
             table = d.table(),
@@ -1025,9 +575,9 @@ mod tests {
     #[test]
     fn internals_stay_in_the_log() {
         let parts = ApiError::Domain(pool_error("secret host:5432 refused")).parts();
-        assert!(!parts.detail.contains("secret"));
+        assert!(!parts.detail.unwrap_or_default().contains("secret"));
         let parts = ApiError::Internal("stack trace".into()).parts();
-        assert!(!parts.detail.contains("stack"));
+        assert!(!parts.detail.unwrap_or_default().contains("stack"));
     }
 
     #[test]

@@ -1,0 +1,409 @@
+//! The schemas of bounded inputs, each built from the constant the code checks
+//! (`saldo::domain`, `saldo::listing`, `saldo::ledger`, the routes' own limits), so the OpenAPI
+//! document cannot drift from the checks. The request types name them with `schema_with`.
+
+use saldo::domain::{
+    MAX_AMOUNT, MAX_BACKORDER_LIMIT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN,
+    MAX_PRIORITY, MAX_QUANTITY, MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S,
+    MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+};
+use saldo::ledger::{MAX_LIST, OPENING_PREFIX};
+use saldo::listing::{ListKind, MAX_PAGE_LIMIT};
+use utoipa::openapi::schema::{
+    Array, KnownFormat, Object, ObjectBuilder, OneOf, Ref, Schema, SchemaFormat, SchemaType, Type,
+};
+
+use crate::metrics::MAX_TOP;
+
+/// The id alphabet of order, transfer and re-reserve ids (`saldo::domain::valid_token`).
+pub fn id_pattern() -> String {
+    format!("^[A-Za-z0-9._:-]{{1,{MAX_ORDER_ID_LEN}}}$")
+}
+
+fn integer(min: i64, max: i64, nullable: bool, description: &str) -> ObjectBuilder {
+    let kind = if nullable {
+        SchemaType::from_iter([Type::Integer, Type::Null])
+    } else {
+        SchemaType::Type(Type::Integer)
+    };
+    Object::builder()
+        .schema_type(kind)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+        .minimum(Some(min))
+        .maximum(Some(max))
+        .description(Some(description))
+}
+
+fn string(pattern: String, max_len: usize, description: &str) -> Schema {
+    string_of(pattern, 1, max_len, description, None)
+}
+
+fn string_of(
+    pattern: String,
+    min_len: usize,
+    max_len: usize,
+    description: &str,
+    example: Option<&str>,
+) -> Schema {
+    Object::builder()
+        .schema_type(Type::String)
+        .min_length(Some(min_len))
+        .max_length(Some(max_len))
+        .pattern(Some(pattern))
+        .description(Some(description))
+        .examples(example)
+        .build()
+        .into()
+}
+
+// Examples name the fixtures `.ci/contract` creates (product 1, accounts 1 and 2), so
+// schemathesis's example phase reaches past "unknown product" into the real work.
+
+pub fn product_id() -> Schema {
+    integer(1, i64::MAX, false, "Product id (> 0)")
+        .examples([1])
+        .build()
+        .into()
+}
+
+const ACCOUNT_ID: &str = "Account id (> 0; 0 is the ledger's system account)";
+
+pub fn account_id() -> Schema {
+    integer(1, i64::MAX, false, ACCOUNT_ID)
+        .examples([1])
+        .build()
+        .into()
+}
+
+/// An account id whose example differs from [`account_id`]'s, for a transfer's `to`.
+pub fn other_account_id() -> Schema {
+    integer(1, i64::MAX, false, ACCOUNT_ID)
+        .examples([2])
+        .build()
+        .into()
+}
+
+fn id(description: &str, example: &str) -> Schema {
+    string_of(
+        id_pattern(),
+        1,
+        MAX_ORDER_ID_LEN,
+        description,
+        Some(example),
+    )
+}
+
+pub fn order_id() -> Schema {
+    id(
+        "Order id: the idempotency key of its reservation",
+        "order-1",
+    )
+}
+
+pub fn sale_id() -> Schema {
+    id("Sale id: the idempotency key of a direct sale", "sale-1")
+}
+
+pub fn rereserve_id() -> Schema {
+    id("This re-reserve's own idempotency key", "order-1-again")
+}
+
+/// Transfer ids share the order id alphabet; the ledger keeps `opening:` for itself.
+pub fn transfer_id() -> Schema {
+    string_of(
+        format!("^(?!{OPENING_PREFIX})[A-Za-z0-9._:-]{{1,{MAX_ORDER_ID_LEN}}}$"),
+        1,
+        MAX_ORDER_ID_LEN,
+        "The idempotency key (shared by transfers, deposits and withdrawals); may not \
+         start with `opening:`",
+        Some("pay-1"),
+    )
+}
+
+pub fn quantity() -> Schema {
+    integer(
+        1,
+        i64::from(MAX_QUANTITY),
+        false,
+        "Units; a product repeated in one order is summed, and the sum has the same limit",
+    )
+    .examples([1])
+    .build()
+    .into()
+}
+
+pub fn location_id() -> Schema {
+    id("Location id (a warehouse, a store)", "north")
+}
+
+/// A reservation item's location: the id, or null/absent for "saldo allocates".
+pub fn item_location_id() -> Schema {
+    Object::builder()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .min_length(Some(1))
+        .max_length(Some(MAX_ORDER_ID_LEN))
+        .pattern(Some(id_pattern()))
+        .description(Some(
+            "Take this item only from this location (products stocked per location); absent or \
+             null: saldo allocates",
+        ))
+        .build()
+        .into()
+}
+
+pub fn allocation() -> Schema {
+    Object::builder()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(["single", "split"]))
+        .description(Some(
+            "How items without a location are allocated across a product's locations (lower \
+             priority first, then by id): `single` takes each item from the first location that \
+             has enough, `split` (the default: absent or null) fills from locations in order",
+        ))
+        .build()
+        .into()
+}
+
+pub fn priority() -> Schema {
+    integer(
+        -i64::from(MAX_PRIORITY),
+        i64::from(MAX_PRIORITY),
+        false,
+        "Allocation order: lower first, ties by location id",
+    )
+    .examples([0])
+    .build()
+    .into()
+}
+
+pub fn reserve_items() -> Schema {
+    let mut array = Array::new(Ref::from_schema_name("ReserveItemRequest"));
+    array.min_items = Some(1);
+    array.max_items = Some(MAX_ITEMS_PER_ORDER);
+    array.description = Some(
+        "The order's lines; a product named twice is summed, and may not name two different \
+         locations"
+            .to_owned(),
+    );
+    array.into()
+}
+
+fn items_array(nullable: bool, description: &str) -> Schema {
+    let items = Ref::from_schema_name("ItemRequest");
+    let array = if nullable {
+        Array::new_nullable(items)
+    } else {
+        Array::new(items)
+    };
+    let mut array = array;
+    array.min_items = Some(1);
+    array.max_items = Some(MAX_ITEMS_PER_ORDER);
+    array.description = Some(description.to_owned());
+    array.into()
+}
+
+pub fn items() -> Schema {
+    items_array(false, "The order's lines")
+}
+
+pub fn rereserve_items() -> Schema {
+    items_array(
+        true,
+        "Which lost products and how many; every product the order lost, with its \
+         quantity, when absent or null",
+    )
+}
+
+pub fn ttl_s() -> Schema {
+    let max = i64::try_from(MAX_TTL_S).unwrap_or(i64::MAX);
+    let min = i64::try_from(MIN_TTL_S).unwrap_or(1);
+    integer(
+        min,
+        max,
+        true,
+        "Reservation lifetime in seconds; the server's default when absent or null",
+    )
+    .build()
+    .into()
+}
+
+pub fn extend_ttl_s() -> Schema {
+    let max = i64::try_from(MAX_TTL_S).unwrap_or(i64::MAX);
+    let min = i64::try_from(MIN_TTL_S).unwrap_or(1);
+    integer(
+        min,
+        max,
+        false,
+        "Seconds from now until the hold lapses; the server's maximum hold since the \
+         reservation was made still applies (422 `hold-limit`)",
+    )
+    .build()
+    .into()
+}
+
+pub fn amount() -> Schema {
+    integer(1, MAX_AMOUNT, false, "Minor units (e.g. cents)")
+        .examples([100])
+        .build()
+        .into()
+}
+
+pub fn opening_balance() -> Schema {
+    integer(
+        0,
+        MAX_AMOUNT,
+        false,
+        "Minor units moved from the system account; within the account's own \
+         min_balance ..= max_balance",
+    )
+    .build()
+    .into()
+}
+
+pub fn min_balance() -> Schema {
+    integer(
+        -MAX_LIMIT,
+        MAX_LIMIT,
+        false,
+        "`balance - held` may not go below it: 0 (the default) allows no overdraft, a \
+         negative value is a credit line",
+    )
+    .build()
+    .into()
+}
+
+pub fn max_balance() -> Schema {
+    integer(
+        -MAX_LIMIT,
+        MAX_LIMIT,
+        true,
+        "`balance + pending_credits` may not go above it; absent or null: no ceiling",
+    )
+    .build()
+    .into()
+}
+
+pub fn transfer_timeout_s() -> Schema {
+    integer(
+        i64::from(MIN_TRANSFER_TIMEOUT_S),
+        i64::from(MAX_TRANSFER_TIMEOUT_S),
+        true,
+        "Seconds the hold lives (only with `pending`); the service's --transfer-timeout \
+         when absent or null",
+    )
+    .build()
+    .into()
+}
+
+pub fn post_amount() -> Schema {
+    integer(
+        1,
+        MAX_AMOUNT,
+        true,
+        "Minor units, at most the held amount; absent or null: the whole amount (the rest \
+         is released)",
+    )
+    .build()
+    .into()
+}
+
+pub fn count() -> Schema {
+    integer(
+        0,
+        i64::from(MAX_STOCK_COUNT),
+        false,
+        "On-hand units (available + reserved)",
+    )
+    .build()
+    .into()
+}
+
+pub fn backorder_limit() -> Schema {
+    integer(
+        0,
+        i64::from(MAX_BACKORDER_LIMIT),
+        false,
+        "Most units that may be backordered at once (0: none). Not below the units \
+         backordered now (409 `backorder-limit-below-backordered`)",
+    )
+    .build()
+    .into()
+}
+
+/// Non-zero, bounded in magnitude: two ranges, as JSON Schema has no "not zero" of its own
+/// that generators handle well.
+pub fn delta() -> Schema {
+    let max = i64::from(MAX_STOCK_COUNT);
+    let mut one_of = OneOf::new();
+    one_of
+        .items
+        .push(integer(-max, -1, false, "A write-off").build().into());
+    one_of
+        .items
+        .push(integer(1, max, false, "A restock").build().into());
+    one_of.description = Some("Restock (> 0) or write-off (< 0); never 0".into());
+    one_of.into()
+}
+
+/// Any characters but control characters (Unicode category Cc), as `saldo::domain::Reason`.
+pub fn reason() -> Schema {
+    string(
+        format!("^[^\\u0000-\\u001F\\u007F-\\u009F]{{1,{MAX_REASON_LEN}}}$"),
+        MAX_REASON_LEN,
+        "Why; no control characters",
+    )
+}
+
+pub fn page_limit() -> Schema {
+    integer(
+        1,
+        i64::from(MAX_PAGE_LIMIT),
+        false,
+        "Rows per page (default 100)",
+    )
+    .build()
+    .into()
+}
+
+fn cursor(kind: ListKind) -> Schema {
+    let min_len = match kind {
+        ListKind::Orders => 2,
+        ListKind::Products | ListKind::Accounts => kind.cursor_max_len(),
+    };
+    string_of(
+        kind.cursor_pattern(),
+        min_len,
+        kind.cursor_max_len(),
+        "Opaque: the `next_cursor` of the previous page, unchanged",
+        None,
+    )
+}
+
+pub fn products_cursor() -> Schema {
+    cursor(ListKind::Products)
+}
+
+pub fn accounts_cursor() -> Schema {
+    cursor(ListKind::Accounts)
+}
+
+pub fn orders_cursor() -> Schema {
+    cursor(ListKind::Orders)
+}
+
+pub fn transfers_limit() -> Schema {
+    integer(1, MAX_LIST, false, "How many transfers (default 50)")
+        .build()
+        .into()
+}
+
+pub fn top() -> Schema {
+    integer(
+        1,
+        i64::try_from(MAX_TOP).unwrap_or(i64::MAX),
+        false,
+        "How many products (default 10)",
+    )
+    .build()
+    .into()
+}
