@@ -18,6 +18,7 @@ mod binaries;
 pub mod citus;
 mod dirs;
 mod log;
+mod owner;
 mod process;
 mod reap;
 mod record;
@@ -26,6 +27,7 @@ pub use auth::{redact, REDACTED};
 pub use binaries::Binaries;
 pub use citus::{CitusCluster, CitusConfig};
 pub use log::{LogLimit, MAX_LINE_BYTES};
+pub use owner::Owner;
 pub use record::Record;
 
 use std::fs;
@@ -475,11 +477,8 @@ impl Cluster {
 
         let server = process::spawn_guarded(cmd)?;
         // Who owns this postmaster, for a later start that finds it still shutting down.
-        fs::write(
-            self.data_dir.join(OWNER_FILE),
-            format!("{}\n", std::process::id()),
-        )
-        .map_err(io("recording the postmaster's owner"))?;
+        owner::claim(&self.data_dir.join(OWNER_FILE))
+            .map_err(io("recording the postmaster's owner"))?;
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if server.has_exited() {
@@ -518,13 +517,13 @@ impl Drop for Cluster {
     }
 }
 
-/// A live postmaster on `data_dir` (its `postmaster.pid` names a running process) is an error,
-/// except an orphaned one (its parent, e.g. a killed `saldo serve`, is gone): that one is
-/// shutting down on its parent-death signal, so a restart right after a crash waits for it.
+/// A live postmaster on `data_dir` (see [`live_postmaster`]) is an error, except an orphaned one
+/// (its parent, e.g. a killed `saldo serve`, is gone): that one is shutting down on its
+/// parent-death signal, so a restart right after a crash waits for it.
 fn refuse_if_running(data_dir: &Path) -> Result<(), Error> {
     let deadline = Instant::now() + ORPHAN_WAIT;
     loop {
-        match reap::read_pid(&data_dir.join("postmaster.pid")).filter(|p| reap::alive(*p)) {
+        match live_postmaster(data_dir) {
             None => return Ok(()),
             Some(pid) if orphaned(data_dir, pid) && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100));
@@ -539,10 +538,32 @@ fn refuse_if_running(data_dir: &Path) -> Result<(), Error> {
     }
 }
 
+/// The postmaster running on `data_dir`, as its `postmaster.pid` names it. After a crash that
+/// took the postmaster too (OOM kill, power loss) the file stays, and its pid may be another
+/// process's by now; PostgreSQL would refuse to start over a file naming any live process, so
+/// such a file (its process works outside the data directory, which no postmaster does) is
+/// removed here, as PostgreSQL removes one naming a dead process.
+fn live_postmaster(data_dir: &Path) -> Option<i32> {
+    let file = data_dir.join("postmaster.pid");
+    let pid = reap::read_pid(&file)?;
+    if owner::runs_in(pid, data_dir) {
+        return Some(pid);
+    }
+    if reap::alive(pid) {
+        tracing::warn!(pid, file = %file.display(),
+            "postmaster.pid names a process that is not a postmaster of this directory (left \
+             by a crash): removing it");
+        if let Err(e) = fs::remove_file(&file) {
+            tracing::warn!(error = %e, "could not remove the stale postmaster.pid");
+        }
+    }
+    None
+}
+
 /// Whether the postmaster `pid` lost the process that started it: the owner recorded in the
-/// data directory is gone, or `pid` was re-parented to init.
+/// data directory is gone (see `owner.rs`), or `pid` was re-parented to init.
 fn orphaned(data_dir: &Path, pid: i32) -> bool {
-    if reap::read_pid(&data_dir.join(OWNER_FILE)).is_some_and(|owner| !reap::alive(owner)) {
+    if owner::alive_in(&data_dir.join(OWNER_FILE)) == Some(false) {
         return true;
     }
     fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -302,6 +302,46 @@ fn a_killed_postmaster_can_be_restarted() {
     )));
 }
 
+/// A crash that takes the postmaster with it (OOM kill, power loss) leaves `postmaster.pid`
+/// behind, and its pid may belong to another process by the next start (in a container, often
+/// one of the new owner's): that is no server, and the cluster starts in place.
+#[test]
+fn a_postmaster_pid_left_by_a_crash_does_not_stop_a_start() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("pg");
+    drop(Cluster::start(&Config::persistent(&dir)).expect("first start"));
+    let mut unrelated = std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir("/")
+        .spawn()
+        .expect("spawn sleep");
+    fs::write(
+        dir.join("postmaster.pid"),
+        format!(
+            "{}\n{}\n1700000000\n{SOCKET_PORT}\n{}\n\n  5432001         0\nready   \n",
+            unrelated.id(),
+            dir.display(),
+            dir.display()
+        ),
+    )
+    .expect("write a crash's postmaster.pid");
+    let started = Cluster::start(&Config::persistent(&dir));
+    let still_running = reap::alive(unrelated.id() as i32);
+    let _ = unrelated.kill();
+    let _ = unrelated.wait();
+    let cluster = started.expect("a start over a stale postmaster.pid");
+    assert!(still_running, "the unrelated process was left alone");
+    assert!(accepted(&psql(
+        &cluster,
+        Some(&password_of(&cluster)),
+        None
+    )));
+    assert_eq!(
+        reap::read_pid(&dir.join("postmaster.pid")),
+        cluster.pid().map(|p| p as i32)
+    );
+}
+
 /// The socket path is fixed per data directory, so a second start on a running directory must
 /// be refused, not mistake the first server's answer for its own.
 #[test]

@@ -118,7 +118,7 @@ pub async fn open_with(
             bail!(
                 "saldo (pid {}) already runs the embedded PostgreSQL of {}: stop it first, or \
                  give this command another --data-dir",
-                running.owner_pid,
+                running.owner.pid,
                 state.display()
             );
         }
@@ -126,13 +126,13 @@ pub async fn open_with(
         check_reachable(&url).await.with_context(|| {
             format!(
                 "attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
-                running.owner_pid,
+                running.owner.pid,
                 record_path.display()
             )
         })?;
         tracing::info!(
             "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
-            running.owner_pid,
+            running.owner.pid,
             running.redacted_url("postgres"),
             running.data_dir.display()
         );
@@ -185,7 +185,7 @@ pub async fn open_with(
     );
     let record = if role == Role::Owner {
         pg_local::Record::of(&cluster)
-            .write(&record_path)
+            .and_then(|record| record.write(&record_path))
             .with_context(|| format!("recording the cluster in {}", record_path.display()))?;
         Some(record_path)
     } else {
