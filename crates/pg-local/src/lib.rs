@@ -28,6 +28,7 @@ pub use binaries::Binaries;
 pub use citus::{CitusCluster, CitusConfig};
 pub use log::{LogLimit, MAX_LINE_BYTES};
 pub use owner::Owner;
+pub use process::{kept_env, KEPT_ENV};
 pub use record::Record;
 
 use std::fs;
@@ -158,7 +159,8 @@ pub struct Config {
     /// The directory of the server binaries; `None`: found as [`Binaries::find`] says.
     pub bin_dir: Option<PathBuf>,
     /// Environment variables of the postmaster (inherited by its backends), e.g. the
-    /// `PGPASSFILE` a Citus node's outbound connections authenticate with.
+    /// `PGPASSFILE` a Citus node's outbound connections authenticate with. Nothing else of this
+    /// process's environment reaches it but the locale, time zone and `PATH` ([`KEPT_ENV`]).
     pub env: Vec<(String, PathBuf)>,
 }
 
@@ -549,7 +551,7 @@ fn live_postmaster(data_dir: &Path) -> Option<i32> {
     if owner::runs_in(pid, data_dir) {
         return Some(pid);
     }
-    if reap::alive(pid) {
+    if owner::alive(pid) {
         tracing::warn!(pid, file = %file.display(),
             "postmaster.pid names a process that is not a postmaster of this directory (left \
              by a crash): removing it");
@@ -665,7 +667,7 @@ fn init_data_dir(
 
 /// Whether the server accepts connections (no authentication needed to tell).
 fn is_ready(binaries: &Binaries, socket_dir: &Path, port: u16) -> bool {
-    std::process::Command::new(binaries.pg_isready())
+    process::clean_command(&binaries.pg_isready())
         .arg("-q")
         .arg("-h")
         .arg(socket_dir)

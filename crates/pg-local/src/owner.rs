@@ -18,6 +18,9 @@ use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
 /// One process: its pid, when it started and in which boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
@@ -82,7 +85,7 @@ pub(crate) fn alive_in(file: &Path) -> Option<bool> {
         .parse()
         .ok()
         .filter(|p| *p > 0)?;
-    Some(crate::reap::alive(pid))
+    Some(alive(pid))
 }
 
 /// Writes this process as the owner into `file`.
@@ -97,15 +100,24 @@ pub(crate) fn claim(file: &Path) -> std::io::Result<()> {
 /// data directory). When that cannot be read (another user's process), it is taken to be so:
 /// only a process known to work elsewhere is not a postmaster of `dir`.
 pub(crate) fn runs_in(pid: i32, dir: &Path) -> bool {
-    if !crate::reap::alive(pid) {
+    if !alive(pid) {
         return false;
     }
     let Ok(cwd) = fs::read_link(format!("/proc/{pid}/cwd")) else {
         // Gone meanwhile (then nothing runs there), or not ours to read: assume it does.
-        return crate::reap::alive(pid);
+        return alive(pid);
     };
     let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
     cwd == dir
+}
+
+/// Whether any process has `pid` (whichever it is).
+pub(crate) fn alive(pid: i32) -> bool {
+    // Signal 0 checks existence without sending anything; EPERM still means it exists.
+    !matches!(
+        kill(Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// Field 22 of `/proc/<pid>/stat`. The command name (field 2) may hold spaces and parentheses;

@@ -13,8 +13,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
+use crate::owner;
 
 /// Prefix of every ephemeral directory, under the system temp dir.
 pub(crate) const PREFIX: &str = "pg-local-";
@@ -27,7 +26,7 @@ const MAX_EXAMINED: usize = 10_000;
 
 /// Records the current process as the owner of `dir`.
 pub(crate) fn claim(dir: &Path) -> std::io::Result<()> {
-    crate::owner::claim(&dir.join(OWNER_FILE))
+    owner::claim(&dir.join(OWNER_FILE))
 }
 
 /// Removes stale ephemeral directories under `root`; returns how many were removed.
@@ -55,29 +54,20 @@ fn is_stale(dir: &Path) -> bool {
     if !dir.is_dir() || postmaster_running(&dir.join("data")) {
         return false;
     }
-    match crate::owner::alive_in(&dir.join(OWNER_FILE)) {
+    match owner::alive_in(&dir.join(OWNER_FILE)) {
         Some(alive) => !alive,
         None => older_than(dir, UNOWNED_GRACE),
     }
 }
 
 fn postmaster_running(data_dir: &Path) -> bool {
-    read_pid(&data_dir.join("postmaster.pid"))
-        .is_some_and(|pid| crate::owner::runs_in(pid, data_dir))
+    read_pid(&data_dir.join("postmaster.pid")).is_some_and(|pid| owner::runs_in(pid, data_dir))
 }
 
 /// The first line of `file` as a pid.
 pub(crate) fn read_pid(file: &Path) -> Option<i32> {
     let text = fs::read_to_string(file).ok()?;
     text.lines().next()?.trim().parse().ok().filter(|p| *p > 0)
-}
-
-pub(crate) fn alive(pid: i32) -> bool {
-    // Signal 0 checks existence without sending anything; EPERM still means it exists.
-    !matches!(
-        kill(Pid::from_raw(pid), None),
-        Err(nix::errno::Errno::ESRCH)
-    )
 }
 
 fn older_than(dir: &Path, age: Duration) -> bool {
@@ -116,8 +106,8 @@ mod tests {
         // directory of a killed process whose pid was handed on.
         let reused = root.path().join(format!("{PREFIX}reused"));
         fs::create_dir_all(reused.join("data")).expect("mkdir");
-        let me = crate::owner::Owner::current().expect("me");
-        let before_me = crate::owner::Owner {
+        let me = owner::Owner::current().expect("me");
+        let before_me = owner::Owner {
             started: me.started.saturating_sub(1),
             ..me
         };

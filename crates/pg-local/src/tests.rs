@@ -302,6 +302,51 @@ fn a_killed_postmaster_can_be_restarted() {
     )));
 }
 
+/// The variables in `/proc/<pid>/environ`.
+fn environ_of(pid: u32) -> Vec<(String, String)> {
+    let raw = fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    raw.split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = String::from_utf8_lossy(v);
+            let (k, val) = v.split_once('=').unwrap_or((&v, ""));
+            (k.to_owned(), val.to_owned())
+        })
+        .collect()
+}
+
+/// Any database superuser can read the postmaster's environment (`pg_read_file` of
+/// `/proc/self/environ` in a backend): it holds only the locale, time zone and search path, and
+/// what the configuration adds; nothing else of the parent's, whose environment holds its
+/// secrets (saldo's tokens, a `DATABASE_URL`).
+#[test]
+fn the_postmaster_inherits_no_other_variable_of_its_parent() {
+    let parents: Vec<String> = std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| !kept_env(k))
+        .collect();
+    assert!(
+        !parents.is_empty(),
+        "the test runs with variables to leave out"
+    );
+    let mut config = Config::ephemeral();
+    config.env.push(("PGPASSFILE".into(), "/dev/null".into()));
+    let cluster = Cluster::start(&config).expect("start");
+    let environ = environ_of(cluster.pid().expect("pid"));
+    let leaked: Vec<&String> = environ
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| !kept_env(k) && k.as_str() != "PGPASSFILE")
+        .collect();
+    assert!(leaked.is_empty(), "inherited {leaked:?}");
+    assert!(environ
+        .iter()
+        .any(|(k, v)| k == "PGPASSFILE" && v == "/dev/null"));
+    if let Ok(path) = std::env::var("PATH") {
+        assert!(environ.iter().any(|(k, v)| k == "PATH" && *v == path));
+    }
+}
+
 /// A crash that takes the postmaster with it (OOM kill, power loss) leaves `postmaster.pid`
 /// behind, and its pid may belong to another process by the next start (in a container, often
 /// one of the new owner's): that is no server, and the cluster starts in place.
@@ -326,7 +371,7 @@ fn a_postmaster_pid_left_by_a_crash_does_not_stop_a_start() {
     )
     .expect("write a crash's postmaster.pid");
     let started = Cluster::start(&Config::persistent(&dir));
-    let still_running = reap::alive(unrelated.id() as i32);
+    let still_running = owner::alive(unrelated.id() as i32);
     let _ = unrelated.kill();
     let _ = unrelated.wait();
     let cluster = started.expect("a start over a stale postmaster.pid");
