@@ -1,5 +1,5 @@
 //! A local Citus cluster: one coordinator and N workers, each a [`Cluster`] of its own, on
-//! 127.0.0.1, for saldo's distributed mode (issue 13) and its tests.
+//! 127.0.0.1, for saldo's distributed mode (on Citus) and its tests.
 //!
 //! Every node is an ordinary pg-local cluster, so every rule of the single cluster holds per
 //! node: the same life cycle (stopped on drop, on panic and, through each postmaster's

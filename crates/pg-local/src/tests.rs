@@ -133,7 +133,7 @@ fn persistent_cluster_keeps_its_data_directory_and_password() {
     assert_eq!(redact(&url), shown);
 }
 
-/// Point 4b: no TCP listener, a socket directory nobody else can enter, and no way in without
+/// No TCP listener, a socket directory nobody else can enter, and no way in without
 /// the password. On the trust/127.0.0.1 cluster of before, every assertion here failed.
 #[test]
 fn nobody_else_gets_in() {
@@ -191,7 +191,7 @@ fn tcp_is_opt_in_and_still_needs_the_password() {
     assert!(!accepted(&out), "TCP without a password must be refused");
 }
 
-/// Point 4c: the parent of the data directory was made by someone else: its owner and mode
+/// The parent of the data directory was made by someone else: its owner and mode
 /// stay. Two clusters under one parent each log inside their own directory. (The old code
 /// chmodded the parent to 0700, and chowned it to postgres as root, and shared one log.)
 #[test]
@@ -483,7 +483,7 @@ fn log_files(cluster: &Cluster) -> Vec<(String, u64)> {
     files
 }
 
-/// Issue 16 point 6: the server log (14 MB on a long-lived cluster, never rotated before) is
+/// The server log (14 MB on a long-lived cluster, never rotated before) is
 /// rotated within a bounded set of files whatever the server writes. A tiny limit and a burst
 /// of logged statements (`log_statement=all`, ~200 KB of log) must leave at most `files` files,
 /// none larger than the limit plus one line, and the newest statements in the current file.
