@@ -41,22 +41,37 @@ pub(crate) fn saldo(data_dir: &Path) -> Command {
 
 impl Serve {
     pub(crate) async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
-        Serve::launch(data_dir, &["--database-url", url], extra).await
+        Serve::launch(data_dir, &["--database-url", url], extra, &[]).await
     }
 
     /// `saldo serve` on the embedded cluster of `data_dir`.
     pub(crate) async fn start_embedded(data_dir: &Path, extra: &[&str]) -> Serve {
-        Serve::launch(data_dir, &[], extra).await
+        Serve::launch(data_dir, &[], extra, &[]).await
+    }
+
+    /// [`Serve::start_embedded`] with these environment variables set.
+    pub(crate) async fn start_embedded_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
+        Serve::launch(data_dir, &[], extra, env).await
     }
 
     /// `saldo serve --citus-workers <workers>`: on a local Citus cluster.
     pub(crate) async fn start_citus(data_dir: &Path, workers: u32, extra: &[&str]) -> Serve {
         let workers = workers.to_string();
-        Serve::launch(data_dir, &["--citus-workers", &workers], extra).await
+        Serve::launch(data_dir, &["--citus-workers", &workers], extra, &[]).await
     }
 
-    async fn launch(data_dir: &Path, global: &[&str], extra: &[&str]) -> Serve {
+    async fn launch(
+        data_dir: &Path,
+        global: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         let mut child = saldo(data_dir)
+            .envs(env.iter().copied())
             // Debug logs too: a token must not leak at any level.
             .env("RUST_LOG", "debug")
             .args(global)
