@@ -224,6 +224,42 @@ async fn start_embedded(
     })
 }
 
+/// The layout of the database behind `pool`, once its schema is known to be exactly this
+/// binary's. The commands that look at a database and work on its rows (`locks`, `audit`,
+/// `audit --repair --apply`, `sweep`) never change its schema: a newer saldo pointed at a live
+/// database must not migrate it under the service that runs there. So a schema older or newer
+/// than this binary's is refused, naming both versions and what to run instead.
+pub async fn schema_as_built(pool: &deadpool_postgres::Pool) -> Result<saldo::db::Layout> {
+    let layout = saldo::db::layout(pool)
+        .await
+        .context("reading the database's layout")?;
+    let built = saldo::schema::migrations(layout)
+        .iter()
+        .map(|m| m.version())
+        .max()
+        .unwrap_or(0);
+    let applied = saldo::db::applied_schema_version(pool)
+        .await
+        .context("reading the database's schema version")?;
+    let never = "this command never changes a schema";
+    match applied {
+        Some(v) if v == built => Ok(layout),
+        None => bail!(
+            "the database has no saldo schema (this saldo's is version {built}): run `saldo \
+             migrate` first ({never})"
+        ),
+        Some(v) if v < built => bail!(
+            "the database's schema is version {v}, older than this saldo's (version {built}): \
+             run `saldo migrate` (upgrade the service that uses it at the same time), or use \
+             the saldo of that version ({never})"
+        ),
+        Some(v) => bail!(
+            "the database's schema is version {v}, newer than this saldo's (version {built}): \
+             use the newer saldo that migrated it ({never}, and cannot undo a migration)"
+        ),
+    }
+}
+
 /// Most workers `--citus-workers` starts (pg-local's bound).
 pub const MAX_CITUS_WORKERS: usize = 8;
 /// Connections per node of a local Citus cluster: the coordinator opens its own to the workers

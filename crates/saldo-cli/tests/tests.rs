@@ -27,3 +27,6 @@ mod citus;
 
 #[path = "suite/restart.rs"]
 mod restart;
+
+#[path = "suite/schema.rs"]
+mod schema;
