@@ -72,7 +72,7 @@ pub(crate) fn candidates() -> Vec<PathBuf> {
         // An explicit choice is the only candidate: silently falling back would hide a typo.
         return vec![PathBuf::from(dir)];
     }
-    if let Ok(o) = std::process::Command::new("pg_config")
+    if let Ok(o) = crate::process::clean_command(Path::new("pg_config"))
         .arg("--bindir")
         .output()
     {

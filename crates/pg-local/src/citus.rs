@@ -1,5 +1,5 @@
 //! A local Citus cluster: one coordinator and N workers, each a [`Cluster`] of its own, on
-//! 127.0.0.1, for saldo's distributed mode (issue 13) and its tests.
+//! 127.0.0.1, for saldo's distributed mode (on Citus) and its tests.
 //!
 //! Every node is an ordinary pg-local cluster, so every rule of the single cluster holds per
 //! node: the same life cycle (stopped on drop, on panic and, through each postmaster's
@@ -22,7 +22,7 @@
 //! (not built yet).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::binaries::{self, Binaries};
 use crate::{auth, io, process, reap, Cluster, Config, Error, SUPERUSER};
@@ -118,7 +118,7 @@ pub fn has_citus(bin_dir: &Path) -> bool {
 
 /// `pg_config --pkglibdir` of that installation, else `<bin_dir>/../lib`.
 fn lib_dir(bin_dir: &Path) -> Option<PathBuf> {
-    let from_pg_config = Command::new(bin_dir.join("pg_config"))
+    let from_pg_config = process::clean_command(&bin_dir.join("pg_config"))
         .arg("--pkglibdir")
         .output()
         .ok()
@@ -286,7 +286,7 @@ impl CitusCluster {
     /// Runs `sql` on `node` in `database` with `psql` and returns its unaligned output. It
     /// connects over 127.0.0.1 like the nodes do, so the one `.pgpass` line serves both.
     pub fn run_sql(&self, node: &Cluster, database: &str, sql: &str) -> Result<String, Error> {
-        let out = Command::new(node.binaries().dir().join("psql"))
+        let out = process::clean_command(&node.binaries().dir().join("psql"))
             .args(["-h", HOST])
             .args([
                 "-p",
@@ -307,7 +307,6 @@ impl CitusCluster {
                 "-c",
                 sql,
             ])
-            .env_remove("PGPASSWORD")
             .env("PGPASSFILE", &self.pgpass)
             .current_dir("/")
             .stdin(Stdio::null())

@@ -18,6 +18,7 @@ mod binaries;
 pub mod citus;
 mod dirs;
 mod log;
+mod owner;
 mod process;
 mod reap;
 mod record;
@@ -26,6 +27,8 @@ pub use auth::{redact, REDACTED};
 pub use binaries::Binaries;
 pub use citus::{CitusCluster, CitusConfig};
 pub use log::{LogLimit, MAX_LINE_BYTES};
+pub use owner::Owner;
+pub use process::{kept_env, KEPT_ENV};
 pub use record::Record;
 
 use std::fs;
@@ -156,7 +159,8 @@ pub struct Config {
     /// The directory of the server binaries; `None`: found as [`Binaries::find`] says.
     pub bin_dir: Option<PathBuf>,
     /// Environment variables of the postmaster (inherited by its backends), e.g. the
-    /// `PGPASSFILE` a Citus node's outbound connections authenticate with.
+    /// `PGPASSFILE` a Citus node's outbound connections authenticate with. Nothing else of this
+    /// process's environment reaches it but the locale, time zone and `PATH` ([`KEPT_ENV`]).
     pub env: Vec<(String, PathBuf)>,
 }
 
@@ -260,70 +264,11 @@ impl Cluster {
             None => Binaries::find()?,
         };
         let run_as = process::RunAs::for_current_process()?;
-        let (temp, data_dir, password_file) = match &config.data_dir {
-            DataDir::Ephemeral => {
-                reap::reap_stale(&std::env::temp_dir());
-                let temp = tempfile::Builder::new()
-                    .prefix(reap::PREFIX)
-                    .tempdir()
-                    .map_err(io("creating a temporary directory"))?;
-                reap::claim(temp.path()).map_err(io("recording the directory's owner"))?;
-                run_as.prepare_dir(temp.path())?;
-                let data = temp.path().join("data");
-                let password_file = config
-                    .password_file
-                    .clone()
-                    .unwrap_or_else(|| temp.path().join(EPHEMERAL_PASSWORD_FILE));
-                (Some(temp), data, password_file)
-            }
-            DataDir::Persistent(dir) => {
-                let dir =
-                    std::path::absolute(dir).map_err(io(format!("resolving {}", dir.display())))?;
-                let password_file = config
-                    .password_file
-                    .clone()
-                    .unwrap_or_else(|| default_password_file(&dir));
-                (None, dir, password_file)
-            }
-        };
-        let ephemeral = temp.is_some();
-        let existed = data_dir.join("PG_VERSION").exists();
-        if existed {
-            // Before anything touches it (a re-key needs the cluster stopped).
-            refuse_if_running(&data_dir)?;
-            // Still say clearly when the server's user cannot get there.
-            if let Some(parent) = data_dir.parent() {
-                dirs::check_traversable(&run_as, parent)?;
-            }
-        } else {
-            dirs::prepare_data_dir(&run_as, &data_dir)?;
-            init_data_dir(&binaries, &run_as, &data_dir, ephemeral)?;
-        }
-        let hba_is_ours = auth::hba_is_ours(&data_dir);
-        if existed && !hba_is_ours {
-            tracing::warn!(data_dir = %data_dir.display(),
-                "this cluster let clients in without a password: switching it to scram-sha-256");
-        }
-        let password = match auth::load(&password_file)? {
-            Some(password) => {
-                if !hba_is_ours {
-                    auth::rekey(&binaries, &run_as, &data_dir, &password)?;
-                }
-                password
-            }
-            None => {
-                if existed && hba_is_ours {
-                    tracing::warn!(data_dir = %data_dir.display(),
-                        "no password file for this cluster: setting a new password");
-                }
-                let password = auth::generate()?;
-                auth::rekey(&binaries, &run_as, &data_dir, &password)?;
-                auth::store(&password_file, &password)?;
-                password
-            }
-        };
-        let log_file = data_dir.join(LOG_FILE);
-        let (socket_temp, socket_dir) = match dirs::socket_dir_in(&data_dir, SOCKET_PORT) {
+        let place = Place::choose(config, &run_as)?;
+        let existed = place.initialise(&binaries, &run_as)?;
+        let password = place.password(&binaries, &run_as, existed)?;
+        let log_file = place.data_dir.join(LOG_FILE);
+        let (socket_temp, socket_dir) = match dirs::socket_dir_in(&place.data_dir, SOCKET_PORT) {
             Some(dir) => (None, dir),
             None => {
                 let temp = dirs::private_socket_dir(&run_as)?;
@@ -333,12 +278,12 @@ impl Cluster {
         };
         let mut cluster = Cluster {
             port: config.port.unwrap_or(SOCKET_PORT),
-            data_dir,
+            data_dir: place.data_dir,
             socket_dir,
             log: log::RotatingLog::new(log_file.clone(), config.log_limit),
             log_file,
             password,
-            password_file,
+            password_file: place.password_file,
             tcp: config.tcp,
             binaries,
             run_as,
@@ -346,20 +291,23 @@ impl Cluster {
             env: config.env.clone(),
             server: None,
             _socket_temp: socket_temp,
-            _temp: temp,
+            _temp: place.temp,
         };
+        cluster.server = Some(cluster.first_server(config)?);
+        Ok(cluster)
+    }
+
+    /// The first postmaster of a new [`Cluster`]: on the configured port, or on a free one,
+    /// trying another when the chosen port was taken between the probe and the bind.
+    fn first_server(&mut self, config: &Config) -> Result<process::Guarded, Error> {
         if !config.tcp || config.port.is_some() {
-            cluster.server = Some(cluster.start_server()?);
-            return Ok(cluster);
+            return self.start_server();
         }
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            cluster.port = free_port()?;
-            match cluster.start_server() {
-                Ok(server) => {
-                    cluster.server = Some(server);
-                    return Ok(cluster);
-                }
+            self.port = free_port()?;
+            match self.start_server() {
+                Ok(server) => return Ok(server),
                 // Another process may have taken the port between our probe and the bind.
                 Err(e @ Error::StartFailed { .. }) if port_conflict(&e) => last_error = Some(e),
                 Err(e) => return Err(e),
@@ -475,11 +423,8 @@ impl Cluster {
 
         let server = process::spawn_guarded(cmd)?;
         // Who owns this postmaster, for a later start that finds it still shutting down.
-        fs::write(
-            self.data_dir.join(OWNER_FILE),
-            format!("{}\n", std::process::id()),
-        )
-        .map_err(io("recording the postmaster's owner"))?;
+        owner::claim(&self.data_dir.join(OWNER_FILE))
+            .map_err(io("recording the postmaster's owner"))?;
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if server.has_exited() {
@@ -518,13 +463,109 @@ impl Drop for Cluster {
     }
 }
 
-/// A live postmaster on `data_dir` (its `postmaster.pid` names a running process) is an error,
-/// except an orphaned one (its parent, e.g. a killed `saldo serve`, is gone): that one is
-/// shutting down on its parent-death signal, so a restart right after a crash waits for it.
+/// Where a cluster keeps its data and password, decided before anything is started.
+struct Place {
+    /// The temporary directory of an ephemeral cluster (removed with it).
+    temp: Option<tempfile::TempDir>,
+    data_dir: PathBuf,
+    password_file: PathBuf,
+}
+
+impl Place {
+    /// An ephemeral cluster's fresh temporary directory (after reaping those of dead owners),
+    /// or the persistent directory made absolute.
+    fn choose(config: &Config, run_as: &process::RunAs) -> Result<Place, Error> {
+        match &config.data_dir {
+            DataDir::Ephemeral => {
+                reap::reap_stale(&std::env::temp_dir());
+                let temp = tempfile::Builder::new()
+                    .prefix(reap::PREFIX)
+                    .tempdir()
+                    .map_err(io("creating a temporary directory"))?;
+                reap::claim(temp.path()).map_err(io("recording the directory's owner"))?;
+                run_as.prepare_dir(temp.path())?;
+                let password_file = config
+                    .password_file
+                    .clone()
+                    .unwrap_or_else(|| temp.path().join(EPHEMERAL_PASSWORD_FILE));
+                Ok(Place {
+                    data_dir: temp.path().join("data"),
+                    temp: Some(temp),
+                    password_file,
+                })
+            }
+            DataDir::Persistent(dir) => {
+                let dir =
+                    std::path::absolute(dir).map_err(io(format!("resolving {}", dir.display())))?;
+                let password_file = config
+                    .password_file
+                    .clone()
+                    .unwrap_or_else(|| default_password_file(&dir));
+                Ok(Place {
+                    temp: None,
+                    data_dir: dir,
+                    password_file,
+                })
+            }
+        }
+    }
+
+    /// Runs initdb unless the data directory is initialised already; returns whether it was.
+    /// An initialised one must not be in use by a running server.
+    fn initialise(&self, binaries: &Binaries, run_as: &process::RunAs) -> Result<bool, Error> {
+        let data_dir = &self.data_dir;
+        if !data_dir.join("PG_VERSION").exists() {
+            dirs::prepare_data_dir(run_as, data_dir)?;
+            init_data_dir(binaries, run_as, data_dir, self.temp.is_some())?;
+            return Ok(false);
+        }
+        // Before anything touches it (a re-key needs the cluster stopped).
+        refuse_if_running(data_dir)?;
+        // Still say clearly when the server's user cannot get there.
+        if let Some(parent) = data_dir.parent() {
+            dirs::check_traversable(run_as, parent)?;
+        }
+        Ok(true)
+    }
+
+    /// The superuser's password: the stored one, else a new one (stored). Either way the
+    /// cluster is re-keyed when its `pg_hba.conf` is not ours (it let clients in without one).
+    fn password(
+        &self,
+        binaries: &Binaries,
+        run_as: &process::RunAs,
+        existed: bool,
+    ) -> Result<auth::Password, Error> {
+        let data_dir = &self.data_dir;
+        let hba_is_ours = auth::hba_is_ours(data_dir);
+        if existed && !hba_is_ours {
+            tracing::warn!(data_dir = %data_dir.display(),
+                "this cluster let clients in without a password: switching it to scram-sha-256");
+        }
+        if let Some(password) = auth::load(&self.password_file)? {
+            if !hba_is_ours {
+                auth::rekey(binaries, run_as, data_dir, &password)?;
+            }
+            return Ok(password);
+        }
+        if existed && hba_is_ours {
+            tracing::warn!(data_dir = %data_dir.display(),
+                "no password file for this cluster: setting a new password");
+        }
+        let password = auth::generate()?;
+        auth::rekey(binaries, run_as, data_dir, &password)?;
+        auth::store(&self.password_file, &password)?;
+        Ok(password)
+    }
+}
+
+/// A live postmaster on `data_dir` (see [`live_postmaster`]) is an error, except an orphaned one
+/// (its parent, e.g. a killed `saldo serve`, is gone): that one is shutting down on its
+/// parent-death signal, so a restart right after a crash waits for it.
 fn refuse_if_running(data_dir: &Path) -> Result<(), Error> {
     let deadline = Instant::now() + ORPHAN_WAIT;
     loop {
-        match reap::read_pid(&data_dir.join("postmaster.pid")).filter(|p| reap::alive(*p)) {
+        match live_postmaster(data_dir) {
             None => return Ok(()),
             Some(pid) if orphaned(data_dir, pid) && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100));
@@ -539,10 +580,32 @@ fn refuse_if_running(data_dir: &Path) -> Result<(), Error> {
     }
 }
 
+/// The postmaster running on `data_dir`, as its `postmaster.pid` names it. After a crash that
+/// took the postmaster too (OOM kill, power loss) the file stays, and its pid may be another
+/// process's by now; PostgreSQL would refuse to start over a file naming any live process, so
+/// such a file (its process works outside the data directory, which no postmaster does) is
+/// removed here, as PostgreSQL removes one naming a dead process.
+fn live_postmaster(data_dir: &Path) -> Option<i32> {
+    let file = data_dir.join("postmaster.pid");
+    let pid = reap::read_pid(&file)?;
+    if owner::runs_in(pid, data_dir) {
+        return Some(pid);
+    }
+    if owner::alive(pid) {
+        tracing::warn!(pid, file = %file.display(),
+            "postmaster.pid names a process that is not a postmaster of this directory (left \
+             by a crash): removing it");
+        if let Err(e) = fs::remove_file(&file) {
+            tracing::warn!(error = %e, "could not remove the stale postmaster.pid");
+        }
+    }
+    None
+}
+
 /// Whether the postmaster `pid` lost the process that started it: the owner recorded in the
-/// data directory is gone, or `pid` was re-parented to init.
+/// data directory is gone (see `owner.rs`), or `pid` was re-parented to init.
 fn orphaned(data_dir: &Path, pid: i32) -> bool {
-    if reap::read_pid(&data_dir.join(OWNER_FILE)).is_some_and(|owner| !reap::alive(owner)) {
+    if owner::alive_in(&data_dir.join(OWNER_FILE)) == Some(false) {
         return true;
     }
     fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -566,7 +629,8 @@ fn default_password_file(data_dir: &Path) -> PathBuf {
 fn server_settings(config: &Config) -> Vec<(String, String)> {
     let mut settings: Vec<(String, String)> = vec![
         ("max_connections".into(), config.max_connections.to_string()),
-        // Seed 002: write who waited for a lock past deadlock_timeout, and keep the default 1 s.
+        // Write who waited for a lock past deadlock_timeout (the lock-wait diagnosis reads
+        // them), and keep the default 1 s.
         ("log_lock_waits".into(), "on".into()),
         ("deadlock_timeout".into(), "1s".into()),
         ("password_encryption".into(), "scram-sha-256".into()),
@@ -644,7 +708,7 @@ fn init_data_dir(
 
 /// Whether the server accepts connections (no authentication needed to tell).
 fn is_ready(binaries: &Binaries, socket_dir: &Path, port: u16) -> bool {
-    std::process::Command::new(binaries.pg_isready())
+    process::clean_command(&binaries.pg_isready())
         .arg("-q")
         .arg("-h")
         .arg(socket_dir)

@@ -1,8 +1,14 @@
 //! Running PostgreSQL's programs as the right user, and keeping the postmaster on a leash.
 //!
-//! Two concerns live here:
+//! Three concerns live here:
 //! - **who runs it**: PostgreSQL refuses to run as root, so as root every command runs as the
 //!   `postgres` system user and the directories it needs are handed to that user;
+//! - **what it sees**: every program pg-local starts gets a cleared environment holding only
+//!   what PostgreSQL's programs use ([`KEPT_ENV`], plus what [`crate::Config::env`] adds). The
+//!   parent's environment holds its secrets (saldo's bearer tokens, a `DATABASE_URL` with a
+//!   password), and a child's environment is readable in `/proc/<pid>/environ` by its user:
+//!   for the postmaster that is any database superuser session (`pg_read_file`, `COPY FROM
+//!   PROGRAM`);
 //! - **how long it lives**: the postmaster gets `PR_SET_PDEATHSIG = SIGINT` (fast shutdown) so the
 //!   kernel stops it when its parent dies, even by SIGKILL. The parent-death signal fires when the
 //!   *thread* that forked the child exits, so the child is spawned from a dedicated thread that
@@ -43,9 +49,10 @@ impl RunAs {
         })
     }
 
-    /// A command for `program` that runs under this identity, from a directory it can read.
+    /// A command for `program` that runs under this identity, from a directory it can read,
+    /// with a clean environment ([`clean_command`]).
     pub(crate) fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = clean_command(program);
         cmd.current_dir("/");
         if let RunAs::User { uid, gid } = self {
             cmd.uid(uid.as_raw()).gid(gid.as_raw());
@@ -68,6 +75,30 @@ impl RunAs {
         }
         Ok(())
     }
+}
+
+/// Environment variables a child keeps from this process: the search path, the locale and the
+/// time zone. Nothing else PostgreSQL's programs read is needed (pg-local passes data
+/// directories, ports and sockets as arguments, and sets `PGPASSFILE` and `HOME` itself where
+/// they matter).
+pub const KEPT_ENV: &[&str] = &["PATH", "LANG", "LANGUAGE", "TZ", "TZDIR"];
+
+/// Whether a child keeps the variable `name` (the [`KEPT_ENV`] names and every `LC_*`).
+pub fn kept_env(name: &str) -> bool {
+    KEPT_ENV.contains(&name) || name.starts_with("LC_")
+}
+
+/// A command for `program` whose environment is only this process's [`kept_env`] variables:
+/// every child pg-local starts is made here, so no secret of the parent reaches one.
+pub(crate) fn clean_command(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    for (name, value) in std::env::vars_os() {
+        if name.to_str().is_some_and(kept_env) {
+            cmd.env(name, value);
+        }
+    }
+    cmd
 }
 
 /// A child process that the kernel stops if this process dies, and that [`Guarded::stop`] (or

@@ -6,13 +6,14 @@
 //! fills. So every ephemeral start first reaps the `pg-local-*` directories whose owner process
 //! is gone and whose postmaster is not running. A directory that records no owner is only
 //! reaped once it is old, so a sibling process that is still running initdb is never touched.
+//! "Gone" is judged as in `owner.rs`: an owner whose pid another process holds now is gone,
+//! and a postmaster pid held by a process working elsewhere is no postmaster.
 
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
+use crate::owner;
 
 /// Prefix of every ephemeral directory, under the system temp dir.
 pub(crate) const PREFIX: &str = "pg-local-";
@@ -25,7 +26,7 @@ const MAX_EXAMINED: usize = 10_000;
 
 /// Records the current process as the owner of `dir`.
 pub(crate) fn claim(dir: &Path) -> std::io::Result<()> {
-    fs::write(dir.join(OWNER_FILE), std::process::id().to_string())
+    owner::claim(&dir.join(OWNER_FILE))
 }
 
 /// Removes stale ephemeral directories under `root`; returns how many were removed.
@@ -53,28 +54,20 @@ fn is_stale(dir: &Path) -> bool {
     if !dir.is_dir() || postmaster_running(&dir.join("data")) {
         return false;
     }
-    match read_pid(&dir.join(OWNER_FILE)) {
-        Some(owner) => !alive(owner),
+    match owner::alive_in(&dir.join(OWNER_FILE)) {
+        Some(alive) => !alive,
         None => older_than(dir, UNOWNED_GRACE),
     }
 }
 
 fn postmaster_running(data_dir: &Path) -> bool {
-    read_pid(&data_dir.join("postmaster.pid")).is_some_and(alive)
+    read_pid(&data_dir.join("postmaster.pid")).is_some_and(|pid| owner::runs_in(pid, data_dir))
 }
 
 /// The first line of `file` as a pid.
 pub(crate) fn read_pid(file: &Path) -> Option<i32> {
     let text = fs::read_to_string(file).ok()?;
     text.lines().next()?.trim().parse().ok().filter(|p| *p > 0)
-}
-
-pub(crate) fn alive(pid: i32) -> bool {
-    // Signal 0 checks existence without sending anything; EPERM still means it exists.
-    !matches!(
-        kill(Pid::from_raw(pid), None),
-        Err(nix::errno::Errno::ESRCH)
-    )
 }
 
 fn older_than(dir: &Path, age: Duration) -> bool {
@@ -109,9 +102,23 @@ mod tests {
         }
         fs::write(dead.join(OWNER_FILE), dead_pid().to_string()).expect("write");
         claim(&mine).expect("claim");
+        // Its owner's pid is this process's now, but the owner started at another time: the
+        // directory of a killed process whose pid was handed on.
+        let reused = root.path().join(format!("{PREFIX}reused"));
+        fs::create_dir_all(reused.join("data")).expect("mkdir");
+        let me = owner::Owner::current().expect("me");
+        let before_me = owner::Owner {
+            started: me.started.saturating_sub(1),
+            ..me
+        };
+        fs::write(reused.join(OWNER_FILE), before_me.to_text()).expect("write");
 
-        assert_eq!(reap_stale(root.path()), 1);
+        assert_eq!(reap_stale(root.path()), 2);
         assert!(!dead.exists(), "a dead owner's directory is removed");
+        assert!(
+            !reused.exists(),
+            "so is one whose owner's pid went to another process"
+        );
         assert!(mine.exists(), "a live owner's directory stays");
         assert!(fresh_unowned.exists(), "a young unowned directory stays");
         assert!(unrelated.exists(), "other directories are never touched");
@@ -123,13 +130,38 @@ mod tests {
         let dir = root.path().join(format!("{PREFIX}running"));
         fs::create_dir_all(dir.join("data")).expect("mkdir");
         fs::write(dir.join(OWNER_FILE), dead_pid().to_string()).expect("write");
-        // The postmaster.pid names a live process (this one).
+        // The postmaster.pid names a live process working in the data directory.
+        let mut postmaster = std::process::Command::new("sleep")
+            .arg("30")
+            .current_dir(dir.join("data"))
+            .spawn()
+            .expect("spawn sleep");
+        fs::write(
+            dir.join("data/postmaster.pid"),
+            format!("{}\n/data\n", postmaster.id()),
+        )
+        .expect("write");
+        let reaped = reap_stale(root.path());
+        let _ = postmaster.kill();
+        let _ = postmaster.wait();
+        assert_eq!(reaped, 0);
+        assert!(dir.exists());
+    }
+
+    /// A postmaster.pid left by a crash whose pid went to a process working elsewhere (here
+    /// this test process) keeps nothing alive.
+    #[test]
+    fn a_postmaster_pid_held_by_another_process_keeps_nothing() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join(format!("{PREFIX}crashed"));
+        fs::create_dir_all(dir.join("data")).expect("mkdir");
+        fs::write(dir.join(OWNER_FILE), dead_pid().to_string()).expect("write");
         fs::write(
             dir.join("data/postmaster.pid"),
             format!("{}\n/data\n", std::process::id()),
         )
         .expect("write");
-        assert_eq!(reap_stale(root.path()), 0);
-        assert!(dir.exists());
+        assert_eq!(reap_stale(root.path()), 1);
+        assert!(!dir.exists());
     }
 }

@@ -133,7 +133,7 @@ fn persistent_cluster_keeps_its_data_directory_and_password() {
     assert_eq!(redact(&url), shown);
 }
 
-/// Point 4b: no TCP listener, a socket directory nobody else can enter, and no way in without
+/// No TCP listener, a socket directory nobody else can enter, and no way in without
 /// the password. On the trust/127.0.0.1 cluster of before, every assertion here failed.
 #[test]
 fn nobody_else_gets_in() {
@@ -191,7 +191,7 @@ fn tcp_is_opt_in_and_still_needs_the_password() {
     assert!(!accepted(&out), "TCP without a password must be refused");
 }
 
-/// Point 4c: the parent of the data directory was made by someone else: its owner and mode
+/// The parent of the data directory was made by someone else: its owner and mode
 /// stay. Two clusters under one parent each log inside their own directory. (The old code
 /// chmodded the parent to 0700, and chowned it to postgres as root, and shared one log.)
 #[test]
@@ -302,6 +302,91 @@ fn a_killed_postmaster_can_be_restarted() {
     )));
 }
 
+/// The variables in `/proc/<pid>/environ`.
+fn environ_of(pid: u32) -> Vec<(String, String)> {
+    let raw = fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    raw.split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = String::from_utf8_lossy(v);
+            let (k, val) = v.split_once('=').unwrap_or((&v, ""));
+            (k.to_owned(), val.to_owned())
+        })
+        .collect()
+}
+
+/// Any database superuser can read the postmaster's environment (`pg_read_file` of
+/// `/proc/self/environ` in a backend): it holds only the locale, time zone and search path, and
+/// what the configuration adds; nothing else of the parent's, whose environment holds its
+/// secrets (saldo's tokens, a `DATABASE_URL`).
+#[test]
+fn the_postmaster_inherits_no_other_variable_of_its_parent() {
+    let parents: Vec<String> = std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| !kept_env(k))
+        .collect();
+    assert!(
+        !parents.is_empty(),
+        "the test runs with variables to leave out"
+    );
+    let mut config = Config::ephemeral();
+    config.env.push(("PGPASSFILE".into(), "/dev/null".into()));
+    let cluster = Cluster::start(&config).expect("start");
+    let environ = environ_of(cluster.pid().expect("pid"));
+    let leaked: Vec<&String> = environ
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| !kept_env(k) && k.as_str() != "PGPASSFILE")
+        .collect();
+    assert!(leaked.is_empty(), "inherited {leaked:?}");
+    assert!(environ
+        .iter()
+        .any(|(k, v)| k == "PGPASSFILE" && v == "/dev/null"));
+    if let Ok(path) = std::env::var("PATH") {
+        assert!(environ.iter().any(|(k, v)| k == "PATH" && *v == path));
+    }
+}
+
+/// A crash that takes the postmaster with it (OOM kill, power loss) leaves `postmaster.pid`
+/// behind, and its pid may belong to another process by the next start (in a container, often
+/// one of the new owner's): that is no server, and the cluster starts in place.
+#[test]
+fn a_postmaster_pid_left_by_a_crash_does_not_stop_a_start() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("pg");
+    drop(Cluster::start(&Config::persistent(&dir)).expect("first start"));
+    let mut unrelated = std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir("/")
+        .spawn()
+        .expect("spawn sleep");
+    fs::write(
+        dir.join("postmaster.pid"),
+        format!(
+            "{}\n{}\n1700000000\n{SOCKET_PORT}\n{}\n\n  5432001         0\nready   \n",
+            unrelated.id(),
+            dir.display(),
+            dir.display()
+        ),
+    )
+    .expect("write a crash's postmaster.pid");
+    let started = Cluster::start(&Config::persistent(&dir));
+    let still_running = owner::alive(unrelated.id() as i32);
+    let _ = unrelated.kill();
+    let _ = unrelated.wait();
+    let cluster = started.expect("a start over a stale postmaster.pid");
+    assert!(still_running, "the unrelated process was left alone");
+    assert!(accepted(&psql(
+        &cluster,
+        Some(&password_of(&cluster)),
+        None
+    )));
+    assert_eq!(
+        reap::read_pid(&dir.join("postmaster.pid")),
+        cluster.pid().map(|p| p as i32)
+    );
+}
+
 /// The socket path is fixed per data directory, so a second start on a running directory must
 /// be refused, not mistake the first server's answer for its own.
 #[test]
@@ -398,7 +483,7 @@ fn log_files(cluster: &Cluster) -> Vec<(String, u64)> {
     files
 }
 
-/// Issue 16 point 6: the server log (14 MB on a long-lived cluster, never rotated before) is
+/// The server log (14 MB on a long-lived cluster, never rotated before) is
 /// rotated within a bounded set of files whatever the server writes. A tiny limit and a burst
 /// of logged statements (`log_statement=all`, ~200 KB of log) must leave at most `files` files,
 /// none larger than the limit plus one line, and the newest statements in the current file.

@@ -28,8 +28,8 @@ use crate::duration;
 const MAX_CONCURRENCY: u32 = 4_096;
 /// Largest `--pool-size`.
 const MAX_POOL_SIZE: usize = 512;
-/// Largest `--products`.
-const MAX_PRODUCTS: u32 = 1_000_000;
+/// Largest `--products`: the HTTP mode's reserved id range holds this many.
+const MAX_PRODUCTS: u32 = saldo_lab::bench::http::MAX_BENCH_PRODUCTS as u32;
 /// Largest `--skew`.
 const MAX_SKEW: f64 = 5.0;
 /// Largest `--progress` interval.
@@ -112,6 +112,12 @@ pub struct Args {
     /// HTTP mode: the server's admin token (to stock products and read the audit).
     #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// HTTP mode: write into the service even when it already holds data (products outside the
+    /// bench's id range, accounts). The bench stocks its own products (ids from
+    /// 7,000,000,000,001) and reserves them, and afterwards releases its reservations and sets
+    /// its products to count 0; the products and their history stay (the API deletes neither).
+    #[arg(long, requires = "target")]
+    target_allow_writes: bool,
     /// Show the current rate and latency this often (ms, or 1s, 10s; 0 = only the bar): in the
     /// bar on a terminal, one line on stderr per interval otherwise.
     #[arg(long, default_value = "1s", value_parser = duration::millis(0, MAX_PROGRESS_MS))]
@@ -174,6 +180,7 @@ impl Config {
                     args.admin_token.clone(),
                     args.api_token.clone().or_else(|| args.admin_token.clone()),
                     args.concurrency as usize,
+                    args.target_allow_writes,
                 )?))
             }
             None => None,
@@ -354,9 +361,13 @@ impl Progress for Display {
     }
 
     fn run_done(&self, result: &RunResult) {
+        self.note(&report::run_line(result));
+    }
+
+    fn note(&self, line: &str) {
         match &self.bar {
-            Some(bar) => bar.suspend(|| eprintln!("{}", report::run_line(result))),
-            None => eprintln!("{}", report::run_line(result)),
+            Some(bar) => bar.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
         }
     }
 }

@@ -12,7 +12,9 @@
 //! - `postgres.password`: the cluster superuser's generated password (0600);
 //! - `postgres.run`: while `saldo serve` or `saldo db` runs the cluster, how to reach it (0600,
 //!   see [`CLUSTER_RECORD_FILE`]); `locks`, `audit`, `sweep`, `migrate` and the lab attach to
-//!   it instead of starting a second server, and start one only when none runs (saying so);
+//!   it instead of starting a second server, and start one only when none runs (saying so). A
+//!   record left by a killed owner is stale even when its pid now belongs to another process
+//!   (it names the owner's start time too, see `pg_local::Owner`): the next owner replaces it;
 //! - other secrets of saldo's (e.g. `tokens.json`), each 0600.
 //!
 //! `--citus-workers N` ([`start_citus`]) instead starts a local Citus cluster (a coordinator
@@ -111,39 +113,61 @@ pub async fn open_with(
         });
     }
     // Read before anything is created: a data directory that does not exist has no record.
+    // A record whose owner is gone (its pid now another process's included) is no owner.
     let state = state_dir_path(options.data_dir.as_deref());
     let record_path = state.join(CLUSTER_RECORD_FILE);
     if let Some(running) = pg_local::Record::read_live(&record_path) {
-        if role == Role::Owner {
-            bail!(
-                "saldo (pid {}) already runs the embedded PostgreSQL of {}: stop it first, or \
-                 give this command another --data-dir",
-                running.owner_pid,
-                state.display()
-            );
-        }
-        let url = running.url("postgres")?;
-        check_reachable(&url).await.with_context(|| {
-            format!(
-                "attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
-                running.owner_pid,
-                record_path.display()
-            )
-        })?;
-        tracing::info!(
-            "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
-            running.owner_pid,
-            running.redacted_url("postgres"),
-            running.data_dir.display()
-        );
-        return Ok(Database {
-            shown_url: running.redacted_url("postgres"),
-            url,
-            embedded: None,
-            _citus: None,
-            record: None,
-        });
+        return attach(&running, &state, &record_path, role).await;
     }
+    start_embedded(&state, record_path, &options, role).await
+}
+
+/// The cluster another saldo (`running`) owns: a tool uses it, a second owner is refused.
+async fn attach(
+    running: &pg_local::Record,
+    state: &Path,
+    record_path: &Path,
+    role: Role,
+) -> Result<Database> {
+    if role == Role::Owner {
+        bail!(
+            "saldo (pid {}) already runs the embedded PostgreSQL of {}: stop it first, or \
+             give this command another --data-dir",
+            running.owner.pid,
+            state.display()
+        );
+    }
+    let url = running.url("postgres")?;
+    check_reachable(&url).await.with_context(|| {
+        format!(
+            "attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
+            running.owner.pid,
+            record_path.display()
+        )
+    })?;
+    tracing::info!(
+        "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
+        running.owner.pid,
+        running.redacted_url("postgres"),
+        running.data_dir.display()
+    );
+    Ok(Database {
+        shown_url: running.redacted_url("postgres"),
+        url,
+        embedded: None,
+        _citus: None,
+        record: None,
+    })
+}
+
+/// Starts the embedded cluster of `state` for this process; an owner records it in
+/// `record_path` (replacing a stale record).
+async fn start_embedded(
+    state: &Path,
+    record_path: PathBuf,
+    options: &EmbeddedOptions,
+    role: Role,
+) -> Result<Database> {
     if let Some(port) = options.port {
         // Checked before the data directory is created or initdb runs.
         std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
@@ -152,7 +176,7 @@ pub async fn open_with(
             )
         })?;
     }
-    let state = try_state_dir(Some(&state))?;
+    let state = try_state_dir(Some(state))?;
     if role == Role::Tool {
         tracing::info!(
             "no running saldo serve or saldo db on {}: starting its embedded PostgreSQL for this \
@@ -185,7 +209,7 @@ pub async fn open_with(
     );
     let record = if role == Role::Owner {
         pg_local::Record::of(&cluster)
-            .write(&record_path)
+            .and_then(|record| record.write(&record_path))
             .with_context(|| format!("recording the cluster in {}", record_path.display()))?;
         Some(record_path)
     } else {
@@ -198,6 +222,42 @@ pub async fn open_with(
         _citus: None,
         record,
     })
+}
+
+/// The layout of the database behind `pool`, once its schema is known to be exactly this
+/// binary's. The commands that look at a database and work on its rows (`locks`, `audit`,
+/// `audit --repair --apply`, `sweep`) never change its schema: a newer saldo pointed at a live
+/// database must not migrate it under the service that runs there. So a schema older or newer
+/// than this binary's is refused, naming both versions and what to run instead.
+pub async fn schema_as_built(pool: &deadpool_postgres::Pool) -> Result<saldo::db::Layout> {
+    let layout = saldo::db::layout(pool)
+        .await
+        .context("reading the database's layout")?;
+    let built = saldo::schema::migrations(layout)
+        .iter()
+        .map(|m| m.version())
+        .max()
+        .unwrap_or(0);
+    let applied = saldo::db::applied_schema_version(pool)
+        .await
+        .context("reading the database's schema version")?;
+    let never = "this command never changes a schema";
+    match applied {
+        Some(v) if v == built => Ok(layout),
+        None => bail!(
+            "the database has no saldo schema (this saldo's is version {built}): run `saldo \
+             migrate` first ({never})"
+        ),
+        Some(v) if v < built => bail!(
+            "the database's schema is version {v}, older than this saldo's (version {built}): \
+             run `saldo migrate` (upgrade the service that uses it at the same time), or use \
+             the saldo of that version ({never})"
+        ),
+        Some(v) => bail!(
+            "the database's schema is version {v}, newer than this saldo's (version {built}): \
+             use the newer saldo that migrated it ({never}, and cannot undo a migration)"
+        ),
+    }
 }
 
 /// Most workers `--citus-workers` starts (pg-local's bound).

@@ -263,16 +263,16 @@ async fn run() -> Result<ExitCode> {
         println!("migrations applied ({} layout)", layout.as_str());
         return Ok(ExitCode::SUCCESS);
     }
-    if let Command::Audit { repair: false, .. } = cli.command {
-        // Read-only on Citus: no migration (its schema is `saldo migrate`'s). A repair writes,
-        // so it goes through the migration check below like every operation.
-        if db::layout(&pool).await? == db::Layout::Citus {
-            return citus_audit_exit(&pool).await;
-        }
+    // Only `db` migrates; the tools that look (and sweep, repair) refuse a schema not theirs.
+    let layout = match cli.command {
+        Command::Db { .. } => db::migrate_to_serve(&pool)
+            .await
+            .context("migrating the database")?,
+        _ => database::schema_as_built(&pool).await?,
+    };
+    if let (Command::Audit { repair: false, .. }, db::Layout::Citus) = (&cli.command, layout) {
+        return citus_audit_exit(&pool).await;
     }
-    let layout = db::migrate_to_serve(&pool)
-        .await
-        .context("migrating the database")?;
     let store = Store::new(pool.clone(), TxOptions::default()).with_layout(layout);
     match cli.command {
         // Returned above.

@@ -2,12 +2,15 @@
 //! validated into the service's settings before anything listens; the sweeper runs in-process
 //! and stops with the server on SIGINT/SIGTERM, after in-flight requests finish.
 //!
-//! Tokens: the admin and API tokens come from the environment or, by default, from the token
-//! store in saldo's data directory (generated and printed once on first start, stored hashed);
-//! API authentication is off only with `--insecure-no-api-token`, which is logged as a warning.
+//! Tokens: the admin and API tokens come from a token file (`--admin-token-file`, followed
+//! while the service runs), the environment, a flag (visible in `ps`: warned about) or, by
+//! default, from the token store in saldo's data directory (generated and printed once on
+//! first start, stored hashed). Every start logs where each comes from and how to replace it,
+//! never the token. API authentication is off only with `--insecure-no-api-token`, which is
+//! logged as a warning.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -29,6 +32,7 @@ use saldo_http::config::{
 };
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::startup::{Application, ServiceConfig};
+use saldo_http::tokens::{TokenKind, TokenStore};
 
 use crate::database::Database;
 use crate::duration;
@@ -72,15 +76,35 @@ pub struct Args {
     #[arg(long, env = "SALDO_SWEEP_INTERVAL_S", default_value_t = 30,
           value_parser = duration::secs(MIN_SWEEP_INTERVAL_S, MAX_SWEEP_INTERVAL_S))]
     sweep_interval_s: u64,
-    /// Admin bearer token, overriding the stored one (not persisted). When absent the stored
-    /// token is used; on first start one is generated, stored hashed and printed once.
+    /// Admin bearer token, overriding the stored one (not persisted). On the command line it
+    /// is visible to every local user in `ps`: prefer --admin-token-file. When no token is given
+    /// the stored one is used; on first start one is generated, stored hashed and printed once.
     #[arg(long, env = "SALDO_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// A file holding the admin token (one line; owned by this user, mode 0600 or stricter),
+    /// overriding the stored one; re-read within a second when it changes.
+    #[arg(
+        long,
+        env = "SALDO_ADMIN_TOKEN_FILE",
+        value_name = "PATH",
+        conflicts_with = "admin_token"
+    )]
+    admin_token_file: Option<PathBuf>,
     /// Bearer token of every non-admin /v1 route (reads included), overriding the stored one
-    /// (not persisted). When absent the stored token is used; on first start one is generated,
-    /// stored hashed and printed once. `saldo token rotate api` replaces it.
+    /// (not persisted). On the command line it is visible in `ps`: prefer --api-token-file.
+    /// When no token is given the stored one is used; on first start one is generated, stored
+    /// hashed and printed once. `saldo token rotate api` replaces it.
     #[arg(long, env = "SALDO_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// A file holding the API token (one line; owned by this user, mode 0600 or stricter),
+    /// overriding the stored one; re-read within a second when it changes.
+    #[arg(
+        long,
+        env = "SALDO_API_TOKEN_FILE",
+        value_name = "PATH",
+        conflicts_with = "api_token"
+    )]
+    api_token_file: Option<PathBuf>,
     /// Serve the non-admin /v1 routes WITHOUT authentication: anyone who reaches the port may
     /// reserve stock and move money. Logged as a warning at start.
     #[arg(long, env = "SALDO_INSECURE_NO_API_TOKEN",
@@ -150,6 +174,80 @@ fn strategy(s: &str) -> Result<StrategyName, String> {
 pub struct Prepared {
     args: Args,
     listener: tokio::net::TcpListener,
+    /// Where the admin and the API token come from, as the user gave them.
+    origins: [TokenOrigin; 2],
+}
+
+/// Where one kind's token comes from, for the start-up line.
+#[derive(Debug, Clone)]
+enum TokenOrigin {
+    /// `--admin-token` on the command line (visible in `ps`).
+    Flag(&'static str),
+    /// `SALDO_ADMIN_TOKEN`.
+    Env(&'static str),
+    /// `--admin-token-file` or `SALDO_ADMIN_TOKEN_FILE`: the name used, and the path.
+    File(&'static str, PathBuf),
+    /// The token store (generated on first start).
+    Stored,
+    /// `--insecure-no-api-token`.
+    Disabled,
+}
+
+impl TokenOrigin {
+    /// How `kind`'s token is given, as `matches` says.
+    fn of(matches: &clap::ArgMatches, args: &Args, kind: TokenKind) -> TokenOrigin {
+        let (value_id, file_id, flag, file_flag, file) = match kind {
+            TokenKind::Admin => (
+                "admin_token",
+                "admin_token_file",
+                "--admin-token",
+                "--admin-token-file",
+                &args.admin_token_file,
+            ),
+            TokenKind::Api => (
+                "api_token",
+                "api_token_file",
+                "--api-token",
+                "--api-token-file",
+                &args.api_token_file,
+            ),
+        };
+        if kind == TokenKind::Api && args.insecure_no_api_token {
+            return TokenOrigin::Disabled;
+        }
+        if let Some(path) = file {
+            let name = given_as(matches, file_id, file_flag, kind.file_env_var());
+            return TokenOrigin::File(name, path.clone());
+        }
+        match matches.value_source(value_id) {
+            Some(clap::parser::ValueSource::EnvVariable) => TokenOrigin::Env(kind.env_var()),
+            Some(_) => TokenOrigin::Flag(flag),
+            None => TokenOrigin::Stored,
+        }
+    }
+
+    /// Where the token comes from and how to replace it (never the token).
+    fn describe(&self, kind: TokenKind, store: &Path) -> String {
+        match self {
+            TokenOrigin::Flag(flag) => format!(
+                "{kind} from {flag} (visible in `ps`; give --{kind}-token-file PATH instead)"
+            ),
+            TokenOrigin::Env(var) => {
+                format!("{kind} from {var} (not stored; change it and restart to replace it)")
+            }
+            TokenOrigin::File(name, path) => format!(
+                "{kind} from {name}={} (write a new token into the file to replace it)",
+                path.display()
+            ),
+            TokenOrigin::Stored => format!(
+                "{kind} stored hashed in {}; `saldo token rotate {kind}` prints a new one",
+                store.display()
+            ),
+            TokenOrigin::Disabled => {
+                format!("{kind}: none, API authentication disabled (--insecure-no-api-token)")
+            }
+        }
+    }
 }
 
 /// The name the user gave `id` by: its flag, or its environment variable.
@@ -187,10 +285,26 @@ impl Prepared {
                 saldo_http::tokens::Token::new(given_as(matches, id, flag, var), raw.clone())?;
             }
         }
-        if args.insecure_no_api_token && args.api_token.is_some() {
+        let origins = [
+            TokenOrigin::of(matches, &args, TokenKind::Admin),
+            TokenOrigin::of(matches, &args, TokenKind::Api),
+        ];
+        for origin in &origins {
+            if let TokenOrigin::File(name, path) = origin {
+                // Read now too, so a bad file is refused before anything is created.
+                saldo_http::tokens::read_token_file(name, path)?;
+            }
+        }
+        if args.insecure_no_api_token && (args.api_token.is_some() || args.api_token_file.is_some())
+        {
+            let (id, flag, var) = if args.api_token_file.is_some() {
+                ("api_token_file", "--api-token-file", "SALDO_API_TOKEN_FILE")
+            } else {
+                ("api_token", "--api-token", "SALDO_API_TOKEN")
+            };
             anyhow::bail!(
                 "{} is given and {} disables API authentication: choose one",
-                given_as(matches, "api_token", "--api-token", "SALDO_API_TOKEN"),
+                given_as(matches, id, flag, var),
                 given_as(
                     matches,
                     "insecure_no_api_token",
@@ -202,8 +316,42 @@ impl Prepared {
         let listen_name = given_as(matches, "listen", "--listen", "SALDO_LISTEN");
         let listener = saldo_http::listener::bind(args.listen)
             .with_context(|| format!("{listen_name} {}: cannot listen there", args.listen))?;
-        Ok(Prepared { args, listener })
+        Ok(Prepared {
+            args,
+            listener,
+            origins,
+        })
     }
+}
+
+/// One line saying where each token comes from and how to replace it (never a token), and a
+/// warning for each token given on the command line.
+fn log_token_origins(origins: &[TokenOrigin; 2], token_dir: &Path) {
+    let store = TokenStore::new(token_dir).path();
+    let [admin, api] = origins;
+    for (origin, kind) in [(admin, TokenKind::Admin), (api, TokenKind::Api)] {
+        if let TokenOrigin::Flag(flag) = origin {
+            tracing::warn!(
+                "{flag} is visible to every local user in `ps` and in shell history: write the \
+                 token into a file only this user can read (chmod 600) and give \
+                 --{kind}-token-file PATH (or {}) instead",
+                kind.file_env_var()
+            );
+        }
+    }
+    let line = if matches!((admin, api), (TokenOrigin::Stored, TokenOrigin::Stored)) {
+        format!(
+            "tokens: stored hashed in {}; `saldo token rotate admin|api` prints new ones",
+            store.display()
+        )
+    } else {
+        format!(
+            "tokens: {}; {}",
+            admin.describe(TokenKind::Admin, &store),
+            api.describe(TokenKind::Api, &store)
+        )
+    };
+    tracing::info!("{line}");
 }
 
 /// Flag parser: the served transfer strategies only (the lab's naive one is not among them).
@@ -217,12 +365,10 @@ fn transfer_strategy(s: &str) -> Result<TransferStrategy, String> {
     })
 }
 
-/// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
-pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
-    let Prepared { args, listener } = prepared;
-    let token_dir = crate::database::try_state_dir(data_dir)?;
-    let config = ServiceConfig {
-        database_url: database.url.clone(),
+/// The service's configuration from the checked flags.
+fn service_config(args: &Args, database_url: String, token_dir: PathBuf) -> Result<ServiceConfig> {
+    Ok(ServiceConfig {
+        database_url,
         listen: args.listen,
         strategy: args.strategy,
         transfer_strategy: args.transfer_strategy,
@@ -237,14 +383,16 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             .with_statement_timeout_ms(args.statement_timeout_ms)
             .with_retry(RetryPolicy::default().with_max_attempts(args.retry_attempts)),
         settings: RawSettings {
-            admin_token: args.admin_token,
-            api_token: args.api_token,
+            admin_token: args.admin_token.clone(),
+            api_token: args.api_token.clone(),
+            admin_token_file: args.admin_token_file.clone(),
+            api_token_file: args.api_token_file.clone(),
             api_auth: if args.insecure_no_api_token {
                 ApiAuth::Disabled
             } else {
                 ApiAuth::Required
             },
-            token_dir: Some(token_dir.clone()),
+            token_dir: Some(token_dir),
             reservation_ttl_s: args.reservation_ttl_s,
             transfer_timeout_s: args.transfer_timeout,
             max_hold_s: args.max_hold,
@@ -255,7 +403,19 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             max_connections: args.max_connections,
         },
         sweep_every: Duration::from_secs(args.sweep_interval_s),
-    };
+    })
+}
+
+/// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
+pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
+    let Prepared {
+        args,
+        listener,
+        origins,
+    } = prepared;
+    let token_dir = crate::database::try_state_dir(data_dir)?;
+    log_token_origins(&origins, &token_dir);
+    let config = service_config(&args, database.url.clone(), token_dir.clone())?;
     let app = Application::build_on(config, listener)
         .await
         .context("starting the service")?;

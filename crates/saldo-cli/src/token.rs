@@ -44,12 +44,13 @@ pub fn run(args: Args, dir: &Path) -> Result<()> {
                  a second.",
                 store.path().display()
             );
-            if std::env::var_os(kind.env_var()).is_some() {
-                eprintln!(
-                    "note: {} is set in this environment; a service started with it uses that \
-                     value instead of the stored token",
-                    kind.env_var()
-                );
+            for var in [kind.env_var(), kind.file_env_var()] {
+                if std::env::var_os(var).is_some() {
+                    eprintln!(
+                        "note: {var} is set in this environment; a service started with it \
+                         uses that token instead of the stored one"
+                    );
+                }
             }
             // The one place a stored token is ever shown: stdout, alone on its line, for scripts.
             println!("{}", token.expose());
@@ -65,8 +66,10 @@ pub fn run(args: Args, dir: &Path) -> Result<()> {
                     Some(t) => println!("{name:<6} stored, created {}", t.created_at.to_rfc3339()),
                     None => println!("{name:<6} none (generated at the next `saldo serve`)"),
                 }
-                if std::env::var_os(kind.env_var()).is_some() {
-                    println!("{name:<6} overridden here by {}", kind.env_var());
+                for var in [kind.env_var(), kind.file_env_var()] {
+                    if std::env::var_os(var).is_some() {
+                        println!("{name:<6} overridden here by {var}");
+                    }
                 }
             }
         }

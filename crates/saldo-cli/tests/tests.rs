@@ -24,3 +24,9 @@ mod operator;
 
 #[path = "suite/citus.rs"]
 mod citus;
+
+#[path = "suite/restart.rs"]
+mod restart;
+
+#[path = "suite/schema.rs"]
+mod schema;

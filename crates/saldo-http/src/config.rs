@@ -2,8 +2,9 @@
 //! at start, so handlers never see an invalid token, TTL or timeout. Limits that are not
 //! configurable are named constants here.
 //!
-//! Token rules (decided here, once): a token given by the environment wins and is never
-//! persisted; otherwise, with a token directory, the stored token is used (generated, stored
+//! Token rules (decided here, once): a token given by the environment (or a flag) or by a
+//! token file wins and is never persisted (a file is followed: a new token written into it is
+//! accepted within a second); otherwise, with a token directory, the stored token is used (generated, stored
 //! hashed and returned to be printed once when there is none); without a directory a token is
 //! generated for this process only. API authentication is on unless explicitly disabled.
 
@@ -16,7 +17,7 @@ use saldo::domain::{TransferTimeout, Ttl, DEFAULT_TRANSFER_TIMEOUT_S, DEFAULT_TT
 use saldo::stock::StrategyName;
 
 use crate::credentials::{Credentials, Source};
-use crate::tokens::{self, StoreError, Token, TokenError, TokenKind, TokenStore};
+use crate::tokens::{self, StoreError, Token, TokenError, TokenFileError, TokenKind, TokenStore};
 
 /// Largest request body accepted (a 100-item order is about 5 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -53,8 +54,19 @@ pub const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
 pub enum ConfigError {
     #[error("{name}: {reason}")]
     Token { name: &'static str, reason: String },
-    #[error("SALDO_API_TOKEN is set and API authentication is disabled: choose one")]
+    #[error(
+        "an API token is given (SALDO_API_TOKEN or SALDO_API_TOKEN_FILE) and API authentication \
+         is disabled: choose one"
+    )]
     ApiTokenWithAuthDisabled,
+    #[error(
+        "the {kind} token is given twice ({} and {}): choose one",
+        kind.env_var(),
+        kind.file_env_var()
+    )]
+    TwoTokenSources { kind: TokenKind },
+    #[error(transparent)]
+    TokenFile(#[from] TokenFileError),
     #[error("token store: {0}")]
     TokenStore(#[from] StoreError),
     #[error("reservation ttl: {0}")]
@@ -110,6 +122,12 @@ pub struct RawSettings {
     pub admin_token: Option<String>,
     /// `SALDO_API_TOKEN`: overrides the stored API token; never persisted.
     pub api_token: Option<String>,
+    /// `SALDO_ADMIN_TOKEN_FILE`: a file holding the admin token (owned by this user, mode 0600
+    /// or stricter), read at start and followed while the service runs; instead of
+    /// `admin_token`, never with it.
+    pub admin_token_file: Option<PathBuf>,
+    /// `SALDO_API_TOKEN_FILE`: the same for the API token.
+    pub api_token_file: Option<PathBuf>,
     pub api_auth: ApiAuth,
     /// Where `tokens.json` lives (saldo's data directory). `None`: tokens not given are
     /// generated for this process only (embedders, tests).
@@ -130,6 +148,8 @@ impl Default for RawSettings {
         RawSettings {
             admin_token: None,
             api_token: None,
+            admin_token_file: None,
+            api_token_file: None,
             api_auth: ApiAuth::Required,
             token_dir: None,
             reservation_ttl_s: DEFAULT_TTL_S,
@@ -180,18 +200,18 @@ impl From<TokenError> for ConfigError {
 impl RawSettings {
     /// The settings every request reads, and the tokens generated on the way (see the module's
     /// header for the token rules).
-    pub fn validate(mut self) -> Result<Validated, ConfigError> {
-        let admin_env = self
-            .admin_token
-            .take()
-            .map(|raw| Token::new("SALDO_ADMIN_TOKEN", raw))
-            .transpose()?;
-        let api_env = self
-            .api_token
-            .take()
-            .map(|raw| Token::new("SALDO_API_TOKEN", raw))
-            .transpose()?;
-        if self.api_auth == ApiAuth::Disabled && api_env.is_some() {
+    pub fn validate(self) -> Result<Validated, ConfigError> {
+        let admin = given(
+            TokenKind::Admin,
+            self.admin_token.clone(),
+            self.admin_token_file.as_deref(),
+        )?;
+        let api = given(
+            TokenKind::Api,
+            self.api_token.clone(),
+            self.api_token_file.as_deref(),
+        )?;
+        if self.api_auth == ApiAuth::Disabled && api.is_some() {
             return Err(ConfigError::ApiTokenWithAuthDisabled);
         }
         let default_ttl = Ttl::from_secs(self.reservation_ttl_s).map_err(ConfigError::Ttl)?;
@@ -204,11 +224,7 @@ impl RawSettings {
             return Err(ConfigError::RequestTimeout(self.request_timeout_ms));
         }
         let mut generated = Vec::new();
-        let api_needed = self.api_auth == ApiAuth::Required;
-        let credentials = match &self.token_dir {
-            Some(dir) => stored_credentials(dir, admin_env, api_env, api_needed, &mut generated)?,
-            None => process_credentials(admin_env, api_env, api_needed, &mut generated),
-        };
+        let credentials = self.credentials(admin, api, &mut generated)?;
         let connections = self.connection_limits()?;
         Ok(Validated {
             settings: Settings {
@@ -253,63 +269,79 @@ struct ConnectionLimits {
     max_connections: Option<usize>,
 }
 
-/// Tokens with a token directory: one given by the environment wins (never stored); otherwise
-/// the stored one, generated and stored hashed when there is none (and added to `generated`).
-fn stored_credentials(
-    dir: &Path,
-    admin_env: Option<Token>,
-    api_env: Option<Token>,
-    api_needed: bool,
-    generated: &mut Vec<Generated>,
-) -> Result<Credentials, ConfigError> {
-    let store = TokenStore::new(dir);
-    let mut source = |env: Option<Token>, kind| -> Result<Source, ConfigError> {
-        if let Some(t) = env {
-            return Ok(Source::Fixed(t.digest()));
+/// One kind's token as given: a value (environment or flag), a file (read now), or `None`.
+fn given(
+    kind: TokenKind,
+    value: Option<String>,
+    file: Option<&Path>,
+) -> Result<Option<Source>, ConfigError> {
+    match (value, file) {
+        (Some(_), Some(_)) => Err(ConfigError::TwoTokenSources { kind }),
+        (Some(raw), None) => Ok(Some(Source::Fixed(
+            Token::new(kind.env_var(), raw)?.digest(),
+        ))),
+        (None, Some(path)) => {
+            let name = kind.file_env_var();
+            let token = tokens::read_token_file(name, path)?;
+            Ok(Some(Source::File {
+                name,
+                path: path.to_owned(),
+                digest: token.digest(),
+            }))
         }
-        let (_, new) = store.ensure(kind)?;
-        if let Some(token) = new {
-            generated.push(Generated {
-                kind,
-                token,
-                stored: true,
-            });
-        }
-        Ok(Source::Stored)
-    };
-    let admin = source(admin_env, TokenKind::Admin)?;
-    let api = if api_needed {
-        Some(source(api_env, TokenKind::Api)?)
-    } else {
-        None
-    };
-    Ok(Credentials::with_store(admin, api, dir)?)
+        (None, None) => Ok(None),
+    }
 }
 
-/// Tokens without a token directory: one given by the environment, else one generated for this
-/// process only (added to `generated`).
-fn process_credentials(
-    admin_env: Option<Token>,
-    api_env: Option<Token>,
-    api_needed: bool,
-    generated: &mut Vec<Generated>,
-) -> Credentials {
-    let mut digest = |env: Option<Token>, kind| match env {
-        Some(t) => t.digest(),
-        None => {
-            let token = tokens::generate();
-            let digest = token.digest();
-            generated.push(Generated {
-                kind,
-                token,
-                stored: false,
-            });
-            digest
+impl RawSettings {
+    /// The accepted tokens: each kind as given, else the stored one (generated and stored when
+    /// there is none) with a token directory, else one generated for this process; the
+    /// generated ones are added to `generated`, to be shown once.
+    fn credentials(
+        &self,
+        admin: Option<Source>,
+        api: Option<Source>,
+        generated: &mut Vec<Generated>,
+    ) -> Result<Credentials, ConfigError> {
+        let mut fill = |given: Option<Source>, kind| -> Result<Source, ConfigError> {
+            if let Some(source) = given {
+                return Ok(source);
+            }
+            let Some(dir) = &self.token_dir else {
+                let token = tokens::generate();
+                let digest = token.digest();
+                generated.push(Generated {
+                    kind,
+                    token,
+                    stored: false,
+                });
+                return Ok(Source::Fixed(digest));
+            };
+            let (_, new) = TokenStore::new(dir).ensure(kind)?;
+            if let Some(token) = new {
+                generated.push(Generated {
+                    kind,
+                    token,
+                    stored: true,
+                });
+            }
+            Ok(Source::Stored)
+        };
+        let admin = fill(admin, TokenKind::Admin)?;
+        let api = match self.api_auth {
+            ApiAuth::Required => Some(fill(api, TokenKind::Api)?),
+            ApiAuth::Disabled => None,
+        };
+        match (&admin, &api) {
+            (Source::Fixed(a), None) => Ok(Credentials::fixed(*a, None)),
+            (Source::Fixed(a), Some(Source::Fixed(b))) => Ok(Credentials::fixed(*a, Some(*b))),
+            _ => Ok(Credentials::following(
+                admin,
+                api,
+                self.token_dir.as_deref(),
+            )?),
         }
-    };
-    let admin = digest(admin_env, TokenKind::Admin);
-    let api = api_needed.then(|| digest(api_env, TokenKind::Api));
-    Credentials::fixed(admin, api)
+    }
 }
 
 /// Parses a strategy name for the service. Every [`StrategyName`] keeps the invariants under
@@ -489,5 +521,93 @@ mod tests {
             serving_strategy("naive-overwrite"),
             Err(ConfigError::UnknownStrategy(_))
         ));
+    }
+
+    /// Replaces the file at `path` with `content` (0600) the way a secret is rotated: a new
+    /// file renamed over the old one.
+    fn write_token(path: &Path, content: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, content).expect("write");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::fs::rename(&tmp, path).expect("rename");
+    }
+
+    #[test]
+    fn token_files_are_read_at_start_and_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (admin_file, api_file) = (dir.path().join("admin"), dir.path().join("api"));
+        let (admin, api) = ("admin-from-file-0123456789", "api-from-file-0123456789ab");
+        write_token(&admin_file, &format!("{admin}\n"));
+        write_token(&api_file, &format!("{api}\n"));
+        let raw = RawSettings {
+            admin_token_file: Some(admin_file.clone()),
+            api_token_file: Some(api_file.clone()),
+            token_dir: Some(dir.path().join("store")),
+            ..RawSettings::default()
+        };
+        let v = raw.clone().validate().expect("valid");
+        assert!(v.generated.is_empty(), "nothing generated: both are given");
+        assert!(!dir.path().join("store").exists(), "and nothing stored");
+        let creds = &v.settings.credentials;
+        assert!(creds.is_admin(admin.as_bytes()));
+        assert!(creds.is_client(Some(api.as_bytes())));
+        assert!(!creds.is_admin(api.as_bytes()));
+
+        // A new token written into the file is accepted after the next check, the old one
+        // refused; a file turned unreadable accepts nothing (fail closed).
+        let rotated = "admin-rotated-0123456789abc";
+        write_token(&admin_file, rotated);
+        std::thread::sleep(Duration::from_millis(
+            crate::credentials::RELOAD_CHECK_INTERVAL_MS + 100,
+        ));
+        assert!(creds.is_admin(rotated.as_bytes()));
+        assert!(!creds.is_admin(admin.as_bytes()));
+        std::fs::remove_file(&admin_file).expect("remove");
+        std::thread::sleep(Duration::from_millis(
+            crate::credentials::RELOAD_CHECK_INTERVAL_MS + 100,
+        ));
+        assert!(!creds.is_admin(rotated.as_bytes()));
+        assert!(
+            creds.is_client(Some(api.as_bytes())),
+            "the API file still serves"
+        );
+    }
+
+    #[test]
+    fn a_token_file_is_refused_when_bad_or_given_twice() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("admin");
+        write_token(&file, "admin-from-file-0123456789");
+        let twice = RawSettings {
+            admin_token: Some("admin-from-env-0123456789".into()),
+            admin_token_file: Some(file.clone()),
+            ..RawSettings::default()
+        };
+        let e = twice.validate().expect_err("refused");
+        assert!(matches!(
+            e,
+            ConfigError::TwoTokenSources {
+                kind: TokenKind::Admin
+            }
+        ));
+        assert!(e.to_string().contains("SALDO_ADMIN_TOKEN_FILE"), "{e}");
+        let disabled = RawSettings {
+            api_token_file: Some(file.clone()),
+            api_auth: ApiAuth::Disabled,
+            ..RawSettings::default()
+        };
+        assert!(matches!(
+            disabled.validate(),
+            Err(ConfigError::ApiTokenWithAuthDisabled)
+        ));
+        write_token(&file, "");
+        let empty = RawSettings {
+            admin_token_file: Some(file),
+            ..RawSettings::default()
+        };
+        let e = empty.validate().expect_err("refused");
+        assert!(matches!(e, ConfigError::TokenFile(_)));
+        assert!(e.to_string().starts_with("SALDO_ADMIN_TOKEN_FILE: "), "{e}");
     }
 }

@@ -1,26 +1,36 @@
 //! Which tokens are accepted, as SHA-256 digests, never the secrets: a token given by the
-//! environment is hashed at start; a stored one ([`crate::tokens`]) is re-read when
-//! `tokens.json` changes, checked at most once per [`RELOAD_CHECK_INTERVAL_MS`] on the request
-//! path, so `saldo token rotate` takes effect in a running service without a restart. Digests
-//! are compared in constant time. [`crate::auth`]'s extractors ask this module.
+//! environment or a flag is hashed at start; a stored one ([`crate::tokens`]) is re-read when
+//! `tokens.json` changes, and a token file (`--admin-token-file`) when that file changes, both
+//! checked at most once per [`RELOAD_CHECK_INTERVAL_MS`] on the request path, so `saldo token
+//! rotate` (or a new token written into the file) takes effect in a running service without a
+//! restart. A followed file that turns missing, unreadable or insecure accepts nothing until it
+//! is fixed (fail closed). Digests are compared in constant time. [`crate::auth`]'s extractors
+//! ask this module.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::tokens::{FileStamp, StoreError, TokenDigest, TokenKind, TokenStore};
+use crate::tokens::{read_token_file, FileStamp, StoreError, TokenDigest, TokenKind, TokenStore};
 
-/// How often, at most, a request checks whether `tokens.json` changed.
+/// How often, at most, a request checks whether `tokens.json` or a token file changed.
 pub const RELOAD_CHECK_INTERVAL_MS: u64 = 1_000;
 
 /// Where one kind's accepted digest comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// Given at start (environment or flag), never persisted, never reloaded.
     Fixed(TokenDigest),
     /// `tokens.json`, followed while the service runs.
     Stored,
+    /// A token file, followed while the service runs; `digest` is what it held at start and
+    /// `name` the flag or variable that named it (for the log).
+    File {
+        name: &'static str,
+        path: PathBuf,
+        digest: TokenDigest,
+    },
 }
 
 /// Every accepted token, as digests. Built once by [`crate::config::RawSettings::validate`].
@@ -28,21 +38,27 @@ pub struct Credentials {
     admin: Source,
     /// `None`: API authentication disabled (the insecure opt-out).
     api: Option<Source>,
-    store: Option<Reload>,
+    /// The store, when a kind is [`Source::Stored`].
+    store: Option<TokenStore>,
+    /// Whether anything is followed (a store or a file), and what was seen last.
+    checked: Option<Mutex<Checked>>,
     current: RwLock<Current>,
 }
 
-/// The digests in force now. A stored kind whose file is unreadable has none: it fails closed.
+/// The digests in force now. A followed kind whose file is unreadable has none: it fails closed.
 #[derive(Debug, Clone, Copy)]
 struct Current {
     admin: Option<TokenDigest>,
     api: Option<TokenDigest>,
 }
 
-struct Reload {
-    store: TokenStore,
-    /// When the file was last looked at, and which version of it the digests came from.
-    checked: Mutex<(Instant, Option<FileStamp>)>,
+/// When the followed files were last looked at, and which version of each the digests came
+/// from.
+struct Checked {
+    at: Instant,
+    store: Option<FileStamp>,
+    admin_file: Option<FileStamp>,
+    api_file: Option<FileStamp>,
 }
 
 impl Credentials {
@@ -52,6 +68,7 @@ impl Credentials {
             admin: Source::Fixed(admin),
             api: api.map(Source::Fixed),
             store: None,
+            checked: None,
             current: RwLock::new(Current {
                 admin: Some(admin),
                 api,
@@ -60,31 +77,41 @@ impl Credentials {
     }
 
     /// Credentials that read the [`Source::Stored`] kinds from `dir`'s token store now (the
-    /// caller made sure they exist) and follow the file afterwards.
-    pub fn with_store(
+    /// caller made sure they exist) and follow the store and the token files afterwards.
+    pub fn following(
         admin: Source,
         api: Option<Source>,
-        dir: &Path,
+        dir: Option<&Path>,
     ) -> Result<Credentials, StoreError> {
-        let store = TokenStore::new(dir);
-        let stamp = store.stamp()?;
-        let stored = store.read()?;
-        let pick = |source: Option<Source>, kind| match source {
-            Some(Source::Fixed(d)) => Some(d),
+        let stored_kind = |s: Option<&Source>| matches!(s, Some(Source::Stored));
+        let store = (stored_kind(Some(&admin)) || stored_kind(api.as_ref()))
+            .then_some(dir)
+            .flatten()
+            .map(TokenStore::new);
+        let (stamp, stored) = match &store {
+            Some(store) => (store.stamp()?, store.read()?),
+            None => (None, Default::default()),
+        };
+        let pick = |source: Option<&Source>, kind| match source {
+            Some(Source::Fixed(d)) | Some(Source::File { digest: d, .. }) => Some(*d),
             Some(Source::Stored) => stored.get(kind).map(|t| t.digest),
             None => None,
         };
         let current = Current {
-            admin: pick(Some(admin), TokenKind::Admin),
-            api: pick(api, TokenKind::Api),
+            admin: pick(Some(&admin), TokenKind::Admin),
+            api: pick(api.as_ref(), TokenKind::Api),
+        };
+        let checked = Checked {
+            at: Instant::now(),
+            store: stamp,
+            admin_file: file_stamp(Some(&admin)),
+            api_file: file_stamp(api.as_ref()),
         };
         Ok(Credentials {
             admin,
             api,
-            store: Some(Reload {
-                store,
-                checked: Mutex::new((Instant::now(), stamp)),
-            }),
+            store,
+            checked: Some(Mutex::new(checked)),
             current: RwLock::new(current),
         })
     }
@@ -95,8 +122,8 @@ impl Credentials {
     }
 
     /// Where the admin and API digests come from (for the start-up log).
-    pub fn sources(&self) -> (Source, Option<Source>) {
-        (self.admin, self.api)
+    pub fn sources(&self) -> (&Source, Option<&Source>) {
+        (&self.admin, self.api.as_ref())
     }
 
     /// True for the admin token.
@@ -129,54 +156,110 @@ impl Credentials {
         }
     }
 
-    /// Re-reads the stored digests when the file changed, at most once per interval. One
-    /// request does the check; the others meanwhile use the digests in force (`try_lock`).
+    /// Re-reads the stored digests and the token files that changed, at most once per
+    /// interval. One request does the check; the others meanwhile use the digests in force
+    /// (`try_lock`).
     fn refresh(&self) {
-        let Some(reload) = &self.store else { return };
-        let Ok(mut checked) = reload.checked.try_lock() else {
+        let Some(checked) = &self.checked else { return };
+        let Ok(mut guard) = checked.try_lock() else {
             return;
         };
-        if checked.0.elapsed() < Duration::from_millis(RELOAD_CHECK_INTERVAL_MS) {
+        let checked = &mut *guard;
+        if checked.at.elapsed() < Duration::from_millis(RELOAD_CHECK_INTERVAL_MS) {
             return;
         }
-        checked.0 = Instant::now();
-        let stamp = match reload.store.stamp() {
+        checked.at = Instant::now();
+        let mut fresh = self.current();
+        let mut changed = false;
+        if let Some(store) = &self.store {
+            changed |= self.refresh_store(store, &mut checked.store, &mut fresh);
+        }
+        for (kind, source, seen) in [
+            (TokenKind::Admin, Some(&self.admin), &mut checked.admin_file),
+            (TokenKind::Api, self.api.as_ref(), &mut checked.api_file),
+        ] {
+            let Some(Source::File { name, path, .. }) = source else {
+                continue;
+            };
+            let stamp = FileStamp::of_path(path);
+            if stamp == *seen {
+                continue;
+            }
+            *seen = stamp;
+            changed = true;
+            let digest = match read_token_file(name, path) {
+                Ok(token) => {
+                    tracing::info!(file = %path.display(), %kind, "token file changed: reloaded");
+                    Some(token.digest())
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, %kind, "token file: refusing this token until fixed");
+                    None
+                }
+            };
+            match kind {
+                TokenKind::Admin => fresh.admin = digest,
+                TokenKind::Api => fresh.api = digest,
+            }
+        }
+        if changed {
+            match self.current.write() {
+                Ok(mut c) => *c = fresh,
+                Err(poisoned) => *poisoned.into_inner() = fresh,
+            }
+        }
+    }
+
+    /// The stored kinds' digests into `fresh` when `tokens.json` changed since `seen`; true
+    /// when it did.
+    fn refresh_store(
+        &self,
+        store: &TokenStore,
+        seen: &mut Option<FileStamp>,
+        fresh: &mut Current,
+    ) -> bool {
+        let stamp = match store.stamp() {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "token store: cannot stat the token file");
-                return;
+                return false;
             }
         };
-        if stamp == checked.1 {
-            return;
+        if stamp == *seen {
+            return false;
         }
-        checked.1 = stamp;
+        *seen = stamp;
         // Fail closed: a stored kind whose file is missing, unreadable or insecure accepts
         // nothing until the file is fixed (`saldo token rotate`), rather than a stale token.
-        let (stored, refused) = match reload.store.read() {
-            Ok(stored) => (stored, None),
-            Err(e) => (Default::default(), Some(e)),
-        };
-        let fresh = |source: Option<Source>, kind, old: Option<TokenDigest>| match source {
-            Some(Source::Stored) => stored.get(kind).map(|t| t.digest),
-            _ => old,
-        };
-        let mut current = match self.current.write() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        current.admin = fresh(Some(self.admin), TokenKind::Admin, current.admin);
-        current.api = fresh(self.api, TokenKind::Api, current.api);
         // One line per change, saying what it did: reloaded, or refused (nothing was reloaded).
-        match refused {
-            None => tracing::info!(
-                file = %reload.store.path().display(),
-                "token store changed: stored tokens reloaded"
-            ),
-            Some(e) => {
-                tracing::error!(error = %e, "token store: refusing stored tokens until fixed")
+        let stored = match store.read() {
+            Ok(s) => {
+                tracing::info!(
+                    file = %store.path().display(),
+                    "token store changed: stored tokens reloaded"
+                );
+                s
             }
+            Err(e) => {
+                tracing::error!(error = %e, "token store: refusing stored tokens until fixed");
+                Default::default()
+            }
+        };
+        if matches!(self.admin, Source::Stored) {
+            fresh.admin = stored.get(TokenKind::Admin).map(|t| t.digest);
         }
+        if matches!(self.api, Some(Source::Stored)) {
+            fresh.api = stored.get(TokenKind::Api).map(|t| t.digest);
+        }
+        true
+    }
+}
+
+/// The stamp of a [`Source::File`]'s file, `None` for other sources.
+fn file_stamp(source: Option<&Source>) -> Option<FileStamp> {
+    match source {
+        Some(Source::File { path, .. }) => FileStamp::of_path(path),
+        _ => None,
     }
 }
 
@@ -185,7 +268,7 @@ impl fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("admin", &self.admin)
             .field("api", &self.api)
-            .field("store", &self.store.as_ref().map(|r| r.store.path()))
+            .field("store", &self.store.as_ref().map(TokenStore::path))
             .finish()
     }
 }
@@ -239,7 +322,7 @@ mod tests {
         let (_, admin) = store.ensure(TokenKind::Admin).expect("admin token");
         let admin = admin.expect("generated now");
         let credentials =
-            Credentials::with_store(Source::Stored, None, dir.path()).expect("credentials");
+            Credentials::following(Source::Stored, None, Some(dir.path())).expect("credentials");
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()

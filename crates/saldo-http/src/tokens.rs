@@ -7,6 +7,10 @@
 //! they could read would leak which tokens exist; like ssh with its keys, the store refuses a
 //! file that is not owned by the current user or is accessible to group or others.
 //!
+//! A token may also be given as a file of its own (`--admin-token-file`, [`read_token_file`]):
+//! one line holding the token, under the same rules (owned by the current user, not accessible
+//! to group or others), so it never appears in `ps` or in the environment.
+//!
 //! Writes are atomic (a temp file created 0600 with O_EXCL in the same directory, fsynced, then
 //! renamed over the old file, then the directory fsynced) and serialised by an exclusive `flock`
 //! on `tokens.lock`, so a rotation racing a first start cannot lose either write, and a reader
@@ -134,6 +138,14 @@ impl TokenKind {
         match self {
             TokenKind::Admin => "SALDO_ADMIN_TOKEN",
             TokenKind::Api => "SALDO_API_TOKEN",
+        }
+    }
+
+    /// The environment variable naming a file that holds the token (overrides the stored one).
+    pub fn file_env_var(self) -> &'static str {
+        match self {
+            TokenKind::Admin => "SALDO_ADMIN_TOKEN_FILE",
+            TokenKind::Api => "SALDO_API_TOKEN_FILE",
         }
     }
 }
@@ -272,6 +284,76 @@ pub struct FileStamp {
     changed_ns: i64,
 }
 
+impl FileStamp {
+    fn of(m: &fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mode: m.mode(),
+            uid: m.uid(),
+            modified: m.modified().ok(),
+            changed_s: m.ctime(),
+            changed_ns: m.ctime_nsec(),
+        }
+    }
+
+    /// The stamp of the file `path` leads to (symlinks followed: a secret mounted by an
+    /// orchestrator is a symlink swapped on update), `None` when it cannot be read.
+    pub fn of_path(path: &Path) -> Option<FileStamp> {
+        fs::metadata(path).ok().map(|m| FileStamp::of(&m))
+    }
+}
+
+/// Largest token file read: a token of [`MAX_TOKEN_LEN`] and a CR LF.
+pub const MAX_TOKEN_FILE_BYTES: u64 = MAX_TOKEN_LEN as u64 + 2;
+
+/// A token file that cannot be used; `name` is how the user gave it (flag or variable).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {reason}")]
+pub struct TokenFileError {
+    pub name: &'static str,
+    pub reason: String,
+}
+
+/// The token in the file at `path` (`name`: the flag or variable that named it, for errors).
+/// The file follows the token store's rules (a regular file, owned by this user, not
+/// accessible to group or others); it holds the token and at most one trailing newline.
+/// Symlinks are followed and the file they lead to is checked.
+pub fn read_token_file(name: &'static str, path: &Path) -> Result<Token, TokenFileError> {
+    let refuse = |reason: String| TokenFileError {
+        name,
+        reason: format!("{}: {reason}", path.display()),
+    };
+    let file = File::open(path).map_err(|e| refuse(format!("cannot open it: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    // Its messages name the path already.
+    check_private(path, &meta).map_err(|e| TokenFileError {
+        name,
+        reason: e.to_string(),
+    })?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(refuse(format!(
+            "longer than a token ({MAX_TOKEN_LEN} characters and a newline at most)"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| refuse("not text".into()))?;
+    let token = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text);
+    if token.is_empty() {
+        return Err(refuse("empty: write the token into it".into()));
+    }
+    Token::new(name, token.to_owned()).map_err(|e| refuse(e.reason))
+}
+
 /// The token store of one data directory.
 #[derive(Debug, Clone)]
 pub struct TokenStore {
@@ -300,16 +382,7 @@ impl TokenStore {
     pub fn stamp(&self) -> Result<Option<FileStamp>, StoreError> {
         let path = self.path();
         match fs::symlink_metadata(&path) {
-            Ok(m) => Ok(Some(FileStamp {
-                dev: m.dev(),
-                ino: m.ino(),
-                len: m.len(),
-                mode: m.mode(),
-                uid: m.uid(),
-                modified: m.modified().ok(),
-                changed_s: m.ctime(),
-                changed_ns: m.ctime_nsec(),
-            })),
+            Ok(m) => Ok(Some(FileStamp::of(&m))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
@@ -544,5 +617,68 @@ mod tests {
             assert_eq!(TokenKind::parse(k.as_str()), Some(k));
         }
         assert_eq!(TokenKind::parse("root"), None);
+    }
+
+    /// Writes `content` to a new file of `mode` in `dir`.
+    fn token_file(dir: &Path, name: &str, content: &[u8], mode: u32) -> PathBuf {
+        let path = dir.join(name);
+        fs::write(&path, content).expect("write");
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).expect("chmod");
+        path
+    }
+
+    #[test]
+    fn a_token_file_holds_one_token_and_at_most_one_newline() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = "file-token-0123456789abcdef";
+        for content in [
+            token.to_owned(),
+            format!("{token}\n"),
+            format!("{token}\r\n"),
+        ] {
+            let path = token_file(dir.path(), "t", content.as_bytes(), 0o600);
+            let read = read_token_file("--admin-token-file", &path).expect("read");
+            assert_eq!(read.expose(), token, "{content:?}");
+        }
+        // Followed through a symlink (how orchestrators mount secrets).
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("t"), &link).expect("symlink");
+        assert!(read_token_file("x", &link).is_ok());
+        for (content, says) in [
+            (String::new(), "empty"),
+            ("\n".to_owned(), "empty"),
+            (format!("{token}\n\n"), "printable"),
+            (format!("{token}\nsecond-line"), "printable"),
+            ("short\n".to_owned(), "characters"),
+            ("x".repeat(MAX_TOKEN_LEN + 3), "longer than a token"),
+        ] {
+            let path = token_file(dir.path(), "bad", content.as_bytes(), 0o600);
+            let e = read_token_file("SALDO_API_TOKEN_FILE", &path).expect_err("refused");
+            let text = e.to_string();
+            assert!(text.starts_with("SALDO_API_TOKEN_FILE: "), "{text}");
+            assert!(text.contains(says), "{content:?}: {text}");
+            assert!(!text.contains(token), "the message shows the token: {text}");
+        }
+        let missing = read_token_file("x", &dir.path().join("missing")).expect_err("refused");
+        assert!(missing.to_string().contains("cannot open"), "{missing}");
+        assert!(read_token_file("x", dir.path()).is_err(), "a directory");
+    }
+
+    #[test]
+    fn a_token_file_others_could_read_or_that_is_not_ours_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = b"file-token-0123456789abcdef\n";
+        for mode in [0o640, 0o604, 0o644] {
+            let path = token_file(dir.path(), "t", token, mode);
+            let e = read_token_file("--api-token-file", &path).expect_err("refused");
+            assert!(e.to_string().contains("group or others"), "{mode:o}: {e}");
+        }
+        assert!(read_token_file("x", &token_file(dir.path(), "t", token, 0o400)).is_ok());
+        if nix::unistd::geteuid().is_root() {
+            let path = token_file(dir.path(), "theirs", token, 0o600);
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
+            let e = read_token_file("x", &path).expect_err("refused");
+            assert!(e.to_string().contains("not by this user"), "{e}");
+        }
     }
 }

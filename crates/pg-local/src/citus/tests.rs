@@ -5,6 +5,7 @@
 use std::fs;
 use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;

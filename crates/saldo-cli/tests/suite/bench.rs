@@ -287,3 +287,159 @@ async fn the_http_bench_counts_connection_errors_and_keeps_going() {
     assert!(run["ok"].as_u64().expect("ok") > 0, "{run:#}");
     assert_eq!(report["invariants_ok"], true, "{run:#}");
 }
+
+/// `saldo bench --target` against `addr` with these tokens and extra flags; the output.
+async fn http_bench(addr: &str, admin: &str, api: &str, extra: &[&str]) -> Output {
+    let target = format!("http://{addr}");
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_saldo"))
+        .args(["bench", "--target", &target])
+        .args(["--admin-token", admin, "--api-token", api])
+        .args([
+            "--scenario",
+            "uniform",
+            "--concurrency",
+            "4",
+            "--products",
+            "10",
+        ])
+        .args(["--duration", "1s"])
+        .args([
+            "--warmup",
+            "0s",
+            "--rounds",
+            "1",
+            "--json",
+            "--progress",
+            "0",
+        ])
+        .args(extra)
+        .env_remove("SALDO_ADMIN_TOKEN")
+        .env_remove("SALDO_API_TOKEN")
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .expect("the bench ended in time")
+        .expect("run saldo bench")
+}
+
+/// Rows of the bench's product range, and its active reservations.
+async fn bench_rows(pool: &deadpool_postgres::Pool) -> (i64, i64) {
+    let client = pool.get().await.expect("client");
+    let products: i64 = client
+        .query_one(
+            "SELECT count(*) FROM stock WHERE product_id > $1",
+            &[&saldo_lab::bench::http::PRODUCT_OFFSET],
+        )
+        .await
+        .expect("stock")
+        .get(0);
+    let active: i64 = client
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE status = 'active'",
+            &[],
+        )
+        .await
+        .expect("reservations")
+        .get(0);
+    (products, active)
+}
+
+/// The HTTP bench writes into the service it measures, so: a wrong token is named (API or
+/// admin) before anything is written; a service that holds data is refused unless
+/// `--target-allow-writes`; with it, the bench writes only its own range and `bench-` orders,
+/// releases its reservations and counts its products to 0 afterwards, and says what it left.
+/// Before, it stocked its products first and then failed on the token, or wrote into any
+/// service and left a billion units per product there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_bench_writes_only_where_allowed_and_cleans_up() {
+    let db = test_db().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string()
+    };
+    let mut serve = serve_at(&db.url, data.path(), &addr).await;
+    let wrong = "not-the-token-0123456789";
+    for (admin, api, named) in [
+        (HTTP_ADMIN, wrong, "refused the API token"),
+        (wrong, HTTP_API, "refused the admin token"),
+    ] {
+        let out = http_bench(&addr, admin, api, &[]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a wrong token was accepted");
+        assert!(stderr.contains(named), "{stderr}");
+        assert!(!stderr.contains(wrong), "the token was printed: {stderr}");
+        assert_eq!(
+            bench_rows(&db.pool).await,
+            (0, 0),
+            "written before the check"
+        );
+    }
+
+    // A service with someone's product: refused, nothing written.
+    saldo::fixtures::stock_products(&db.pool, 1, 5)
+        .await
+        .expect("a real product");
+    let out = http_bench(&addr, HTTP_ADMIN, HTTP_API, &[]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("already holds data (product 1)")
+            && stderr.contains("--target-allow-writes"),
+        "{stderr}"
+    );
+    assert_eq!(bench_rows(&db.pool).await, (0, 0));
+
+    // Allowed: its own range only, and cleaned up.
+    let out = http_bench(&addr, HTTP_ADMIN, HTTP_API, &["--target-allow-writes"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _ = serve.kill().await;
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    assert_eq!(report["invariants_ok"], true, "{report:#}");
+    let ok = report["runs"][0]["ok"].as_u64().expect("ok");
+    assert!(ok > 0, "{report:#}");
+    assert!(
+        stderr.contains("cleanup: released ")
+            && stderr.contains("set 10 bench products to count 0"),
+        "{stderr}"
+    );
+    let client = db.pool.get().await.expect("client");
+    let real = client
+        .query_one(
+            "SELECT available, reserved FROM stock WHERE product_id = 1",
+            &[],
+        )
+        .await
+        .expect("product 1");
+    assert_eq!(
+        (real.get::<_, i32>(0), real.get::<_, i32>(1)),
+        (5, 0),
+        "touched"
+    );
+    let left: i64 = client
+        .query_one(
+            "SELECT count(*) FROM stock WHERE product_id > $1 \
+             AND (available <> 0 OR reserved <> 0)",
+            &[&saldo_lab::bench::http::PRODUCT_OFFSET],
+        )
+        .await
+        .expect("stock")
+        .get(0);
+    assert_eq!(left, 0, "bench products left with units");
+    let foreign: i64 = client
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE order_id NOT LIKE 'bench-%'",
+            &[],
+        )
+        .await
+        .expect("reservations")
+        .get(0);
+    assert_eq!(foreign, 0, "orders outside the bench's namespace");
+    assert_eq!(
+        bench_rows(&db.pool).await,
+        (10, 0),
+        "reservations left active"
+    );
+}

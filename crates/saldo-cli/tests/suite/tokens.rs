@@ -41,22 +41,37 @@ pub(crate) fn saldo(data_dir: &Path) -> Command {
 
 impl Serve {
     pub(crate) async fn start(url: &str, data_dir: &Path, extra: &[&str]) -> Serve {
-        Serve::launch(data_dir, &["--database-url", url], extra).await
+        Serve::launch(data_dir, &["--database-url", url], extra, &[]).await
     }
 
     /// `saldo serve` on the embedded cluster of `data_dir`.
     pub(crate) async fn start_embedded(data_dir: &Path, extra: &[&str]) -> Serve {
-        Serve::launch(data_dir, &[], extra).await
+        Serve::launch(data_dir, &[], extra, &[]).await
+    }
+
+    /// [`Serve::start_embedded`] with these environment variables set.
+    pub(crate) async fn start_embedded_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
+        Serve::launch(data_dir, &[], extra, env).await
     }
 
     /// `saldo serve --citus-workers <workers>`: on a local Citus cluster.
     pub(crate) async fn start_citus(data_dir: &Path, workers: u32, extra: &[&str]) -> Serve {
         let workers = workers.to_string();
-        Serve::launch(data_dir, &["--citus-workers", &workers], extra).await
+        Serve::launch(data_dir, &["--citus-workers", &workers], extra, &[]).await
     }
 
-    async fn launch(data_dir: &Path, global: &[&str], extra: &[&str]) -> Serve {
+    async fn launch(
+        data_dir: &Path,
+        global: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         let mut child = saldo(data_dir)
+            .envs(env.iter().copied())
             // Debug logs too: a token must not leak at any level.
             .env("RUST_LOG", "debug")
             .args(global)
@@ -342,4 +357,130 @@ pub(crate) fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     ));
     std::fs::create_dir(&dir).expect("temp dir");
     dir
+}
+
+/// `path` holding `token` and a newline, mode 0600 (or `mode`).
+fn write_token_file(path: &Path, token: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("{token}\n")).expect("write token file");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// Tokens from files: neither in `ps` nor in the environment. The service uses them (nothing
+/// is generated), says once where each token comes from and never shows one; a token given on
+/// the command line is used too, with a warning naming the file option; a file others could
+/// read is refused before anything is created.
+#[tokio::test]
+async fn tokens_come_from_files_and_every_start_says_where_tokens_come_from() {
+    let db = test_db().await;
+    let data = tempfile_dir("token-files");
+    let secrets = tempfile_dir("token-files-secrets");
+    let (admin_file, api_file) = (secrets.join("admin"), secrets.join("api"));
+    let (admin, api) = (
+        "admin-token-from-a-file-0123",
+        "api-token-from-a-file-01234",
+    );
+    write_token_file(&admin_file, admin, 0o600);
+    write_token_file(&api_file, api, 0o400);
+    let admin_arg = admin_file.to_string_lossy().into_owned();
+    let api_arg = api_file.to_string_lossy().into_owned();
+    let serve = Serve::launch(
+        &data,
+        &["--database-url", &db.url],
+        &["--admin-token-file", &admin_arg],
+        &[("SALDO_API_TOKEN_FILE", &api_arg)],
+    )
+    .await;
+    assert_eq!(serve.generated("admin"), None, "nothing generated");
+    assert_eq!(serve.generated("api"), None);
+    assert_eq!(
+        serve
+            .status(
+                "PUT",
+                "/v1/products/1/stock",
+                Some(admin),
+                r#"{"count": 5}"#
+            )
+            .await,
+        200
+    );
+    assert_eq!(
+        serve
+            .status("POST", "/v1/reservations", Some(api), RESERVE)
+            .await,
+        201
+    );
+    assert_eq!(
+        serve.status("GET", "/v1/admin/locks", Some(api), "").await,
+        401
+    );
+    let output = serve.stop().await;
+    assert!(
+        output.contains(&format!(
+            "tokens: admin from --admin-token-file={admin_arg} (write a new token into the file \
+             to replace it); api from SALDO_API_TOKEN_FILE={api_arg}"
+        )),
+        "{output}"
+    );
+    assert!(
+        !output.contains(admin) && !output.contains(api),
+        "a token was shown"
+    );
+    assert!(!data.join("tokens.json").exists(), "nothing stored");
+
+    // The default: stored tokens, and where to get new ones.
+    let serve = Serve::start(&db.url, &data, &[]).await;
+    let output = serve.stop().await;
+    assert!(
+        output.contains(&format!(
+            "tokens: stored hashed in {}; `saldo token rotate admin|api` prints new ones",
+            data.join("tokens.json").display()
+        )),
+        "{output}"
+    );
+
+    // A flag still works, with a warning naming the file option.
+    let serve = Serve::start(&db.url, &data, &["--admin-token", admin]).await;
+    assert_eq!(
+        serve
+            .status("GET", "/v1/admin/locks", Some(admin), "")
+            .await,
+        200
+    );
+    let output = serve.stop().await;
+    assert!(
+        output.contains("--admin-token is visible to every local user in `ps`")
+            && output.contains("--admin-token-file PATH (or SALDO_ADMIN_TOKEN_FILE)"),
+        "{output}"
+    );
+
+    // A file others may read: refused, naming the option, before anything is created.
+    write_token_file(&admin_file, admin, 0o644);
+    let fresh = secrets.join("fresh-data");
+    let out = tokio::time::timeout(
+        START_TIMEOUT,
+        saldo(&fresh)
+            .args([
+                "--database-url",
+                &db.url,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--admin-token-file", &admin_arg])
+            .output(),
+    )
+    .await
+    .expect("in time")
+    .expect("run saldo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--admin-token-file: ") && stderr.contains("group or others"),
+        "{stderr}"
+    );
+    assert!(!fresh.exists(), "the data directory was created");
+    assert!(out.stdout.is_empty());
+    std::fs::remove_dir_all(&data).expect("clean up");
+    std::fs::remove_dir_all(&secrets).expect("clean up");
 }

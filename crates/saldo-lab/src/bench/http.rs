@@ -1,13 +1,16 @@
 //! HTTP mode (`--target URL`): the same load through a running `saldo serve`, with a small
 //! hyper client (keep-alive pool, one connection per concurrent buyer at most). The server's
-//! strategy is whatever it was started with; the bench stocks its own product range (far from
-//! ids people use) so it never touches anyone's stock, and checks the server's audit after each
-//! run.
+//! strategy is whatever it was started with; the bench works in a namespace of its own (products
+//! [`PRODUCT_OFFSET`]` + 1 ..= `[`PRODUCT_OFFSET`]` + `[`MAX_BENCH_PRODUCTS`], order ids
+//! `bench-<run>-…`) so it never touches anyone's stock, and checks the server's audit after each
+//! run. What it writes, whom it refuses to write to and how it cleans up is `http_guard.rs`.
+//! A request refused with 401 or 403 says which token (API or admin) was refused.
 //!
 //! A request that gets no answer (connection refused or reset, timeout) is a connection error:
 //! the load counts it and goes on; the idempotent set-up and check calls (PUT a count, GET a
 //! stock, GET the audit) are retried a bounded number of times before the run gives up.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -34,6 +37,11 @@ pub struct ConnectionFailed(String);
 
 /// The bench's products are `PRODUCT_OFFSET + 1 ..= PRODUCT_OFFSET + products`.
 pub const PRODUCT_OFFSET: i64 = 7_000_000_000_000;
+/// The bench's reserved product range ends at `PRODUCT_OFFSET + MAX_BENCH_PRODUCTS` (the most
+/// `--products` accepts).
+pub const MAX_BENCH_PRODUCTS: i64 = 1_000_000;
+/// Every order id the bench sends starts with this, then its run's id.
+pub const ORDER_PREFIX: &str = "bench-";
 
 /// A client for one `saldo serve`.
 pub struct HttpTarget {
@@ -41,6 +49,77 @@ pub struct HttpTarget {
     base: String,
     admin_token: Option<String>,
     api_token: Option<String>,
+    /// `--target-allow-writes`: write into a service that already holds data.
+    pub(crate) allow_writes: bool,
+    /// This invocation's id in its order ids: `<pid>x<unix seconds>`.
+    run: String,
+    /// Orders that may hold a reservation, released by the clean-up.
+    pub(crate) held: Held,
+}
+
+/// Most orders whose reservations the clean-up releases (their ids take ~20 bytes each).
+pub const MAX_HELD_ORDERS: usize = 1_000_000;
+/// Orders that may hold a reservation: granted and not confirmed, or whose answer was lost.
+#[derive(Default)]
+pub struct Held {
+    inner: Mutex<HeldIds>,
+}
+
+#[derive(Default)]
+struct HeldIds {
+    /// The ids, one per line (one allocation for all of them).
+    ids: String,
+    count: usize,
+    /// Orders past [`MAX_HELD_ORDERS`]: left to expire.
+    untracked: u64,
+}
+
+impl Held {
+    /// Remembers `order` for the clean-up.
+    pub fn note(&self, order: &str) {
+        let Ok(mut held) = self.inner.lock() else {
+            return;
+        };
+        if held.count >= MAX_HELD_ORDERS {
+            held.untracked += 1;
+            return;
+        }
+        held.ids.push_str(order);
+        held.ids.push('\n');
+        held.count += 1;
+    }
+
+    /// Every remembered order, and how many were not remembered; forgets them.
+    pub(crate) fn take(&self) -> (Vec<String>, u64) {
+        let Ok(mut held) = self.inner.lock() else {
+            return (Vec::new(), 0);
+        };
+        let held = std::mem::take(&mut *held);
+        let ids = held.ids.lines().map(str::to_owned).collect();
+        (ids, held.untracked)
+    }
+}
+
+/// Which token a request carried, for the message when it is refused.
+pub(crate) fn token_name(admin: bool) -> &'static str {
+    if admin {
+        "the admin token (--admin-token, SALDO_ADMIN_TOKEN)"
+    } else {
+        "the API token (--api-token, SALDO_API_TOKEN; the admin token when none is given)"
+    }
+}
+
+/// A refusal of the token (401 or 403) said as such; other statuses as they are.
+pub(crate) fn refused(what: &str, status: u16, body: &[u8], admin: bool) -> anyhow::Error {
+    let body = String::from_utf8_lossy(&body[..body.len().min(300)]);
+    if status == 401 || status == 403 {
+        anyhow::anyhow!(
+            "{what}: {status}: the service refused {} ({body})",
+            token_name(admin)
+        )
+    } else {
+        anyhow::anyhow!("{what}: {status} {body}")
+    }
 }
 
 /// What the server answered to one reservation.
@@ -54,11 +133,14 @@ pub enum Answer {
 }
 
 impl HttpTarget {
+    /// A client for the service at `base`; `allow_writes`: write into it even when it already
+    /// holds data (`--target-allow-writes`).
     pub fn new(
         base: &str,
         admin_token: Option<String>,
         api_token: Option<String>,
         max_idle: usize,
+        allow_writes: bool,
     ) -> Result<HttpTarget> {
         let base = base.trim_end_matches('/').to_owned();
         if !base.starts_with("http://") {
@@ -67,15 +149,31 @@ impl HttpTarget {
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(max_idle)
             .build_http();
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         Ok(HttpTarget {
             client,
             base,
             admin_token,
             api_token,
+            allow_writes,
+            run: format!("{}x{}", std::process::id(), since_epoch.as_secs()),
+            held: Default::default(),
         })
     }
 
-    async fn call(
+    /// The service's address, as given.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The order ids of `round` start with this (then `-<buyer>-<seq>` or `-<seq>`).
+    pub fn order_tag(&self, round: u32) -> String {
+        format!("{ORDER_PREFIX}{}-r{round}", self.run)
+    }
+
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -116,7 +214,7 @@ impl HttpTarget {
 
     /// [`HttpTarget::call`] for an idempotent request, retried on connection errors
     /// ([`CONNECT_ATTEMPTS`] in all, backing off).
-    async fn call_idempotent(
+    pub(crate) async fn call_idempotent(
         &self,
         method: Method,
         path: &str,
@@ -143,18 +241,23 @@ impl HttpTarget {
     /// Sets a product's physical count (admin).
     pub async fn set_count(&self, product: i64, count: i32) -> Result<()> {
         let path = format!("/v1/products/{product}/stock");
-        let (status, body) = self
-            .call_idempotent(
-                Method::PUT,
-                &path,
-                Some(serde_json::json!({ "count": count })),
-                true,
-            )
-            .await?;
+        let (status, body) = self.put_count(product, count).await?;
         if !(200..300).contains(&status) {
-            bail!("PUT {path}: {status} {}", String::from_utf8_lossy(&body));
+            return Err(refused(&format!("PUT {path}"), status, &body, true));
         }
         Ok(())
+    }
+
+    /// `PUT` a product's count; the status and body as answered.
+    pub(crate) async fn put_count(&self, product: i64, count: i32) -> Result<(u16, Bytes)> {
+        let path = format!("/v1/products/{product}/stock");
+        self.call_idempotent(
+            Method::PUT,
+            &path,
+            Some(serde_json::json!({ "count": count })),
+            true,
+        )
+        .await
     }
 
     /// (available, reserved) of a product.
@@ -164,7 +267,7 @@ impl HttpTarget {
             .call_idempotent(Method::GET, &path, None, false)
             .await?;
         if status != 200 {
-            bail!("GET {path}: {status} {}", String::from_utf8_lossy(&body));
+            return Err(refused(&format!("GET {path}"), status, &body, false));
         }
         let v: serde_json::Value = serde_json::from_slice(&body)?;
         let field = |name: &str| v.get(name).and_then(serde_json::Value::as_i64);
@@ -180,10 +283,7 @@ impl HttpTarget {
             .call_idempotent(Method::GET, "/v1/admin/audit", None, true)
             .await?;
         if status != 200 {
-            bail!(
-                "GET /v1/admin/audit: {status} {}",
-                String::from_utf8_lossy(&body)
-            );
+            return Err(refused("GET /v1/admin/audit", status, &body, true));
         }
         let v: serde_json::Value = serde_json::from_slice(&body)?;
         Ok(v.get("ok").and_then(serde_json::Value::as_bool) == Some(true))
@@ -215,6 +315,9 @@ fn answer(result: Result<(u16, Bytes)>) -> Answer {
         Ok((200..=201, _)) => Answer::Ok,
         Ok((404 | 409, _)) => Answer::Refused,
         Ok((503, _)) => Answer::Overloaded,
+        Ok((status @ (401 | 403), body)) => {
+            Answer::Error(refused("HTTP", status, &body, false).to_string())
+        }
         Ok((status, body)) => Answer::Error(format!(
             "HTTP {status}: {}",
             String::from_utf8_lossy(&body[..body.len().min(300)])

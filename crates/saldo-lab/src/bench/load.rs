@@ -186,8 +186,16 @@ impl Shared {
                 };
                 let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
                 let mut answer = target.reserve(&id, &items).await;
+                let reserved = matches!(answer, Answer::Ok);
+                // Whether a reservation may be left on it for the clean-up to release:
+                // granted and not sold, or the answer was lost.
+                let maybe_unknown = matches!(answer, Answer::Error(_) | Answer::ConnectionError(_));
                 if let (true, Answer::Ok) = (self.with_confirm, &answer) {
                     answer = target.confirm(&id).await;
+                }
+                let sold = self.with_confirm && reserved && matches!(answer, Answer::Ok);
+                if (reserved && !sold) || maybe_unknown {
+                    target.held.note(&id);
                 }
                 match answer {
                     Answer::Ok => Outcome::Ok(units),

@@ -50,6 +50,7 @@
 //! ```
 
 pub mod http;
+pub mod http_guard;
 pub mod load;
 pub mod plot;
 pub mod report;
@@ -186,6 +187,8 @@ pub trait Progress: Sync {
     fn tick(&self, _index: u64, _round: u32, _name: Contender, _live: &load::Live<'_>) {}
     /// A run finished.
     fn run_done(&self, _result: &RunResult) {}
+    /// Something the operator should read (what the clean-up of a service left).
+    fn note(&self, _line: &str) {}
 }
 
 impl Progress for () {}
@@ -197,8 +200,33 @@ pub struct BenchOutcome {
     pub all_ok: bool,
 }
 
-/// Runs every round of every strategy of `config` against `backend`.
+/// Runs every round of every strategy of `config` against `backend`. Against a service
+/// (`Backend::Http`) it first checks both tokens and that it may write there, and cleans up
+/// afterwards whatever happened (`http_guard.rs`), telling `progress` what it left.
 pub async fn run(
+    config: &BenchConfig,
+    backend: Backend<'_>,
+    progress: &dyn Progress,
+) -> Result<BenchOutcome> {
+    let Backend::Http(target) = &backend else {
+        return rounds(config, backend, progress).await;
+    };
+    let target = target.clone();
+    target.preflight().await?;
+    let outcome = rounds(config, backend, progress).await;
+    progress.note(&target.clean_up(&http_products(config)).await.describe());
+    outcome
+}
+
+/// The bench's products on a service: its reserved range.
+fn http_products(config: &BenchConfig) -> Vec<i64> {
+    (1..=i64::from(config.products))
+        .map(|p| http::PRODUCT_OFFSET + p)
+        .collect()
+}
+
+/// Every round of every strategy.
+async fn rounds(
     config: &BenchConfig,
     backend: Backend<'_>,
     progress: &dyn Progress,
@@ -369,9 +397,7 @@ async fn http_run(
     if config.scenario == Scenario::MultiLocation {
         bail!("multi-location runs in process only: its stock is laid out by the bench's fixtures");
     }
-    let products: Vec<i64> = (1..=i64::from(config.products))
-        .map(|p| http::PRODUCT_OFFSET + p)
-        .collect();
+    let products = http_products(config);
     for chunk in products.chunks(HTTP_SETUP_CONCURRENCY) {
         let mut set = tokio::task::JoinSet::new();
         for &p in chunk {
@@ -390,7 +416,7 @@ async fn http_run(
         }
     }
     reset_peak_rss();
-    let tag = format!("b{}r{round}", std::process::id());
+    let tag = target.order_tag(round);
     let tally = load::drive(
         Target::Http(target.clone()),
         picker.clone(),

@@ -102,6 +102,28 @@ pub async fn layout(pool: &Pool) -> Result<Layout, Error> {
     crate::store::schema::detect(&client).await
 }
 
+/// The newest migration version applied to the database behind `pool`, as refinery's history
+/// table (`refinery_schema_history`) records it; `None` when there is no such table or it is
+/// empty (never migrated). A read: nothing is migrated. Compared with the newest version of
+/// [`crate::schema::migrations`], it tells a schema older or newer than this binary's.
+pub async fn applied_schema_version(pool: &Pool) -> Result<Option<i32>, Error> {
+    let client = pool.get().await.map_err(Error::from)?;
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let row = client
+        .query_one("SELECT max(version) FROM refinery_schema_history", &[])
+        .await?;
+    Ok(row.get(0))
+}
+
 /// [`migrate`] in an explicit layout (`saldo migrate --citus`): [`Layout::Citus`] on a database
 /// without the Citus extension is refused before anything is applied.
 pub async fn migrate_as(pool: &Pool, layout: Layout) -> Result<(), Error> {
