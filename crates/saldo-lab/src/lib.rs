@@ -9,8 +9,10 @@
 //! - [`checks`]: the one set of invariant checks both run after every run;
 //! - [`strategy`] and [`naive`]: what can be raced — saldo's served strategies plus the naive
 //!   ones ([`LabStrategy`], [`LabTransfer`]), which exist only here;
-//! - [`testing`]: the real-PostgreSQL test harness every crate's tests use (one cluster per test
-//!   process, a migrated template, a fresh database per test, a SERIALIZABLE cluster).
+//! - `testing`: the real-PostgreSQL test harness every crate's tests use (one cluster per test
+//!   process, a migrated template, a fresh database per test, a SERIALIZABLE cluster). Behind
+//!   the `testing` feature, which only the crates' dev-dependencies turn on: the `saldo`
+//!   binary does not ship it.
 //!
 //! `saldo` owns the schema and every statement that writes it: the lab's resets and bulk
 //! fixtures are `saldo::fixtures`, scratch databases are created and dropped by `saldo::db`.
@@ -42,6 +44,7 @@ pub mod naive;
 pub mod race;
 pub mod scratch;
 pub mod strategy;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use strategy::{LabStrategy, LabTransfer};
