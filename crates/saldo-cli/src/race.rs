@@ -673,3 +673,93 @@ pub fn conclusion(r: &Report) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report with every column filled: `safe` ones held, the others broke (`violations`
+    /// runs) or were not caught.
+    fn report(scenario: Scenario, strategy: &str, safe: bool, violations: u32) -> Report {
+        let broke = !safe;
+        let mut r = Report {
+            scenario: scenario.as_str().into(),
+            strategy: strategy.into(),
+            safe,
+            runs: 3,
+            buyers_per_run: 50,
+            stock_per_run: 10,
+            sold: 30,
+            sold_per_run_min: 9,
+            sold_per_run_max: if broke { 12 } else { 9 },
+            refused: 120,
+            conflicts: 4,
+            final_available: 1,
+            final_reserved: 9,
+            oversold: if broke { 6 } else { 0 },
+            runs_oversold: if broke { 2 } else { 0 },
+            check_violations: if broke { 2 } else { 0 },
+            audit_divergences: if broke { 5 } else { 0 },
+            partial_orders: u64::from(broke),
+            violations,
+            elapsed_ms: 1234,
+            ..Report::default()
+        };
+        if broke {
+            r.errors = [("40P01".to_owned(), 3), ("23514".to_owned(), 2)].into();
+        }
+        let ledger = [
+            Scenario::CrossedTransfers,
+            Scenario::HoldSettle,
+            Scenario::HoldLastFunds,
+            Scenario::CrossedGroups,
+        ];
+        if ledger.contains(&scenario) {
+            r.money_drift = Some(if broke { -20 } else { 0 });
+            r.deadlock_retries = Some(7);
+        }
+        if scenario == Scenario::ExtendVsSweeper {
+            r.wrong_answers = Some(if broke { 11 } else { 0 });
+        }
+        r.judge();
+        r
+    }
+
+    /// Every scenario's table and conclusions, for one safe strategy that held, one naive
+    /// strategy that failed and one that was not caught.
+    fn every_table() -> String {
+        let mut out = String::new();
+        for &scenario in Scenario::ALL {
+            let reports = [
+                report(scenario, "atomic", true, 0),
+                report(scenario, "naive-x", false, 2),
+                report(scenario, "naive-y", false, 0),
+            ];
+            out.push_str(&format!("#### {}\n{}", scenario.as_str(), table(&reports)));
+            for r in &reports {
+                out.push_str(&conclusion(r));
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// `saldo race` prints the same table and sentences for the same reports: the layout is
+    /// pinned in `testdata/race_tables.txt` (regenerate it only on purpose).
+    #[test]
+    fn tables_and_conclusions_keep_their_layout() {
+        let expected = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/race_tables.txt"
+        ));
+        let actual = every_table();
+        if actual != expected {
+            let path = std::env::temp_dir().join("saldo-race_tables.txt");
+            let _ = std::fs::write(&path, &actual);
+            panic!(
+                "the race tables changed (now written to {}):\n{actual}",
+                path.display()
+            );
+        }
+    }
+}
