@@ -7,11 +7,16 @@
 //! ones do — their failure is the expected demonstration and is printed as such.
 
 use anyhow::{bail, Result};
-use saldo_lab::race::backorders::{MAX_FILL_BUYERS, MIN_FILL_BUYERS, NAIVE_FILL};
-use saldo_lab::race::extend::{MAX_EXTEND_ORDERS, NAIVE_EXTEND};
+use saldo_lab::naive::backorders::NAME as NAIVE_FILL;
+use saldo_lab::naive::extend::NAME as NAIVE_EXTEND;
+use saldo_lab::naive::locations::NAME as NAIVE_LOCATIONS;
+use saldo_lab::naive::sales::NAME as NAIVE_SALE;
+use saldo_lab::race::backorders::{MAX_FILL_BUYERS, MIN_FILL_BUYERS};
+use saldo_lab::race::contender::{run_contenders, Runs};
+use saldo_lab::race::extend::MAX_EXTEND_ORDERS;
 use saldo_lab::race::holds::{HoldRace, LabHolds};
-use saldo_lab::race::locations::{MAX_LOCATION_BUYERS, NAIVE_LOCATIONS};
-use saldo_lab::race::sales::{MAX_SALE_BUYERS, NAIVE_SALE};
+use saldo_lab::race::locations::MAX_LOCATION_BUYERS;
+use saldo_lab::race::sales::MAX_SALE_BUYERS;
 use saldo_lab::race::stock::StockRace;
 use saldo_lab::race::transfers::TransferRace;
 use saldo_lab::race::Contender;
@@ -414,33 +419,42 @@ pub async fn run(config: Config, server: Server) -> Result<()> {
                 buyers,
                 runs,
                 contenders,
-            } if *scenario == Scenario::ExtendVsSweeper => {
-                lab::extend::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await
+            } => {
+                let (scenario, buyers) = (*scenario, *buyers);
+                let runs = |stock_per_run| Runs {
+                    scenario,
+                    buyers,
+                    stock_per_run,
+                    runs: *runs,
+                };
+                match scenario {
+                    Scenario::ExtendVsSweeper => {
+                        run_contenders(&scratch, runs(buyers.into()), contenders, &on_run, |s, c, run| async move {
+                            lab::extend::run_on(&s, buyers, c, run).await
+                        })
+                        .await
+                    }
+                    Scenario::BackorderFill => {
+                        run_contenders(&scratch, runs(0), contenders, &on_run, |s, c, run| async move {
+                            lab::backorders::run_on(&s, buyers, c, run).await
+                        })
+                        .await
+                    }
+                    Scenario::SplitLocations => {
+                        let stocked = lab::locations::stocked_units();
+                        run_contenders(&scratch, runs(stocked), contenders, &on_run, |s, c, run| async move {
+                            lab::locations::run_on(&s, buyers, c, run).await
+                        })
+                        .await
+                    }
+                    _ => {
+                        run_contenders(&scratch, runs(1), contenders, &on_run, |s, c, run| async move {
+                            lab::sales::run_on(&s, buyers, c, run).await
+                        })
+                        .await
+                    }
+                }
             }
-            Race::Shop {
-                scenario,
-                buyers,
-                runs,
-                contenders,
-            } if *scenario == Scenario::BackorderFill => {
-                lab::backorders::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run)
-                    .await
-            }
-            Race::Shop {
-                scenario,
-                buyers,
-                runs,
-                contenders,
-            } if *scenario == Scenario::SplitLocations => {
-                lab::locations::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run)
-                    .await
-            }
-            Race::Shop {
-                buyers,
-                runs,
-                contenders,
-                ..
-            } => lab::sales::run_with_progress(&scratch, *buyers, *runs, contenders, &on_run).await,
         }
     };
     // Ctrl-C ends the race but still drops the scratch database.

@@ -62,7 +62,7 @@ impl Tally {
 }
 
 /// Fires every order at once and returns each buyer's answer, in order. Bounded by the number
-/// of orders and by [`RUN_TIMEOUT`](crate::race::RUN_TIMEOUT).
+/// of orders and by [`RUN_TIMEOUT`](crate::race::types::RUN_TIMEOUT).
 pub async fn buy_all(
     engine: &Arc<dyn StockStrategy>,
     orders: &[ReserveRequest],

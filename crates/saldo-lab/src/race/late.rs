@@ -15,8 +15,8 @@ use saldo::retry::TxOptions;
 use saldo::stock::{admin, sweeper, ReserveRequest, StrategyConfig};
 
 use crate::race::buyers::{buy_all, Tally};
+use crate::race::types::RunDone;
 use crate::race::types::{LabError, Report, Scenario};
-use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 

@@ -9,9 +9,11 @@
 //!
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
-//! [`late`], [`holds`], [`extend`], [`sales`] and [`backorders`], the last three sharing
-//! [`contender`]); [`explain`]
-//! renders `--explain` timelines. This file only declares and re-exports.
+//! [`late`], [`holds`], and the shop scenarios [`extend`], [`sales`], [`backorders`] and
+//! [`locations`], which share [`contender`] (who races, the per-contender run loop) and
+//! [`fire`] (one run: every request at once from one starting line, the answers sorted, the
+//! books read)); their naive variants are in `crate::naive`. [`explain`] renders `--explain`
+//! timelines. This file only declares and re-exports.
 //!
 //! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
 //! deadlocks reach the caller):
@@ -38,6 +40,7 @@ pub mod buyers;
 pub mod contender;
 pub mod explain;
 pub mod extend;
+pub mod fire;
 pub mod holds;
 pub mod late;
 pub mod locations;

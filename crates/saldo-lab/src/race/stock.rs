@@ -18,10 +18,10 @@ use saldo::stock::{admin, ReserveRequest, StrategyConfig};
 
 use crate::checks;
 pub use crate::race::buyers::{buy_all, Tally};
+use crate::race::types::RunDone;
 use crate::race::types::{
     bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS, MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
 };
-use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 

@@ -16,11 +16,11 @@ use saldo::error::Error;
 use saldo::ledger::{Ledger, Transfer, TransferRequest};
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
 
+use crate::race::types::RunDone;
 use crate::race::types::{
     bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_RUNS,
     MAX_TRANSFERS,
 };
-use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabTransfer;
 
