@@ -12,7 +12,9 @@
 //! [`late`], [`holds`], and the shop scenarios [`extend`], [`sales`], [`backorders`] and
 //! [`locations`], which share [`contender`] (who races, the per-contender run loop) and
 //! [`fire`] (one run: every request at once from one starting line, the answers sorted, the
-//! books read)); their naive variants are in `crate::naive`. [`explain`] renders `--explain`
+//! books read)); their naive variants are in `crate::naive`. Above them, [`catalog`] (each
+//! scenario's description, defaults, settings and racers) ← [`plan`] (a request validated
+//! into a [`Race`], and the one dispatch that runs it). [`explain`] renders `--explain`
 //! timelines. This file only declares and re-exports.
 //!
 //! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
@@ -37,6 +39,7 @@
 
 pub mod backorders;
 pub mod buyers;
+pub mod catalog;
 pub mod contender;
 pub mod explain;
 pub mod extend;
@@ -44,10 +47,13 @@ pub mod fire;
 pub mod holds;
 pub mod late;
 pub mod locations;
+pub mod plan;
 pub mod sales;
 pub mod stock;
 pub mod transfers;
 pub mod types;
 
+pub use catalog::{Defaults, Knob, Racers};
 pub use contender::Contender;
+pub use plan::{PlanError, Race, RaceRequest};
 pub use types::*;
