@@ -2,13 +2,28 @@
 //! blocks them, and how long their transaction has been open. `GET /v1/admin/locks` reads the
 //! same query (`saldo::ops::locks`).
 
+use std::process::ExitCode;
+
 use anyhow::Result;
 use deadpool_postgres::Pool;
+
+use crate::commands::{serving_store, Global};
+use crate::database::Role;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-pub async fn run(_args: Args, pool: &Pool) -> Result<()> {
+pub async fn run(_args: Args, global: Global) -> Result<ExitCode> {
+    global.no_citus_workers()?;
+    let (_database, pool) = global.open_pool(Role::Tool).await?;
+    // Migrated like every operation's database, so the view reads a known schema.
+    serving_store(&pool).await?;
+    print_locks(&pool).await?;
+    pool.close();
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn print_locks(pool: &Pool) -> Result<()> {
     let sessions = saldo::ops::locks(pool).await?;
     if sessions.is_empty() {
         println!("no session is waiting on a lock");

@@ -7,7 +7,8 @@
 //! API authentication is off only with `--insecure-no-api-token`, which is logged as a warning.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -30,7 +31,8 @@ use saldo_http::config::{
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::startup::{Application, ServiceConfig};
 
-use crate::database::Database;
+use crate::commands::Global;
+use crate::database::{self, Database, Role};
 use crate::duration;
 
 #[derive(Debug, clap::Args)]
@@ -217,11 +219,30 @@ fn transfer_strategy(s: &str) -> Result<TransferStrategy, String> {
     })
 }
 
-/// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
-pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
-    let Prepared { args, listener } = prepared;
-    let token_dir = crate::database::try_state_dir(data_dir)?;
-    let config = ServiceConfig {
+/// `saldo serve`: every setting checked and the listener bound before the data directory is
+/// created, the cluster started or a token printed; then the service until Ctrl-C or SIGTERM.
+pub async fn run(args: Args, matches: &clap::ArgMatches, global: Global) -> Result<ExitCode> {
+    let prepared = Prepared::new(args, matches)?;
+    let data_dir = global.embedded.data_dir.clone();
+    let database = match global.citus_workers {
+        Some(workers) => {
+            anyhow::ensure!(
+                global.database_url.is_none(),
+                "--citus-workers and --database-url: serve runs on one of them (a Citus \
+                 coordinator's URL is enough for an existing cluster)"
+            );
+            database::citus_database(database::start_citus(workers, None).await?)
+        }
+        None => database::open_with(global.database_url, global.embedded, Role::Owner).await?,
+    };
+    // The service migrates through its own pool: `--pool-size N` is N connections in all.
+    serve(prepared, &database, data_dir.as_deref()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The service's configuration from the checked flags.
+fn service_config(args: &Args, database: &Database, token_dir: PathBuf) -> Result<ServiceConfig> {
+    Ok(ServiceConfig {
         database_url: database.url.clone(),
         listen: args.listen,
         strategy: args.strategy,
@@ -237,14 +258,14 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             .with_statement_timeout_ms(args.statement_timeout_ms)
             .with_retry(RetryPolicy::default().with_max_attempts(args.retry_attempts)),
         settings: RawSettings {
-            admin_token: args.admin_token,
-            api_token: args.api_token,
+            admin_token: args.admin_token.clone(),
+            api_token: args.api_token.clone(),
             api_auth: if args.insecure_no_api_token {
                 ApiAuth::Disabled
             } else {
                 ApiAuth::Required
             },
-            token_dir: Some(token_dir.clone()),
+            token_dir: Some(token_dir),
             reservation_ttl_s: args.reservation_ttl_s,
             transfer_timeout_s: args.transfer_timeout,
             max_hold_s: args.max_hold,
@@ -255,7 +276,14 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             max_connections: args.max_connections,
         },
         sweep_every: Duration::from_secs(args.sweep_interval_s),
-    };
+    })
+}
+
+/// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
+async fn serve(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
+    let Prepared { args, listener } = prepared;
+    let token_dir = database::try_state_dir(data_dir)?;
+    let config = service_config(&args, database, token_dir.clone())?;
     let app = Application::build_on(config, listener)
         .await
         .context("starting the service")?;
@@ -269,22 +297,7 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             token = g.token.expose(),
         );
     }
-    if !app.local_addr().ip().is_loopback() {
-        // `:8080` means every interface, as in Go and nginx: say so, once, at start.
-        tracing::warn!(
-            listen = %app.local_addr(),
-            api_auth = app.api_auth_required(),
-            "listening on a non-loopback address: other machines can reach this service (every \
-             /v1 route still needs its bearer token unless --insecure-no-api-token)"
-        );
-    }
-    if !app.api_auth_required() {
-        tracing::warn!(
-            listen = %args.listen,
-            "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
-             address can reserve stock, confirm orders and move money"
-        );
-    }
+    warn_if_exposed(&app, &args);
     // Installed before the line below announces the service: a Ctrl-C right after it is a
     // graceful stop, not the default kill.
     let shutdown = saldo_http::server::shutdown_signal();
@@ -304,6 +317,26 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
     }
     println!("stopped");
     Ok(())
+}
+
+/// The warnings of a service others can reach, or reach without a token: once, at start.
+fn warn_if_exposed(app: &Application, args: &Args) {
+    if !app.local_addr().ip().is_loopback() {
+        // `:8080` means every interface, as in Go and nginx: say so.
+        tracing::warn!(
+            listen = %app.local_addr(),
+            api_auth = app.api_auth_required(),
+            "listening on a non-loopback address: other machines can reach this service (every \
+             /v1 route still needs its bearer token unless --insecure-no-api-token)"
+        );
+    }
+    if !app.api_auth_required() {
+        tracing::warn!(
+            listen = %args.listen,
+            "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
+             address can reserve stock, confirm orders and move money"
+        );
+    }
 }
 
 #[cfg(test)]
