@@ -114,35 +114,7 @@ pub async fn open_with(
     let state = state_dir_path(options.data_dir.as_deref());
     let record_path = state.join(CLUSTER_RECORD_FILE);
     if let Some(running) = pg_local::Record::read_live(&record_path) {
-        if role == Role::Owner {
-            bail!(
-                "saldo (pid {}) already runs the embedded PostgreSQL of {}: stop it first, or \
-                 give this command another --data-dir",
-                running.owner_pid,
-                state.display()
-            );
-        }
-        let url = running.url("postgres")?;
-        check_reachable(&url).await.with_context(|| {
-            format!(
-                "attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
-                running.owner_pid,
-                record_path.display()
-            )
-        })?;
-        tracing::info!(
-            "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
-            running.owner_pid,
-            running.redacted_url("postgres"),
-            running.data_dir.display()
-        );
-        return Ok(Database {
-            shown_url: running.redacted_url("postgres"),
-            url,
-            embedded: None,
-            _citus: None,
-            record: None,
-        });
+        return attach(&running, &state, &record_path, role).await;
     }
     if let Some(port) = options.port {
         // Checked before the data directory is created or initdb runs.
@@ -160,6 +132,66 @@ pub async fn open_with(
             state.display()
         );
     }
+    let cluster = start_embedded(&state, &options).await?;
+    let record = if role == Role::Owner {
+        pg_local::Record::of(&cluster)
+            .write(&record_path)
+            .with_context(|| format!("recording the cluster in {}", record_path.display()))?;
+        Some(record_path)
+    } else {
+        None
+    };
+    Ok(Database {
+        url: cluster.url("postgres"),
+        shown_url: cluster.redacted_url("postgres"),
+        embedded: Some(Arc::new(Mutex::new(cluster))),
+        _citus: None,
+        record,
+    })
+}
+
+/// The cluster another saldo (`running`) owns in `state`: a tool attaches to it, a second
+/// owner is refused.
+async fn attach(
+    running: &pg_local::Record,
+    state: &Path,
+    record_path: &Path,
+    role: Role,
+) -> Result<Database> {
+    if role == Role::Owner {
+        bail!(
+            "saldo (pid {}) already runs the embedded PostgreSQL of {}: stop it first, or give \
+             this command another --data-dir",
+            running.owner_pid,
+            state.display()
+        );
+    }
+    let url = running.url("postgres")?;
+    check_reachable(&url).await.with_context(|| {
+        format!(
+            "attaching to the embedded PostgreSQL of saldo pid {} (recorded in {})",
+            running.owner_pid,
+            record_path.display()
+        )
+    })?;
+    tracing::info!(
+        "attached to the embedded PostgreSQL that saldo pid {} runs ({}, data {})",
+        running.owner_pid,
+        running.redacted_url("postgres"),
+        running.data_dir.display()
+    );
+    Ok(Database {
+        shown_url: running.redacted_url("postgres"),
+        url,
+        embedded: None,
+        _citus: None,
+        record: None,
+    })
+}
+
+/// Starts the embedded cluster of the data directory `state` (its password file beside it),
+/// as `options` say it listens.
+async fn start_embedded(state: &Path, options: &EmbeddedOptions) -> Result<pg_local::Cluster> {
     let mut config = pg_local::Config::persistent(state.join(CLUSTER_DIR))
         .password_file(state.join(CLUSTER_PASSWORD_FILE));
     if let Some(port) = options.port {
@@ -170,10 +202,9 @@ pub async fn open_with(
     let cluster = tokio::task::spawn_blocking(move || pg_local::Cluster::start(&config))
         .await?
         .context("starting the embedded PostgreSQL")?;
-    let url = cluster.url("postgres");
-    let shown_url = cluster.redacted_url("postgres");
     tracing::info!(
-        "embedded PostgreSQL: {shown_url} (data {}, log {}, password in {}{})",
+        "embedded PostgreSQL: {} (data {}, log {}, password in {}{})",
+        cluster.redacted_url("postgres"),
         cluster.data_dir().display(),
         cluster.log_file().display(),
         cluster.password_file().display(),
@@ -183,21 +214,7 @@ pub async fn open_with(
             String::new()
         }
     );
-    let record = if role == Role::Owner {
-        pg_local::Record::of(&cluster)
-            .write(&record_path)
-            .with_context(|| format!("recording the cluster in {}", record_path.display()))?;
-        Some(record_path)
-    } else {
-        None
-    };
-    Ok(Database {
-        url,
-        shown_url,
-        embedded: Some(Arc::new(Mutex::new(cluster))),
-        _citus: None,
-        record,
-    })
+    Ok(cluster)
 }
 
 /// Most workers `--citus-workers` starts (pg-local's bound).
