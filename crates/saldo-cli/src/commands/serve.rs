@@ -39,8 +39,7 @@ use crate::duration;
 pub struct Args {
     /// Address to listen on: IP:PORT, [IPv6]:PORT, :PORT (every IPv4 interface, a warning is
     /// logged) or HOST:PORT (resolved now; its first IPv4 address, else its first address).
-    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080",
-          value_parser = saldo_http::config::parse_listen)]
+    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080", value_parser = listen)]
     listen: SocketAddr,
     /// Stock strategy; only strategies safe under concurrency are accepted. `batched` is the
     /// default: level with `atomic` for a lone buyer, far ahead once buyers meet on a product
@@ -140,6 +139,33 @@ pub struct Args {
     #[arg(long, env = "SALDO_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS_LIMIT))]
     max_connections: Option<u64>,
+    // Last, so the help's order is unchanged. Not a flag of saldo's: people coming from other servers type it, and clap alone
+    // suggested `--pool-create-timeout-ms`. Hidden, and refused by its parser pointing at
+    // --listen (a bare `--port` reads as PORT).
+    #[arg(long = "port", hide = true, num_args = 0..=1, default_missing_value = "PORT",
+          value_parser = no_port)]
+    _port: Option<String>,
+}
+
+/// Flag parser of `--listen`: a URL is refused naming the address to give instead (the
+/// address parser alone took `http:` for an IPv6 address without brackets); anything else is
+/// `saldo_http::config::parse_listen`'s.
+fn listen(raw: &str) -> Result<SocketAddr, String> {
+    if let Some((scheme, rest)) = raw.trim().split_once("://") {
+        let address = rest.split('/').next().unwrap_or(rest);
+        return Err(format!(
+            "{raw:?} is a URL: drop its scheme ({scheme}://) and give the address, e.g. \
+             --listen {address}"
+        ));
+    }
+    saldo_http::config::parse_listen(raw)
+}
+
+/// Flag parser of the hidden `--port`: always refused, pointing at `--listen`.
+fn no_port(raw: &str) -> Result<String, String> {
+    Err(format!(
+        "saldo serve has no --port: give the address to listen on, e.g. --listen 127.0.0.1:{raw}"
+    ))
 }
 
 /// Flag parser: unknown and lab-only strategies are refused before anything starts.

@@ -290,3 +290,36 @@ async fn errors_are_one_line_per_cause_and_name_the_server() {
         text(&out.stderr)
     );
 }
+
+/// Flags people carry over from other servers get pointed at saldo's own: `--port` at
+/// `--listen` (clap alone suggested `--pool-create-timeout-ms`), a URL given to `--listen` at
+/// the address without its scheme (its parser alone called it an IPv6 address without
+/// brackets). Refused like any bad flag: exit status 2, nothing created or printed on stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_points_port_and_url_flags_at_a_listen_address() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["serve", "--port", "8080"], "--listen 127.0.0.1:8080"),
+        (&["serve", "--port"], "--listen 127.0.0.1:PORT"),
+        (
+            &["serve", "--listen", "http://127.0.0.1:8080"],
+            "--listen 127.0.0.1:8080",
+        ),
+        (
+            &["serve", "--listen", "https://[::1]:8443/"],
+            "--listen [::1]:8443",
+        ),
+    ];
+    for (args, says) in cases {
+        let root = tempfile::tempdir().expect("tempdir");
+        let data = absent_dir(&root);
+        let out = run(&data, args, &[]).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        for misleading in ["pool-create-timeout", "IPv6", "brackets"] {
+            assert!(!stderr.contains(misleading), "{args:?}: {stderr}");
+        }
+        assert!(!data.exists(), "{args:?} created the data directory");
+        assert_eq!(text(&out.stdout), "", "{args:?} printed");
+    }
+}
