@@ -42,8 +42,9 @@ pub struct Args {
     /// and naive-fill; split-locations: the served four and naive-locations.
     #[arg(long, default_value = "all")]
     strategy: String,
-    /// Runs per strategy, each from a fresh state (default 5; crossed-transfers 1).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
+    // Its help states each scenario's default, from saldo-lab's catalog.
+    #[arg(long, help = runs_help(),
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_RUNS)))]
     runs: Option<u32>,
     /// Concurrent buyers per run.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_BUYERS)))]
@@ -73,6 +74,41 @@ pub struct Args {
     /// Print the interleaving of the first run: who read which balance and what each wrote.
     #[arg(long)]
     explain: bool,
+}
+
+/// `--runs`'s help: `Runs per strategy, each from a fresh state (default 5; crossed-transfers
+/// 1; …)`, the most common default first, then the scenarios with another one, grouped by it
+/// in the scenarios' order.
+fn runs_help() -> String {
+    let runs: Vec<(Scenario, u32)> = Scenario::ALL
+        .iter()
+        .map(|&s| (s, s.defaults().runs))
+        .collect();
+    let count = |n: u32| runs.iter().filter(|(_, r)| *r == n).count();
+    let usual = runs
+        .iter()
+        .map(|&(_, r)| r)
+        .max_by_key(|&r| count(r))
+        .unwrap_or(1);
+    let mut parts = vec![format!("default {usual}")];
+    let mut others: Vec<u32> = Vec::new();
+    for &(_, r) in &runs {
+        if r != usual && !others.contains(&r) {
+            others.push(r);
+        }
+    }
+    for r in others {
+        let names: Vec<&str> = runs
+            .iter()
+            .filter(|(_, n)| *n == r)
+            .map(|(s, _)| s.as_str())
+            .collect();
+        parts.push(format!("{} {r}", names.join(", ")));
+    }
+    format!(
+        "Runs per strategy, each from a fresh state ({})",
+        parts.join("; ")
+    )
 }
 
 /// The validated configuration of one `saldo race`: the race and how to print it.
