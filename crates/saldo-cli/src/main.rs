@@ -53,7 +53,9 @@ struct Cli {
           value_parser = clap::value_parser!(u64).range(1..=database::MAX_CITUS_WORKERS as u64))]
     citus_workers: Option<u64>,
     /// Log format on stderr: `text` (coloured only on a terminal, never with NO_COLOR set) or
-    /// `json` (one object per line). RUST_LOG filters either.
+    /// `json` (one object per line). RUST_LOG filters either, but keeps tokio_postgres at info
+    /// or above (at debug it logs every statement's parameters: ids, amounts) unless it names
+    /// tokio_postgres itself.
     #[arg(long, env = "SALDO_LOG_FORMAT", global = true, value_enum,
           default_value_t = logging::LogFormat::Text)]
     log_format: logging::LogFormat,
