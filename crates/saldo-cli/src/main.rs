@@ -78,7 +78,7 @@ enum Command {
     Audit(audit::Args),
     /// Expire due reservations and pending transfers once (bounded batches) and print how many.
     Sweep(sweep::Args),
-    /// Rerun a seed's race against strategies side by side and check every invariant.
+    /// Rerun one of the lab's races against strategies side by side and check every invariant.
     Race(race::Args),
     /// Run the HTTP service (embedded PostgreSQL when no URL is given).
     Serve(serve::Args),

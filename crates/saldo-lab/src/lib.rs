@@ -1,8 +1,8 @@
 //! saldo-lab: the workshop around the `saldo` engine, kept out of the engine crate.
 //!
-//! - [`race`]: the race lab behind `saldo race`: the seeds' experiments (last unit,
-//!   oversubscribed, multi-item, crossed transfers, late retries) as rerunnable races with
-//!   per-strategy verdicts and the `--explain` timeline;
+//! - [`race`]: the race lab behind `saldo race`: the races the project's articles describe
+//!   (last unit, oversubscribed, multi-item, crossed transfers, late retries, holds, the shop
+//!   races) as rerunnable races with per-strategy verdicts and the `--explain` timeline;
 //! - [`bench`](mod@bench): the bench's engine behind `saldo bench`: scenarios, closed/open-loop load with
 //!   corrected latencies, per-run rows and medians, SVG plots, the HTTP mode;
 //! - [`scratch`]: the one scratch-database layer both work in (created, reset, dropped);
@@ -18,7 +18,7 @@
 //! fixtures are `saldo::fixtures`, scratch databases are created and dropped by `saldo::db`.
 //! The naive strategies' few writes are the one, deliberate, exception (see [`naive`]).
 //!
-//! Racing the last unit (seed 000) against every strategy:
+//! Racing the last unit against every strategy:
 //!
 //! ```no_run
 //! use saldo_lab::race::{self, stock::StockRace, Scenario, Verdict};

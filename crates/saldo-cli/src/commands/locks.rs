@@ -1,6 +1,6 @@
-//! `saldo locks`: seed 002's `pg_blocking_pids` view in the terminal — who waits on a lock, who
-//! blocks them, and how long their transaction has been open. `GET /v1/admin/locks` reads the
-//! same query (`saldo::ops::locks`).
+//! `saldo locks`: the crossed-transfers deadlock's `pg_blocking_pids` view in the terminal — who
+//! waits on a lock, who blocks them, and how long their transaction has been open. `GET
+//! /v1/admin/locks` reads the same query (`saldo::ops::locks`).
 
 use std::process::ExitCode;
 

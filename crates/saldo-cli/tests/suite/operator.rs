@@ -1,4 +1,4 @@
-//! The operator's first hour (issue 16), through the real binary:
+//! The operator's first hour, through the real binary:
 //! - tools attach: `locks`, `audit`, `sweep`, `migrate` use the embedded cluster a running
 //!   `saldo serve` records in its data directory (they see its data and start no second
 //!   postmaster), and start their own only when none runs, saying so — a dead owner's record
@@ -175,8 +175,8 @@ type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
 
 /// A setting that cannot work is refused before anything happens: the data directory (a path
 /// that does not exist yet) is not created, nothing is printed on stdout, and the message names
-/// the flag or variable the user actually used. Before issue 16, each of these ran initdb and
-/// migrations first (and a port in use was reported after a freshly printed admin token).
+/// the flag or variable the user actually used. Before validation came first, each of these ran
+/// initdb and migrations (and a port in use was reported after a freshly printed admin token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_checked_before_anything_is_created() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -274,7 +274,7 @@ async fn the_users_database_is_left_untouched() {
     );
 }
 
-/// Issue 11: late retries of cancelled and expired orders take nothing with every safe strategy;
+/// Late retries of cancelled and expired orders take nothing with every safe strategy;
 /// `naive-replay` (the idempotency rule before the fix) takes every unit again, every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_retry_takes_nothing_with_every_safe_strategy_and_the_old_rule_fails() {

@@ -78,7 +78,7 @@ pub async fn buy_all(
     join_bounded(tasks).await
 }
 
-/// Seed 000's race in its simplest form: `buyers` orders (`buyer-0`, `buyer-1`, …) of one unit
+/// The last-unit race in its simplest form: `buyers` orders (`buyer-0`, `buyer-1`, …) of one unit
 /// of product 1, all at once, and what they were told. The contract suites (safe and naive)
 /// run it; the lab's `last-unit` scenario builds its own orders per run.
 pub async fn one_unit_each(

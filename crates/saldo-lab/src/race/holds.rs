@@ -1,4 +1,4 @@
-//! Issue 14's races on the ledger's holds and linked groups, ordered (saldo's ledger) against
+//! The races on the ledger's holds and linked groups, ordered (saldo's ledger) against
 //! the naive variants of `naive::holds`:
 //!
 //! - `hold-settle`: `holds` holds fall due, then a post, a void and an expiry race for each at

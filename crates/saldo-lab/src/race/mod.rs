@@ -1,4 +1,5 @@
-//! The race lab behind `saldo race`: the seeds' experiments as rerunnable scenarios.
+//! The race lab behind `saldo race`: the races the project's articles describe, as rerunnable
+//! scenarios.
 //!
 //! Each run starts from a fresh state in a scratch database the lab creates for itself
 //! ([`crate::scratch`]), fires concurrent buyers (or transfers) at one strategy, and then checks every
@@ -17,7 +18,7 @@
 //! into a [`Race`], and the one dispatch that runs it). [`explain`] renders `--explain`
 //! timelines. This file only declares and re-exports.
 //!
-//! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
+//! The crossed transfers, ordered against naive, without the retry (the naive
 //! deadlocks reach the caller):
 //!
 //! ```no_run

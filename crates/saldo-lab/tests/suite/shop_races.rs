@@ -1,4 +1,4 @@
-//! Issue 15's races, safe side and naive side in one place, on the same checks the lab runs:
+//! The shop races, safe side and naive side in one place, on the same checks the lab runs:
 //! hold extensions racing the sweeper (every served strategy holds; the naive
 //! read-decide-write extender tells customers their units are held when the sweeper took them),
 //! and direct sales racing reservations for the last unit (sold once; the naive seller
