@@ -11,7 +11,7 @@ use saldo::audit::{Divergence, LedgerDivergence};
 use saldo::db;
 use saldo::stock::Store;
 
-use crate::commands::{serving_store, Global};
+use crate::commands::shared::{serving_store, Global};
 use crate::database::Role;
 
 #[derive(Debug, clap::Args)]

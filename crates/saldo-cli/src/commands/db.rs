@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use saldo::stock::{sweeper, Store};
 
-use crate::commands::{serving_store, Global};
+use crate::commands::shared::{serving_store, Global};
 use crate::database::Role;
 use crate::{duration, supervise};
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use saldo::db;
 
-use crate::commands::Global;
+use crate::commands::shared::Global;
 use crate::database::Role;
 
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,7 @@
 //! One module per `saldo` subcommand, each owning its flags (a clap `Args`), their
 //! validation into typed options, and its `run`, which answers the process's exit status.
-//! What several of them share is here: the global flags ([`Global`]) and opening the
-//! database a command works on.
+//! What several of them share is [`shared`]: the global flags and opening the database a
+//! command works on.
 
 pub mod audit;
 pub mod bench;
@@ -10,50 +10,8 @@ pub mod locks;
 pub mod migrate;
 pub mod race;
 pub mod serve;
+pub mod shared;
 pub mod sweep;
 pub mod token;
 
-use anyhow::{Context, Result};
-use deadpool_postgres::Pool;
-use saldo::db::PoolOptions;
-use saldo::retry::TxOptions;
-use saldo::stock::Store;
-
-use crate::database::{self, Database, EmbeddedOptions, Role};
-
-/// `saldo`'s global flags, as every command sees them.
-#[derive(Debug, Clone, Default)]
-pub struct Global {
-    /// `--database-url`; `None`: the embedded cluster.
-    pub database_url: Option<String>,
-    pub embedded: EmbeddedOptions,
-    /// `--citus-workers` (bounded by the parser: 1 ..= MAX_CITUS_WORKERS).
-    pub citus_workers: Option<usize>,
-}
-
-impl Global {
-    /// Refuses `--citus-workers` for a command that does not start a local Citus cluster.
-    pub fn no_citus_workers(&self) -> Result<()> {
-        anyhow::ensure!(
-            self.citus_workers.is_none(),
-            "--citus-workers starts a local Citus cluster for serve, race and bench only; give \
-             other commands a Citus coordinator with --database-url"
-        );
-        Ok(())
-    }
-
-    /// The command's database ([`database::open_with`]) and a pool on it.
-    pub async fn open_pool(self, role: Role) -> Result<(Database, Pool)> {
-        let database = database::open_with(self.database_url, self.embedded, role).await?;
-        let pool = saldo::db::connect(&database.url, &PoolOptions::default())?;
-        Ok((database, pool))
-    }
-}
-
-/// A store on `pool` once its database is migrated as `saldo serve` needs it (in its layout).
-pub async fn serving_store(pool: &Pool) -> Result<Store> {
-    let layout = saldo::db::migrate_to_serve(pool)
-        .await
-        .context("migrating the database")?;
-    Ok(Store::new(pool.clone(), TxOptions::default()).with_layout(layout))
-}
+pub use shared::Global;

@@ -31,7 +31,7 @@ use saldo_http::config::{
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::startup::{Application, ServiceConfig};
 
-use crate::commands::Global;
+use crate::commands::shared::Global;
 use crate::database::{self, Database, Role};
 use crate::duration;
 

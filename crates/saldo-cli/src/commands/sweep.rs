@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use saldo::stock::sweeper;
 
-use crate::commands::{serving_store, Global};
+use crate::commands::shared::{serving_store, Global};
 use crate::database::Role;
 
 #[derive(Debug, clap::Args)]

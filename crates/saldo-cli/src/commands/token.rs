@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use saldo_http::tokens::{TokenKind, TokenStore};
 
-use crate::commands::Global;
+use crate::commands::shared::Global;
 use crate::database;
 
 #[derive(Debug, clap::Args)]

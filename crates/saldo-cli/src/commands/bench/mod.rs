@@ -23,7 +23,7 @@ use saldo_lab::bench::report::RunResult;
 use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Scenario};
 use saldo_lab::scratch::{Scratch, Server};
 
-use crate::commands::Global;
+use crate::commands::shared::Global;
 use crate::database::{self, Database, Role};
 use crate::duration;
 use progress::Display;

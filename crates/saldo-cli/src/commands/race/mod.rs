@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use saldo_lab::race::{self as lab, explain, Race, RaceRequest, Report, RunDone, Scenario};
 use saldo_lab::scratch::{Scratch, Server};
 
-use crate::commands::Global;
+use crate::commands::shared::Global;
 use crate::database::{self, Database, Role};
 use table::{conclusion, table};
 
