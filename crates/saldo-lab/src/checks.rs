@@ -22,6 +22,20 @@ const TRANSFERS_MADE: &str = "SELECT count(*) FROM transfers WHERE kind = 'trans
 /// side counted.
 const TRANSFERS_MADE_CITUS: &str =
     "SELECT count(*) FROM transfers WHERE kind = 'transfer' AND account_id = from_account";
+const RESERVATION_STATUSES: &str =
+    "SELECT order_id, status FROM reservations WHERE starts_with(order_id, $1)";
+/// Per (product, location): units allocated by live reservations.
+const LOCATION_ALLOCATIONS: &str = "SELECT sl.product_id, sl.location_id, \
+            coalesce((SELECT sum(a.quantity) FROM reservation_allocations a \
+                       JOIN reservations r ON r.id = a.reservation_id \
+                      WHERE a.product_id = sl.product_id AND a.location_id = sl.location_id \
+                        AND r.status = 'active'), 0)::bigint AS allocated \
+       FROM stock_locations sl ORDER BY sl.product_id, sl.location_id";
+/// Per reservation row: its order, its quantity and what its allocations add up to.
+const ROW_ALLOCATIONS: &str = "SELECT r.order_id, r.quantity::bigint AS quantity, \
+            coalesce(sum(a.quantity), 0)::bigint AS allocated \
+       FROM reservations r LEFT JOIN reservation_allocations a ON a.reservation_id = r.id \
+      GROUP BY r.id, r.order_id, r.quantity";
 
 /// One invariant checked after a run.
 #[derive(Debug, Clone, Serialize)]
@@ -111,6 +125,71 @@ pub async fn rows_per_order(pool: &Pool) -> Result<BTreeMap<String, i64>, Error>
         .await?
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// The status of every reservation whose order id starts with `prefix`, by order id (one row
+/// per order: the races that read this reserve one product per order).
+pub async fn reservation_statuses(
+    pool: &Pool,
+    prefix: &str,
+) -> Result<BTreeMap<String, String>, Error> {
+    let client = checkout(pool, saldo::Operation::Lab).await?;
+    client
+        .query(RESERVATION_STATUSES, &[&prefix])
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get("order_id")?, r.try_get("status")?)))
+        .collect()
+}
+
+/// Units that live reservations allocate at one location of one product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocationAllocated {
+    pub product_id: i64,
+    pub location_id: String,
+    pub allocated: i64,
+}
+
+/// [`LocationAllocated`] for every stocked (product, location).
+pub async fn location_allocations(pool: &Pool) -> Result<Vec<LocationAllocated>, Error> {
+    let client = checkout(pool, saldo::Operation::Lab).await?;
+    client
+        .query(LOCATION_ALLOCATIONS, &[])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(LocationAllocated {
+                product_id: r.try_get("product_id")?,
+                location_id: r.try_get("location_id")?,
+                allocated: r.try_get("allocated")?,
+            })
+        })
+        .collect()
+}
+
+/// One reservation row and what its allocations add up to (all or nothing: the same).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowAllocated {
+    pub order_id: String,
+    pub quantity: i64,
+    pub allocated: i64,
+}
+
+/// [`RowAllocated`] for every reservation row (all statuses).
+pub async fn row_allocations(pool: &Pool) -> Result<Vec<RowAllocated>, Error> {
+    let client = checkout(pool, saldo::Operation::Lab).await?;
+    client
+        .query(ROW_ALLOCATIONS, &[])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(RowAllocated {
+                order_id: r.try_get("order_id")?,
+                quantity: r.try_get("quantity")?,
+                allocated: r.try_get("allocated")?,
+            })
+        })
         .collect()
 }
 

@@ -1,22 +1,24 @@
 //! saldo-lab: the workshop around the `saldo` engine, kept out of the engine crate.
 //!
-//! - [`race`]: the race lab behind `saldo race`: the seeds' experiments (last unit,
-//!   oversubscribed, multi-item, crossed transfers, late retries) as rerunnable races with
-//!   per-strategy verdicts and the `--explain` timeline;
+//! - [`race`]: the race lab behind `saldo race`: the races the project's articles describe
+//!   (last unit, oversubscribed, multi-item, crossed transfers, late retries, holds, the shop
+//!   races) as rerunnable races with per-strategy verdicts and the `--explain` timeline;
 //! - [`bench`](mod@bench): the bench's engine behind `saldo bench`: scenarios, closed/open-loop load with
 //!   corrected latencies, per-run rows and medians, SVG plots, the HTTP mode;
 //! - [`scratch`]: the one scratch-database layer both work in (created, reset, dropped);
 //! - [`checks`]: the one set of invariant checks both run after every run;
 //! - [`strategy`] and [`naive`]: what can be raced — saldo's served strategies plus the naive
 //!   ones ([`LabStrategy`], [`LabTransfer`]), which exist only here;
-//! - [`testing`]: the real-PostgreSQL test harness every crate's tests use (one cluster per test
-//!   process, a migrated template, a fresh database per test, a SERIALIZABLE cluster).
+//! - `testing`: the real-PostgreSQL test harness every crate's tests use (one cluster per test
+//!   process, a migrated template, a fresh database per test, a SERIALIZABLE cluster). Behind
+//!   the `testing` feature, which only the crates' dev-dependencies turn on: the `saldo`
+//!   binary does not ship it.
 //!
 //! `saldo` owns the schema and every statement that writes it: the lab's resets and bulk
 //! fixtures are `saldo::fixtures`, scratch databases are created and dropped by `saldo::db`.
 //! The naive strategies' few writes are the one, deliberate, exception (see [`naive`]).
 //!
-//! Racing the last unit (seed 000) against every strategy:
+//! Racing the last unit against every strategy:
 //!
 //! ```no_run
 //! use saldo_lab::race::{self, stock::StockRace, Scenario, Verdict};
@@ -42,6 +44,7 @@ pub mod naive;
 pub mod race;
 pub mod scratch;
 pub mod strategy;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use strategy::{LabStrategy, LabTransfer};

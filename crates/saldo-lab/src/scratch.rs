@@ -25,7 +25,7 @@ use saldo::stock::Store;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// Connections the race lab's pool opens at most (seed 004 uses 20).
+/// Connections the race lab's pool opens at most (the oversubscribed sale's pool had 20).
 pub const LAB_POOL_SIZE: usize = 32;
 /// How long a racing buyer may wait for a connection: a widened window queues buyers behind
 /// the pool.

@@ -1,4 +1,4 @@
-//! The lab on Citus (issue 13), one test binary so the Citus test cluster starts once:
+//! The lab on Citus, one test binary so the Citus test cluster starts once:
 //! - the naive stock strategies' oversell checks, which saldo's Citus suite passes
 //!   (`crates/saldo/tests/citus_stock.rs`), failing here too (`suite/naive_stock.rs`);
 //! - the naive transfer deadlocking across workers (`citus/naive_ledger.rs`);

@@ -138,7 +138,7 @@ async fn bad_flags_are_refused() {
     }
 }
 
-/// Issue 16 point 9: a bench whose stderr is not a terminal prints `progress:` lines (the
+/// A bench whose stderr is not a terminal prints `progress:` lines (the
 /// current rate and latency) while it runs, like pgbench `-P`; `--progress 0` turns them off.
 /// Durations take units.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,7 +211,7 @@ async fn serve_at(url: &str, data: &std::path::Path, addr: &str) -> tokio::proce
 const HTTP_ADMIN: &str = "bench-admin-token-0123456789";
 const HTTP_API: &str = "bench-api-token-0123456789ab";
 
-/// Issue 16 point 9: the HTTP bench counts connection errors and keeps going. The service is
+/// The HTTP bench counts connection errors and keeps going. The service is
 /// killed mid-run (requests in flight are cut, new ones refused) and started again on the same
 /// port; the bench finishes, reports connection errors, and its checks (audit, units) still
 /// pass. Before, one connection error ended the whole bench.

@@ -1,5 +1,5 @@
 //! `saldo serve --citus-workers 2` and `saldo race --citus-workers 2` through the real binary
-//! (issue 13): the service runs on a local Citus cluster it starts, and every answer of one
+//! (saldo on Citus): the service runs on a local Citus cluster it starts, and every answer of one
 //! script of requests (successes, replays, refusals, bad input) has the same status and problem
 //! type as on one node, with the same stock and balances at the end; and the tools pointed at
 //! an existing coordinator with `--database-url` (serve, audit, repair).

@@ -991,7 +991,7 @@ async fn audit_clean(addr: &str) {
     assert_eq!((status, &body["ok"]), (200, &json!(true)), "{body}");
 }
 
-/// Issue 11, point 2, through the binary (its default strategy, `batched`): a checkout's late
+/// Idempotency for good, through the binary (its default strategy, `batched`): a checkout's late
 /// retry of a cancelled or an expired order takes nothing and answers the order's real state;
 /// taking it again is the explicit re-reserve, itself idempotent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1050,8 +1050,8 @@ async fn late_retries_of_settled_orders_take_nothing() {
     audit_clean(addr).await;
 }
 
-/// Issue 11, point 3, through the binary: reservations queued behind a locked product answer
-/// "not applied" by their deadline, and that is true — nothing of them commits later. On the
+/// A timeout answer is the truth, through the binary: reservations queued behind a locked product
+/// answer "not applied" by their deadline, and that is true — nothing of them commits later. On the
 /// old binary they answered a bare 503 `timeout` and most committed once the lock went away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_answer_is_the_truth() {

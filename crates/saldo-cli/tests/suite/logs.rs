@@ -134,3 +134,46 @@ async fn text_logs_have_no_colour_off_a_terminal() {
     );
     std::fs::remove_dir_all(&data).expect("clean up");
 }
+
+/// The order id and amounts the probe sends: they may reach the log only on the access line.
+const PROBE: &str = r#"{"order_id": "o-probe-4711", "items": [{"product_id": 1, "quantity": 3}]}"#;
+
+/// tokio-postgres logs every statement with its parameters at debug (order ids, amounts,
+/// account ids): `RUST_LOG=debug` (`Serve::start` runs at debug) must not bring those lines.
+/// Naming tokio_postgres in RUST_LOG is the documented way to get them, with a warning.
+#[tokio::test]
+async fn debug_logs_carry_no_statement_parameters_unless_the_driver_is_named() {
+    let db = test_db().await;
+    let data = tempfile_dir("logs-params");
+    let serve = Serve::start(&db.url, &data, &[]).await;
+    let admin = serve.generated("admin").expect("admin token printed");
+    let api = serve.generated("api").expect("api token printed");
+    let stock = r#"{"count": 5}"#;
+    let put = serve
+        .status("PUT", "/v1/products/1/stock", Some(&admin), stock)
+        .await;
+    assert_eq!(put, 200);
+    let reserve = serve
+        .status("POST", "/v1/reservations", Some(&api), PROBE)
+        .await;
+    assert_eq!(reserve, 201);
+    let output = serve.stop().await;
+    for line in output.lines().filter(|l| l.contains("o-probe-4711")) {
+        assert!(line.contains("saldo_http::access"), "{line}\n{output}");
+    }
+    assert!(!output.contains("tokio_postgres"), "{output}");
+    assert!(!output.contains("with parameters"), "{output}");
+
+    // The explicit opt-in: the driver's lines, and a warning that they carry parameters.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_saldo"))
+        .args(["--database-url", &db.url, "sweep"])
+        .env("RUST_LOG", "debug,tokio_postgres=debug")
+        .output()
+        .await
+        .expect("run saldo sweep");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("with parameters"), "{stderr}");
+    assert!(stderr.contains("RUST_LOG names tokio_postgres"), "{stderr}");
+    std::fs::remove_dir_all(&data).expect("clean up");
+}

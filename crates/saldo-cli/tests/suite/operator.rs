@@ -1,4 +1,4 @@
-//! The operator's first hour (issue 16), through the real binary:
+//! The operator's first hour, through the real binary:
 //! - tools attach: `locks`, `audit`, `sweep`, `migrate` use the embedded cluster a running
 //!   `saldo serve` records in its data directory (they see its data and start no second
 //!   postmaster), and start their own only when none runs, saying so — a dead owner's record
@@ -175,8 +175,8 @@ type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
 
 /// A setting that cannot work is refused before anything happens: the data directory (a path
 /// that does not exist yet) is not created, nothing is printed on stdout, and the message names
-/// the flag or variable the user actually used. Before issue 16, each of these ran initdb and
-/// migrations first (and a port in use was reported after a freshly printed admin token).
+/// the flag or variable the user actually used. Before validation came first, each of these ran
+/// initdb and migrations (and a port in use was reported after a freshly printed admin token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_checked_before_anything_is_created() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -289,4 +289,37 @@ async fn errors_are_one_line_per_cause_and_name_the_server() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// Flags people carry over from other servers get pointed at saldo's own: `--port` at
+/// `--listen` (clap alone suggested `--pool-create-timeout-ms`), a URL given to `--listen` at
+/// the address without its scheme (its parser alone called it an IPv6 address without
+/// brackets). Refused like any bad flag: exit status 2, nothing created or printed on stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_points_port_and_url_flags_at_a_listen_address() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["serve", "--port", "8080"], "--listen 127.0.0.1:8080"),
+        (&["serve", "--port"], "--listen 127.0.0.1:PORT"),
+        (
+            &["serve", "--listen", "http://127.0.0.1:8080"],
+            "--listen 127.0.0.1:8080",
+        ),
+        (
+            &["serve", "--listen", "https://[::1]:8443/"],
+            "--listen [::1]:8443",
+        ),
+    ];
+    for (args, says) in cases {
+        let root = tempfile::tempdir().expect("tempdir");
+        let data = absent_dir(&root);
+        let out = run(&data, args, &[]).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        for misleading in ["pool-create-timeout", "IPv6", "brackets"] {
+            assert!(!stderr.contains(misleading), "{args:?}: {stderr}");
+        }
+        assert!(!data.exists(), "{args:?} created the data directory");
+        assert_eq!(text(&out.stdout), "", "{args:?} printed");
+    }
 }

@@ -274,7 +274,7 @@ async fn the_users_database_is_left_untouched() {
     );
 }
 
-/// Issue 11: late retries of cancelled and expired orders take nothing with every safe strategy;
+/// Late retries of cancelled and expired orders take nothing with every safe strategy;
 /// `naive-replay` (the idempotency rule before the fix) takes every unit again, every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_retry_takes_nothing_with_every_safe_strategy_and_the_old_rule_fails() {
@@ -305,4 +305,60 @@ async fn late_retry_takes_nothing_with_every_safe_strategy_and_the_old_rule_fail
     );
     assert_eq!(naive["violations"], 2, "{naive}");
     assert_eq!(naive["verdict"], "failed_as_expected", "{naive}");
+}
+
+/// The runs per strategy `saldo race --help` states for `scenario`: its `--runs` line reads
+/// `(default N; scenario, scenario M; …)`.
+fn stated_runs(help: &str, scenario: &str) -> u32 {
+    let line = help
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("--runs"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no --runs help in:\n{help}"));
+    let (_, stated) = line.rsplit_once('(').expect("(defaults)");
+    let mut default = None;
+    for part in stated.trim_end_matches(')').split("; ") {
+        let (names, n) = part.rsplit_once(' ').expect("names and a number");
+        let n: u32 = n.parse().unwrap_or_else(|_| panic!("{part:?} in {line:?}"));
+        if names == "default" {
+            default = Some(n);
+        } else if names.split(", ").any(|name| name == scenario) {
+            return n;
+        }
+    }
+    default.unwrap_or_else(|| panic!("no default in {line:?}"))
+}
+
+/// `--help` states each scenario's real default `--runs` (it used to say 5 for all but
+/// crossed-transfers while late-retry ran 2, the hold races 3 and extend-vs-sweeper 2): the
+/// statement against saldo-lab's catalog for every scenario, and against a real run for
+/// late-retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_states_the_runs_each_scenario_really_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_saldo"))
+        .args(["race", "--help"])
+        .output()
+        .expect("run saldo");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for &scenario in saldo_lab::race::Scenario::ALL {
+        assert_eq!(
+            stated_runs(&help, scenario.as_str()),
+            scenario.defaults().runs,
+            "{scenario:?}: {help}"
+        );
+    }
+    let out = race(&[
+        "late-retry",
+        "--strategy",
+        "atomic",
+        "--buyers",
+        "2",
+        "--json",
+    ])
+    .await;
+    let reports = reports(&out);
+    assert_eq!(
+        reports[0]["runs"].as_u64(),
+        Some(u64::from(stated_runs(&help, "late-retry")))
+    );
 }

@@ -1,16 +1,20 @@
 //! The naive restock (`naive-fill`, for `saldo race backorder-fill`): what a fill looks like
 //! without the row lock and the queue. It reads the stock row and the product's backorders
-//! unlocked, decides in the application which to fill (newest first, the order a stack gives),
-//! thinks, and writes the values it computed from its read: every concurrent restock fills the
-//! same reservation, older backorders wait while newer ones are served, and the last writer's
-//! stock row wins (a lost update the audit sees).
+//! unlocked, decides in the application which to fill (newest first, the order a stack gives)
+//! ([`decide`]), thinks, and writes the values it computed from its read ([`restock`]): every
+//! concurrent restock fills the same reservation, older backorders wait while newer ones are
+//! served, and the last writer's stock row wins (a lost update the audit sees).
 
 use std::time::Duration;
 
 use saldo::error::Error;
 use saldo::retry::checkout;
-use tokio::sync::Barrier;
 use uuid::Uuid;
+
+/// Its name in `--strategy` and the reports.
+pub const NAME: &str = "naive-fill";
+/// The pause between its decision and its write.
+pub const THINK: Duration = Duration::from_millis(50);
 
 const READ_STOCK: &str = "SELECT available, reserved, backordered FROM stock WHERE product_id = $1";
 const READ_BACKORDERS: &str = "SELECT id, status, backordered, backorder_arrival \
@@ -37,20 +41,26 @@ struct Planned {
     left: i32,
 }
 
-/// Restocks `units` of `product` the naive way. `start` is the run's starting line, passed
-/// after the read (so every naive restock of a run reads before anyone writes); `think` is
-/// the pause between the decision and the write.
-pub async fn naive_restock(
+/// What the naive restock read and decided: the stock row's `available`, `reserved` and
+/// `backordered`, and the fills it plans.
+pub struct Decision {
+    books: (i32, i32, i32),
+    plan: Vec<Planned>,
+}
+
+/// Writes the restock of `units` of `product` that [`decide`] planned, after a pause of
+/// [`THINK`].
+pub async fn restock(
     pool: &deadpool_postgres::Pool,
     product: i64,
     units: i32,
-    start: &Barrier,
-    think: Duration,
+    decision: Decision,
 ) -> Result<(), Error> {
-    let read = naive_read(pool, product, units).await;
-    start.wait().await;
-    let ((available, reserved, backordered), plan) = read?;
-    tokio::time::sleep(think).await;
+    let Decision {
+        books: (available, reserved, backordered),
+        plan,
+    } = decision;
+    tokio::time::sleep(THINK).await;
     let client = checkout(pool, saldo::Operation::Lab).await?;
     let movement: i64 = client
         .query_one(RECORD, &[&product, &units])
@@ -81,13 +91,13 @@ pub async fn naive_restock(
     Ok(())
 }
 
-type Read = ((i32, i32, i32), Vec<Planned>);
-
-async fn naive_read(
+/// The unlocked reads and the plan: which backorders `units` new units of `product` fill,
+/// newest first. The connection goes back to the pool before this returns.
+pub async fn decide(
     pool: &deadpool_postgres::Pool,
     product: i64,
     units: i32,
-) -> Result<Read, Error> {
+) -> Result<Decision, Error> {
     let client = checkout(pool, saldo::Operation::Lab).await?;
     let row = client.query_one(READ_STOCK, &[&product]).await?;
     let books = (
@@ -112,5 +122,5 @@ async fn naive_read(
             left: waiting - f,
         });
     }
-    Ok((books, plan))
+    Ok(Decision { books, plan })
 }

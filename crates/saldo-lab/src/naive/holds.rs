@@ -1,5 +1,5 @@
-//! The naive holds, for the race lab only (never safe, never served): the bugs issue 14's
-//! design prevents, written the way a first attempt would.
+//! The naive holds, for the race lab only (never safe, never served): the bugs the ledger's
+//! holds and linked groups are designed against, written the way a first attempt would.
 //!
 //! - [`settle`]: read the hold's status without a lock, decide in the application, think, then
 //!   write the new status unconditionally and move the account columns. A post, a void and the
@@ -160,7 +160,7 @@ pub async fn group(
                 let balance: i64 = client
                     .query_one(LOCK_ONE, &[&t.from.get()])
                     .await?
-                    .try_get("balance")?;
+                    .try_get(saldo::Operation::Lab)?;
                 tokio::time::sleep(think).await;
                 client.query_one(LOCK_ONE, &[&t.to.get()]).await?;
                 let amount = t.amount.get();

@@ -1,8 +1,8 @@
-//! The `naive` transfer, for the race lab only: debit `from`, then credit `to`, each UPDATE
-//! locking its row as it goes, so the lock order is whatever order the caller named the
-//! accounts in. Two crossed transfers lock in opposite orders and PostgreSQL aborts one with
-//! 40P01 after `deadlock_timeout` (seed 002). Each step is still conditional, so naive can fail
-//! but never corrupts a balance: the only defect it shows is the deadlock.
+//! The `naive` transfer, for the race lab only: debit `from`, then credit `to`, each UPDATE locking
+//! its row as it goes, so the lock order is whatever order the caller named the accounts in. Two
+//! crossed transfers lock in opposite orders and PostgreSQL aborts one with 40P01 after
+//! `deadlock_timeout` (the crossed-transfers deadlock). Each step is still conditional, so naive
+//! can fail but never corrupts a balance: the only defect it shows is the deadlock.
 
 use deadpool_postgres::Client;
 use tokio_postgres::error::SqlState;

@@ -1,39 +1,35 @@
-//! The `backorder-fill` scenario (issue 15): restocks racing new reservations for a preorder.
-//! One run: product 1 has no stock and a backorder limit; `buyers / 4` (at least 2) preorders
-//! wait in a known arrival order; then `buyers` requests go at once from one starting line,
-//! even ones reserving a unit, odd ones restocking one. Checks: units promised never pass
-//! stock + limit (nor the limit on the row), no unit is left available while a backorder waits
-//! (every arrival filled first), fills in arrival order and the books balance (the audit), and
-//! no error reached a caller (e.g. a CHECK violation of available or the limit).
+//! The `backorder-fill` scenario: restocks racing new reservations for a preorder. One run:
+//! product 1 has no stock and a backorder limit; `buyers / 4` (at least 2) preorders wait in a
+//! known arrival order; then `buyers` requests go at once from one starting line, even ones
+//! reserving a unit, odd ones restocking one. Checks: units promised never pass stock + limit
+//! (nor the limit on the row), no unit is left available while a backorder waits (every
+//! arrival filled first), fills in arrival order and the books balance (the audit), and no
+//! error reached a caller (e.g. a CHECK violation of available or the limit).
 //!
 //! The served strategies restock through `saldo::stock::admin::adjust` (the fill under the
 //! row lock, oldest first) while their reservations race it. The naive restock
-//! (`saldo_lab::naive::backorders`) reads, decides newest first in the application, thinks and
+//! (`crate::naive::backorders`) reads, decides newest first in the application, thinks and
 //! writes what it computed: it fails the same checks every run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
 use saldo::error::Error;
 use saldo::stock::backorders::set_policy;
-use saldo::stock::{admin, build, ReserveRequest, StrategyConfig};
-use tokio::sync::Barrier;
+use saldo::stock::{admin, ReserveRequest, StockStrategy, Store};
 
-use crate::naive::backorders::naive_restock;
-use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
-use crate::race::types::{bounded, error_kind, join_bounded, LabError, Report, RunDone, Scenario};
-use crate::scratch::Scratch;
+use crate::naive::backorders as naive;
+use crate::race::contender::{Contender, RunOutcome};
+use crate::race::fire::{at_once, books, out_of_stock, Answers};
+use crate::race::types::{bounded, LabError, Report};
 
-/// The naive restock's name in `--strategy` and the reports.
-pub const NAIVE_FILL: &str = "naive-fill";
-/// The naive restock's pause between its decision and its write.
-pub const NAIVE_THINK: Duration = Duration::from_millis(50);
 /// Most concurrent requests per run.
 pub const MAX_FILL_BUYERS: u32 = 2_000;
 /// Fewest: two reservations and two restocks.
 pub const MIN_FILL_BUYERS: u32 = 4;
+/// The preorder.
+const PRODUCT: i64 = 1;
 
 /// What one run found.
 #[derive(Debug, Clone, Default)]
@@ -65,98 +61,109 @@ impl FillOutcome {
     }
 }
 
+/// A request, ready at the starting line.
+enum Ready {
+    Reserve(ReserveRequest),
+    Restock,
+    /// The naive restock, its reads done and its fills decided.
+    NaiveRestock(naive::Decision),
+}
+
+/// One unit of the preorder for order `order_id`.
+fn one_unit(order_id: String) -> Result<ReserveRequest, Error> {
+    Ok(ReserveRequest {
+        order_id: OrderId::new(order_id)?,
+        items: OrderItems::new([(PRODUCT, 1)])?,
+        ttl: Ttl::default(),
+    })
+}
+
+/// Request `i` of run `run`: a reservation (even `i`) or a restock by `contender` (odd `i`).
+async fn ready(
+    i: u32,
+    run: u32,
+    contender: Contender,
+    pool: &deadpool_postgres::Pool,
+) -> Result<Ready, Error> {
+    Ok(match (i % 2, contender) {
+        (0, _) => Ready::Reserve(one_unit(format!("br-{run}-{i}"))?),
+        (_, Contender::Served(_)) => Ready::Restock,
+        (_, Contender::Naive(_)) => Ready::NaiveRestock(naive::decide(pool, PRODUCT, 1).await?),
+    })
+}
+
+/// Sends a ready request: true when it restocked, false when it reserved.
+async fn go(ready: Ready, engine: &Arc<dyn StockStrategy>, store: &Store) -> Result<bool, Error> {
+    match ready {
+        Ready::Reserve(request) => engine.reserve(&request).await.map(|_| false),
+        Ready::Restock => {
+            let reason = Reason::new("race restock")?;
+            admin::adjust(store, ProductId::new(PRODUCT)?, 1, &reason)
+                .await
+                .map(|_| true)
+        }
+        Ready::NaiveRestock(decision) => naive::restock(&store.pool, PRODUCT, 1, decision)
+            .await
+            .map(|()| true),
+    }
+}
+
 /// Runs the scenario once with `contender` on `store`'s database, which must hold nothing of
 /// product 1 yet (a fresh or reset database).
 pub async fn run_on(
-    store: &saldo::stock::Store,
+    store: &Store,
     buyers: u32,
     contender: Contender,
     run: u32,
 ) -> Result<FillOutcome, LabError> {
-    bounded(
-        "buyers",
-        buyers.into(),
-        MIN_FILL_BUYERS.into(),
-        MAX_FILL_BUYERS.into(),
-    )?;
-    let product = ProductId::new(1).map_err(Error::from)?;
+    let (min, max) = (MIN_FILL_BUYERS.into(), MAX_FILL_BUYERS.into());
+    bounded("buyers", buyers.into(), min, max)?;
     let waiting = u64::from((buyers / 4).max(2));
     // Room for the waiting preorders and about half the racing reservations: some are refused.
     let limit = waiting as i64 + i64::from(buyers / 4);
+    let product = ProductId::new(PRODUCT).map_err(Error::from)?;
     admin::set_count(store, product, 0).await?;
     set_policy(store, product, limit).await?;
-    let engine = build(
-        contender.engine(),
-        store.clone(),
-        &StrategyConfig::default(),
-    );
-    let one = OrderItems::new([(1, 1)]).map_err(Error::from)?;
+    let engine = contender.build(store);
     for i in 0..waiting {
-        let request = ReserveRequest {
-            order_id: OrderId::new(format!("bw-{run}-{i}")).map_err(Error::from)?,
-            items: one.clone(),
-            ttl: Ttl::default(),
-        };
-        engine.reserve(&request).await?;
+        engine.reserve(&one_unit(format!("bw-{run}-{i}"))?).await?;
     }
-    let reason = Reason::new("race restock").map_err(Error::from)?;
-    let start = Arc::new(Barrier::new(buyers as usize));
-    let tasks: Vec<_> = (0..buyers)
-        .map(|i| {
-            let (engine, store, one) = (engine.clone(), store.clone(), one.clone());
-            let (start, reason) = (start.clone(), reason.clone());
-            tokio::spawn(async move {
-                if i % 2 == 0 {
-                    let order_id = OrderId::new(format!("br-{run}-{i}"));
-                    start.wait().await;
-                    let request = ReserveRequest {
-                        order_id: order_id?,
-                        items: one,
-                        ttl: Ttl::default(),
-                    };
-                    engine.reserve(&request).await.map(|_| false)
-                } else {
-                    match contender {
-                        Contender::Served(_) => {
-                            start.wait().await;
-                            admin::adjust(&store, product, 1, &reason)
-                                .await
-                                .map(|_| true)
-                        }
-                        Contender::Naive(_) => {
-                            naive_restock(&store.pool, product.get(), 1, &start, NAIVE_THINK)
-                                .await
-                                .map(|()| true)
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let mut outcome = FillOutcome {
+    let racing = store.clone();
+    let answers = at_once(
+        buyers,
+        |i| {
+            let pool = store.pool.clone();
+            async move { ready(i, run, contender, &pool).await }
+        },
+        move |_, ready| {
+            let (engine, store) = (engine.clone(), racing.clone());
+            async move { go(ready?, &engine, &store).await }
+        },
+    )
+    .await?;
+    let answers = Answers::sort(answers, out_of_stock);
+    let books = books(store, &[PRODUCT]).await?;
+    let reserved = answers.granted_where(|restocked| !restocked);
+    let restocked = answers.granted_where(|restocked| *restocked);
+    let promised = waiting + reserved;
+    Ok(FillOutcome {
         limit,
         waiting,
-        ..FillOutcome::default()
-    };
-    for answer in join_bounded(tasks).await? {
-        match answer {
-            Ok(true) => outcome.restocked += 1,
-            Ok(false) => outcome.reserved += 1,
-            Err(Error::InsufficientStock { .. }) => outcome.refused += 1,
-            Err(e) => *outcome.errors.entry(error_kind(&e)).or_default() += 1,
-        }
-    }
-    let after = admin::get(store, product).await?;
-    outcome.final_available = after.available.into();
-    outcome.final_reserved = after.reserved.into();
-    outcome.final_backordered = after.backordered.into();
-    let promised = outcome.waiting + outcome.reserved;
-    outcome.past_limit = promised.saturating_sub(outcome.restocked + limit as u64);
-    if after.available > 0 && after.backordered > 0 {
-        outcome.unfilled = u64::from(after.available.min(after.backordered).unsigned_abs());
-    }
-    outcome.audit_divergences = crate::checks::stock_divergences(&store.pool).await?;
-    Ok(outcome)
+        reserved,
+        refused: answers.refused(),
+        restocked,
+        errors: answers.errors,
+        final_available: books.available,
+        final_reserved: books.reserved,
+        final_backordered: books.backordered,
+        past_limit: promised.saturating_sub(restocked + limit as u64),
+        unfilled: if books.available > 0 && books.backordered > 0 {
+            books.available.min(books.backordered).unsigned_abs()
+        } else {
+            0
+        },
+        audit_divergences: books.audit_divergences,
+    })
 }
 
 impl RunOutcome for FillOutcome {
@@ -171,28 +178,4 @@ impl RunOutcome for FillOutcome {
         report.audit_divergences += self.audit_divergences;
         report.violations += u32::from(self.violated());
     }
-}
-
-/// Runs `runs` runs for each contender on `scratch`, telling `on_run` after every run.
-pub async fn run_with_progress(
-    scratch: &Scratch,
-    buyers: u32,
-    runs: u32,
-    contenders: &[Contender],
-    on_run: &(dyn Fn(RunDone<'_>) + Sync),
-) -> Result<Vec<Report>, LabError> {
-    let runs = Runs {
-        scenario: Scenario::BackorderFill,
-        buyers,
-        stock_per_run: 0,
-        runs,
-    };
-    run_contenders(
-        scratch,
-        runs,
-        contenders,
-        on_run,
-        |store, contender, run| async move { run_on(&store, buyers, contender, run).await },
-    )
-    .await
 }

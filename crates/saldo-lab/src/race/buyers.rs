@@ -62,7 +62,7 @@ impl Tally {
 }
 
 /// Fires every order at once and returns each buyer's answer, in order. Bounded by the number
-/// of orders and by [`RUN_TIMEOUT`](crate::race::RUN_TIMEOUT).
+/// of orders and by [`RUN_TIMEOUT`](crate::race::types::RUN_TIMEOUT).
 pub async fn buy_all(
     engine: &Arc<dyn StockStrategy>,
     orders: &[ReserveRequest],
@@ -78,7 +78,7 @@ pub async fn buy_all(
     join_bounded(tasks).await
 }
 
-/// Seed 000's race in its simplest form: `buyers` orders (`buyer-0`, `buyer-1`, …) of one unit
+/// The last-unit race in its simplest form: `buyers` orders (`buyer-0`, `buyer-1`, …) of one unit
 /// of product 1, all at once, and what they were told. The contract suites (safe and naive)
 /// run it; the lab's `last-unit` scenario builds its own orders per run.
 pub async fn one_unit_each(

@@ -1,23 +1,26 @@
-//! What issue 15's scenarios (`extend-vs-sweeper`, `sales-vs-reservations`) share: who runs
-//! the raced operation ([`Contender`]: a served strategy or the scenario's naive variant), and
-//! the loop that runs each contender `runs` times on a reset scratch database and sums what
-//! every run found into its [`Report`] ([`run_contenders`]).
+//! What the scenarios that race one shop operation (`extend-vs-sweeper`,
+//! `sales-vs-reservations`, `backorder-fill`, `split-locations`) share around their runs: who
+//! runs the raced operation ([`Contender`]: a served strategy, or the scenario's naive variant
+//! from `crate::naive`), what a run's findings add to a report ([`RunOutcome`],
+//! [`StockFindings`]), and the loop that runs each contender `runs` times on a reset scratch
+//! database and sums what every run found into its [`Report`] ([`run_contenders`]). Inside a
+//! run they share [`crate::race::fire`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use saldo::retry::TxOptions;
-use saldo::stock::{Store, StrategyName};
+use saldo::stock::{build, StockStrategy, Store, StrategyConfig, StrategyName};
 use tokio_postgres::error::SqlState;
 
 use crate::race::types::{LabError, Report, RunDone, Scenario};
 use crate::scratch::Scratch;
 
-/// Who runs the operation an issue-15 scenario races (`extend-vs-sweeper`,
-/// `sales-vs-reservations`): a served strategy, through the library, or the scenario's naive
-/// variant (named by the scenario: `naive-extend`, `naive-sale`), which reads, decides in the
-/// application and writes.
+/// Who runs the operation a shop scenario races: a served strategy, through the library, or
+/// the scenario's naive variant (named by the scenario: `naive-extend`, `naive-sale`,
+/// `naive-fill`, `naive-locations`), which reads, decides in the application and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contender {
     Served(StrategyName),
@@ -58,6 +61,11 @@ impl Contender {
             Contender::Served(n) => n,
             Contender::Naive(_) => StrategyName::Atomic,
         }
+    }
+
+    /// [`Contender::engine`], built on `store` with the default settings.
+    pub fn build(self, store: &Store) -> Arc<dyn StockStrategy> {
+        build(self.engine(), store.clone(), &StrategyConfig::default())
     }
 }
 

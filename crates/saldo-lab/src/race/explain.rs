@@ -1,6 +1,7 @@
-//! `saldo race --explain`: the interleaving one run actually went through, printed like seed
-//! 000's two-session timeline — the first few sessions side by side, one column each, then a
-//! summary of how many sessions read the same balance and what each of them wrote.
+//! `saldo race --explain`: the interleaving one run actually went through, printed like the
+//! last-unit race's two-session timeline — the first few sessions side by side, one column
+//! each, then a summary of how many sessions read the same balance and what each of them
+//! wrote.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,8 +1,8 @@
-//! The `extend-vs-sweeper` scenario (issue 15): holds are extended while the sweeper expires
-//! them, and every extension's answer must match what became of its hold. One run: stock
-//! `orders` units of product 1, reserve one unit per order with a short hold ([`HOLD`]), then
-//! extend each order at a staggered moment (some before the hold lapses, some after) while a
-//! sweeper loops. Afterwards (and after a last sweep):
+//! The `extend-vs-sweeper` scenario: holds are extended while the sweeper expires them, and
+//! every extension's answer must match what became of its hold. One run: stock `orders` units
+//! of product 1, reserve one unit per order with a short hold ([`HOLD`]), then extend each
+//! order at a staggered moment (some before the hold lapses, some after) while a sweeper
+//! loops. Afterwards (and after a last sweep):
 //!
 //! - an extension answered "extended" must find its reservation still active (the sweeper did
 //!   not expire it after all): otherwise the customer was told the units are held when they
@@ -11,9 +11,7 @@
 //! - `reserved` must equal the active units, and the audit must come back empty.
 //!
 //! The served strategies extend through `saldo::stock::extend` (rows locked, decided on what
-//! was locked). The naive extender reads the hold, decides in the application, thinks
-//! ([`NAIVE_THINK`], seed 000's slow call) and writes the new expiry without a condition: the
-//! sweeper expires the hold in between and the extension "succeeds" on an expired row.
+//! was locked); the naive extender is `crate::naive::extend`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,22 +20,20 @@ use std::time::Duration;
 
 use saldo::domain::{MaxHold, OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
-use saldo::retry::checkout;
-use saldo::stock::{admin, build, sweeper, ReserveRequest, StrategyConfig};
+use saldo::stock::{admin, sweeper, ReserveRequest, StockStrategy, Store};
+use tokio::task::JoinHandle;
 
-use crate::race::contender::{run_contenders, Contender, RunOutcome, Runs};
-use crate::race::types::{error_kind, join_bounded, LabError, Report, RunDone, Scenario};
-use crate::scratch::Scratch;
+use crate::naive::extend as naive;
+use crate::race::contender::{Contender, RunOutcome};
+use crate::race::fire::{at_once, books, Answers};
+use crate::race::types::{bounded, join_bounded, LabError, Report};
 
 /// How long each reservation is held before it is due.
 pub const HOLD: Duration = Duration::from_millis(400);
-/// Extensions start at `(i % STAGGER_SLOTS) × STAGGER_STEP` after the reservations: from well
-/// before [`HOLD`] lapses to well after it.
+/// Extensions start at `(i % STAGGER_SLOTS) × STAGGER_STEP` after the starting line: from
+/// well before [`HOLD`] lapses to well after it.
 const STAGGER_STEP: Duration = Duration::from_millis(80);
 const STAGGER_SLOTS: u32 = 10;
-/// The naive extender's pause between its read and its write; longer than [`HOLD`], so a hold
-/// read as live is due (and swept) before the write.
-pub const NAIVE_THINK: Duration = Duration::from_millis(600);
 /// What each extension asks for.
 const EXTEND_TTL_S: u64 = 600;
 /// Sweeper rounds per run at most, [`SWEEP_EVERY`] apart (bounded: 10 s).
@@ -45,9 +41,6 @@ const MAX_SWEEP_ROUNDS: u32 = 500;
 const SWEEP_EVERY: Duration = Duration::from_millis(20);
 /// Most orders per run.
 pub const MAX_EXTEND_ORDERS: u32 = 2_000;
-
-/// The naive extender's name in `--strategy` and the reports.
-pub const NAIVE_EXTEND: &str = "naive-extend";
 
 /// What one run found.
 #[derive(Debug, Clone, Default)]
@@ -75,147 +68,124 @@ impl ExtendOutcome {
     }
 }
 
-/// The naive extension: an unlocked read, the decision in the application, a pause, and a
-/// write that does not re-check what it decided on.
-async fn naive_extend(
-    pool: &deadpool_postgres::Pool,
-    order_id: &OrderId,
-    ttl_s: f64,
-) -> Result<(), Error> {
-    let client = checkout(pool, saldo::Operation::Lab).await?;
-    let rows = client
-        .query(
-            "SELECT product_id, status, expires_at > now() AS live FROM reservations \
-             WHERE order_id = $1",
-            &[&order_id.as_str()],
-        )
-        .await?;
-    if rows.is_empty() {
-        return Err(Error::UnknownOrder(order_id.clone()));
+fn order_id(run: u32, i: u32) -> Result<OrderId, Error> {
+    Ok(OrderId::new(format!("ext-{run}-{i}"))?)
+}
+
+/// Holds one unit for each of `orders` orders, one after the other: each hold starts when it
+/// is granted (no wait on the row lock inside its transaction), so the last ones are fresh
+/// when the first extensions start.
+async fn hold_each(engine: &Arc<dyn StockStrategy>, orders: u32, run: u32) -> Result<(), Error> {
+    let hold = Ttl::from_millis(HOLD.as_millis() as u64)?;
+    for i in 0..orders {
+        let request = ReserveRequest {
+            order_id: order_id(run, i)?,
+            items: OrderItems::new([(1, 1)])?,
+            ttl: hold,
+        };
+        engine.reserve(&request).await?;
     }
-    for r in &rows {
-        let status: String = r.try_get("status")?;
-        let live: bool = r.try_get("live")?;
-        if status != "active" || !live {
-            return Err(Error::ReservationExpired {
-                order_id: order_id.clone(),
-                product_id: ProductId::new(r.try_get("product_id")?)?,
-            });
-        }
-    }
-    tokio::time::sleep(NAIVE_THINK).await;
-    client
-        .execute(
-            "UPDATE reservations SET expires_at = now() + make_interval(secs => $2) \
-             WHERE order_id = $1",
-            &[&order_id.as_str(), &ttl_s],
-        )
-        .await?;
     Ok(())
 }
 
-fn order_id(run: u32, i: u32) -> Result<OrderId, Error> {
-    Ok(OrderId::new(format!("ext-{run}-{i}"))?)
+/// The sweeper, looping until `done` (at most [`MAX_SWEEP_ROUNDS`] rounds).
+fn sweep_until(store: Store, done: Arc<AtomicBool>) -> JoinHandle<Result<(), Error>> {
+    tokio::spawn(async move {
+        for _ in 0..MAX_SWEEP_ROUNDS {
+            if done.load(Ordering::Relaxed) {
+                break;
+            }
+            sweeper::sweep(&store).await?;
+            tokio::time::sleep(SWEEP_EVERY).await;
+        }
+        Ok(())
+    })
+}
+
+/// Extends order `i` at its staggered moment, the served way or the naive one.
+async fn extend(
+    i: u32,
+    run: u32,
+    extender: Contender,
+    engine: &Arc<dyn StockStrategy>,
+    pool: &deadpool_postgres::Pool,
+) -> Result<(), Error> {
+    tokio::time::sleep(STAGGER_STEP * (i % STAGGER_SLOTS)).await;
+    let id = order_id(run, i)?;
+    match extender {
+        Contender::Served(_) => {
+            let ttl = Ttl::from_secs(EXTEND_TTL_S)?;
+            engine
+                .extend(&id, ttl, MaxHold::default())
+                .await
+                .map(|_| ())
+        }
+        Contender::Naive(_) => naive::extend(pool, &id, EXTEND_TTL_S as f64).await,
+    }
 }
 
 /// Runs the scenario once with `extender` on `store`'s database, which must hold nothing of
 /// product 1 yet (a fresh or reset database).
 pub async fn run_on(
-    store: &saldo::stock::Store,
+    store: &Store,
     orders: u32,
     extender: Contender,
     run: u32,
 ) -> Result<ExtendOutcome, LabError> {
-    crate::race::types::bounded("orders", orders.into(), 1, MAX_EXTEND_ORDERS.into())?;
+    bounded("orders", orders.into(), 1, MAX_EXTEND_ORDERS.into())?;
     let product = ProductId::new(1).map_err(Error::from)?;
     admin::set_count(store, product, orders.into()).await?;
-    let engine = build(extender.engine(), store.clone(), &StrategyConfig::default());
-    let hold = Ttl::from_millis(HOLD.as_millis() as u64).map_err(Error::from)?;
-    // One after the other: each hold starts when it is granted (no wait on the row lock inside
-    // its transaction), so the last ones are fresh when the first extensions start.
-    for i in 0..orders {
-        engine
-            .reserve(&ReserveRequest {
-                order_id: order_id(run, i)?,
-                items: OrderItems::new([(1, 1)]).map_err(Error::from)?,
-                ttl: hold,
-            })
-            .await?;
-    }
-
+    let engine = extender.build(store);
+    hold_each(&engine, orders, run).await?;
     let done = Arc::new(AtomicBool::new(false));
-    let sweeper_task = {
-        let (store, done) = (store.clone(), done.clone());
-        tokio::spawn(async move {
-            for _ in 0..MAX_SWEEP_ROUNDS {
-                if done.load(Ordering::Relaxed) {
-                    break;
-                }
-                sweeper::sweep(&store).await?;
-                tokio::time::sleep(SWEEP_EVERY).await;
-            }
-            Ok::<(), Error>(())
-        })
-    };
-    let ttl = Ttl::from_secs(EXTEND_TTL_S).map_err(Error::from)?;
-    let tasks: Vec<_> = (0..orders)
-        .map(|i| {
-            let (engine, pool) = (engine.clone(), store.pool.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(STAGGER_STEP * (i % STAGGER_SLOTS)).await;
-                let id = order_id(run, i)?;
-                match extender {
-                    Contender::Served(_) => engine
-                        .extend(&id, ttl, MaxHold::default())
-                        .await
-                        .map(|_| ()),
-                    Contender::Naive(_) => naive_extend(&pool, &id, EXTEND_TTL_S as f64).await,
-                }
-            })
-        })
-        .collect();
-    let answers = join_bounded(tasks).await;
+    let sweeping = sweep_until(store.clone(), done.clone());
+    let pool = store.pool.clone();
+    let answers = at_once(
+        orders,
+        |_| async {},
+        move |i, ()| {
+            let (engine, pool) = (engine.clone(), pool.clone());
+            async move { extend(i, run, extender, &engine, &pool).await }
+        },
+    )
+    .await;
     done.store(true, Ordering::Relaxed);
-    let swept = join_bounded(vec![sweeper_task]).await;
+    let swept = join_bounded(vec![sweeping]).await;
     let answers = answers?;
     for s in swept? {
         s?;
     }
     sweeper::sweep(store).await?;
+    judge(store, run, answers).await
+}
 
-    let client = checkout(&store.pool, saldo::Operation::Lab).await?;
-    let rows = client
-        .query(
-            "SELECT order_id, status FROM reservations WHERE order_id LIKE $1",
-            &[&format!("ext-{run}-%")],
-        )
-        .await
-        .map_err(Error::from)?;
-    let mut status: BTreeMap<String, String> = BTreeMap::new();
-    for r in rows {
-        status.insert(r.get("order_id"), r.get("status"));
-    }
+/// What became of each hold against what its extension was told.
+async fn judge(
+    store: &Store,
+    run: u32,
+    answers: Vec<Result<(), Error>>,
+) -> Result<ExtendOutcome, LabError> {
+    let status = crate::checks::reservation_statuses(&store.pool, &format!("ext-{run}-")).await?;
+    let ended = |i: u32| -> Result<Option<&str>, Error> {
+        Ok(status.get(order_id(run, i)?.as_str()).map(String::as_str))
+    };
+    let expired = |e: &Error| matches!(e, Error::ReservationExpired { .. });
+    let answers = Answers::sort(answers, expired);
     let mut outcome = ExtendOutcome::default();
-    for (i, answer) in answers.iter().enumerate() {
-        let id = order_id(run, i as u32)?;
-        let ended = status.get(id.as_str()).map(String::as_str);
-        match answer {
-            Ok(()) => {
-                outcome.extended += 1;
-                outcome.lost_extensions += u64::from(ended != Some("active"));
-            }
-            Err(Error::ReservationExpired { .. }) => {
-                outcome.refused_expired += 1;
-                outcome.wrong_refusals += u64::from(ended != Some("expired"));
-            }
-            Err(e) => *outcome.errors.entry(error_kind(e)).or_default() += 1,
-        }
+    for &(i, ()) in &answers.granted {
+        outcome.extended += 1;
+        outcome.lost_extensions += u64::from(ended(i)? != Some("active"));
     }
-    let after = admin::get(store, product).await?;
-    outcome.final_available = after.available.into();
-    outcome.final_reserved = after.reserved.into();
+    for &i in &answers.refused {
+        outcome.refused_expired += 1;
+        outcome.wrong_refusals += u64::from(ended(i)? != Some("expired"));
+    }
+    let books = books(store, &[1]).await?;
+    outcome.errors = answers.errors;
+    outcome.final_available = books.available;
+    outcome.final_reserved = books.reserved;
     outcome.active_units = status.values().filter(|s| *s == "active").count() as i64;
-    outcome.audit_divergences = crate::checks::stock_divergences(&store.pool).await?;
+    outcome.audit_divergences = books.audit_divergences;
     Ok(outcome)
 }
 
@@ -231,28 +201,4 @@ impl RunOutcome for ExtendOutcome {
         report.audit_divergences += self.audit_divergences;
         report.violations += u32::from(self.violated());
     }
-}
-
-/// Runs `runs` runs for each extender on `scratch`, telling `on_run` after every run.
-pub async fn run_with_progress(
-    scratch: &Scratch,
-    orders: u32,
-    runs: u32,
-    extenders: &[Contender],
-    on_run: &(dyn Fn(RunDone<'_>) + Sync),
-) -> Result<Vec<Report>, LabError> {
-    let runs = Runs {
-        scenario: Scenario::ExtendVsSweeper,
-        buyers: orders,
-        stock_per_run: orders.into(),
-        runs,
-    };
-    run_contenders(
-        scratch,
-        runs,
-        extenders,
-        on_run,
-        |store, extender, run| async move { run_on(&store, orders, extender, run).await },
-    )
-    .await
 }

@@ -1,4 +1,4 @@
-//! Issue 14's races on the ledger's holds and linked groups, ordered (saldo's ledger) against
+//! The races on the ledger's holds and linked groups, ordered (saldo's ledger) against
 //! the naive variants of `naive::holds`:
 //!
 //! - `hold-settle`: `holds` holds fall due, then a post, a void and an expiry race for each at
@@ -10,6 +10,7 @@
 //! - `crossed-groups`: `holds` linked groups of two transfers between accounts 1 and 2, half
 //!   naming 1 → 2 first and half 2 → 1 first, with no retry: no deadlock may reach a caller.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use saldo::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
@@ -218,56 +219,20 @@ async fn settle_race(
     strategy: LabHolds,
     run: u32,
 ) -> Result<RunOutcome, LabError> {
-    two_accounts(ledger, SETTLE_OPENING).await?;
-    let timeout = TransferTimeout::from_secs(60).map_err(Error::from)?;
-    let mut ids = Vec::new();
-    for i in 0..race.holds {
-        let id = format!("s-{run}-{i}");
-        ledger
-            .hold(&request(id.clone(), 1, 2, HOLD_AMOUNT)?, timeout)
-            .await?;
-        ids.push(id);
-    }
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    saldo::fixtures::make_holds_due(&ledger.store().pool, &refs).await?;
-    // Each task answers the status it made the hold reach when it won, None when it lost.
+    let ids = due_holds(ledger, race.holds, run).await?;
     let mut tasks = Vec::new();
     for id in &ids {
         for how in [Settle::Post(None), Settle::Void, Settle::Expire] {
             let (ledger, tx, id, think) = (ledger.clone(), tx.clone(), id.clone(), race.think);
             tasks.push(tokio::spawn(async move {
-                let won = match (strategy, how) {
-                    (LabHolds::Ordered, Settle::Expire) => {
-                        // The real sweeper: it expires whatever is due, this hold among them.
-                        ledger.expire_due().await.map(|_| None)
-                    }
-                    (LabHolds::Ordered, how) => {
-                        let r = match TransferId::new(id.clone()) {
-                            Err(e) => Err(Error::from(e)),
-                            Ok(t) if how == Settle::Void => ledger.void(&t).await,
-                            Ok(t) => ledger.post(&t, None).await,
-                        };
-                        match r {
-                            Ok(t) => Ok(Some(t.status)),
-                            Err(Error::TransferNotPending { .. }) => Ok(None),
-                            Err(e) => Err(e),
-                        }
-                    }
-                    (LabHolds::Naive, how) => {
-                        let pool = ledger.store().pool.clone();
-                        naive::settle(&pool, &tx, &id, how, think)
-                            .await
-                            .map(|s| (s == how.target()).then_some(s))
-                    }
-                };
+                let won = settle(&ledger, &tx, strategy, &id, how, think).await;
                 (id, won)
             }));
         }
     }
-    let joined = join_bounded(tasks).await?;
     let mut outcome = RunOutcome::default();
-    let mut wins: std::collections::BTreeMap<String, Vec<TransferStatus>> = Default::default();
-    for (id, won) in joined {
+    let mut wins: BTreeMap<String, Vec<TransferStatus>> = BTreeMap::new();
+    for (id, won) in join_bounded(tasks).await? {
         match won {
             Ok(Some(status)) => wins.entry(id).or_default().push(status),
             Ok(None) => {}
@@ -289,6 +254,56 @@ async fn settle_race(
         }
     }
     Ok(outcome)
+}
+
+/// `holds` holds from account 1 (opened with [`SETTLE_OPENING`]) to account 2, all due: their
+/// ids.
+async fn due_holds(ledger: &Ledger, holds: u32, run: u32) -> Result<Vec<String>, LabError> {
+    two_accounts(ledger, SETTLE_OPENING).await?;
+    let timeout = TransferTimeout::from_secs(60).map_err(Error::from)?;
+    let mut ids = Vec::new();
+    for i in 0..holds {
+        let id = format!("s-{run}-{i}");
+        ledger
+            .hold(&request(id.clone(), 1, 2, HOLD_AMOUNT)?, timeout)
+            .await?;
+        ids.push(id);
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    saldo::fixtures::make_holds_due(&ledger.store().pool, &refs).await?;
+    Ok(ids)
+}
+
+/// One of the racers for hold `id`, settling it `how`: the status it made the hold reach when
+/// it won, None when it lost.
+async fn settle(
+    ledger: &Ledger,
+    tx: &TxOptions,
+    strategy: LabHolds,
+    id: &str,
+    how: Settle,
+    think: Duration,
+) -> Result<Option<TransferStatus>, Error> {
+    match (strategy, how) {
+        // The real sweeper: it expires whatever is due, this hold among them.
+        (LabHolds::Ordered, Settle::Expire) => ledger.expire_due().await.map(|_| None),
+        (LabHolds::Ordered, how) => {
+            let id = TransferId::new(id.to_owned())?;
+            let settled = if how == Settle::Void {
+                ledger.void(&id).await
+            } else {
+                ledger.post(&id, None).await
+            };
+            match settled {
+                Ok(t) => Ok(Some(t.status)),
+                Err(Error::TransferNotPending { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        (LabHolds::Naive, how) => naive::settle(&ledger.store().pool, tx, id, how, think)
+            .await
+            .map(|s| (s == how.target()).then_some(s)),
+    }
 }
 
 /// `race.holds` holds racing for [`LAST_FUNDS`].

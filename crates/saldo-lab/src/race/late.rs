@@ -1,7 +1,7 @@
-//! The `late-retry` scenario (issue 11): a checkout's delayed retry of a reservation whose order
-//! was since cancelled or expired must take nothing. One run: stock `buyers` units of product 1,
-//! reserve one unit per buyer, release half of the orders and let the other half expire (swept),
-//! then replay every original request at once — the late retries. Every unit must still be
+//! The `late-retry` scenario (idempotency for good): a checkout's delayed retry of a reservation
+//! whose order was since cancelled or expired must take nothing. One run: stock `buyers` units of
+//! product 1, reserve one unit per buyer, release half of the orders and let the other half expire
+//! (swept), then replay every original request at once — the late retries. Every unit must still be
 //! available afterwards; a retry that took a unit again is a violation.
 //!
 //! The safe strategies hold (the order id is an idempotency key for good); `naive-replay`, the
@@ -15,8 +15,8 @@ use saldo::retry::TxOptions;
 use saldo::stock::{admin, sweeper, ReserveRequest, StrategyConfig};
 
 use crate::race::buyers::{buy_all, Tally};
+use crate::race::types::RunDone;
 use crate::race::types::{LabError, Report, Scenario};
-use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 

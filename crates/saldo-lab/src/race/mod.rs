@@ -1,4 +1,5 @@
-//! The race lab behind `saldo race`: the seeds' experiments as rerunnable scenarios.
+//! The race lab behind `saldo race`: the races the project's articles describe, as rerunnable
+//! scenarios.
 //!
 //! Each run starts from a fresh state in a scratch database the lab creates for itself
 //! ([`crate::scratch`]), fires concurrent buyers (or transfers) at one strategy, and then checks every
@@ -9,11 +10,15 @@
 //!
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
-//! [`late`], [`holds`], [`extend`], [`sales`] and [`backorders`], the last three sharing
-//! [`contender`]); [`explain`]
-//! renders `--explain` timelines. This file only declares and re-exports.
+//! [`late`], [`holds`], and the shop scenarios [`extend`], [`sales`], [`backorders`] and
+//! [`locations`], which share [`contender`] (who races, the per-contender run loop) and
+//! [`fire`] (one run: every request at once from one starting line, the answers sorted, the
+//! books read)); their naive variants are in `crate::naive`. Above them, [`catalog`] (each
+//! scenario's description, defaults, settings and racers) ← [`plan`] (a request validated
+//! into a [`Race`], and the one dispatch that runs it). [`explain`] renders `--explain`
+//! timelines. This file only declares and re-exports.
 //!
-//! Seed 002's crossed transfers, ordered against naive, without the retry (the naive
+//! The crossed transfers, ordered against naive, without the retry (the naive
 //! deadlocks reach the caller):
 //!
 //! ```no_run
@@ -35,16 +40,21 @@
 
 pub mod backorders;
 pub mod buyers;
+pub mod catalog;
 pub mod contender;
 pub mod explain;
 pub mod extend;
+pub mod fire;
 pub mod holds;
 pub mod late;
 pub mod locations;
+pub mod plan;
 pub mod sales;
 pub mod stock;
 pub mod transfers;
 pub mod types;
 
+pub use catalog::{Defaults, Knob, Racers};
 pub use contender::Contender;
+pub use plan::{PlanError, Race, RaceRequest};
 pub use types::*;

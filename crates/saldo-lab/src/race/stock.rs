@@ -1,8 +1,8 @@
-//! The stock scenarios of the lab: `last-unit` (seed 000), `oversubscribed` (seed 004) and
-//! `multi-item` (crossing multi-item orders, all or nothing). One run = reset the scratch
-//! database, stock the products, fire every buyer at once, then check the invariants.
-//! Multi-item orders come from a [`StdRng`] seeded with `seed + run`, so every strategy faces
-//! the same order mix in the same run and a seed reproduces it.
+//! The stock scenarios of the lab: `last-unit` (many buyers for one unit), `oversubscribed`
+//! (far more buyers than units) and `multi-item` (crossing multi-item orders, all or nothing).
+//! One run = reset the scratch database, stock the products, fire every buyer at once, then
+//! check the invariants. Multi-item orders come from a [`StdRng`] seeded with `seed + run`, so
+//! every strategy faces the same order mix in the same run and a seed reproduces it.
 
 use std::time::{Duration, Instant};
 
@@ -18,10 +18,10 @@ use saldo::stock::{admin, ReserveRequest, StrategyConfig};
 
 use crate::checks;
 pub use crate::race::buyers::{buy_all, Tally};
+use crate::race::types::RunDone;
 use crate::race::types::{
     bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS, MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
 };
-use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 

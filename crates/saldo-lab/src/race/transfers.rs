@@ -1,9 +1,10 @@
-//! The `crossed-transfers` scenario (seed 002): accounts 1 and 2 open with the same balance and
-//! `transfers` transfers of 10 fire at once, half 1 → 2 and half 2 → 1. With the `naive`
-//! strategy (locks in arrival order) crossed pairs deadlock and PostgreSQL kills one of each
-//! cycle with 40P01 — with `--no-retry` the victims reach the caller; with the retry on they
-//! are rerun from BEGIN and counted. `ordered` (one `SELECT … ORDER BY id FOR UPDATE`) cannot
-//! form a cycle: zero failures, zero deadlock retries. Every run ends with the money checks.
+//! The `crossed-transfers` scenario (the deadlock of crossed transfers): accounts 1 and 2 open
+//! with the same balance and `transfers` transfers of 10 fire at once, half 1 → 2 and half
+//! 2 → 1. With the `naive` strategy (locks in arrival order) crossed pairs deadlock and
+//! PostgreSQL kills one of each cycle with 40P01 — with `--no-retry` the victims reach the
+//! caller; with the retry on they are rerun from BEGIN and counted. `ordered` (one `SELECT …
+//! ORDER BY id FOR UPDATE`) cannot form a cycle: zero failures, zero deadlock retries. Every
+//! run ends with the money checks.
 //!
 //! On Citus the second account is the first one whose shard lives on another worker than
 //! account 1's ([`saldo::ops::citus_key_elsewhere`]): the crossing is across workers, where
@@ -16,24 +17,23 @@ use saldo::error::Error;
 use saldo::ledger::{Ledger, Transfer, TransferRequest};
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
 
+use crate::race::types::RunDone;
 use crate::race::types::{
     bounded, error_kind, join_bounded, LabError, OutOfRange, Report, Scenario, MAX_RUNS,
     MAX_TRANSFERS,
 };
-use crate::race::RunDone;
 use crate::scratch::Scratch;
 use crate::strategy::LabTransfer;
 
-/// Opening balance of each account (seed 002: 100,000).
+/// Opening balance of each account (as in the crossed-transfers article: 100,000).
 pub const OPENING_BALANCE: i64 = 100_000;
-/// Amount of each transfer (seed 002: 10).
+/// Amount of each transfer (as in the crossed-transfers article: 10).
 pub const TRANSFER_AMOUNT: i64 = 10;
 
-/// Seed 002's race on `ledger` (empty): opens account 1 and [`second_account`] (2 on one node)
-/// with [`OPENING_BALANCE`] each, then fires `transfers` transfers of [`TRANSFER_AMOUNT`] at
-/// once, half each way,
-/// with ids `{id_prefix}-{i}`. Every answer, in order; bounded by the lab's run timeout. The
-/// race below and the ledger test suites run it.
+/// The crossed-transfers race on `ledger` (empty): opens account 1 and [`second_account`] (2 on one
+/// node) with [`OPENING_BALANCE`] each, then fires `transfers` transfers of [`TRANSFER_AMOUNT`] at
+/// once, half each way, with ids `{id_prefix}-{i}`. Every answer, in order; bounded by the lab's
+/// run timeout. The race below and the ledger test suites run it.
 pub async fn crossed(
     ledger: &Ledger,
     strategy: LabTransfer,
@@ -183,7 +183,7 @@ pub async fn run_with_progress(
             report.final_available = total;
             let divergences = crate::checks::ledger_divergences(scratch.pool()).await?;
             report.audit_divergences += divergences;
-            // Seed 002's test: no transfer may fail and the total must not change.
+            // The crossed-transfers test: no transfer may fail and the total must not change.
             report.violations += u32::from(failed || drift != 0 || divergences > 0);
             on_run(RunDone {
                 strategy: &report.strategy,

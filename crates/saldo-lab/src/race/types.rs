@@ -11,13 +11,13 @@ use saldo::stock::trace::TraceEvent;
 
 /// Most runs per strategy in one invocation.
 pub const MAX_RUNS: u32 = 1_000;
-/// Most concurrent buyers per run (seed 004 goes up to 1,000).
+/// Most concurrent buyers per run (the oversubscribed sale goes up to 1,000).
 pub const MAX_BUYERS: u32 = 10_000;
 /// Most units stocked per product per run.
 pub const MAX_STOCK: u32 = 1_000_000;
-/// Longest "think" between a naive read and its write (seed 000's payment call).
+/// Longest "think" between a naive read and its write (the last-unit race's payment call).
 pub const MAX_THINK_MS: u64 = 1_000;
-/// Most transfers per run (seed 002 uses 200).
+/// Most transfers per run (the crossed-transfers race uses 200).
 pub const MAX_TRANSFERS: u32 = 10_000;
 /// A run that has not finished after this long is abandoned with an error.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -27,29 +27,29 @@ pub use crate::scratch::{LAB_POOL_SIZE, LAB_POOL_WAIT_MS};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
-    /// Seed 000: many buyers for the last unit.
+    /// Many buyers for the last unit.
     LastUnit,
-    /// Seed 004: 100/500/1,000 buyers for 10 units.
+    /// The oversubscribed sale: 100/500/1,000 buyers for 10 units.
     Oversubscribed,
-    /// Seed 000: multi-item orders with crossing items, all or nothing.
+    /// Multi-item orders with crossing items, all or nothing.
     MultiItem,
-    /// Seed 002: transfers both ways between two accounts.
+    /// The crossed-transfers deadlock: transfers both ways between two accounts.
     CrossedTransfers,
-    /// Issue 11: late retries of cancelled and expired orders take nothing.
+    /// Late retries of cancelled and expired orders take nothing.
     LateRetry,
-    /// Issue 14: post, void and expiry race for each hold; exactly one wins.
+    /// Post, void and expiry race for each hold; exactly one wins.
     HoldSettle,
-    /// Issue 14: holds race for the last available funds of one account.
+    /// Holds race for the last available funds of one account.
     HoldLastFunds,
-    /// Issue 14: linked groups crossing between two accounts; no deadlock reaches a caller.
+    /// Linked groups crossing between two accounts; no deadlock reaches a caller.
     CrossedGroups,
-    /// Issue 15: hold extensions racing the sweeper; every answer matches the hold's fate.
+    /// Hold extensions racing the sweeper; every answer matches the hold's fate.
     ExtendVsSweeper,
-    /// Issue 15: direct sales racing reservations for the last unit.
+    /// Direct sales racing reservations for the last unit.
     SalesVsReservations,
-    /// Issue 15: restocks filling backorders racing new reservations for a preorder.
+    /// Restocks filling backorders racing new reservations for a preorder.
     BackorderFill,
-    /// Issue 15: orders split across three locations of two products; no location oversold.
+    /// Orders split across three locations of two products; no location oversold.
     SplitLocations,
 }
 

@@ -1,4 +1,4 @@
-//! The naive transfer on Citus (issue 13): debit then credit in the caller's order, each UPDATE
+//! The naive transfer on Citus: debit then credit in the caller's order, each UPDATE
 //! routed to its account's shard, between two accounts proven to live on different workers.
 //! Crossed transfers then wait on each other across nodes; Citus's distributed deadlock
 //! detector aborts one side with 40P01, and without the retry that 40P01 reaches the caller.
@@ -19,8 +19,8 @@ use saldo_lab::LabTransfer;
 const CROSSED: u32 = 60;
 /// Rounds at most, each on a fresh database, until one shows a deadlock.
 const ROUNDS: usize = 3;
-/// Two transactions at a time, seed 002's timeline (see saldo-lab's naive_ledger.rs): enough
-/// for every crossing to be a possible cycle, few enough that each deadlock is cheap.
+/// Two transactions at a time, the crossed-transfers timeline (see saldo-lab's naive_ledger.rs):
+/// enough for every crossing to be a possible cycle, few enough that each deadlock is cheap.
 const POOL: usize = 2;
 
 fn acc(n: i64) -> AccountId {

@@ -1,4 +1,4 @@
-//! The race lab on the local Citus test cluster (issue 13): the seeds' races pass for every
+//! The race lab on the local Citus test cluster (saldo on Citus): the lab's races pass for every
 //! served strategy and the naive ones still fail the same checks there, so the checks can fail
 //! on Citus too. Multi-item orders span products on different workers and crossed transfers
 //! cross workers (shown from Citus's own placement tables, not assumed).

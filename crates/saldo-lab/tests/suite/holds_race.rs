@@ -1,7 +1,7 @@
-//! Issue 14's races, each run on a fresh database: saldo's ledger holds every invariant (one
-//! winner per hold; never below min_balance; no deadlock from crossed groups), and the naive
-//! variants of `saldo_lab::naive::holds` break the same checks (proof the checks can fail).
-//! No retry on either side: a deadlock or a serialization failure must show.
+//! The holds and linked-groups races, each run on a fresh database: saldo's ledger holds every
+//! invariant (one winner per hold; never below min_balance; no deadlock from crossed groups), and
+//! the naive variants of `saldo_lab::naive::holds` break the same checks (proof the checks can
+//! fail). No retry on either side: a deadlock or a serialization failure must show.
 
 use saldo::ledger::Ledger;
 use saldo::retry::{RetryPolicy, TxOptions};

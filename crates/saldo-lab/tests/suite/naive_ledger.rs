@@ -1,6 +1,7 @@
-//! Seed 002's naive transfers (arrival-order locks) as `crates/saldo/tests/suite/ledger.rs`
-//! showed them: crossed transfers deadlock without the retry, and succeed only by measured
-//! retries with it. The ordered strategy's side of the race stays in saldo's suite.
+//! The naive transfers of the crossed-transfers deadlock (arrival-order locks) as
+//! `crates/saldo/tests/suite/ledger.rs` showed them: crossed transfers deadlock without the retry,
+//! and succeed only by measured retries with it. The ordered strategy's side of the race stays in
+//! saldo's suite.
 
 use saldo::audit::audit_ledger;
 use saldo::domain::AccountId;
@@ -13,7 +14,7 @@ use saldo_lab::LabTransfer;
 
 use crate::harness::{test_db, TestDb};
 
-/// Seed 002: transfers each way, all fired at once.
+/// Transfers each way, all fired at once (the crossed-transfers race's 200 in all).
 const CROSSED_EACH_WAY: usize = 100;
 
 fn acc(n: i64) -> AccountId {
@@ -35,7 +36,7 @@ struct Crossed {
     errors: Vec<Error>,
 }
 
-/// Seed 002's 200 crossed transfers on a fresh ledger (`saldo_lab::race::transfers::crossed`).
+/// The 200 crossed transfers on a fresh ledger (`saldo_lab::race::transfers::crossed`).
 async fn crossed_transfers(ledger: &Ledger, strategy: LabTransfer) -> Crossed {
     let answers = crossed(ledger, strategy, 2 * CROSSED_EACH_WAY as u32, "x")
         .await
@@ -127,9 +128,9 @@ const NAIVE_ROUNDS: usize = 3;
 /// The naive race deadlocks on most crossings, and PostgreSQL tends to pick the longest waiter
 /// as the victim again and again: enough attempts that every transfer gets through.
 const NAIVE_ATTEMPTS: u32 = 16;
-/// Connections for the naive races. Two transactions at a time is seed 002's timeline (Ana pays
-/// Bia while Bia pays Ana): it deadlocks on a good share of the 200 transfers (measured: about
-/// 20 without retry) while each deadlock costs one `deadlock_timeout` (50 ms on the test
+/// Connections for the naive races. Two transactions at a time is the crossed-transfers timeline
+/// (Ana pays Bia while Bia pays Ana): it deadlocks on a good share of the 200 transfers (measured:
+/// about 20 without retry) while each deadlock costs one `deadlock_timeout` (50 ms on the test
 /// cluster). A wider pool deadlocks on nearly every transfer and only makes the test slower.
 const NAIVE_POOL: usize = 2;
 

@@ -16,7 +16,7 @@ use crate::harness::{test_db, TestDb};
 
 /// Whole-transaction attempts, as in the contract suite.
 const CONTRACT_ATTEMPTS: u32 = 12;
-/// The widened window for the naive strategies (seed 000's payment call, shortened). Wide
+/// The widened window for the naive strategies (the last-unit race's payment call, shortened). Wide
 /// enough that two of the 32 pooled sessions read the last unit before the first one writes even
 /// on a loaded two-core machine, where tasks and backends wait tens of milliseconds for a core;
 /// it costs about one window per attempt (later readers see the unit gone and stop at once).

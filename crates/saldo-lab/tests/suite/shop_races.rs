@@ -1,4 +1,4 @@
-//! Issue 15's races, safe side and naive side in one place, on the same checks the lab runs:
+//! The shop races, safe side and naive side in one place, on the same checks the lab runs:
 //! hold extensions racing the sweeper (every served strategy holds; the naive
 //! read-decide-write extender tells customers their units are held when the sweeper took them),
 //! and direct sales racing reservations for the last unit (sold once; the naive seller
@@ -9,11 +9,9 @@
 
 use saldo::retry::{RetryPolicy, TxOptions};
 use saldo::stock::{Store, StrategyName};
-use saldo_lab::race::backorders::{self, NAIVE_FILL};
-use saldo_lab::race::extend::{run_on, NAIVE_EXTEND};
-use saldo_lab::race::locations::{self, NAIVE_LOCATIONS};
-use saldo_lab::race::sales::{self, NAIVE_SALE};
-use saldo_lab::race::Contender;
+use saldo_lab::naive;
+use saldo_lab::race::extend::run_on;
+use saldo_lab::race::{backorders, locations, sales, Contender};
 
 use crate::harness::{test_db, TestDb};
 
@@ -52,7 +50,7 @@ async fn the_naive_extender_loses_extensions_to_the_sweeper() {
     let outcome = run_on(
         &store(&db),
         EXTEND_ORDERS,
-        Contender::Naive(NAIVE_EXTEND),
+        Contender::Naive(naive::extend::NAME),
         0,
     )
     .await
@@ -88,9 +86,14 @@ async fn direct_sales_racing_reservations_sell_the_last_unit_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_naive_seller_oversells_the_last_unit() {
     let db = test_db().await;
-    let outcome = sales::run_on(&store(&db), SALE_BUYERS, Contender::Naive(NAIVE_SALE), 0)
-        .await
-        .expect("run");
+    let outcome = sales::run_on(
+        &store(&db),
+        SALE_BUYERS,
+        Contender::Naive(naive::sales::NAME),
+        0,
+    )
+    .await
+    .expect("run");
     assert!(outcome.oversold() > 0, "{outcome:?}");
     assert!(outcome.audit_divergences > 0, "{outcome:?}");
 }
@@ -131,9 +134,14 @@ async fn the_naive_restock_fills_out_of_order_and_loses_updates_every_run() {
         if run > 0 {
             saldo::fixtures::empty_all(&db.pool).await.expect("reset");
         }
-        let outcome = backorders::run_on(&store, FILL_BUYERS, Contender::Naive(NAIVE_FILL), run)
-            .await
-            .expect("run");
+        let outcome = backorders::run_on(
+            &store,
+            FILL_BUYERS,
+            Contender::Naive(naive::backorders::NAME),
+            run,
+        )
+        .await
+        .expect("run");
         assert!(outcome.violated(), "run {run}: {outcome:?}");
         assert!(outcome.audit_divergences > 0, "run {run}: {outcome:?}");
     }
@@ -174,7 +182,7 @@ async fn the_naive_allocator_oversells_its_locations() {
     let outcome = locations::run_on(
         &store(&db),
         LOCATION_BUYERS,
-        Contender::Naive(NAIVE_LOCATIONS),
+        Contender::Naive(naive::locations::NAME),
         0,
     )
     .await

@@ -3,11 +3,14 @@
 //! a running `saldo serve` notices the file changed within a second, accepts the new token and
 //! refuses the old one, without a restart. Needs no database.
 
-use std::path::Path;
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use saldo_http::tokens::{TokenKind, TokenStore};
+
+use crate::commands::shared::Global;
+use crate::database;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,8 +34,11 @@ fn kind(s: &str) -> Result<TokenKind, String> {
     TokenKind::parse(s).ok_or_else(|| format!("{s:?}: expected `admin` or `api`"))
 }
 
-pub fn run(args: Args, dir: &Path) -> Result<()> {
-    let store = TokenStore::new(dir);
+/// Tokens live in saldo's data directory, not in the database: nothing is started.
+pub fn run(args: Args, global: Global) -> Result<ExitCode> {
+    global.no_citus_workers()?;
+    let dir = database::try_state_dir(global.embedded.data_dir.as_deref())?;
+    let store = TokenStore::new(&dir);
     match args.command {
         TokenCommand::Rotate { kind } => {
             let token = store
@@ -74,5 +80,5 @@ pub fn run(args: Args, dir: &Path) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -34,15 +35,15 @@ use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::startup::{Application, ServiceConfig};
 use saldo_http::tokens::{TokenKind, TokenStore};
 
-use crate::database::Database;
+use crate::commands::shared::Global;
+use crate::database::{self, Database, Role};
 use crate::duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Address to listen on: IP:PORT, [IPv6]:PORT, :PORT (every IPv4 interface, a warning is
     /// logged) or HOST:PORT (resolved now; its first IPv4 address, else its first address).
-    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080",
-          value_parser = saldo_http::config::parse_listen)]
+    #[arg(long, env = "SALDO_LISTEN", default_value = "127.0.0.1:8080", value_parser = listen)]
     listen: SocketAddr,
     /// Stock strategy; only strategies safe under concurrency are accepted. `batched` is the
     /// default: level with `atomic` for a lone buyer, far ahead once buyers meet on a product
@@ -162,6 +163,33 @@ pub struct Args {
     #[arg(long, env = "SALDO_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS_LIMIT))]
     max_connections: Option<u64>,
+    // Last, so the help's order is unchanged. Not a flag of saldo's: people coming from other servers type it, and clap alone
+    // suggested `--pool-create-timeout-ms`. Hidden, and refused by its parser pointing at
+    // --listen (a bare `--port` reads as PORT).
+    #[arg(long = "port", hide = true, num_args = 0..=1, default_missing_value = "PORT",
+          value_parser = no_port)]
+    _port: Option<String>,
+}
+
+/// Flag parser of `--listen`: a URL is refused naming the address to give instead (the
+/// address parser alone took `http:` for an IPv6 address without brackets); anything else is
+/// `saldo_http::config::parse_listen`'s.
+fn listen(raw: &str) -> Result<SocketAddr, String> {
+    if let Some((scheme, rest)) = raw.trim().split_once("://") {
+        let address = rest.split('/').next().unwrap_or(rest);
+        return Err(format!(
+            "{raw:?} is a URL: drop its scheme ({scheme}://) and give the address, e.g. \
+             --listen {address}"
+        ));
+    }
+    saldo_http::config::parse_listen(raw)
+}
+
+/// Flag parser of the hidden `--port`: always refused, pointing at `--listen`.
+fn no_port(raw: &str) -> Result<String, String> {
+    Err(format!(
+        "saldo serve has no --port: give the address to listen on, e.g. --listen 127.0.0.1:{raw}"
+    ))
 }
 
 /// Flag parser: unknown and lab-only strategies are refused before anything starts.
@@ -365,10 +393,31 @@ fn transfer_strategy(s: &str) -> Result<TransferStrategy, String> {
     })
 }
 
+/// `saldo serve`: every setting checked and the listener bound before the data directory is
+/// created, the cluster started or a token printed; then the service until Ctrl-C or SIGTERM.
+pub async fn run(args: Args, matches: &clap::ArgMatches, global: Global) -> Result<ExitCode> {
+    let prepared = Prepared::new(args, matches)?;
+    let data_dir = global.embedded.data_dir.clone();
+    let database = match global.citus_workers {
+        Some(workers) => {
+            anyhow::ensure!(
+                global.database_url.is_none(),
+                "--citus-workers and --database-url: serve runs on one of them (a Citus \
+                 coordinator's URL is enough for an existing cluster)"
+            );
+            database::citus_database(database::start_citus(workers, None).await?)
+        }
+        None => database::open_with(global.database_url, global.embedded, Role::Owner).await?,
+    };
+    // The service migrates through its own pool: `--pool-size N` is N connections in all.
+    serve(prepared, &database, data_dir.as_deref()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The service's configuration from the checked flags.
-fn service_config(args: &Args, database_url: String, token_dir: PathBuf) -> Result<ServiceConfig> {
+fn service_config(args: &Args, database: &Database, token_dir: PathBuf) -> Result<ServiceConfig> {
     Ok(ServiceConfig {
-        database_url,
+        database_url: database.url.clone(),
         listen: args.listen,
         strategy: args.strategy,
         transfer_strategy: args.transfer_strategy,
@@ -407,15 +456,15 @@ fn service_config(args: &Args, database_url: String, token_dir: PathBuf) -> Resu
 }
 
 /// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
-pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
+async fn serve(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
     let Prepared {
         args,
         listener,
         origins,
     } = prepared;
-    let token_dir = crate::database::try_state_dir(data_dir)?;
+    let token_dir = database::try_state_dir(data_dir)?;
     log_token_origins(&origins, &token_dir);
-    let config = service_config(&args, database.url.clone(), token_dir.clone())?;
+    let config = service_config(&args, database, token_dir.clone())?;
     let app = Application::build_on(config, listener)
         .await
         .context("starting the service")?;
@@ -429,22 +478,7 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
             token = g.token.expose(),
         );
     }
-    if !app.local_addr().ip().is_loopback() {
-        // `:8080` means every interface, as in Go and nginx: say so, once, at start.
-        tracing::warn!(
-            listen = %app.local_addr(),
-            api_auth = app.api_auth_required(),
-            "listening on a non-loopback address: other machines can reach this service (every \
-             /v1 route still needs its bearer token unless --insecure-no-api-token)"
-        );
-    }
-    if !app.api_auth_required() {
-        tracing::warn!(
-            listen = %args.listen,
-            "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
-             address can reserve stock, confirm orders and move money"
-        );
-    }
+    warn_if_exposed(&app, &args);
     // Installed before the line below announces the service: a Ctrl-C right after it is a
     // graceful stop, not the default kill.
     let shutdown = saldo_http::server::shutdown_signal();
@@ -464,6 +498,26 @@ pub async fn run(prepared: Prepared, database: &Database, data_dir: Option<&Path
     }
     println!("stopped");
     Ok(())
+}
+
+/// The warnings of a service others can reach, or reach without a token: once, at start.
+fn warn_if_exposed(app: &Application, args: &Args) {
+    if !app.local_addr().ip().is_loopback() {
+        // `:8080` means every interface, as in Go and nginx: say so.
+        tracing::warn!(
+            listen = %app.local_addr(),
+            api_auth = app.api_auth_required(),
+            "listening on a non-loopback address: other machines can reach this service (every \
+             /v1 route still needs its bearer token unless --insecure-no-api-token)"
+        );
+    }
+    if !app.api_auth_required() {
+        tracing::warn!(
+            listen = %args.listen,
+            "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
+             address can reserve stock, confirm orders and move money"
+        );
+    }
 }
 
 #[cfg(test)]

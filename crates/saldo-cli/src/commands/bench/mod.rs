@@ -3,26 +3,30 @@
 //! server of `--database-url` or the embedded cluster and dropped at the end, or against a
 //! running `saldo serve` (`--target`).
 //!
-//! While it runs it shows the current rate and latency every `--progress` interval (1 s): in
-//! the progress bar's message on a terminal, as plain lines on stderr otherwise (as pgbench
-//! `-P` does), so a log of a long run shows how it went. A run whose failed operations pass
-//! `--max-error-pct` fails the bench; fewer errors (e.g. a server restart in HTTP mode) are
-//! counted and reported.
+//! While it runs it shows the current rate and latency every `--progress` interval (1 s)
+//! ([`progress`]), so a log of a long run shows how it went. A run whose failed operations
+//! pass `--max-error-pct` fails the bench; fewer errors (e.g. a server restart in HTTP mode)
+//! are counted and reported. With `--citus-workers N` it measures the single node and a local
+//! Citus cluster side by side.
 
-use std::io::IsTerminal;
-use std::sync::{Arc, Mutex};
+mod progress;
+
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use saldo::stock::batched::{self as batched_engine, BatchedConfig};
 use saldo_lab::bench::http::HttpTarget;
-use saldo_lab::bench::load::{Live, LoadPlan, Window};
+use saldo_lab::bench::load::LoadPlan;
 use saldo_lab::bench::report::RunResult;
-use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Progress, Scenario};
+use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Scenario};
 use saldo_lab::scratch::{Scratch, Server};
 
+use crate::commands::shared::Global;
+use crate::database::{self, Database, Role};
 use crate::duration;
+use progress::Display;
 
 /// Largest `--concurrency` (buyers or in-flight orders).
 const MAX_CONCURRENCY: u32 = 4_096;
@@ -133,7 +137,7 @@ pub struct Args {
 }
 
 /// The validated invocation: the engine's configuration and what to print.
-pub struct Config {
+pub struct Options {
     bench: BenchConfig,
     json: bool,
     plot: Option<std::path::PathBuf>,
@@ -142,56 +146,21 @@ pub struct Config {
     max_error_pct: f64,
 }
 
-impl Config {
-    pub fn from_args(args: Args) -> Result<Config> {
+impl Options {
+    pub fn from_args(args: Args) -> Result<Options> {
         let scenario = args.scenario;
-        let mut strategies = Vec::new();
-        let defaults = if scenario.is_transfers() {
-            vec!["ordered".to_owned(), "batched".to_owned()]
-        } else {
-            vec!["atomic".to_owned(), "batched".to_owned()]
-        };
-        let given = if args.strategy.is_empty() {
-            &defaults
-        } else {
-            &args.strategy
-        };
-        for s in given {
-            let name = Contender::parse(scenario, s.trim())
-                .map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
-            if !strategies.contains(&name) {
-                strategies.push(name);
-            }
+        let mut strategies = contenders(scenario, &args.strategy)?;
+        let http = http_target(&args)?;
+        if http.is_some() {
+            strategies = vec![Contender::Http];
         }
-        if strategies.is_empty() {
-            bail!("--strategy needs at least one strategy");
-        }
-        let http = match &args.target {
-            Some(url) => {
-                if scenario.is_transfers() {
-                    bail!("HTTP mode runs the stock scenarios only");
-                }
-                if args.admin_token.is_none() {
-                    bail!("HTTP mode needs --admin-token (or SALDO_ADMIN_TOKEN) to stock products");
-                }
-                strategies = vec![Contender::Http];
-                Some(Arc::new(HttpTarget::new(
-                    url,
-                    args.admin_token.clone(),
-                    args.api_token.clone().or_else(|| args.admin_token.clone()),
-                    args.concurrency as usize,
-                    args.target_allow_writes,
-                )?))
-            }
-            None => None,
-        };
         if !(0.0..=MAX_SKEW).contains(&args.skew) {
             bail!("--skew must be within 0..={MAX_SKEW}");
         }
         if !(0.0..=100.0).contains(&args.max_error_pct) {
             bail!("--max-error-pct must be within 0..=100");
         }
-        Ok(Config {
+        Ok(Options {
             bench: BenchConfig {
                 scenario,
                 strategies,
@@ -207,13 +176,7 @@ impl Config {
                 skew: args.skew,
                 items: args.items,
                 pool_size: args.pool_size as usize,
-                batched: BatchedConfig {
-                    partitions: args.partitions as usize,
-                    queue_capacity: args.queue_capacity as usize,
-                    max_batch: args.max_batch as usize,
-                    linger: Duration::from_millis(args.linger_ms),
-                    in_flight: args.in_flight as usize,
-                },
+                batched: batched(&args),
                 http,
             },
             json: args.json,
@@ -222,153 +185,68 @@ impl Config {
             max_error_pct: args.max_error_pct,
         })
     }
-}
 
-impl Config {
     /// True when the bench drives a running `saldo serve` (`--target`) instead of the library.
     pub fn is_http(&self) -> bool {
         self.bench.http.is_some()
     }
 }
 
-/// The progress display on stderr: a bar (on a terminal) and, every `interval`, the current
-/// rate and latency; one line per finished run.
-struct Display {
-    /// `None` when stderr is not a terminal: plain lines only.
-    bar: Option<ProgressBar>,
-    per_run_ms: u64,
-    interval: Option<Duration>,
-    last: Mutex<Sample>,
-}
-
-/// Where the previous periodic line left off.
-#[derive(Default)]
-struct Sample {
-    index: Option<u64>,
-    answered: u64,
-    errors: u64,
-    elapsed: Duration,
-}
-
-impl Display {
-    fn new(config: &BenchConfig, interval: Option<Duration>) -> Display {
-        let per_run_ms = config.per_run().as_millis() as u64;
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new(config.runs_total() * per_run_ms);
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            bar
-        });
-        Display {
-            bar,
-            per_run_ms,
-            interval,
-            last: Mutex::new(Sample::default()),
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-    }
-}
-
-/// One periodic line: the rate and latencies since the previous one.
-pub fn progress_line(
-    round: u32,
-    name: &str,
-    elapsed: Duration,
-    ops_per_s: f64,
-    window: Window,
-    errors: (u64, u64),
-) -> String {
-    let ms = |us: u64| us as f64 / 1000.0;
-    let (errors, connection) = errors;
-    let connection = if connection > 0 {
-        format!(" ({connection} connection)")
+/// `--strategy`, or the scenario's default pair: without repeats, in the order given.
+fn contenders(scenario: Scenario, given: &[String]) -> Result<Vec<Contender>> {
+    let defaults = if scenario.is_transfers() {
+        ["ordered", "batched"]
     } else {
-        String::new()
+        ["atomic", "batched"]
     };
-    if window.answered == 0 {
-        return format!(
-            "progress: round {round} {name} {:.0}s: {ops_per_s:.0} ops/s, no answers, errors {errors}{connection}",
-            elapsed.as_secs_f64()
-        );
+    let given: Vec<&str> = if given.is_empty() {
+        defaults.to_vec()
+    } else {
+        given.iter().map(String::as_str).collect()
+    };
+    let mut strategies = Vec::new();
+    for s in given {
+        let name =
+            Contender::parse(scenario, s.trim()).map_err(|e| anyhow::anyhow!("--strategy: {e}"))?;
+        if !strategies.contains(&name) {
+            strategies.push(name);
+        }
     }
-    format!(
-        "progress: round {round} {name} {:.0}s: {ops_per_s:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms, errors {errors}{connection}",
-        elapsed.as_secs_f64(),
-        ms(window.p50_us),
-        ms(window.p99_us),
-    )
+    if strategies.is_empty() {
+        bail!("--strategy needs at least one strategy");
+    }
+    Ok(strategies)
 }
 
-impl Progress for Display {
-    fn tick(&self, index: u64, round: u32, name: Contender, live: &Live<'_>) {
-        if let Some(bar) = &self.bar {
-            let base = index * self.per_run_ms;
-            bar.set_position(base + (live.elapsed.as_millis() as u64).min(self.per_run_ms));
-        }
-        let Some(interval) = self.interval else {
-            if let Some(bar) = &self.bar {
-                bar.set_message(format!(
-                    "round {round} {}: {} answered",
-                    name.as_str(),
-                    live.answered()
-                ));
-            }
-            return;
-        };
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        if last.index != Some(index) {
-            // A new run: its first line comes one interval after its start.
-            *last = Sample {
-                index: Some(index),
-                ..Sample::default()
-            };
-            let _ = live.take_window();
-        }
-        let span = live.elapsed.saturating_sub(last.elapsed);
-        if span < interval {
-            return;
-        }
-        let answered = live.answered();
-        let errors = live.errors();
-        let rate = answered.saturating_sub(last.answered) as f64 / span.as_secs_f64();
-        let line = progress_line(
-            round,
-            name.as_str(),
-            live.elapsed,
-            rate,
-            live.take_window(),
-            (errors.0.saturating_sub(last.errors), errors.1),
-        );
-        *last = Sample {
-            index: Some(index),
-            answered,
-            errors: errors.0,
-            elapsed: live.elapsed,
-        };
-        match &self.bar {
-            Some(bar) => bar.set_message(line),
-            None => eprintln!("{line}"),
-        }
+/// `--target`'s service, checked: the stock scenarios only, with the admin token.
+fn http_target(args: &Args) -> Result<Option<Arc<HttpTarget>>> {
+    let Some(url) = &args.target else {
+        return Ok(None);
+    };
+    if args.scenario.is_transfers() {
+        bail!("HTTP mode runs the stock scenarios only");
     }
-
-    fn run_done(&self, result: &RunResult) {
-        self.note(&report::run_line(result));
+    if args.admin_token.is_none() {
+        bail!("HTTP mode needs --admin-token (or SALDO_ADMIN_TOKEN) to stock products");
     }
+    let api_token = args.api_token.clone().or_else(|| args.admin_token.clone());
+    Ok(Some(Arc::new(HttpTarget::new(
+        url,
+        args.admin_token.clone(),
+        api_token,
+        args.concurrency as usize,
+        args.target_allow_writes,
+    )?)))
+}
 
-    fn note(&self, line: &str) {
-        match &self.bar {
-            Some(bar) => bar.suspend(|| eprintln!("{line}")),
-            None => eprintln!("{line}"),
-        }
+/// The batched engine's settings.
+fn batched(args: &Args) -> BatchedConfig {
+    BatchedConfig {
+        partitions: args.partitions as usize,
+        queue_capacity: args.queue_capacity as usize,
+        max_batch: args.max_batch as usize,
+        linger: Duration::from_millis(args.linger_ms),
+        in_flight: args.in_flight as usize,
     }
 }
 
@@ -394,11 +272,49 @@ fn over_error_budget(results: &[RunResult], max_pct: f64) -> Vec<String> {
         .collect()
 }
 
-/// Runs the benchmark (validated first, by [`Config::from_args`]); `Ok(false)` when an
+/// Validates, finds the servers, benches and prints; exit status 1 (an error) when an
 /// invariant broke.
-/// `servers`: one (the usual run) or several side by side (`--citus-workers`: the single node
-/// and the local Citus cluster), a scratch database on each.
-pub async fn run(config: Config, servers: &[Server]) -> Result<bool> {
+pub async fn run(args: Args, global: Global) -> Result<ExitCode> {
+    let options = Options::from_args(args)?;
+    // Kept until the bench is over: an embedded cluster lives as long as its `Database`.
+    let (servers, _database) = servers(&options, global).await?;
+    anyhow::ensure!(
+        bench_on(options, &servers).await?,
+        "bench: an invariant broke (see above)"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the scratch databases are made. HTTP mode talks only to a running service: none.
+/// Otherwise the server of `--database-url` or of the embedded cluster (the database the URL
+/// names is never migrated or written), and with `--citus-workers` a local Citus cluster
+/// beside it.
+async fn servers(options: &Options, global: Global) -> Result<(Vec<Server>, Option<Database>)> {
+    anyhow::ensure!(
+        !(options.is_http() && global.citus_workers.is_some()),
+        "--citus-workers with --target: the HTTP bench measures the service it is pointed at \
+         (start that one with `saldo serve --citus-workers N`)"
+    );
+    let database = if options.is_http() {
+        None
+    } else {
+        Some(database::open_with(global.database_url, global.embedded, Role::Tool).await?)
+    };
+    let mut servers: Vec<Server> = database
+        .as_ref()
+        .map(|d| Server::from(d.url.as_str()))
+        .into_iter()
+        .collect();
+    if let Some(workers) = global.citus_workers {
+        servers.push(Server::Citus(database::start_citus(workers, None).await?));
+    }
+    Ok((servers, database))
+}
+
+/// Runs the benchmark; `Ok(false)` when an invariant broke. `servers`: one (the usual run) or
+/// several side by side (the single node and the local Citus cluster), a scratch database on
+/// each.
+async fn bench_on(config: Options, servers: &[Server]) -> Result<bool> {
     if let Some(target) = config.bench.http.clone() {
         return bench_and_print(&config, Backend::Http(target)).await;
     }
@@ -436,7 +352,7 @@ pub async fn run(config: Config, servers: &[Server]) -> Result<bool> {
     result
 }
 
-async fn bench_and_print(config: &Config, backend: Backend<'_>) -> Result<bool> {
+async fn bench_and_print(config: &Options, backend: Backend<'_>) -> Result<bool> {
     let bench = &config.bench;
     let display = Display::new(bench, config.progress);
     eprintln!("{}", bench.title());
