@@ -9,6 +9,9 @@
 //! - [`checks`]: the one set of invariant checks both run after every run;
 //! - [`strategy`] and [`naive`]: what can be raced — saldo's served strategies plus the naive
 //!   ones ([`LabStrategy`], [`LabTransfer`]), which exist only here;
+//! - [`faults`]: the fault lab: a TCP proxy that partitions, delays and blackholes the service's
+//!   database connections, and the recorded history of client operations checked afterwards
+//!   against the database;
 //! - [`testing`]: the real-PostgreSQL test harness every crate's tests use (one cluster per test
 //!   process, a migrated template, a fresh database per test, a SERIALIZABLE cluster).
 //!
@@ -38,6 +41,7 @@
 
 pub mod bench;
 pub mod checks;
+pub mod faults;
 pub mod naive;
 pub mod race;
 pub mod scratch;
