@@ -504,7 +504,7 @@ fn database(e: &tokio_postgres::Error) -> Parts {
         )
         .with("sqlstate", json!(code.code()))
         .retry()
-    } else if code.code().starts_with("08") || code.code().starts_with("57P") {
+    } else if server_went_away(e, code) {
         Parts::new(
             S::SERVICE_UNAVAILABLE,
             "database-unavailable",
@@ -515,6 +515,23 @@ fn database(e: &tokio_postgres::Error) -> Parts {
     } else {
         internal()
     }
+}
+
+/// What Citus says, with no SQLSTATE of its own (so `XX000`), when the coordinator's
+/// postmaster dies while a backend waits on its worker connections.
+const CITUS_POSTMASTER_DEATH: &str = "postmaster was shut down, exiting";
+
+/// The server went away mid-request: the connection failed (class 08), the server is shutting
+/// down or crashed (57P01/57P02/57P03), or a Citus coordinator lost its postmaster (the same
+/// event, raised as an internal error). Whether the request applied is unknown, as when the
+/// connection itself breaks: the answer says the database is unavailable, never "internal".
+fn server_went_away(e: &tokio_postgres::Error, code: &SqlState) -> bool {
+    let class = code.code();
+    class.starts_with("08")
+        || class.starts_with("57P")
+        || (*code == SqlState::INTERNAL_ERROR
+            && e.as_db_error()
+                .is_some_and(|db| db.message() == CITUS_POSTMASTER_DEATH))
 }
 
 fn internal() -> Parts {
