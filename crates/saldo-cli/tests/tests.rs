@@ -24,3 +24,6 @@ mod operator;
 
 #[path = "suite/citus.rs"]
 mod citus;
+
+#[path = "suite/partitions.rs"]
+mod partitions;
