@@ -225,6 +225,17 @@ impl CitusCluster {
         &self.workers
     }
 
+    /// The coordinator, to restart it ([`Cluster::restart`]) after it died: fault tests kill
+    /// nodes on purpose.
+    pub fn coordinator_mut(&mut self) -> &mut Cluster {
+        &mut self.coordinator
+    }
+
+    /// The workers, to restart one after it died.
+    pub fn workers_mut(&mut self) -> &mut [Cluster] {
+        &mut self.workers
+    }
+
     /// The coordinator and the workers.
     pub fn nodes(&self) -> impl Iterator<Item = &Cluster> {
         std::iter::once(&self.coordinator).chain(&self.workers)

@@ -30,3 +30,5 @@ mod restart;
 
 #[path = "suite/schema.rs"]
 mod schema;
+#[path = "suite/partitions.rs"]
+mod partitions;

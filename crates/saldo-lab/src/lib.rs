@@ -13,6 +13,9 @@
 //!   process, a migrated template, a fresh database per test, a SERIALIZABLE cluster). Behind
 //!   the `testing` feature, which only the crates' dev-dependencies turn on: the `saldo`
 //!   binary does not ship it.
+//! - [`faults`]: the fault lab: a TCP proxy that partitions, delays and blackholes the service's
+//!   database connections, and the recorded history of client operations checked afterwards
+//!   against the database;
 //!
 //! `saldo` owns the schema and every statement that writes it: the lab's resets and bulk
 //! fixtures are `saldo::fixtures`, scratch databases are created and dropped by `saldo::db`.
@@ -40,6 +43,7 @@
 
 pub mod bench;
 pub mod checks;
+pub mod faults;
 pub mod naive;
 pub mod race;
 pub mod scratch;

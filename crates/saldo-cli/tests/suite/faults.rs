@@ -50,7 +50,7 @@ const ORPHAN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Replays of one request whose outcome is still unknown, at most.
 const SETTLE_ATTEMPTS: usize = 10;
 
-fn saldo_bin() -> PathBuf {
+pub(super) fn saldo_bin() -> PathBuf {
     std::env::var_os("SALDO_FAULTS_BIN")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_saldo")), PathBuf::from)
 }
@@ -65,7 +65,7 @@ fn acks_per_phase() -> usize {
 }
 
 /// A temporary root the `postgres` user can traverse (as root, the cluster runs as postgres).
-fn temp_root() -> tempfile::TempDir {
+pub(super) fn temp_root() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     dir
@@ -78,7 +78,7 @@ fn alive(pid: i32) -> bool {
     )
 }
 
-fn sigkill(pid: i32) {
+pub(super) fn sigkill(pid: i32) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
