@@ -8,7 +8,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 use saldo::ledger::{Ledger, TransferStrategy};
 use saldo::stock::batched::BatchedConfig;
-use saldo::stock::{StockStrategy, Store};
+use saldo::stock::{StockEngine, Store};
 
 use crate::config::Settings;
 use crate::error::ApiError;
@@ -21,7 +21,7 @@ pub struct OpenApiJson(pub Arc<String>);
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
-    pub stock: Arc<dyn StockStrategy>,
+    pub stock: StockEngine,
     /// Accounts and transfers, on the same store as the stock strategy.
     pub ledger: Arc<Ledger>,
     pub settings: Arc<Settings>,
@@ -31,7 +31,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(
-        stock: Arc<dyn StockStrategy>,
+        stock: StockEngine,
         settings: Settings,
         prometheus: PrometheusHandle,
     ) -> Self {

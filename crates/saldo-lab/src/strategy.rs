@@ -2,12 +2,11 @@
 //! ([`StrategyName`]) plus the naive ones that exist only here ([`LabStrategy`]), and the
 //! transfer strategies ([`LabTransfer`]: saldo's `ordered` plus the naive arrival order).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::error::Error;
 use saldo::ledger::{Ledger, Transfer, TransferRequest, TransferStrategy};
-use saldo::stock::{build, StockEngine, StockStrategy, Store, StrategyConfig, StrategyName};
+use saldo::stock::{build, StockEngine, Store, StrategyConfig, StrategyName};
 
 use crate::naive;
 
@@ -77,22 +76,23 @@ impl LabStrategy {
         store: Store,
         config: &StrategyConfig,
         think: Duration,
-    ) -> Arc<dyn StockStrategy> {
+    ) -> StockEngine {
         let trace = config.trace.clone();
         match self {
             LabStrategy::Atomic => build(StrategyName::Atomic, store, config),
             LabStrategy::Pessimistic => build(StrategyName::Pessimistic, store, config),
             LabStrategy::Optimistic => build(StrategyName::Optimistic, store, config),
             LabStrategy::Batched => build(StrategyName::Batched, store, config),
-            LabStrategy::NaiveSubtract => Arc::new(StockEngine::new(
-                store,
-                naive::stock::NaiveSubtract { think, trace },
-            )),
-            LabStrategy::NaiveOverwrite => Arc::new(StockEngine::new(
-                store,
-                naive::stock::NaiveOverwrite { think, trace },
-            )),
-            LabStrategy::NaiveReplay => Arc::new(naive::stock::NaiveReplay::new(store)),
+            LabStrategy::NaiveSubtract => {
+                StockEngine::new(store, naive::stock::NaiveSubtract { think, trace })
+            }
+            LabStrategy::NaiveOverwrite => {
+                StockEngine::new(store, naive::stock::NaiveOverwrite { think, trace })
+            }
+            LabStrategy::NaiveReplay => {
+                let replay = naive::stock::NaiveReplay::new(store.clone());
+                StockEngine::new(store, replay)
+            }
         }
     }
 }

@@ -47,9 +47,7 @@ pub enum Error {
         location_id: LocationId,
     },
     /// The product is stocked per location: its total is the sum of its locations, so it is
-    /// counted per location (not as a whole) and adjusted by counting a location. (Inside the
-    /// engine this is also the signal that routes a reservation or sale to the located path;
-    /// an operation never returns it for that.)
+    /// counted per location (not as a whole) and adjusted by counting a location.
     #[error("product {0} is stocked per location: count one of its locations instead")]
     StockedByLocation(ProductId),
     /// The sale id was used before with other items.
@@ -131,12 +129,7 @@ pub enum Error {
     /// read or written. Names the operation.
     #[error("{0} is not supported on a Citus database; nothing was written")]
     UnsupportedOnCitus(&'static str),
-    /// Internal routing signal, never returned by a public operation: a take was refused on a
-    /// product that accepts backorders, so the reserve reruns on the locked backorder path
-    /// (`stock::backorders`). Seen by a caller, it is a bug.
-    #[error("product {0} needs the backorder path (internal; never returned)")]
-    NeedsBackorderPath(ProductId),
-    /// Optimistic strategy (seed 004): the version kept changing under us until attempts ran out.
+    /// Optimistic strategy: the version kept changing under us until attempts ran out.
     /// Distinct from insufficient stock: the units may still be there.
     #[error("version conflict on product {product_id} after {attempts} attempts")]
     VersionConflict {

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use deadpool_postgres::Pool;
 use saldo::audit::{Divergence, LedgerDivergence};
-use saldo::db;
 use saldo::stock::Store;
 
 use crate::commands::shared::{attached_store, Global};

@@ -284,8 +284,6 @@ fn not_applied(e: &Error) -> Option<Parts> {
 fn bug(e: &Error) -> Option<Parts> {
     match e {
         Error::Migration(_) | Error::Invariant(_) => Some(Parts::internal()),
-        // The engine's internal routing signal, never returned by an operation: seen, a bug.
-        Error::NeedsBackorderPath(_) => Some(Parts::internal()),
         _ => None,
     }
 }

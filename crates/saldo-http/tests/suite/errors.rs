@@ -350,7 +350,6 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::BackorderLimitBelowBackordered { .. } => "BackorderLimitBelowBackordered",
         E::BackordersAndLocations(_) => "BackordersAndLocations",
         E::UnsupportedOnCitus(_) => "UnsupportedOnCitus",
-        E::NeedsBackorderPath(_) => "NeedsBackorderPath",
         E::VersionConflict { .. } => "VersionConflict",
         E::Overloaded(_) => "Overloaded",
         E::UnknownAccount(_) => "UnknownAccount",
@@ -373,10 +372,10 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 41;
+const LIBRARY_VARIANTS: usize = 40;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
-const INTERNAL: [&str; 3] = ["Migration", "Invariant", "NeedsBackorderPath"];
+const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
 
 /// At least one example of every library error, real database errors included.
 async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
@@ -423,10 +422,10 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
         },
         E::ProductLocked(p),
         E::DeadlineExceeded {
-            operation: "reserve",
+            operation: saldo::Operation::Reserve,
         },
         E::OutcomeUnknown {
-            operation: "reserve",
+            operation: saldo::Operation::Reserve,
             cause: "the deadline passed".into(),
         },
         E::CountBelowReserved {
@@ -452,7 +451,6 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
         },
         E::BackordersAndLocations(p),
         E::UnsupportedOnCitus("stock per location"),
-        E::NeedsBackorderPath(p),
         E::VersionConflict {
             product_id: p,
             attempts: 4,

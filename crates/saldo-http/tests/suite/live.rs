@@ -2,7 +2,6 @@
 //! (and a naive strategy failing the same check), 200 crossed transfers, and graceful shutdown
 //! finishing an in-flight request.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
@@ -113,9 +112,10 @@ impl UnitTaker for LostUpdate {
 
     async fn take(
         &self,
-        client: &deadpool_postgres::Client,
+        tx: &saldo::store::dialect::Tx<'_>,
         items: &[(ProductId, Quantity)],
-    ) -> Result<(), saldo::Error> {
+    ) -> Result<saldo::stock::Taken, saldo::Error> {
+        let client = tx.client();
         for &(product, quantity) in items {
             let available: i32 = client
                 .query_one(
@@ -139,7 +139,7 @@ impl UnitTaker for LostUpdate {
                 )
                 .await?;
         }
-        Ok(())
+        Ok(saldo::stock::Taken::All)
     }
 }
 
@@ -156,7 +156,7 @@ async fn the_same_race_oversells_with_a_naive_strategy() {
         let app = spawn_app_with(None, 32).await;
         let store = Store::new(app.db.pool.clone(), TxOptions::default());
         let mut state = app.state.clone();
-        state.stock = Arc::new(StockEngine::new(store, LostUpdate));
+        state.stock = StockEngine::new(store, LostUpdate);
         let race = last_unit_race(state).await;
         if race.won > 1 {
             assert!(!race.audit_ok, "and the audit sees it");

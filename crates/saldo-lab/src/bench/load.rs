@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use saldo::domain::{AccountId, Amount, OrderId, TransferId, TransferTimeout, Ttl};
 use saldo::ledger::{Ledger, TransferRequest};
-use saldo::stock::{ReserveRequest, StockStrategy};
+use saldo::stock::{ReserveRequest, StockEngine};
 use saldo::Error;
 use tokio::sync::Semaphore;
 
@@ -128,7 +128,7 @@ impl Live<'_> {
 /// What the operations run against.
 pub enum Target {
     /// One reservation (or sale) per operation.
-    Stock(Arc<dyn StockStrategy>),
+    Stock(StockEngine),
     /// One transfer of 1 between two accounts per operation.
     Ledger(Ledger, LabTransfer),
     /// One hold of 1 between two accounts, then its post, per operation (the ledger's served
@@ -242,7 +242,7 @@ impl Shared {
 
     async fn reserve(
         &self,
-        engine: &Arc<dyn StockStrategy>,
+        engine: &StockEngine,
         order: String,
         rng: &mut rand::rngs::StdRng,
     ) -> Outcome {

@@ -63,7 +63,7 @@ use anyhow::{bail, Context, Result};
 use saldo::ledger::{Ledger, TransferStrategy};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig, BatchedStats};
-use saldo::stock::StrategyConfig;
+use saldo::stock::{StockEngine, StrategyConfig};
 
 use crate::checks::{self, Check};
 use crate::scratch::Scratch;
@@ -324,9 +324,9 @@ async fn one_run(
         }
         Contender::Stock(LabStrategy::Batched) => {
             stock_fixture(config, pool).await?;
-            let b = Batched::new(store, &config.batched);
+            let b = Batched::new(store.clone(), &config.batched);
             batched = Some(b.clone());
-            Target::Stock(Arc::new(b))
+            Target::Stock(StockEngine::new(store, b))
         }
         Contender::Stock(other) => {
             stock_fixture(config, pool).await?;

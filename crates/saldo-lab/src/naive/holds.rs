@@ -160,7 +160,7 @@ pub async fn group(
                 let balance: i64 = client
                     .query_one(LOCK_ONE, &[&t.from.get()])
                     .await?
-                    .try_get(saldo::Operation::Lab)?;
+                    .try_get("balance")?;
                 tokio::time::sleep(think).await;
                 client.query_one(LOCK_ONE, &[&t.to.get()]).await?;
                 let amount = t.amount.get();

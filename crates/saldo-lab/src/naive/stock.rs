@@ -1,6 +1,6 @@
-//! The bug of seed 000, in both of its forms, for the race lab only (never safe, never served):
-//! read the balance without a lock, decide in the application, "think" (the seed's payment call),
-//! then write.
+//! The last-unit race's bug, in both of its forms, for the race lab only (never safe, never
+//! served): read the balance without a lock, decide in the application, "think" (the article's
+//! payment call), then write.
 //!
 //! - [`NaiveSubtract`] writes `available - n`: two sessions that read the same last unit both
 //!   subtract, and the second write would go negative — the `CHECK (available >= 0)` refuses it
@@ -9,23 +9,21 @@
 //!   the lost update. Every session that read the same balance writes the same result, nothing
 //!   goes negative, and several units are sold from one; only the audit notices.
 //! - [`NaiveReplay`] takes units like `atomic`, but recognises a replay only while the order
-//!   still holds live rows (the idempotency rule before issue 11): a checkout's late retry of a
-//!   released or expired order takes the units again.
+//!   still holds live rows (the older idempotency rule, before idempotency per request): a
+//!   checkout's late retry of a released or expired order takes the units again.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::Client;
 
-use saldo::domain::{OrderId, ProductId, Quantity};
+use saldo::domain::{ProductId, Quantity};
 use saldo::error::Error;
 use saldo::stock::atomic::Atomic;
-use saldo::stock::optimistic::{read_and_check, Seen};
+use saldo::stock::optimistic::{read_and_check, Check};
 use saldo::stock::trace::{Session, TraceSink, TraceStep};
-use saldo::stock::{
-    ConfirmOutcome, ReleaseOutcome, RereserveRequest, Reservation, ReserveRequest, ReservedItem,
-    StockEngine, StockStrategy, Store, UnitTaker,
-};
+use saldo::stock::{Reservation, ReserveRequest, StockEngine, StockStrategy, Store, Taken, UnitTaker};
+use saldo::store::dialect::Tx;
 
 const SUBTRACT: &str = saldo::stock_update!(
     "available = available - $2, reserved = reserved + $2",
@@ -55,16 +53,18 @@ pub struct NaiveOverwrite {
 
 /// The shared naive first half: read without a lock, check in the application, think.
 async fn read_check_think(
-    client: &Client,
+    tx: &Tx<'_>,
     session: &Session<'_>,
     product: ProductId,
     quantity: Quantity,
     think: Duration,
-) -> Result<Seen, Error> {
-    let seen = read_and_check(client, session, product, quantity).await?;
-    // Between this read and the write below another session may sell the same unit.
-    tokio::time::sleep(think.min(MAX_THINK)).await;
-    Ok(seen)
+) -> Result<Check, Error> {
+    let check = read_and_check(tx, session, product, quantity).await?;
+    if matches!(check, Check::Enough(_)) {
+        // Between this read and the write below another session may sell the same unit.
+        tokio::time::sleep(think.min(MAX_THINK)).await;
+    }
+    Ok(check)
 }
 
 /// Runs the write, recording what the row holds afterwards or the SQLSTATE that refused it.
@@ -95,12 +95,16 @@ impl UnitTaker for NaiveSubtract {
         "naive-subtract"
     }
 
-    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+    async fn take(&self, tx: &Tx<'_>, items: &[(ProductId, Quantity)]) -> Result<Taken, Error> {
         let session = Session::start(self.trace.as_ref());
-        for &(product, quantity) in items {
-            read_check_think(client, &session, product, quantity, self.think).await?;
+        for (index, &(product, quantity)) in items.iter().enumerate() {
+            if let Check::Declined(seen) =
+                read_check_think(tx, &session, product, quantity, self.think).await?
+            {
+                return Ok(Taken::Declined { index, seen });
+            }
             write(
-                client,
+                tx.client(),
                 &session,
                 product,
                 SUBTRACT,
@@ -108,7 +112,7 @@ impl UnitTaker for NaiveSubtract {
             )
             .await?;
         }
-        Ok(())
+        Ok(Taken::All)
     }
 }
 
@@ -118,14 +122,17 @@ impl UnitTaker for NaiveOverwrite {
         "naive-overwrite"
     }
 
-    async fn take(&self, client: &Client, items: &[(ProductId, Quantity)]) -> Result<(), Error> {
+    async fn take(&self, tx: &Tx<'_>, items: &[(ProductId, Quantity)]) -> Result<Taken, Error> {
         let session = Session::start(self.trace.as_ref());
-        for &(product, quantity) in items {
-            let seen = read_check_think(client, &session, product, quantity, self.think).await?;
+        for (index, &(product, quantity)) in items.iter().enumerate() {
+            let seen = match read_check_think(tx, &session, product, quantity, self.think).await? {
+                Check::Enough(seen) => seen,
+                Check::Declined(seen) => return Ok(Taken::Declined { index, seen }),
+            };
             let available = seen.available - quantity.get();
             let reserved = seen.reserved.saturating_add(quantity.get());
             write(
-                client,
+                tx.client(),
                 &session,
                 product,
                 OVERWRITE,
@@ -133,16 +140,16 @@ impl UnitTaker for NaiveOverwrite {
             )
             .await?;
         }
-        Ok(())
+        Ok(Taken::All)
     }
 }
 
-/// `atomic`, with the idempotency rule before issue 11 (see the module header): lab only.
-/// Everything but `reserve` is `atomic`'s; `reserve` goes through saldo's one door for it,
+/// `atomic`, with the older idempotency rule (see the module header): lab only. Everything
+/// but `reserve` is `atomic`'s; `reserve` goes through saldo's one door for it,
 /// [`StockEngine::reserve_forgetting_released`].
 #[derive(Clone)]
 pub struct NaiveReplay {
-    engine: StockEngine<Atomic>,
+    engine: StockEngine,
 }
 
 impl NaiveReplay {
@@ -159,27 +166,11 @@ impl StockStrategy for NaiveReplay {
         "naive-replay"
     }
 
-    fn store(&self) -> &Store {
-        self.engine.store()
+    fn taker(&self) -> &dyn UnitTaker {
+        &Atomic
     }
 
-    async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+    async fn reserve(&self, _store: &Store, request: &ReserveRequest) -> Result<Reservation, Error> {
         self.engine.reserve_forgetting_released(request).await
-    }
-
-    async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
-        self.engine.rereserve(request).await
-    }
-
-    async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-        self.engine.confirm(order_id).await
-    }
-
-    async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
-        self.engine.release(order_id).await
-    }
-
-    async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
-        self.engine.order(order_id).await
     }
 }

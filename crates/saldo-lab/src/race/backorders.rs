@@ -12,12 +12,11 @@
 //! writes what it computed: it fails the same checks every run.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
 use saldo::error::Error;
 use saldo::stock::backorders::set_policy;
-use saldo::stock::{admin, ReserveRequest, StockStrategy, Store};
+use saldo::stock::{admin, ReserveRequest, StockEngine, Store};
 
 use crate::naive::backorders as naive;
 use crate::race::contender::{Contender, RunOutcome};
@@ -93,7 +92,7 @@ async fn ready(
 }
 
 /// Sends a ready request: true when it restocked, false when it reserved.
-async fn go(ready: Ready, engine: &Arc<dyn StockStrategy>, store: &Store) -> Result<bool, Error> {
+async fn go(ready: Ready, engine: &StockEngine, store: &Store) -> Result<bool, Error> {
     match ready {
         Ready::Reserve(request) => engine.reserve(&request).await.map(|_| false),
         Ready::Restock => {

@@ -2,11 +2,10 @@
 //! ([`Tally`]), shared by the stock and late-retry scenarios and by the contract tests.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
-use saldo::stock::{Reservation, ReserveRequest, StockStrategy};
+use saldo::stock::{Reservation, ReserveRequest, StockEngine};
 use tokio_postgres::error::SqlState;
 
 use crate::race::types::{error_kind, join_bounded, LabError, Report};
@@ -64,7 +63,7 @@ impl Tally {
 /// Fires every order at once and returns each buyer's answer, in order. Bounded by the number
 /// of orders and by [`RUN_TIMEOUT`](crate::race::types::RUN_TIMEOUT).
 pub async fn buy_all(
-    engine: &Arc<dyn StockStrategy>,
+    engine: &StockEngine,
     orders: &[ReserveRequest],
 ) -> Result<Vec<Result<Reservation, Error>>, LabError> {
     let tasks: Vec<_> = orders
@@ -82,7 +81,7 @@ pub async fn buy_all(
 /// of product 1, all at once, and what they were told. The contract suites (safe and naive)
 /// run it; the lab's `last-unit` scenario builds its own orders per run.
 pub async fn one_unit_each(
-    engine: &Arc<dyn StockStrategy>,
+    engine: &StockEngine,
     buyers: usize,
 ) -> Result<Tally, LabError> {
     let mut orders = Vec::with_capacity(buyers);

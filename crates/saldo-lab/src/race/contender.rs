@@ -8,11 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Instant;
 
 use saldo::retry::TxOptions;
-use saldo::stock::{build, StockStrategy, Store, StrategyConfig, StrategyName};
+use saldo::stock::{build, StockEngine, Store, StrategyConfig, StrategyName};
 use tokio_postgres::error::SqlState;
 
 use crate::race::types::{LabError, Report, RunDone, Scenario};
@@ -64,7 +63,7 @@ impl Contender {
     }
 
     /// [`Contender::engine`], built on `store` with the default settings.
-    pub fn build(self, store: &Store) -> Arc<dyn StockStrategy> {
+    pub fn build(self, store: &Store) -> StockEngine {
         build(self.engine(), store.clone(), &StrategyConfig::default())
     }
 }

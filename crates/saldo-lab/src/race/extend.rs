@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use saldo::domain::{MaxHold, OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
-use saldo::stock::{admin, sweeper, ReserveRequest, StockStrategy, Store};
+use saldo::stock::{admin, sweeper, ReserveRequest, StockEngine, Store};
 use tokio::task::JoinHandle;
 
 use crate::naive::extend as naive;
@@ -75,7 +75,7 @@ fn order_id(run: u32, i: u32) -> Result<OrderId, Error> {
 /// Holds one unit for each of `orders` orders, one after the other: each hold starts when it
 /// is granted (no wait on the row lock inside its transaction), so the last ones are fresh
 /// when the first extensions start.
-async fn hold_each(engine: &Arc<dyn StockStrategy>, orders: u32, run: u32) -> Result<(), Error> {
+async fn hold_each(engine: &StockEngine, orders: u32, run: u32) -> Result<(), Error> {
     let hold = Ttl::from_millis(HOLD.as_millis() as u64)?;
     for i in 0..orders {
         let request = ReserveRequest {
@@ -107,7 +107,7 @@ async fn extend(
     i: u32,
     run: u32,
     extender: Contender,
-    engine: &Arc<dyn StockStrategy>,
+    engine: &StockEngine,
     pool: &deadpool_postgres::Pool,
 ) -> Result<(), Error> {
     tokio::time::sleep(STAGGER_STEP * (i % STAGGER_SLOTS)).await;

@@ -13,11 +13,10 @@
 //! memory. The naive variant is `crate::naive::locations`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use saldo::domain::{LocationId, OrderId, OrderItems, ProductId, Ttl};
 use saldo::error::Error;
-use saldo::stock::{locations, ReserveRequest, StockStrategy, Store};
+use saldo::stock::{locations, ReserveRequest, StockEngine, Store};
 
 use crate::naive::locations as naive;
 use crate::race::contender::{Contender, RunOutcome, StockFindings};
@@ -107,7 +106,7 @@ async fn ready(
 
 async fn go(
     ready: Ready,
-    engine: &Arc<dyn StockStrategy>,
+    engine: &StockEngine,
     pool: &deadpool_postgres::Pool,
 ) -> Result<(), Error> {
     match ready {

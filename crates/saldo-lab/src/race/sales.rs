@@ -8,11 +8,10 @@
 //! on the row the reservations lock too); the naive seller is `crate::naive::sales`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, SaleId, Ttl};
 use saldo::error::Error;
-use saldo::stock::{admin, ReserveRequest, SaleRequest, StockStrategy};
+use saldo::stock::{admin, ReserveRequest, SaleRequest, StockEngine};
 
 use crate::naive::sales as naive;
 use crate::race::contender::{Contender, RunOutcome, StockFindings};
@@ -84,7 +83,7 @@ async fn ready(
 /// Sends a ready request: true when it sold, false when it reserved.
 async fn go(
     ready: Ready,
-    engine: &Arc<dyn StockStrategy>,
+    engine: &StockEngine,
     pool: &deadpool_postgres::Pool,
 ) -> Result<bool, Error> {
     match ready {

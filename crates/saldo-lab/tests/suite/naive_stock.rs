@@ -2,13 +2,12 @@
 //! run against the naive strategies with the read–write window widened: they must fail there,
 //! proof that the checks can fail. Under SERIALIZABLE the database rescues even the naive code.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::audit::Invariant;
 use saldo::domain::ProductId;
 use saldo::retry::{RetryPolicy, TxOptions};
-use saldo::stock::{admin, StockStrategy, Store, StrategyConfig};
+use saldo::stock::{admin, StockEngine, Store, StrategyConfig};
 use saldo_lab::race::buyers::{one_unit_each, Tally};
 use saldo_lab::LabStrategy;
 
@@ -35,7 +34,7 @@ async fn engine_with_stock(
     db: &TestDb,
     name: LabStrategy,
     stock: &[(i64, i64)],
-) -> Arc<dyn StockStrategy> {
+) -> StockEngine {
     let store = Store::new(
         db.pool.clone(),
         TxOptions::default()
@@ -58,7 +57,7 @@ async fn assert_audit_clean(db: &TestDb, name: LabStrategy) {
     );
 }
 
-async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize) -> Tally {
+async fn race_for_product(engine: &StockEngine, buyers: usize) -> Tally {
     one_unit_each(engine, buyers).await.expect("race")
 }
 

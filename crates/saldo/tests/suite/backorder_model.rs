@@ -13,7 +13,7 @@ use saldo::audit::audit_stock;
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, Ttl};
 use saldo::stock::backorders::set_policy;
 use saldo::stock::{
-    admin, build, sweeper, ReserveRequest, Status, StockStrategy, StrategyConfig, StrategyName,
+    admin, build, sweeper, ReserveRequest, Status, StockEngine, StrategyConfig, StrategyName,
 };
 use saldo::Error;
 
@@ -259,7 +259,7 @@ fn refusal(e: Error) -> Outcome {
 
 struct Engine {
     db: TestDb,
-    stock: std::sync::Arc<dyn StockStrategy>,
+    stock: StockEngine,
 }
 
 impl Engine {

@@ -11,7 +11,7 @@ use futures::future::join_all;
 use saldo::audit::{audit_stock, Invariant};
 use saldo::domain::{Reason, Ttl};
 use saldo::stock::backorders::set_policy;
-use saldo::stock::{admin, sweeper, PendingItem, StockStrategy, StrategyConfig, StrategyName};
+use saldo::stock::{admin, sweeper, PendingItem, StockEngine, StrategyConfig, StrategyName};
 use saldo::Error;
 
 use crate::contract::{
@@ -24,13 +24,13 @@ fn reason() -> Reason {
 }
 
 /// (available, reserved, backordered) of a product.
-async fn books(engine: &Arc<dyn StockStrategy>, p: i64) -> (i32, i32, i32) {
+async fn books(engine: &StockEngine, p: i64) -> (i32, i32, i32) {
     let s = admin::get(engine.store(), pid(p)).await.expect("stock");
     (s.available, s.reserved, s.backordered)
 }
 
 /// Backordered units per product of an order's current items.
-async fn backordered_of(engine: &Arc<dyn StockStrategy>, order: &str) -> Vec<(i64, i32)> {
+async fn backordered_of(engine: &StockEngine, order: &str) -> Vec<(i64, i32)> {
     let order_id = saldo::domain::OrderId::new(order).expect("id");
     engine
         .order(&order_id)

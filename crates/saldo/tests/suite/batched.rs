@@ -7,7 +7,6 @@
 //! lock so the worker blocks inside its transaction, and the test waits (bounded) until the
 //! queue holds exactly the requests it wants in the next batch.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::{test_db, TestDb};
@@ -15,8 +14,7 @@ use saldo::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig};
 use saldo::stock::{
-    admin, build, RereserveRequest, ReserveRequest, StockStrategy, Store, StrategyConfig,
-    StrategyName,
+    admin, RereserveRequest, ReserveRequest, StockEngine, Store, StrategyConfig,
 };
 use saldo::Error;
 use saldo_lab::testing::RowLock;
@@ -42,24 +40,55 @@ async fn stock_up(store: &Store, stock: &[(i64, i64)]) {
     }
 }
 
-async fn engine(db: &TestDb, stock: &[(i64, i64)]) -> Arc<dyn StockStrategy> {
+/// The engine the service holds, on the batched strategy, with the strategy's own counters.
+#[derive(Clone)]
+struct Engine {
+    facade: StockEngine,
+    batched: Batched,
+}
+
+impl std::ops::Deref for Engine {
+    type Target = StockEngine;
+    fn deref(&self) -> &StockEngine {
+        &self.facade
+    }
+}
+
+impl Engine {
+    fn stats(&self) -> saldo::stock::batched::BatchedStats {
+        self.batched.stats()
+    }
+    fn queued(&self) -> usize {
+        self.batched.queued()
+    }
+    fn workers_alive(&self) -> std::sync::Weak<()> {
+        self.batched.workers_alive()
+    }
+}
+
+/// The batched strategy on `store` behind the engine.
+fn batched(store: Store, config: &BatchedConfig) -> Engine {
+    let strategy = Batched::new(store.clone(), config);
+    Engine {
+        facade: StockEngine::new(store, strategy.clone()),
+        batched: strategy,
+    }
+}
+
+async fn engine(db: &TestDb, stock: &[(i64, i64)]) -> Engine {
     stock_up(&db.store(), stock).await;
-    build(
-        StrategyName::Batched,
-        db.store(),
-        &StrategyConfig::default(),
-    )
+    batched(db.store(), &StrategyConfig::default().batched)
 }
 
 /// One partition running one batch at a time, so that every order shares one queue and the
 /// next batch is exactly what queued while the previous one ran.
-fn single_partition(store: Store) -> Batched {
+fn single_partition(store: Store) -> Engine {
     let config = BatchedConfig {
         partitions: 1,
         in_flight: 1,
         ..BatchedConfig::default()
     };
-    Batched::new(store, &config)
+    batched(store, &config)
 }
 
 async fn assert_audit_clean(db: &TestDb) {
@@ -73,7 +102,7 @@ async fn stock_of(db: &TestDb, p: i64) -> (i32, i32) {
 }
 
 /// Fires `buyers` single-unit reservations of product 1 at once; returns how many succeeded.
-async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize, tag: &str) -> usize {
+async fn race_for_product(engine: &Engine, buyers: usize, tag: &str) -> usize {
     let mut tasks = Vec::new();
     for i in 0..buyers {
         let engine = engine.clone();
@@ -105,7 +134,7 @@ async fn lock_rows(db: &TestDb, ids: &[i64]) -> RowLock {
 }
 
 /// Waits (bounded) until exactly `n` requests are queued.
-async fn until_queued(engine: &Batched, n: usize) {
+async fn until_queued(engine: &Engine, n: usize) {
     let started = std::time::Instant::now();
     while engine.queued() != n {
         assert!(started.elapsed() < WAIT_LIMIT, "queue never reached {n}");
@@ -115,7 +144,7 @@ async fn until_queued(engine: &Batched, n: usize) {
 
 type Answer = tokio::task::JoinHandle<Result<saldo::stock::Reservation, Error>>;
 
-fn spawn_reserve(engine: &Batched, order: &str, items: &[(i64, i64)]) -> Answer {
+fn spawn_reserve(engine: &Engine, order: &str, items: &[(i64, i64)]) -> Answer {
     let engine = engine.clone();
     let request = request(order, items);
     tokio::spawn(async move { engine.reserve(&request).await })
@@ -125,7 +154,7 @@ fn spawn_reserve(engine: &Batched, order: &str, items: &[(i64, i64)]) -> Answer 
 /// then lets go: `next` becomes one batch in exactly that order.
 async fn one_batch_of(
     db: &TestDb,
-    engine: &Batched,
+    engine: &Engine,
     blocked: i64,
     next: &[(&str, Vec<(i64, i64)>)],
 ) -> Vec<Result<saldo::stock::Reservation, Error>> {
@@ -430,7 +459,7 @@ async fn a_stuck_product_does_not_hold_up_other_products_but_holds_its_own_queue
     stock_up(&db.store(), &[(1, 1), (2, 5), (3, 5)]).await;
     // One partition that may run two batches at once: what waits on product 1 must not stop
     // orders of product 2, and nothing may overtake an earlier order on product 1.
-    let engine = Batched::new(
+    let engine = batched(
         db.store(),
         &BatchedConfig {
             partitions: 1,
@@ -481,7 +510,7 @@ async fn a_stuck_product_does_not_hold_up_other_products_but_holds_its_own_queue
 async fn a_full_queue_answers_overloaded_at_once() {
     let db = test_db().await;
     stock_up(&db.store(), &[(1, 100)]).await;
-    let engine = Batched::new(
+    let engine = batched(
         db.store(),
         &BatchedConfig {
             partitions: 1,
@@ -528,11 +557,11 @@ async fn a_full_queue_answers_overloaded_at_once() {
 async fn two_engines_on_two_pools_sell_ten_units_once() {
     let db = test_db().await;
     stock_up(&db.store(), &[(1, 10)]).await;
-    let a: Arc<dyn StockStrategy> = Arc::new(Batched::new(db.store(), &BatchedConfig::default()));
-    let b: Arc<dyn StockStrategy> = Arc::new(Batched::new(
+    let a = batched(db.store(), &BatchedConfig::default());
+    let b = batched(
         Store::new(db.new_pool(8), TxOptions::default()).with_layout(db.layout),
         &BatchedConfig::default(),
-    ));
+    );
     for round in 0..3 {
         let (tag_a, tag_b) = (format!("a{round}"), format!("b{round}"));
         let (sold_a, sold_b) = tokio::join!(
@@ -560,7 +589,7 @@ async fn two_engines_on_two_pools_sell_ten_units_once() {
 async fn workers_stop_when_the_engine_is_dropped() {
     let db = test_db().await;
     stock_up(&db.store(), &[(1, 10)]).await;
-    let engine = Batched::new(db.store(), &BatchedConfig::default());
+    let engine = batched(db.store(), &BatchedConfig::default());
     let clone = engine.clone();
     clone
         .reserve(&request("o", &[(1, 1)]))

@@ -9,14 +9,13 @@
 //! widened, and must fail there (proof that the checks can fail): `saldo-lab`'s
 //! `tests/suite/naive_stock.rs`, since saldo no longer knows those strategies.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
 use saldo::retry::RetryPolicy;
 use saldo::stock::optimistic::OptimisticConfig;
 use saldo::stock::{
-    admin, build, sweeper, RereserveRequest, ReserveRequest, Status, StockStrategy, Store,
+    admin, build, sweeper, RereserveRequest, ReserveRequest, Status, StockEngine, Store,
     StrategyConfig, StrategyName,
 };
 use saldo::Error;
@@ -69,7 +68,7 @@ pub(crate) async fn engine_with_stock(
     name: StrategyName,
     config: &StrategyConfig,
     stock: &[(i64, i64)],
-) -> Arc<dyn StockStrategy> {
+) -> StockEngine {
     let store = Store::new(
         db.pool.clone(),
         db.tx
@@ -93,7 +92,7 @@ pub(crate) async fn assert_audit_clean(db: &TestDb, name: StrategyName) {
     );
 }
 
-async fn race_for_product(engine: &Arc<dyn StockStrategy>, buyers: usize) -> Tally {
+async fn race_for_product(engine: &StockEngine, buyers: usize) -> Tally {
     one_unit_each(engine, buyers).await.expect("race")
 }
 

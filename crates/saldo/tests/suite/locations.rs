@@ -12,7 +12,7 @@ use std::time::Duration;
 use saldo::domain::{AllocationMode, LocationId, OrderId, Priority, Reason, SaleId, Ttl};
 use saldo::stock::locations::{self, LocatedStock};
 use saldo::stock::{
-    admin, sweeper, Placement, SaleRequest, Status, StockStrategy, StrategyConfig, StrategyName,
+    admin, sweeper, Placement, SaleRequest, Status, StockEngine, StrategyConfig, StrategyName,
 };
 use saldo::Error;
 
@@ -36,7 +36,7 @@ async fn located(
     name: StrategyName,
     counts: &[(i64, &str, i64)],
     priorities: &[(&str, i64)],
-) -> Arc<dyn StockStrategy> {
+) -> StockEngine {
     let engine = engine_with_stock(db, name, &StrategyConfig::default(), &[]).await;
     for &(id, priority) in priorities {
         locations::set_priority(
@@ -56,7 +56,7 @@ async fn located(
 }
 
 /// (location, available, reserved) of a product, by location id.
-async fn at(engine: &Arc<dyn StockStrategy>, product: i64) -> Vec<(String, i32, i32)> {
+async fn at(engine: &StockEngine, product: i64) -> Vec<(String, i32, i32)> {
     let s: LocatedStock = locations::get(engine.store(), pid(product))
         .await
         .expect("stock");

@@ -13,7 +13,7 @@ use saldo::domain::{
 use saldo::ledger::{Ledger, TransferRequest};
 use saldo::stock::batched::BatchedConfig;
 use saldo::stock::{
-    admin, build, sweeper, RereserveRequest, ReserveRequest, ReservedItem, Status, StockStrategy,
+    admin, build, sweeper, RereserveRequest, ReserveRequest, ReservedItem, Status, StockEngine,
     StrategyConfig, StrategyName,
 };
 use saldo::Error;
@@ -402,7 +402,7 @@ impl Model {
 
 struct Engine {
     db: TestDb,
-    stock: std::sync::Arc<dyn StockStrategy>,
+    stock: StockEngine,
     ledger: Ledger,
 }
 

@@ -2,7 +2,6 @@
 //! result, other items → conflict, simultaneous copies sell once), refusals as a
 //! reservation's, and the audit counting sold units.
 
-use std::sync::Arc;
 
 use saldo::audit::Invariant;
 use saldo::domain::{OrderItems, SaleId, Ttl};
@@ -95,7 +94,7 @@ async fn simultaneous_copies_of_a_sale_sell_once() {
         let engine = engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 100)]).await;
         let tasks: Vec<_> = (0..COPIES)
             .map(|_| {
-                let engine = Arc::clone(&engine);
+                let engine = engine.clone();
                 tokio::spawn(async move { engine.sell(&sale("s-dup", &[(1, 3)])).await })
             })
             .collect();

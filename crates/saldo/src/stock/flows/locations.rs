@@ -10,7 +10,7 @@
 use crate::domain::{LocationId, Priority, ProductId, MAX_LOCATIONS_PER_PRODUCT, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
 use crate::operation::Operation;
-use crate::stock::model::{LocatedStock, Location};
+pub use crate::stock::model::{LocatedStock, Location};
 use crate::stock::rows::locations;
 use crate::stock::rows::stock::{self, Movement};
 use crate::store::dialect::Tx;

@@ -26,7 +26,7 @@ use crate::domain::Reason;
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::repair::target;
-use crate::stock::model::{Counts, ProductRepair, RepairAction, RepairReport};
+pub use crate::stock::model::{Counts, ProductRepair, RepairAction, RepairReport};
 use crate::stock::rows::stock::{self, Movement};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
