@@ -28,7 +28,7 @@ mod citus;
 #[path = "suite/restart.rs"]
 mod restart;
 
-#[path = "suite/schema.rs"]
-mod schema;
 #[path = "suite/partitions.rs"]
 mod partitions;
+#[path = "suite/schema.rs"]
+mod schema;

@@ -30,11 +30,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(
-        stock: StockEngine,
-        settings: Settings,
-        prometheus: PrometheusHandle,
-    ) -> Self {
+    pub fn new(stock: StockEngine, settings: Settings, prometheus: PrometheusHandle) -> Self {
         AppState {
             ledger: Arc::new(Ledger::new(stock.store().clone())),
             stock,

@@ -71,12 +71,7 @@ impl LabStrategy {
     /// Builds the strategy over `store`: a served one through `saldo::stock::build`, a naive
     /// one here. `think` is how long a naive taker waits between its read and its write (the
     /// widened window; at most [`naive::stock::MAX_THINK`]).
-    pub fn build(
-        self,
-        store: Store,
-        config: &StrategyConfig,
-        think: Duration,
-    ) -> StockEngine {
+    pub fn build(self, store: Store, config: &StrategyConfig, think: Duration) -> StockEngine {
         let trace = config.trace.clone();
         match self {
             LabStrategy::Atomic => build(StrategyName::Atomic, store, config),

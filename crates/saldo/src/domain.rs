@@ -643,6 +643,54 @@ impl fmt::Display for TransferStatus {
     }
 }
 
+/// Where one reservation (an order's line on one product) is in its life: `active` until exactly
+/// one of confirm, release or expiry settles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReservationStatus {
+    Active,
+    Confirmed,
+    Released,
+    Expired,
+}
+
+impl ReservationStatus {
+    pub const ALL: [ReservationStatus; 4] = [
+        ReservationStatus::Active,
+        ReservationStatus::Confirmed,
+        ReservationStatus::Released,
+        ReservationStatus::Expired,
+    ];
+
+    /// The status column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservationStatus::Active => "active",
+            ReservationStatus::Confirmed => "confirmed",
+            ReservationStatus::Released => "released",
+            ReservationStatus::Expired => "expired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ReservationStatus> {
+        ReservationStatus::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// Holds its units (active) or sold them (confirmed).
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            ReservationStatus::Active | ReservationStatus::Confirmed
+        )
+    }
+}
+
+impl fmt::Display for ReservationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// An account's balance limits, set when it is opened: `balance - held >= min_balance` (0: no
 /// overdraft; negative: a credit line) and `balance + pending_credits <= max_balance` when set.
 /// Both within ±[`MAX_LIMIT`], the maximum not below the minimum.

@@ -7,7 +7,8 @@ use tokio_postgres::error::SqlState;
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
 use crate::domain::{
-    AccountId, GroupId, LocationId, OrderId, ProductId, SaleId, TransferId, TransferStatus,
+    AccountId, GroupId, LocationId, OrderId, ProductId, ReservationStatus, SaleId, TransferId,
+    TransferStatus,
 };
 use crate::operation::Operation;
 
@@ -59,6 +60,15 @@ pub enum Error {
     ReservationExpired {
         order_id: OrderId,
         product_id: ProductId,
+    },
+    /// A release found no line of the order to release: a sold (confirmed) line cannot be given
+    /// back by a release, and an expired one holds nothing any more. Names the first such line
+    /// and its status.
+    #[error("order {order_id} cannot be released: product {product_id} is {status}")]
+    NotReleasable {
+        order_id: OrderId,
+        product_id: ProductId,
+        status: ReservationStatus,
     },
     /// An extension found nothing active to extend (everything confirmed or released).
     #[error("order {0} holds nothing active to extend (confirmed or released)")]

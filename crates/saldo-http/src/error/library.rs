@@ -162,6 +162,14 @@ fn orders(e: &Error) -> Option<Parts> {
         } => Parts::conflict("reservation-expired", "Reservation expired")
             .with("order_id", order_id)
             .with("product_id", product_id),
+        Error::NotReleasable {
+            order_id,
+            product_id,
+            status,
+        } => Parts::conflict("order-not-releasable", "Order not releasable")
+            .with("order_id", order_id)
+            .with("product_id", product_id)
+            .with("status", status.as_str()),
         Error::NothingToExtend(o) => {
             Parts::conflict("nothing-to-extend", "Nothing to extend").with("order_id", o)
         }

@@ -339,6 +339,7 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::StockedByLocation(_) => "StockedByLocation",
         E::SaleConflict(_) => "SaleConflict",
         E::ReservationExpired { .. } => "ReservationExpired",
+        E::NotReleasable { .. } => "NotReleasable",
         E::NothingToExtend(_) => "NothingToExtend",
         E::HoldLimitExceeded { .. } => "HoldLimitExceeded",
         E::ProductLocked(_) => "ProductLocked",
@@ -372,7 +373,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 40;
+const LIBRARY_VARIANTS: usize = 41;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -415,6 +416,11 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             product_id: p,
         },
         E::NothingToExtend(o()),
+        E::NotReleasable {
+            order_id: o(),
+            product_id: p,
+            status: saldo::domain::ReservationStatus::Confirmed,
+        },
         E::HoldLimitExceeded {
             order_id: o(),
             product_id: p,

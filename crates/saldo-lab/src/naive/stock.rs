@@ -22,7 +22,9 @@ use saldo::error::Error;
 use saldo::stock::atomic::Atomic;
 use saldo::stock::optimistic::{read_and_check, Check};
 use saldo::stock::trace::{Session, TraceSink, TraceStep};
-use saldo::stock::{Reservation, ReserveRequest, StockEngine, StockStrategy, Store, Taken, UnitTaker};
+use saldo::stock::{
+    Reservation, ReserveRequest, StockEngine, StockStrategy, Store, Taken, UnitTaker,
+};
 use saldo::store::dialect::Tx;
 
 const SUBTRACT: &str = saldo::stock_update!(
@@ -170,7 +172,11 @@ impl StockStrategy for NaiveReplay {
         &Atomic
     }
 
-    async fn reserve(&self, _store: &Store, request: &ReserveRequest) -> Result<Reservation, Error> {
+    async fn reserve(
+        &self,
+        _store: &Store,
+        request: &ReserveRequest,
+    ) -> Result<Reservation, Error> {
         self.engine.reserve_forgetting_released(request).await
     }
 }

@@ -80,10 +80,7 @@ pub async fn buy_all(
 /// The last-unit race in its simplest form: `buyers` orders (`buyer-0`, `buyer-1`, …) of one unit
 /// of product 1, all at once, and what they were told. The contract suites (safe and naive)
 /// run it; the lab's `last-unit` scenario builds its own orders per run.
-pub async fn one_unit_each(
-    engine: &StockEngine,
-    buyers: usize,
-) -> Result<Tally, LabError> {
+pub async fn one_unit_each(engine: &StockEngine, buyers: usize) -> Result<Tally, LabError> {
     let mut orders = Vec::with_capacity(buyers);
     for i in 0..buyers {
         orders.push(ReserveRequest {

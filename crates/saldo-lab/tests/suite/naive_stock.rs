@@ -30,11 +30,7 @@ fn pid(n: i64) -> ProductId {
 }
 
 /// Stocks the products, then builds `name` over the database with the widened window.
-async fn engine_with_stock(
-    db: &TestDb,
-    name: LabStrategy,
-    stock: &[(i64, i64)],
-) -> StockEngine {
+async fn engine_with_stock(db: &TestDb, name: LabStrategy, stock: &[(i64, i64)]) -> StockEngine {
     let store = Store::new(
         db.pool.clone(),
         TxOptions::default()

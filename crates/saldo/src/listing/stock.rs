@@ -99,7 +99,7 @@ pub async fn orders(
             Ok(OrderSummary {
                 order_id: OrderId::new(row.try_get::<_, String>("order_id")?)
                     .map_err(|e| corrupt("reservations", e))?,
-                status: Status::parse(row.try_get("status")?)?,
+                status: crate::stock::model::parse_status(row.try_get("status")?)?,
                 products: row.try_get("products")?,
                 created_at: row.try_get("created_at")?,
             })

@@ -71,43 +71,17 @@ pub struct RereserveRequest {
     pub ttl: Ttl,
 }
 
-/// Status of one reservation row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Active,
-    Confirmed,
-    Released,
-    Expired,
-}
+/// Status of one reservation row (see [`ReservationStatus`]).
+pub use crate::domain::ReservationStatus as Status;
 
-impl Status {
-    /// The status column's text. The schema's CHECK allows only these four, so anything else
-    /// means the schema and the code disagree: an error, never a guess.
-    pub(crate) fn parse(s: &str) -> Result<Status, Error> {
-        match s {
-            "active" => Ok(Status::Active),
-            "confirmed" => Ok(Status::Confirmed),
-            "released" => Ok(Status::Released),
-            "expired" => Ok(Status::Expired),
-            other => Err(Error::invariant(format!(
-                "reservation status {other:?} is not one the schema allows"
-            ))),
-        }
-    }
-    /// The status column's text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Active => "active",
-            Status::Confirmed => "confirmed",
-            Status::Released => "released",
-            Status::Expired => "expired",
-        }
-    }
-
-    pub fn is_live(self) -> bool {
-        matches!(self, Status::Active | Status::Confirmed)
-    }
+/// Reads a status column. The schema's CHECK allows only the four statuses, so anything else
+/// means the schema and the code disagree: an error, never a guess.
+pub(crate) fn parse_status(s: &str) -> Result<Status, Error> {
+    Status::parse(s).ok_or_else(|| {
+        Error::invariant(format!(
+            "reservation status {s:?} is not one the schema allows"
+        ))
+    })
 }
 
 /// One product's part of an order.
@@ -365,6 +339,10 @@ pub(crate) struct Row {
     pub created_at: DateTime<Utc>,
     /// The row has `reservation_allocations` (written by the located path).
     pub allocated: bool,
+    /// Stored active but past its expiry: expired for every operation (its `item` says
+    /// `expired`), its units still counted reserved until a transaction that holds it (or the
+    /// sweeper) settles it as expired.
+    pub lapsed: bool,
     pub item: ReservedItem,
 }
 

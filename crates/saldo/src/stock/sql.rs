@@ -11,12 +11,13 @@ use crate::store::dialect::Sql;
 use crate::store::values::{Col, Values};
 
 /// The columns of a reservation row as `rows::reservations::parse` reads them (by name). Every
-/// query that hands rows to it selects (or returns) these.
+/// query that hands rows to it selects these. `lapsed`: stored active but past its expiry by the
+/// transaction's clock (`now()`, the same instant for every statement of the transaction).
 #[macro_export]
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, (status = 'active' AND expires_at <= now()) AS lapsed"
     };
 }
 
@@ -72,7 +73,7 @@ pub(crate) const ORDERS_ROWS_FOR_UPDATE: Sql = Sql::same(select_reservations!(
 ));
 /// Active rows past their expiry, oldest first, skipping rows a confirm holds (the sweeper).
 pub(crate) const DUE_ROWS: Sql = Sql::same(select_reservations!(
-    "WHERE status = 'active' AND expires_at < now() \
+    "WHERE status = 'active' AND expires_at <= now() \
      ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
 ));
 /// Moves rows to a final status; `settled_at` from the clock, read while the stock rows are
@@ -129,11 +130,11 @@ pub(crate) const CITUS_PRODUCT_ORDERS_ROWS_FOR_UPDATE: Sql = Sql::same(select_re
 /// Products with due rows, unlocked (the sweeper's first step on Citus).
 pub(crate) const CITUS_DUE_PRODUCTS: Sql = Sql::same(
     "SELECT DISTINCT product_id FROM reservations \
-     WHERE status = 'active' AND expires_at < now() ORDER BY product_id LIMIT $1",
+     WHERE status = 'active' AND expires_at <= now() ORDER BY product_id LIMIT $1",
 );
 /// [`DUE_ROWS`] of one product.
 pub(crate) const CITUS_PRODUCT_DUE_ROWS: Sql = Sql::same(select_reservations!(
-    "WHERE product_id = $1 AND status = 'active' AND expires_at < now() \
+    "WHERE product_id = $1 AND status = 'active' AND expires_at <= now() \
      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
 ));
 /// The clock [`SETTLE`] reads inside its UPDATE, read on its own (Citus refuses a VOLATILE

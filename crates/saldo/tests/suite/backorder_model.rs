@@ -200,7 +200,14 @@ impl Model {
                     .map(|r| (r.product, r.backordered))
                     .collect(),
             },
-            _ => Outcome::Released(items(rows.iter().filter(|r| r.status == Status::Released))),
+            // With no line released (now or before) the release is refused, naming the first
+            // line that stops it (sold or expired).
+            _ => match rows.iter().find(|r| r.status != Status::Released) {
+                Some(r) if !rows.iter().any(|r| r.status == Status::Released) => {
+                    Outcome::Refused(format!("not releasable {} {}", r.product, r.status))
+                }
+                _ => Outcome::Released(items(rows.iter().filter(|r| r.status == Status::Released))),
+            },
         }
     }
 
@@ -250,6 +257,9 @@ fn refusal(e: Error) -> Outcome {
         Error::UnknownOrder(o) => {
             format!("unknown order {}", o.as_str().trim_start_matches("order-"))
         }
+        Error::NotReleasable {
+            product_id, status, ..
+        } => format!("not releasable {product_id} {status}"),
         Error::CountBelowReserved { product_id, .. } => {
             format!("count below reserved {product_id}")
         }

@@ -13,9 +13,7 @@ use crate::harness::{test_db, TestDb};
 use saldo::domain::{OrderId, OrderItems, ProductId, RequestKey, Ttl};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig};
-use saldo::stock::{
-    admin, RereserveRequest, ReserveRequest, StockEngine, Store, StrategyConfig,
-};
+use saldo::stock::{admin, RereserveRequest, ReserveRequest, StockEngine, Store, StrategyConfig};
 use saldo::Error;
 use saldo_lab::testing::RowLock;
 

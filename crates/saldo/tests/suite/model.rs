@@ -366,7 +366,6 @@ impl Model {
         if rows.is_empty() {
             return Outcome::Refused(format!("unknown order {order}"));
         }
-        let mut released = Vec::new();
         for r in rows.iter_mut() {
             if r.status == Status::Active {
                 let s = self
@@ -378,13 +377,26 @@ impl Model {
                     s.0 += r.quantity;
                 }
                 r.status = to;
-                released.push(r.clone());
-            } else if r.status == Status::Released {
-                released.push(r.clone());
             }
         }
         if to == Status::Released {
-            return Outcome::Released(pairs(released.iter()));
+            // The lines as they now stand: released ones are the answer; with none, the release
+            // is refused naming the first line that stops it (sold or expired).
+            let mut latest: BTreeMap<i64, &Row> = BTreeMap::new();
+            for r in rows.iter() {
+                latest.insert(r.product, r);
+            }
+            let released: Vec<&Row> = latest
+                .values()
+                .copied()
+                .filter(|r| r.status == Status::Released)
+                .collect();
+            if released.is_empty() {
+                if let Some(r) = latest.values().find(|r| r.status != Status::Released) {
+                    return Outcome::Refused(format!("not releasable {} {}", r.product, r.status));
+                }
+            }
+            return Outcome::Released(pairs(released.into_iter()));
         }
         let mut latest: BTreeMap<i64, &Row> = BTreeMap::new();
         for r in rows.iter() {
@@ -448,6 +460,9 @@ fn refusal(e: Error) -> Outcome {
         Error::UnknownOrder(o) => {
             format!("unknown order {}", o.as_str().trim_start_matches("order-"))
         }
+        Error::NotReleasable {
+            product_id, status, ..
+        } => format!("not releasable {product_id} {status}"),
         Error::AdjustmentWouldGoNegative { product_id, .. } => {
             format!("adjustment would go negative {product_id}")
         }

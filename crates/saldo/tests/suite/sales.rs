@@ -2,7 +2,6 @@
 //! result, other items → conflict, simultaneous copies sell once), refusals as a
 //! reservation's, and the audit counting sold units.
 
-
 use saldo::audit::Invariant;
 use saldo::domain::{OrderItems, SaleId, Ttl};
 use saldo::stock::{admin, SaleRequest, StrategyConfig, StrategyName};

@@ -81,6 +81,7 @@ mod tests {
             request_key: None,
             created_at: at(created),
             allocated: false,
+            lapsed: false,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity: 1,

@@ -191,6 +191,7 @@ mod tests {
             request_key: key.map(str::to_owned),
             created_at: at(if key.is_some() { 1 } else { 0 }),
             allocated: false,
+            lapsed: false,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity,

@@ -3,12 +3,17 @@
 //! Only allocated units (quantity − backordered) were reserved: a confirm sells them (they
 //! leave `reserved`) and leaves the backorder pending; a release or an expiry gives them back
 //! to `available` and drops the backorder. Units allocated at locations move the same way at
-//! their locations. Pure: the flows read and lock the rows, these say what to write.
+//! their locations. A row past its expiry is expired by whichever operation holds it
+//! ([`transition`], the one table of what may happen to a reservation). Pure: the flows read
+//! and lock the rows, these say what to write and what to answer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
 
 use crate::domain::{LocationId, OrderId, ProductId};
-use crate::stock::decide::plan::missing_items;
+use crate::error::Error;
+use crate::stock::decide::plan::{current_items, missing_items};
 use crate::stock::model::{
     Allocation, ConfirmOutcome, PendingItem, ReleaseOutcome, ReservedItem, Row, Status,
 };
@@ -16,13 +21,16 @@ use crate::stock::model::{
 /// Units per (product, location): (available, reserved) deltas.
 pub(crate) type LocationDeltas = BTreeMap<(i64, LocationId), (i32, i32)>;
 
-/// (available, reserved) deltas per product of settling `rows` to `status`.
-pub(crate) fn stock_deltas(rows: &[&Row], status: Status) -> BTreeMap<ProductId, (i32, i32)> {
+/// One row to settle and the status it settles to.
+pub(crate) type Move<'a> = (&'a Row, Status);
+
+/// (available, reserved) deltas per product of `moves`.
+pub(crate) fn stock_deltas(moves: &[Move<'_>]) -> BTreeMap<ProductId, (i32, i32)> {
     let mut deltas: BTreeMap<ProductId, (i32, i32)> = BTreeMap::new();
-    for r in rows {
+    for (r, status) in moves {
         let d = deltas.entry(r.item.product_id).or_default();
         let allocated = r.item.quantity - r.item.backordered;
-        if status != Status::Confirmed {
+        if *status != Status::Confirmed {
             d.0 += allocated;
         }
         d.1 -= allocated;
@@ -30,12 +38,13 @@ pub(crate) fn stock_deltas(rows: &[&Row], status: Status) -> BTreeMap<ProductId,
     deltas
 }
 
-/// Units of `allocations` to move at their locations when their rows settle to `status`.
-pub(crate) fn location_deltas(allocations: &[Allocation], status: Status) -> LocationDeltas {
+/// Units of `allocations` to move at their locations when their rows settle as `moves` say.
+pub(crate) fn location_deltas(allocations: &[Allocation], moves: &[Move<'_>]) -> LocationDeltas {
+    let to: HashMap<Uuid, Status> = moves.iter().map(|(r, s)| (r.id, *s)).collect();
     let mut deltas = LocationDeltas::new();
     for a in allocations {
         let d = deltas.entry((a.product, a.location.clone())).or_default();
-        if status != Status::Confirmed {
+        if to.get(&a.reservation_id) != Some(&Status::Confirmed) {
             d.0 += a.quantity;
         }
         d.1 -= a.quantity;
@@ -43,18 +52,62 @@ pub(crate) fn location_deltas(allocations: &[Allocation], status: Status) -> Loc
     deltas
 }
 
-/// What a confirm answers for one order whose active rows it has just settled: those rows
-/// become confirmed in `rows`; every confirmed row is what it holds as sold, every product whose
-/// latest row is dead is missing. Also how many rows this confirm moved. Shared by the confirm
-/// of one order and the batched confirm, so both answer alike.
-pub(crate) fn confirmed(order_id: &OrderId, rows: &mut [Row]) -> (ConfirmOutcome, u64) {
-    let mut newly = 0u64;
+/// The settling operations on an order's reservations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settling {
+    Confirm,
+    Release,
+    /// The sweeper's, and every operation's on a row past its expiry.
+    Expire,
+}
+
+/// What a settling operation does to one reservation row: the one table of allowed
+/// transitions. A row past its expiry (stored active, `lapsed`) is expired by whatever
+/// operation holds it. `None`: the row stays as it is (a replay, or nothing to do: a confirm
+/// reports a dead line missing); `Some(Err(status))`: the operation cannot apply to a line in
+/// that status (a release of a sold or expired line).
+pub(crate) fn transition(row: &Row, op: Settling) -> Option<Result<Status, Status>> {
+    use Settling::*;
+    use Status::*;
+    if row.lapsed {
+        return Some(Ok(Expired));
+    }
+    match (row.item.status, op) {
+        (Active, Confirm) => Some(Ok(Confirmed)),
+        (Active, Release) => Some(Ok(Released)),
+        (Active, Expire) => None,
+        (Confirmed, Release) => Some(Err(Confirmed)),
+        (Expired, Release) => Some(Err(Expired)),
+        (Confirmed | Released | Expired, _) => None,
+    }
+}
+
+/// The rows `op` moves, with their new status (a lapsed row expires whatever `op` is).
+pub(crate) fn moves(rows: &[Row], op: Settling) -> Vec<Move<'_>> {
+    rows.iter()
+        .filter_map(|r| match transition(r, op) {
+            Some(Ok(to)) => Some((r, to)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Applies `moves` to the in-memory rows (after they were written).
+pub(crate) fn apply(rows: &mut [Row], moved: &[(Uuid, Status)]) {
+    let to: HashMap<Uuid, Status> = moved.iter().copied().collect();
     for r in rows.iter_mut() {
-        if r.item.status == Status::Active {
-            r.item.status = Status::Confirmed;
-            newly += 1;
+        if let Some(&status) = to.get(&r.id) {
+            r.item.status = status;
+            r.lapsed = false;
         }
     }
+}
+
+/// What a confirm answers for one order whose rows it has just settled (`rows` as they are
+/// now): every confirmed row is what it holds as sold, every product whose latest row is dead
+/// (released, expired: now too, when it was past its expiry) is missing. Shared by the confirm
+/// of one order and the batched confirm, so both answer alike.
+pub(crate) fn confirmed(order_id: &OrderId, rows: &[Row]) -> ConfirmOutcome {
     let confirmed = rows
         .iter()
         .filter(|r| r.item.status == Status::Confirmed)
@@ -68,27 +121,110 @@ pub(crate) fn confirmed(order_id: &OrderId, rows: &mut [Row]) -> (ConfirmOutcome
             quantity: r.item.backordered,
         })
         .collect();
-    let outcome = ConfirmOutcome {
+    ConfirmOutcome {
         order_id: order_id.clone(),
         confirmed,
         missing: missing_items(rows),
         pending,
-    };
-    (outcome, newly)
+    }
 }
 
-/// What a release answers: the rows it released and those released before.
-pub(crate) fn released(order_id: &OrderId, rows: &[Row]) -> ReleaseOutcome {
-    let released = rows
+/// What a release answers for one order whose rows it has just settled (`rows` as they are now):
+/// its lines released (now or before). An order with no released line was not released: a sold
+/// line cannot be given back by a release, and an expired one has nothing left to give; the
+/// refusal names the first such line and its status.
+pub(crate) fn released(order_id: &OrderId, rows: &[Row]) -> Result<ReleaseOutcome, Error> {
+    let lines = current_items(rows);
+    let released: Vec<ReservedItem> = lines
         .iter()
-        .filter(|r| matches!(r.item.status, Status::Active | Status::Released))
-        .map(|r| ReservedItem {
-            status: Status::Released,
-            ..r.item.clone()
-        })
+        .filter(|i| i.status == Status::Released)
+        .cloned()
         .collect();
-    ReleaseOutcome {
+    if released.is_empty() {
+        if let Some(line) = lines.iter().find(|i| i.status != Status::Released) {
+            return Err(Error::NotReleasable {
+                order_id: order_id.clone(),
+                product_id: line.product_id,
+                status: line.status,
+            });
+        }
+    }
+    Ok(ReleaseOutcome {
         order_id: order_id.clone(),
         released,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ProductId;
+    use chrono::Utc;
+
+    fn row(status: Status, lapsed: bool) -> Row {
+        Row {
+            id: Uuid::new_v4(),
+            order_id: "o1".into(),
+            request_key: None,
+            created_at: Utc::now(),
+            allocated: false,
+            lapsed,
+            item: ReservedItem {
+                product_id: ProductId::new(1).expect("id"),
+                quantity: 1,
+                status: if lapsed { Status::Expired } else { status },
+                expires_at: Utc::now(),
+                backordered: 0,
+                allocations: Vec::new(),
+            },
+        }
+    }
+
+    /// Every status, lapsed or not, under every settling operation: the whole table.
+    #[test]
+    fn the_table_of_what_may_happen_to_a_reservation() {
+        use Settling::*;
+        use Status::*;
+        let table = [
+            (Active, false, Confirm, Some(Ok(Confirmed))),
+            (Active, false, Release, Some(Ok(Released))),
+            (Active, false, Expire, None),
+            (Active, true, Confirm, Some(Ok(Expired))),
+            (Active, true, Release, Some(Ok(Expired))),
+            (Active, true, Expire, Some(Ok(Expired))),
+            (Confirmed, false, Confirm, None),
+            (Confirmed, false, Release, Some(Err(Confirmed))),
+            (Confirmed, false, Expire, None),
+            (Released, false, Confirm, None),
+            (Released, false, Release, None),
+            (Released, false, Expire, None),
+            (Expired, false, Confirm, None),
+            (Expired, false, Release, Some(Err(Expired))),
+            (Expired, false, Expire, None),
+        ];
+        for (status, lapsed, op, expected) in table {
+            assert_eq!(
+                transition(&row(status, lapsed), op),
+                expected,
+                "{status:?} lapsed={lapsed} {op:?}"
+            );
+        }
+        // Only an active row is ever stored lapsed; the table covers every other row.
+        assert_eq!(table.len(), Status::ALL.len() * 3 + 3);
+    }
+
+    #[test]
+    fn a_release_with_nothing_released_names_the_line_that_stops_it() {
+        let order = OrderId::new("o1").expect("id");
+        let sold = [row(Status::Confirmed, false)];
+        assert!(matches!(
+            released(&order, &sold),
+            Err(Error::NotReleasable {
+                status: Status::Confirmed,
+                ..
+            })
+        ));
+        let gone = [row(Status::Released, false)];
+        assert_eq!(released(&order, &gone).expect("replay").released.len(), 1);
     }
 }

@@ -16,6 +16,8 @@ use uuid::Uuid;
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::plan::{current_items, plan, Intent, Plan};
+use crate::stock::decide::settle::{apply, moves, Settling};
+use crate::stock::flows::settle::{lock_order, moved_of, settle};
 use crate::stock::flows::taking::{take_items, Destination, ItemTaken};
 use crate::stock::model::{Placement, Reservation};
 use crate::stock::rows::backorders;
@@ -72,6 +74,11 @@ async fn reserve_tx(
         }
         Plan::Take(take) => take,
     };
+    if rows.iter().any(|r| r.lapsed) {
+        // A re-reserve of lines past their expiry that the sweeper has not expired yet: expire
+        // them here first (they still hold their units and the order's live index).
+        rows = expire_lapsed(&tx, order_id).await?;
+    }
 
     let started = Instant::now();
     let taken = match take_items(&tx, taker, &take, placement, Destination::Reserved).await {
@@ -113,6 +120,20 @@ async fn reserve_tx(
         items: current_items(&rows),
         replayed: false,
     })
+}
+
+/// Locks the order's rows (reservation rows before any stock row: the lock order), expires
+/// those past their expiry, and answers the rows as they now are.
+async fn expire_lapsed(
+    tx: &Tx<'_>,
+    order_id: &crate::domain::OrderId,
+) -> Result<Vec<crate::stock::model::Row>, Error> {
+    let mut rows = lock_order(tx, order_id).await?;
+    let moves = moves(&rows, Settling::Expire);
+    settle(tx, &moves).await?;
+    let moved = moved_of(&moves);
+    apply(&mut rows, &moved);
+    Ok(rows)
 }
 
 /// The `reservation_allocations` of the items served over locations (after their rows), and

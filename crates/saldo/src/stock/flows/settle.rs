@@ -8,7 +8,7 @@
 use crate::domain::OrderId;
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::decide::settle as decide;
+use crate::stock::decide::settle::{self as decide, Move, Settling};
 use crate::stock::model::{ConfirmOutcome, ReleaseOutcome, ReservedItem, Row, Status};
 use crate::stock::rows::{backorders, locations, reservations, stock};
 use crate::store::dialect::Tx;
@@ -16,17 +16,26 @@ use crate::store::handle::Store;
 use crate::store::retry::{checkout, in_transaction};
 use crate::telemetry;
 
-/// Moves `rows` (locked, active) to `status`: their stock rows (locked here, in product order),
-/// the backorders they drop (release, expiry), their location rows, then the rows themselves.
-pub(crate) async fn settle(tx: &Tx<'_>, rows: &[&Row], status: Status) -> Result<(), Error> {
-    if rows.is_empty() {
+/// Settles `moves` (rows locked, stored active, each to its status): their stock rows (locked
+/// here, in product order, once for all), the backorders the released and expired ones drop,
+/// their location rows, then the rows themselves. Counts what moved, by status, once the caller
+/// commits ([`note_moves`]).
+pub(crate) async fn settle(tx: &Tx<'_>, moves: &[Move<'_>]) -> Result<(), Error> {
+    if moves.is_empty() {
         return Ok(());
     }
-    stock::apply_deltas(tx, &decide::stock_deltas(rows, status)).await?;
-    if status != Status::Confirmed {
-        backorders::drop(tx, rows).await?;
-    }
-    let allocated: Vec<uuid::Uuid> = rows.iter().filter(|r| r.allocated).map(|r| r.id).collect();
+    stock::apply_deltas(tx, &decide::stock_deltas(moves)).await?;
+    let dropped: Vec<&Row> = moves
+        .iter()
+        .filter(|(_, to)| *to != Status::Confirmed)
+        .map(|(r, _)| *r)
+        .collect();
+    backorders::drop(tx, &dropped).await?;
+    let allocated: Vec<uuid::Uuid> = moves
+        .iter()
+        .filter(|(r, _)| r.allocated)
+        .map(|(r, _)| r.id)
+        .collect();
     if !allocated.is_empty() {
         let allocations = locations::allocations_of(tx, &allocated).await?;
         if allocations.is_empty() {
@@ -35,12 +44,36 @@ pub(crate) async fn settle(tx: &Tx<'_>, rows: &[&Row], status: Status) -> Result
                 allocated.len()
             )));
         }
-        let deltas = decide::location_deltas(&allocations, status);
+        let deltas = decide::location_deltas(&allocations, moves);
         locations::lock_and_apply(tx, &deltas).await?;
     }
     // settled_at is taken after the stock rows are locked, so it orders consistently with the
     // physical counts the audit compares against.
-    reservations::settle(tx, rows, status).await
+    for status in [Status::Confirmed, Status::Released, Status::Expired] {
+        let rows: Vec<&Row> = moves
+            .iter()
+            .filter(|(_, to)| *to == status)
+            .map(|(r, _)| *r)
+            .collect();
+        if !rows.is_empty() {
+            reservations::settle(tx, &rows, status).await?;
+        }
+    }
+    Ok(())
+}
+
+/// What a settling transaction moved, by the status each row reached (for the metrics, once
+/// committed).
+pub(crate) fn moved_of(moves: &[Move<'_>]) -> Vec<(uuid::Uuid, Status)> {
+    moves.iter().map(|(r, to)| (r.id, *to)).collect()
+}
+
+/// Counts committed moves per status.
+pub(crate) fn note_moves(moved: &[(uuid::Uuid, Status)]) {
+    for status in [Status::Confirmed, Status::Released, Status::Expired] {
+        let n = moved.iter().filter(|(_, to)| *to == status).count() as u64;
+        telemetry::settled(status.as_str(), n);
+    }
 }
 
 /// The order's rows, locked, with their allocations; an order without rows is unknown.
@@ -55,53 +88,62 @@ pub(crate) async fn lock_order(tx: &Tx<'_>, order_id: &OrderId) -> Result<Vec<Ro
 
 pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
     let dialect = store.dialect();
-    let (outcome, newly) =
+    let (outcome, moved) =
         in_transaction(&store.pool, &store.tx, Operation::Confirm, move |client| {
             crate::tx_body!(client => async {
                 let tx = Tx::new(client, dialect);
                 let mut rows = lock_order(&tx, order_id).await?;
-                let active: Vec<&Row> = rows
-                    .iter()
-                    .filter(|r| r.item.status == Status::Active)
-                    .collect();
-                settle(&tx, &active, Status::Confirmed).await?;
-                Ok(decide::confirmed(order_id, &mut rows))
+                let moves = decide::moves(&rows, Settling::Confirm);
+                settle(&tx, &moves).await?;
+                let moved = moved_of(&moves);
+                decide::apply(&mut rows, &moved);
+                Ok((decide::confirmed(order_id, &rows), moved))
             })
         })
         .await?;
-    note_confirmed(&outcome, newly);
+    note_confirmed(&outcome, &moved);
     Ok(outcome)
 }
 
-/// Counts what a committed confirm moved, and a confirm that moved rows while part of the
-/// order was already lost (the customer paid for items it no longer holds: re-reserve or
-/// refund).
-pub(crate) fn note_confirmed(outcome: &ConfirmOutcome, newly: u64) {
-    telemetry::settled("confirmed", newly);
-    if !outcome.missing.is_empty() && newly > 0 {
+/// Counts what a committed confirm moved, and a confirm that lost part of the order (the
+/// customer paid for items it no longer holds: re-reserve or refund), every such confirm: one
+/// that confirmed nothing because everything was lost included, the worst case.
+pub(crate) fn note_confirmed(outcome: &ConfirmOutcome, moved: &[(uuid::Uuid, Status)]) {
+    note_moves(moved);
+    note_confirmed_order(outcome, moved);
+}
+
+/// [`note_confirmed`] without the moves (the batched confirm counts a batch's moves once).
+pub(crate) fn note_confirmed_order(outcome: &ConfirmOutcome, moved: &[(uuid::Uuid, Status)]) {
+    let confirmed_now = moved.iter().any(|(_, to)| *to == Status::Confirmed);
+    let expired_now = moved.iter().any(|(_, to)| *to == Status::Expired);
+    // A replay (nothing moved) counted once already, when it first answered.
+    if !outcome.missing.is_empty() && (confirmed_now || expired_now || outcome.confirmed.is_empty())
+    {
         metrics::counter!(telemetry::CONFIRMED_WITH_MISSING).increment(1);
     }
 }
 
+/// active → released (a line past its expiry: expired); an order with no line to release is
+/// refused after what expired is committed ([`decide::released`]).
 pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
     let dialect = store.dialect();
-    let (outcome, newly) =
+    let (outcome, moved) =
         in_transaction(&store.pool, &store.tx, Operation::Release, move |client| {
             crate::tx_body!(client => async {
                 let tx = Tx::new(client, dialect);
-                let rows = lock_order(&tx, order_id).await?;
-                let active: Vec<&Row> = rows
-                    .iter()
-                    .filter(|r| r.item.status == Status::Active)
-                    .collect();
-                settle(&tx, &active, Status::Released).await?;
-                let newly = active.len() as u64;
-                Ok((decide::released(order_id, &rows), newly))
+                let mut rows = lock_order(&tx, order_id).await?;
+                let moves = decide::moves(&rows, Settling::Release);
+                settle(&tx, &moves).await?;
+                let moved = moved_of(&moves);
+                decide::apply(&mut rows, &moved);
+                // A refusal is an answer of a committed transaction: what expired stays expired.
+                Ok((decide::released(order_id, &rows), moved))
             })
         })
         .await?;
-    telemetry::settled("released", newly);
-    Ok(outcome)
+    note_moves(&moved);
+    outcome
 }
 
 /// Every reservation row of an order (with its allocations).

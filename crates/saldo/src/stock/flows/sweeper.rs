@@ -5,8 +5,8 @@
 
 use crate::error::Error;
 use crate::operation::Operation;
+use crate::stock::decide::settle::{moves, Settling};
 use crate::stock::flows::settle::settle;
-use crate::stock::model::{Row, Status};
 use crate::stock::rows::reservations;
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -38,8 +38,8 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
             crate::tx_body!(client => async {
                 let tx = Tx::new(client, dialect);
                 let rows = reservations::lock_due(&tx, batch).await?;
-                let refs: Vec<&Row> = rows.iter().collect();
-                settle(&tx, &refs, Status::Expired).await?;
+                let moves = moves(&rows, Settling::Expire);
+                settle(&tx, &moves).await?;
                 Ok(rows.len() as u64)
             })
         })

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::domain::ProductId;
 use crate::error::Error;
-use crate::stock::model::{Fill, Row, Status, Waiting};
+use crate::stock::model::{parse_status, Fill, Row, Waiting};
 use crate::stock::sql;
 use crate::store::dialect::Tx;
 
@@ -72,7 +72,7 @@ pub(crate) async fn oldest(
         .map(|r| {
             Ok(Waiting {
                 id: r.try_get("id")?,
-                status: Status::parse(&r.try_get::<_, String>("status")?)?,
+                status: parse_status(&r.try_get::<_, String>("status")?)?,
                 backordered: r.try_get("backordered")?,
                 arrival: r.try_get("backorder_arrival")?,
             })

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::domain::{OrderId, ProductId, Quantity, Ttl};
 use crate::error::Error;
-use crate::stock::model::{ReservedItem, Row, Status, StockRow};
+use crate::stock::model::{parse_status, ReservedItem, Row, Status, StockRow};
 use crate::stock::rows::stock;
 use crate::stock::sql;
 use crate::store::dialect::{Param, Tx};
@@ -24,21 +24,25 @@ use crate::store::dialect::{Param, Tx};
 /// rerunning sees its rows and answers as a replay (`in_idempotent_transaction`).
 pub(crate) const LIVE_INDEX: &str = "reservations_live_order_product";
 
-/// Reads rows selected with [`crate::reservation_columns!`], by column name.
+/// Reads rows selected with [`crate::reservation_columns!`], by column name. A row stored active
+/// but past its expiry (`lapsed`, decided by the database's clock in the same statement) reads
+/// as expired: it is, for every operation, whether or not the sweeper has run.
 pub(crate) fn parse(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
     rows.iter()
         .map(|r| {
-            let status: String = r.try_get("status")?;
+            let lapsed: bool = r.try_get("lapsed")?;
+            let stored = parse_status(&r.try_get::<_, String>("status")?)?;
             Ok(Row {
                 id: r.try_get("id")?,
                 order_id: r.try_get("order_id")?,
                 request_key: r.try_get("request_key")?,
                 created_at: r.try_get("created_at")?,
                 allocated: r.try_get("allocated")?,
+                lapsed,
                 item: ReservedItem {
                     product_id: ProductId::new(r.try_get("product_id")?)?,
                     quantity: r.try_get("quantity")?,
-                    status: Status::parse(&status)?,
+                    status: if lapsed { Status::Expired } else { stored },
                     expires_at: r.try_get("expires_at")?,
                     backordered: r.try_get("backordered")?,
                     allocations: Vec::new(),
@@ -274,6 +278,7 @@ impl<'a> NewRows<'a> {
             request_key: self.request_keys[i].map(str::to_owned),
             created_at,
             allocated: self.allocated[i],
+            lapsed: false,
             item: ReservedItem {
                 product_id: ProductId::new(self.products[i])?,
                 quantity: self.quantities[i],

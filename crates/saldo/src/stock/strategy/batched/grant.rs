@@ -186,6 +186,7 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
         request_key: None,
         created_at: DateTime::<Utc>::MIN_UTC,
         allocated: false,
+        lapsed: false,
         item: ReservedItem {
             product_id: product,
             quantity: quantity.get(),

@@ -23,7 +23,7 @@ use crate::domain::OrderId;
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::plan::{current_items, Intent};
-use crate::stock::decide::settle::confirmed;
+use crate::stock::decide::settle::{apply, confirmed, moves, Settling};
 use crate::stock::flows::{reserve, settle};
 use crate::stock::model::{ConfirmOutcome, Placement, Reservation, ReserveRequest, Row, Status};
 use crate::stock::rows::{locations, reservations, stock};
@@ -176,9 +176,10 @@ async fn confirm_batch(worker: &Worker, jobs: Vec<(OrderId, Reply<ConfirmOutcome
     .await;
     record_batch(Operation::Confirm, started, jobs.len());
     match result {
-        Ok(outcomes) => {
-            for (outcome, n) in outcomes.iter().flatten() {
-                settle::note_confirmed(outcome, *n);
+        Ok((outcomes, moved)) => {
+            settle::note_moves(&moved);
+            for (outcome, moved) in outcomes.iter().flatten() {
+                settle::note_confirmed_order(outcome, moved);
             }
             worker.counters.committed(jobs.len());
             let outcomes = outcomes.into_iter().map(|o| o.map(|(outcome, _)| outcome));
@@ -405,41 +406,43 @@ async fn write_grants(tx: &Tx<'_>, grants: &Grants<'_>) -> Result<HashMap<Uuid, 
         .collect())
 }
 
-/// One order's confirm answer and how many of its rows this confirm moved.
-type Confirmed = (ConfirmOutcome, u64);
+/// One order's confirm answer and what this confirm moved of it.
+type Confirmed = (ConfirmOutcome, Vec<(Uuid, Status)>);
 
 /// The confirm batch: lock every row of the orders, settle all active ones in one pass (each
 /// stock row updated once), answer each order as the confirm of one order would.
 async fn confirm_tx(
     tx: Tx<'_>,
     order_ids: &[&OrderId],
-) -> Result<Vec<Result<Confirmed, Error>>, Error> {
+) -> Result<(Vec<Result<Confirmed, Error>>, Vec<(Uuid, Status)>), Error> {
     let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
     let mut rows = reservations::lock_orders(&tx, &keys).await?;
     locations::attach(&tx, &mut rows).await?;
+    let moves = moves(&rows, Settling::Confirm);
+    settle::settle(&tx, &moves).await?;
+    let moved = settle::moved_of(&moves);
+    apply(&mut rows, &moved);
+    let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
     for row in rows {
         by_order.entry(row.order_id.clone()).or_default().push(row);
     }
-    let active: Vec<&Row> = by_order
-        .values()
-        .flatten()
-        .filter(|r| r.item.status == Status::Active)
-        .collect();
-    settle::settle(&tx, &active, Status::Confirmed).await?;
     let outcomes = order_ids
         .iter()
-        .map(|&order_id| {
-            match by_order
-                .get_mut(order_id.as_str())
-                .filter(|r| !r.is_empty())
-            {
-                Some(rows) => Ok(confirmed(order_id, rows)),
+        .map(
+            |&order_id| match by_order.get(order_id.as_str()).filter(|r| !r.is_empty()) {
+                Some(rows) => {
+                    let mine: Vec<(Uuid, Status)> = moved
+                        .iter()
+                        .filter(|(id, _)| rows.iter().any(|r| r.id == *id))
+                        .copied()
+                        .collect();
+                    Ok((confirmed(order_id, rows), mine))
+                }
                 None => Err(Error::UnknownOrder(order_id.clone())),
-            }
-        })
+            },
+        )
         .collect();
-    Ok(outcomes)
+    Ok((outcomes, moved))
 }
