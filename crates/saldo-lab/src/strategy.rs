@@ -113,7 +113,7 @@ impl std::fmt::Display for LabStrategy {
 /// order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LabTransfer {
-    /// Seed 002: both rows locked in ascending id by one statement, then the decision.
+    /// Id-ordered locking: both rows locked in ascending id by one statement, then the decision.
     Ordered,
     /// Group commit for a hot account (`saldo::ledger::batched`); a lone transfer runs as
     /// `ordered`.

@@ -109,7 +109,7 @@ pub const MIN_TTL_S: u64 = 1;
 pub const DEFAULT_MAX_HOLD_S: u64 = 24 * 60 * 60;
 pub const MIN_MAX_HOLD_S: u64 = 60;
 pub const MAX_MAX_HOLD_S: u64 = 7 * 24 * 60 * 60;
-/// Default reservation time-to-live (seed 000: fifteen minutes covers card payments).
+/// Default reservation time-to-live (fifteen minutes covers card payments).
 pub const DEFAULT_TTL_S: u64 = 15 * 60;
 /// Longest adjustment reason.
 pub const MAX_REASON_LEN: usize = 200;
@@ -410,7 +410,7 @@ impl Default for Ttl {
 }
 
 /// The items of one order, summed per product and sorted by product id: the order in which
-/// every strategy locks stock rows (seed 000), so two orders can never lock in a cycle.
+/// every strategy locks stock rows, so two orders can never lock in a cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderItems(BTreeMap<ProductId, Quantity>);
 

@@ -6,7 +6,8 @@
 //! text for every family, and every counter registered at zero with each label value it can
 //! take, so a scraper sees `saldo_tx_retries_total{…} 0` before the first retry (a rate over a
 //! series that appears only with its first event misses that event). A new metric gets its
-//! name here, a line in [`describe`], and its known label values in the lists below.
+//! name here, a row in [`FAMILIES`], and its known label values in the lists below; the
+//! `operation` label takes its values from [`Operation::SERVED`].
 
 use metrics::{describe_counter, describe_histogram, Unit};
 use tokio_postgres::error::SqlState;
@@ -42,7 +43,7 @@ pub const LEDGER_BATCH_OPERATIONS: &str = "saldo_ledger_batch_operations";
 
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
 pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
-/// `outcome` values of [`RESERVATIONS`] (see `stock::types::telemetry_outcome`).
+/// `outcome` values of [`RESERVATIONS`] (see `stock::flows::reserve::outcome`).
 pub const RESERVATION_OUTCOMES: &[&str] = &[
     "reserved",
     "replayed",
@@ -59,7 +60,7 @@ pub const RESERVATION_OUTCOMES: &[&str] = &[
     "invalid",
     "error",
 ];
-/// `outcome` values of [`EXTENSIONS`] (see `stock::extend::extend`).
+/// `outcome` values of [`EXTENSIONS`] (see `stock::flows::extend`).
 pub const EXTENSION_OUTCOMES: &[&str] = &[
     "extended",
     "expired",
@@ -68,7 +69,7 @@ pub const EXTENSION_OUTCOMES: &[&str] = &[
     "unknown_order",
     "error",
 ];
-/// `outcome` values of [`SALES`] (see `stock::sales::sell`).
+/// `outcome` values of [`SALES`] (see `stock::flows::sales`).
 pub const SALE_OUTCOMES: &[&str] = &[
     "sold",
     "replayed",
@@ -81,7 +82,16 @@ pub const SALE_OUTCOMES: &[&str] = &[
 /// `status` values of [`SETTLED`].
 pub const SETTLED_STATUSES: &[&str] = &["confirmed", "released", "expired"];
 /// `kind` and `outcome` values of [`TRANSFERS`] (see `ledger::observe`).
-pub const TRANSFER_KINDS: &[&str] = &["transfer", "opening", "deposit", "withdrawal"];
+pub const TRANSFER_KINDS: &[&str] = &[
+    "transfer",
+    "opening",
+    "deposit",
+    "withdrawal",
+    "hold",
+    "group",
+    "post",
+    "void",
+];
 pub const TRANSFER_OUTCOMES: &[&str] = &[
     "applied",
     "replayed",
@@ -90,119 +100,166 @@ pub const TRANSFER_OUTCOMES: &[&str] = &[
     "account_exists",
     "conflict",
     "out_of_range",
+    "max_balance",
+    "not_pending",
+    "unknown_transfer",
+    "group_refused",
     "invalid",
     "error",
+];
+
+/// Whether a family counts or measures.
+enum Kind {
+    Counter,
+    Histogram,
+}
+
+/// Every library metric family: name, kind, unit, HELP text.
+const FAMILIES: &[(&str, Kind, Unit, &str)] = &[
+    (
+        TRANSACTIONS,
+        Kind::Counter,
+        Unit::Count,
+        "Transactions run by operation (once per call, however many attempts).",
+    ),
+    (
+        TX_RETRIES,
+        Kind::Counter,
+        Unit::Count,
+        "Transactions rerun from BEGIN after a deadlock (40P01) or serialization failure (40001).",
+    ),
+    (
+        TX_GIVEUPS,
+        Kind::Counter,
+        Unit::Count,
+        "Transactions that failed with 40P01/40001 on their last allowed attempt.",
+    ),
+    (
+        CHECK_VIOLATIONS,
+        Kind::Counter,
+        Unit::Count,
+        "CHECK constraint violations that reached a caller: a write without its condition.",
+    ),
+    (
+        DEADLINE_EXCEEDED,
+        Kind::Counter,
+        Unit::Count,
+        "Operations answered not applied because their deadline came first.",
+    ),
+    (
+        OUTCOME_UNKNOWN,
+        Kind::Counter,
+        Unit::Count,
+        "COMMITs whose answer was lost: the caller was told to replay.",
+    ),
+    (
+        RESERVATIONS,
+        Kind::Counter,
+        Unit::Count,
+        "Reserve requests by outcome.",
+    ),
+    (
+        SALES,
+        Kind::Counter,
+        Unit::Count,
+        "Direct sales (available straight to sold) by outcome.",
+    ),
+    (
+        EXTENSIONS,
+        Kind::Counter,
+        Unit::Count,
+        "Hold extensions by outcome (expired: the sweeper won the race).",
+    ),
+    (
+        SETTLED,
+        Kind::Counter,
+        Unit::Count,
+        "Reservation rows settled, by status: confirmed, released or expired.",
+    ),
+    (
+        CONFIRMED_WITH_MISSING,
+        Kind::Counter,
+        Unit::Count,
+        "Confirms that found items expired or released before payment (refund or re-reserve).",
+    ),
+    (
+        VERSION_CONFLICTS,
+        Kind::Counter,
+        Unit::Count,
+        "Optimistic stock updates that found another version.",
+    ),
+    (
+        TRANSFERS,
+        Kind::Counter,
+        Unit::Count,
+        "Ledger movements by kind and outcome.",
+    ),
+    (
+        STOCK_LOCK_WAIT,
+        Kind::Histogram,
+        Unit::Seconds,
+        "Time a stock write waited for its rows, by strategy.",
+    ),
+    (
+        BATCH_SECONDS,
+        Kind::Histogram,
+        Unit::Seconds,
+        "Duration of one batched transaction, by operation.",
+    ),
+    (
+        BATCH_ORDERS,
+        Kind::Histogram,
+        Unit::Count,
+        "Orders in one batched transaction, by operation.",
+    ),
+    (
+        LEDGER_BATCH_SECONDS,
+        Kind::Histogram,
+        Unit::Seconds,
+        "Duration of one batched ledger transaction.",
+    ),
+    (
+        LEDGER_BATCH_OPERATIONS,
+        Kind::Histogram,
+        Unit::Count,
+        "Ledger operations in one batched transaction.",
+    ),
 ];
 
 /// Registers the HELP text of every library metric and every counter at zero with its known
 /// label values. Needs the process's recorder installed first; idempotent.
 pub fn describe() {
-    describe_counter!(
-        TRANSACTIONS,
-        Unit::Count,
-        "Transactions run by operation (once per call, however many attempts)."
-    );
-    describe_counter!(
-        TX_RETRIES,
-        Unit::Count,
-        "Transactions rerun from BEGIN after a deadlock (40P01) or serialization failure (40001)."
-    );
-    describe_counter!(
-        TX_GIVEUPS,
-        Unit::Count,
-        "Transactions that failed with 40P01/40001 on their last allowed attempt."
-    );
-    describe_counter!(
-        CHECK_VIOLATIONS,
-        Unit::Count,
-        "CHECK constraint violations that reached a caller: a write without its condition."
-    );
-    describe_counter!(
-        DEADLINE_EXCEEDED,
-        Unit::Count,
-        "Operations answered not applied because their deadline came first."
-    );
-    describe_counter!(
-        OUTCOME_UNKNOWN,
-        Unit::Count,
-        "COMMITs whose answer was lost: the caller was told to replay."
-    );
-    describe_counter!(RESERVATIONS, Unit::Count, "Reserve requests by outcome.");
-    describe_counter!(
-        SALES,
-        Unit::Count,
-        "Direct sales (available straight to sold) by outcome."
-    );
-    describe_counter!(
-        EXTENSIONS,
-        Unit::Count,
-        "Hold extensions by outcome (expired: the sweeper won the race)."
-    );
-    describe_counter!(
-        SETTLED,
-        Unit::Count,
-        "Reservation rows settled, by status: confirmed, released or expired."
-    );
-    describe_counter!(
-        CONFIRMED_WITH_MISSING,
-        Unit::Count,
-        "Confirms that found items expired or released before payment (refund or re-reserve)."
-    );
-    describe_counter!(
-        VERSION_CONFLICTS,
-        Unit::Count,
-        "Optimistic stock updates that found another version."
-    );
-    describe_counter!(
-        TRANSFERS,
-        Unit::Count,
-        "Ledger movements by kind and outcome."
-    );
-    describe_histogram!(
-        STOCK_LOCK_WAIT,
-        Unit::Seconds,
-        "Time a stock write waited for its rows, by strategy."
-    );
-    describe_histogram!(
-        BATCH_SECONDS,
-        Unit::Seconds,
-        "Duration of one batched transaction, by operation."
-    );
-    describe_histogram!(
-        BATCH_ORDERS,
-        Unit::Count,
-        "Orders in one batched transaction, by operation."
-    );
-    describe_histogram!(
-        LEDGER_BATCH_SECONDS,
-        Unit::Seconds,
-        "Duration of one batched ledger transaction."
-    );
-    describe_histogram!(
-        LEDGER_BATCH_OPERATIONS,
-        Unit::Count,
-        "Ledger operations in one batched transaction."
-    );
-    for &operation in Operation::SERVED {
-        metrics::counter!(TRANSACTIONS, "operation" => operation.as_str()).increment(0);
-        metrics::counter!(CHECK_VIOLATIONS, "operation" => operation.as_str()).increment(0);
-        metrics::counter!(DEADLINE_EXCEEDED, "operation" => operation.as_str()).increment(0);
-        metrics::counter!(OUTCOME_UNKNOWN, "operation" => operation.as_str()).increment(0);
-        for &sqlstate in RETRY_SQLSTATES {
-            metrics::counter!(TX_RETRIES, "operation" => operation.as_str(), "sqlstate" => sqlstate)
-                .increment(0);
-            metrics::counter!(TX_GIVEUPS, "operation" => operation.as_str(), "sqlstate" => sqlstate)
-                .increment(0);
+    for (name, kind, unit, help) in FAMILIES {
+        match kind {
+            Kind::Counter => describe_counter!(*name, *unit, *help),
+            Kind::Histogram => describe_histogram!(*name, *unit, *help),
         }
     }
-    for &outcome in RESERVATION_OUTCOMES {
-        metrics::counter!(RESERVATIONS, "outcome" => outcome).increment(0);
+    for operation in Operation::SERVED.iter().map(|o| o.as_str()) {
+        for family in [
+            TRANSACTIONS,
+            CHECK_VIOLATIONS,
+            DEADLINE_EXCEEDED,
+            OUTCOME_UNKNOWN,
+        ] {
+            metrics::counter!(family, "operation" => operation).increment(0);
+        }
+        for &sqlstate in RETRY_SQLSTATES {
+            for family in [TX_RETRIES, TX_GIVEUPS] {
+                metrics::counter!(family, "operation" => operation, "sqlstate" => sqlstate)
+                    .increment(0);
+            }
+        }
     }
-    for &outcome in SALE_OUTCOMES {
-        metrics::counter!(SALES, "outcome" => outcome).increment(0);
-    }
-    for &outcome in EXTENSION_OUTCOMES {
-        metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(0);
+    let by_outcome = [
+        (RESERVATIONS, RESERVATION_OUTCOMES),
+        (SALES, SALE_OUTCOMES),
+        (EXTENSIONS, EXTENSION_OUTCOMES),
+    ];
+    for (family, outcomes) in by_outcome {
+        for &outcome in outcomes {
+            metrics::counter!(family, "outcome" => outcome).increment(0);
+        }
     }
     for &status in SETTLED_STATUSES {
         metrics::counter!(SETTLED, "status" => status).increment(0);

@@ -278,6 +278,9 @@ fn not_applied(e: &Error) -> Option<Parts> {
         )
         .with("applied", Value::Null),
         Error::Pool(_) => database_unavailable("no database connection could be had in time"),
+        Error::ConnectionLost { .. } => {
+            database_unavailable("the database connection was lost before the commit")
+        }
         Error::RetriesExhausted {
             attempts, sqlstate, ..
         } => contention(sqlstate).detail(format!(
@@ -311,27 +314,20 @@ fn database(e: &tokio_postgres::Error) -> Parts {
         || *code == SqlState::T_R_SERIALIZATION_FAILURE
     {
         contention(code.code()).detail("the transaction conflicted with another one")
-    } else if server_went_away(e, code) {
+    } else if server_went_away(code) {
         database_unavailable("the database connection failed")
     } else {
         Parts::internal()
     }
 }
 
-/// What Citus says, with no SQLSTATE of its own (so `XX000`), when the coordinator's
-/// postmaster dies while a backend waits on its worker connections.
-const CITUS_POSTMASTER_DEATH: &str = "postmaster was shut down, exiting";
-
-/// The server went away mid-request: the connection failed (class 08), the server is shutting
-/// down or crashed (57P01/57P02/57P03), or a Citus coordinator lost its postmaster (the same
-/// event, raised as an internal error).
-fn server_went_away(e: &tokio_postgres::Error, code: &SqlState) -> bool {
+/// The server went away mid-request: the connection failed (class 08), or the server is
+/// shutting down or crashed (57P01/57P02/57P03). (Any other error followed by the loss of the
+/// connection, such as a Citus coordinator's internal error when its postmaster dies, reaches
+/// here as the library's `ConnectionLost`, known by the connection's state, not its text.)
+fn server_went_away(code: &SqlState) -> bool {
     let class = code.code();
-    class.starts_with("08")
-        || class.starts_with("57P")
-        || (*code == SqlState::INTERNAL_ERROR
-            && e.as_db_error()
-                .is_some_and(|db| db.message() == CITUS_POSTMASTER_DEATH))
+    class.starts_with("08") || class.starts_with("57P")
 }
 
 /// A lock or statement timeout: the transaction was rolled back.

@@ -340,6 +340,7 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::SaleConflict(_) => "SaleConflict",
         E::ReservationExpired { .. } => "ReservationExpired",
         E::NotReleasable { .. } => "NotReleasable",
+        E::ConnectionLost { .. } => "ConnectionLost",
         E::NothingToExtend(_) => "NothingToExtend",
         E::HoldLimitExceeded { .. } => "HoldLimitExceeded",
         E::ProductLocked(_) => "ProductLocked",
@@ -373,7 +374,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 41;
+const LIBRARY_VARIANTS: usize = 42;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -416,6 +417,10 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             product_id: p,
         },
         E::NothingToExtend(o()),
+        E::ConnectionLost {
+            operation: saldo::Operation::Reserve,
+            cause: "the server went away".into(),
+        },
         E::NotReleasable {
             order_id: o(),
             product_id: p,

@@ -334,7 +334,7 @@ impl Ledger {
             match result {
                 // A lone transfer took one of the ids meanwhile: the rerun names it.
                 Err(e)
-                    if e.is_unique_violation_of(transfers_key(layout))
+                    if e.may_be_unique_violation_of(transfers_key(layout))
                         && run < crate::store::retry::REPLAY_RACE_ATTEMPTS =>
                 {
                     run += 1;

@@ -57,8 +57,8 @@ pub struct StockLocation {
     pub reserved: i32,
 }
 
-/// A request to take again what an order lost (expired or released before payment): seed 000's
-/// "confirm reports the missing items, the caller may reserve them again", made explicit so that
+/// A request to take again what an order lost (expired or released before payment): "a
+/// confirm reports the missing items, the caller may reserve them again", made explicit so that
 /// a late retry of the order's reserve request never takes stock a second time.
 #[derive(Debug, Clone)]
 pub struct RereserveRequest {

@@ -1,4 +1,4 @@
-//! Deadlines that travel with an operation (issue 11: "a timeout tells the truth").
+//! Deadlines that travel with an operation: a timeout tells the truth.
 //!
 //! A caller that will stop waiting at some instant (an HTTP request with a timeout) runs the
 //! operation inside [`within`]. Everything the operation does on its way to PostgreSQL reads

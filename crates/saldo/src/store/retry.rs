@@ -1,4 +1,4 @@
-//! The one transaction-retry mechanism (seed 002) that every write path uses.
+//! The one transaction-retry mechanism every write path uses.
 //!
 //! The WHOLE transaction reruns from BEGIN, and only for SQLSTATE 40P01 (deadlock detected) and
 //! 40001 (serialization failure): those leave no effect behind. Business refusals, unique
@@ -32,13 +32,13 @@ use crate::operation::Operation;
 use crate::store::deadline;
 use crate::telemetry;
 
-/// Default total attempts, the first included (seed 002).
+/// Default total attempts, the first included.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 4;
 /// Default base of the exponential backoff.
 pub const DEFAULT_BASE_BACKOFF_MS: u64 = 5;
 /// Default ceiling of one backoff.
 pub const DEFAULT_MAX_BACKOFF_MS: u64 = 500;
-/// Default per-transaction `lock_timeout` (seed 002): fail fast instead of waiting forever on a
+/// Default per-transaction `lock_timeout`: fail fast instead of waiting forever on a
 /// row held by a forgotten transaction.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 5_000;
 /// Default per-transaction `statement_timeout`.
@@ -382,7 +382,7 @@ where
     let mut run = 1;
     loop {
         match in_transaction(pool, options, operation, &mut work).await {
-            Err(e) if e.is_unique_violation_of(constraint) && run < REPLAY_RACE_ATTEMPTS => {
+            Err(e) if e.may_be_unique_violation_of(constraint) && run < REPLAY_RACE_ATTEMPTS => {
                 tracing::debug!(
                     operation = operation.as_str(),
                     constraint,
@@ -411,12 +411,21 @@ where
     let begin = begin_statements(options);
     match run_once(TxClient::new(client), &begin, work, operation).await {
         Attempt::Ended(client, result) => {
-            if result.is_err() {
+            let result = match result {
                 // The transaction may be open or aborted; a failed ROLLBACK means the
-                // connection is gone, and the pool drops closed connections on their next
-                // checkout.
-                let _ = client.batch_execute("ROLLBACK").await;
-            }
+                // connection is gone (the pool drops closed connections on their next
+                // checkout), and a database error just before it was the server going away.
+                Err(e) => match client.batch_execute("ROLLBACK").await {
+                    Err(gone) if gone.code().is_none() && matches!(e, Error::Database(_)) => {
+                        Err(Error::ConnectionLost {
+                            operation,
+                            cause: e.to_string(),
+                        })
+                    }
+                    _ => Err(e),
+                },
+                ok => ok,
+            };
             // The transaction has ended: the client goes back to the pool here, before any
             // sleep.
             drop(client.finish());
@@ -553,8 +562,12 @@ where
     };
     match committed {
         Ok(()) => Attempt::Ended(client, Ok(value)),
-        // An answer from the server (40001 at commit, a deferred constraint): not committed.
-        Err(e) if e.code().is_some() => Attempt::Ended(client, Err(e.into())),
+        // An answer from the server refusing the COMMIT (40001 at commit, a deferred
+        // constraint): not committed. But a server going away (its connection class 08, or
+        // shutting down or crashed: 57P) may have committed before it said so.
+        Err(e) if e.code().is_some_and(|c| !server_went_away(c)) => {
+            Attempt::Ended(client, Err(e.into()))
+        }
         // No answer: the connection broke after COMMIT left; it may have committed.
         Err(e) => {
             drop(client);
@@ -564,6 +577,13 @@ where
             )))
         }
     }
+}
+
+/// SQLSTATEs of a server going away rather than refusing: connection exceptions (class 08) and
+/// operator intervention (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now).
+fn server_went_away(code: &SqlState) -> bool {
+    let code = code.code();
+    code.starts_with("08") || code.starts_with("57P")
 }
 
 fn outcome_unknown(operation: Operation, cause: &str) -> Error {

@@ -1,4 +1,4 @@
-//! Backorders and preorders (issue 15), on every served strategy: units beyond what is
+//! Backorders and preorders, on every served strategy: units beyond what is
 //! available are backordered up to the product's limit (all items or none), arrivals fill the
 //! oldest backorders first (partially too) in the same transaction, confirm reports backordered
 //! units as pending and a later fill sells them, release and expiry drop them, replays answer

@@ -1,4 +1,4 @@
-//! The `batched` strategy keeps `atomic`'s contract: seed 000's races, all-or-nothing multi-item
+//! The `batched` strategy keeps `atomic`'s contract: the last-unit races, all-or-nothing multi-item
 //! orders, replays and conflicts (also inside one batch), grants in arrival order, one bad order
 //! isolated from its batch-mates, a full queue answering `Overloaded`, two engines (two
 //! "processes") on one database, and workers that stop with the engine. Audit clean after each.
@@ -648,7 +648,7 @@ async fn concurrent_confirms_settle_once_and_name_what_is_missing() {
     assert_audit_clean(&db).await;
 }
 
-/// Issue 11: a product held locked by another transaction must not hold up the orders on other
+/// Deadlines travel: a product held locked by another transaction must not hold up the orders on other
 /// products that share its batch for longer than one lock timeout. The old fallback replayed
 /// the batch's orders one by one, each waiting out the lock again: the unrelated order waited
 /// (1 + orders on the locked product) lock timeouts.
@@ -705,7 +705,7 @@ async fn a_locked_product_holds_up_its_batch_mates_one_lock_timeout_at_most() {
     assert_audit_clean(&db).await;
 }
 
-/// Issue 11: a queued job whose caller's deadline comes first is withdrawn and never applied,
+/// Deadlines travel: a queued job whose caller's deadline comes first is withdrawn and never applied,
 /// even when the worker gets to it later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_whose_deadline_passes_in_the_queue_is_never_applied() {

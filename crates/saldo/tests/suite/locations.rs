@@ -1,4 +1,4 @@
-//! Stock per location (issue 15), against every served strategy: split and single allocation
+//! Stock per location, against every served strategy: split and single allocation
 //! in priority order, pinned locations, all-or-nothing across items and locations, confirm,
 //! release, expiry and re-reserve per allocation, direct sales from locations, the first
 //! location count adopting what the product held, and many orders splitting across three

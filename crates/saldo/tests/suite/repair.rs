@@ -1,4 +1,4 @@
-//! Repair (issue 15): divergences of each kind planted behind the engine's back are reported by
+//! Repair: divergences of each kind planted behind the engine's back are reported by
 //! the dry run (nothing written), fixed by the apply (row back to reservations and history, a
 //! zero-quantity `repair: …` movement, the audit clean again), and a product that changes
 //! between the plan and the lock is left alone and reported. The same on Citus (the Citus

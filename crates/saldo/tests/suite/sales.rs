@@ -1,4 +1,4 @@
-//! Direct sales (issue 15): all items or none, idempotent by sale id (replay → the original
+//! Direct sales: all items or none, idempotent by sale id (replay → the original
 //! result, other items → conflict, simultaneous copies sell once), refusals as a
 //! reservation's, and the audit counting sold units.
 

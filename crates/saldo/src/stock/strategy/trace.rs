@@ -1,6 +1,6 @@
 //! Lab-only record of the read–write window: which session read which balance, and what it
 //! wrote. The race lab hands a [`TraceSink`] to the strategies through `StrategyConfig` so that
-//! `saldo race --explain` can print the interleaving that actually happened, like seed 000's
+//! `saldo race --explain` can print the interleaving that actually happened, like the last-unit article's
 //! two-session timeline. Production code never sets a sink; recording is then a no-op.
 
 use std::sync::{Arc, Mutex};
