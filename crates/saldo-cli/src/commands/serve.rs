@@ -32,6 +32,7 @@ use saldo_http::config::{
     MAX_CONNECTIONS_LIMIT, MAX_CONN_TIMEOUT_MS, MIN_CONN_TIMEOUT_MS,
 };
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
+use saldo_http::starting::Starting;
 use saldo_http::startup::{Application, ServiceConfig};
 use saldo_http::tokens::{TokenKind, TokenStore};
 
@@ -396,7 +397,18 @@ fn transfer_strategy(s: &str) -> Result<TransferStrategy, String> {
 /// `saldo serve`: every setting checked and the listener bound before the data directory is
 /// created, the cluster started or a token printed; then the service until Ctrl-C or SIGTERM.
 pub async fn run(args: Args, matches: &clap::ArgMatches, global: Global) -> Result<ExitCode> {
-    let prepared = Prepared::new(args, matches)?;
+    let Prepared {
+        args,
+        listener,
+        origins,
+    } = Prepared::new(args, matches)?;
+    // From here on a request is answered at once (503 `starting`, with Retry-After) while the
+    // database starts and migrates, instead of waiting in the kernel's backlog.
+    let prepared = Started {
+        args,
+        starting: Starting::answer(listener),
+        origins,
+    };
     let data_dir = global.embedded.data_dir.clone();
     let database = match global.citus_workers {
         Some(workers) => {
@@ -456,16 +468,23 @@ fn service_config(args: &Args, database: &Database, token_dir: PathBuf) -> Resul
 }
 
 /// Serves until Ctrl-C or SIGTERM; `data_dir` is `--data-dir` (the token store lives there).
-async fn serve(prepared: Prepared, database: &Database, data_dir: Option<&Path>) -> Result<()> {
-    let Prepared {
+/// The checked flags, with the listener answering "starting" meanwhile.
+struct Started {
+    args: Args,
+    starting: Starting,
+    origins: [TokenOrigin; 2],
+}
+
+async fn serve(prepared: Started, database: &Database, data_dir: Option<&Path>) -> Result<()> {
+    let Started {
         args,
-        listener,
+        starting,
         origins,
     } = prepared;
     let token_dir = database::try_state_dir(data_dir)?;
     log_token_origins(&origins, &token_dir);
     let config = service_config(&args, database, token_dir.clone())?;
-    let app = Application::build_on(config, listener)
+    let app = Application::build_while_starting(config, starting)
         .await
         .context("starting the service")?;
     // The only place a generated token is ever shown: stdout, once, never the log.
