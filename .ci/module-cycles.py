@@ -116,6 +116,10 @@ def resolve(mods, here, kind, segments):
 def edges_of(mods, here, code):
     found = {}
     for m in PATH.finditer(code):
+        # `use crate::a::{b, c}` names a::b and a::c, not `a` itself: the group is resolved name
+        # by name below (a `self` in it still names `a`).
+        if code.startswith("::{", m.end()):
+            continue
         segments = [s for s in m.group(2).split("::") if s]
         target = resolve(mods, here, m.group(1), segments)
         if target != here:

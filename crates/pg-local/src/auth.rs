@@ -16,8 +16,10 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Stdio;
 
+use crate::binaries::Binaries;
+use crate::config::SUPERUSER;
+use crate::error::{io, Error};
 use crate::process::RunAs;
-use crate::{io, Binaries, Error, SUPERUSER};
 
 /// Random bytes in a generated password (hex-encoded: URL-safe, quote-safe, 256 bits).
 const PASSWORD_BYTES: usize = 32;

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The directory that holds `initdb`, `postgres` and `pg_isready`.
 #[derive(Debug, Clone)]

@@ -25,7 +25,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use crate::binaries::{self, Binaries};
-use crate::{auth, io, process, reap, Cluster, Config, Error, SUPERUSER};
+use crate::cluster::Cluster;
+use crate::config::{Config, DataDir, SUPERUSER};
+use crate::error::{io, Error};
+use crate::{auth, process, reap};
+
+pub use crate::error::CITUS_BIN_ENV;
 
 /// Workers a cluster starts unless told otherwise.
 pub const DEFAULT_WORKERS: usize = 2;
@@ -33,8 +38,6 @@ pub const DEFAULT_WORKERS: usize = 2;
 pub const MAX_WORKERS: usize = 8;
 /// The database made distributed at start-up (the others: [`CitusCluster::create_database`]).
 pub const DEFAULT_DATABASE: &str = "postgres";
-/// Environment variable naming a Citus-enabled bin directory (checked first, and alone).
-pub const CITUS_BIN_ENV: &str = "SALDO_CITUS_PG_BIN";
 /// Where `../shared/citus/build-citus /var/cache/saldo-citus` puts its build on saldo's machines
 /// (CI's cache directory); searched after [`CITUS_BIN_ENV`] and the ordinary places.
 pub const BUILD_CITUS_ROOT: &str = "/var/cache/saldo-citus/root/usr/lib/postgresql";
@@ -180,7 +183,7 @@ impl CitusCluster {
 
         let node = |name: &str| -> Result<Cluster, Error> {
             let mut node = config.node.clone();
-            node.data_dir = crate::DataDir::Ephemeral;
+            node.data_dir = DataDir::Ephemeral;
             node.tcp = true;
             node.port = None;
             node.password_file = Some(password_file.clone());

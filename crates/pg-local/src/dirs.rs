@@ -11,8 +11,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::error::{io, Error};
 use crate::process::RunAs;
-use crate::{io, reap, Error};
+use crate::reap;
 
 /// Longest socket path PostgreSQL accepts: `sizeof(sun_path)` (108 on Linux) minus the NUL.
 const MAX_SOCKET_PATH_BYTES: usize = 107;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::{io, Error};
+use crate::error::{io, Error};
 
 /// Longest line copied as one piece; a longer one is split (so one line cannot grow a file
 /// past its cap by more than this).

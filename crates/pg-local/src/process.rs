@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Gid, Pid, Uid, User};
 
-use crate::{io, Error};
+use crate::config::SHUTDOWN_TIMEOUT;
+use crate::error::{io, Error};
 
 /// The identity PostgreSQL's programs run under.
 #[derive(Debug, Clone)]
@@ -147,7 +148,7 @@ impl Guarded {
 
 impl Drop for Guarded {
     fn drop(&mut self) {
-        self.stop_inner(crate::SHUTDOWN_TIMEOUT);
+        self.stop_inner(SHUTDOWN_TIMEOUT);
     }
 }
 

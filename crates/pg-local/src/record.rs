@@ -12,8 +12,10 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::auth::{self, REDACTED};
+use crate::cluster::{url_for, Cluster};
+use crate::error::{io, Error};
 use crate::owner::Owner;
-use crate::{auth, io, Cluster, Error};
 
 /// Largest record read (a handful of short lines).
 const MAX_RECORD_BYTES: u64 = 16 * 1024;
@@ -133,7 +135,7 @@ impl Record {
             what: format!("reading {}", self.password_file.display()),
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         })?;
-        Ok(crate::url_for(
+        Ok(url_for(
             &self.socket_dir,
             self.port,
             database,
@@ -143,7 +145,7 @@ impl Record {
 
     /// [`Record::url`] without the password, for people.
     pub fn redacted_url(&self, database: &str) -> String {
-        crate::url_for(&self.socket_dir, self.port, database, crate::REDACTED)
+        url_for(&self.socket_dir, self.port, database, REDACTED)
     }
 }
 

@@ -2,11 +2,15 @@
 //! Clients are the machine's `psql` (installed with the server binaries), so what is checked
 //! is what an operator or another local user would see.
 
+use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 use super::*;
+use crate::cluster::{free_port, init_data_dir, is_ready};
 
 fn binaries() -> Binaries {
     Binaries::find().expect("binaries")

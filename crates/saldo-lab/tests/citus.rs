@@ -3,7 +3,9 @@
 //!   (`crates/saldo/tests/citus_stock.rs`), failing here too (`suite/naive_stock.rs`);
 //! - the naive transfer deadlocking across workers (`citus/naive_ledger.rs`);
 //! - the race lab's scenarios on Citus, served strategies holding, naive failing
-//!   (`citus/race.rs`).
+//!   (`citus/race.rs`);
+//! - the harness's own promise that a test database is dropped with its test
+//!   (`citus/test_db.rs`).
 
 /// Where this binary's suites get a fresh database: the Citus cluster.
 mod harness {
@@ -23,3 +25,6 @@ mod naive_ledger;
 
 #[path = "citus/race.rs"]
 mod race;
+
+#[path = "citus/test_db.rs"]
+mod test_db;

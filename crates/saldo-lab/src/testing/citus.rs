@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use saldo::db::{self, Layout};
 use saldo::retry::TxOptions;
 
-use super::{TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
+use super::db::{DroppedAtEnd, TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
 
 /// Connections per node: the coordinator opens its own to the workers for every session that
 /// runs a distributed statement, so the workers need as many as the coordinator (and more: the
@@ -36,15 +36,17 @@ static CITUS: OnceLock<Result<Arc<pg_local::CitusCluster>, String>> = OnceLock::
 
 /// The shared Citus test cluster as a place for the lab's scratch databases.
 pub fn citus_server() -> crate::scratch::Server {
-    citus_cluster();
-    match CITUS.get() {
-        Some(Ok(cluster)) => crate::scratch::Server::Citus(cluster.clone()),
-        _ => panic!("test Citus cluster unavailable"),
-    }
+    crate::scratch::Server::Citus(started().clone())
 }
 
 /// The shared Citus test cluster (started on first use).
 pub fn citus_cluster() -> &'static pg_local::CitusCluster {
+    started()
+}
+
+/// The shared Citus test cluster, started on first use; a failed start panics, in this test and
+/// in every later one that asks.
+fn started() -> &'static Arc<pg_local::CitusCluster> {
     let cluster = CITUS.get_or_init(|| {
         std::thread::spawn(|| {
             let mut config = pg_local::CitusConfig::default()
@@ -100,27 +102,10 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
             .with_lock_timeout_ms(CITUS_WAIT_MS)
             .with_statement_timeout_ms(CITUS_WAIT_MS),
         layout: Layout::Citus,
-        _dropped_at_end: Some(DroppedAtEnd(name)),
-    }
-}
-
-/// A Citus test database, dropped on every node when its [`TestDb`] is (at the end of the test,
-/// passed or panicked). Left behind, each database keeps a Citus maintenance daemon on every
-/// node, and the coordinator's polls every node for lock waits each `2 × deadlock_timeout`
-/// (100 ms here): a hundred forgotten databases kept about a thousand backends busy and the
-/// load of a 2-core machine past 100.
-pub(super) struct DroppedAtEnd(String);
-
-impl Drop for DroppedAtEnd {
-    fn drop(&mut self) {
-        // `WITH (FORCE)` ends the sessions still open (the pool's, a worker task's) and waits
-        // at most 5 s for them to exit before failing: the drop is bounded. A failure only
-        // leaves the database behind, so it is reported and not raised.
-        if let Some(Ok(cluster)) = CITUS.get() {
-            if let Err(e) = cluster.drop_database(&self.0) {
-                eprintln!("dropping Citus test database {}: {e}", self.0);
-            }
-        }
+        _dropped_at_end: Some(DroppedAtEnd {
+            cluster: started().clone(),
+            name,
+        }),
     }
 }
 

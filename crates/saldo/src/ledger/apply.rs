@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::{AccountId, Amount, TransferId, TransferStatus, TransferTimeout};
 use crate::error::Error;
-use crate::ledger::types::{checked_balance, Movement};
+use crate::ledger::types::{checked_balance, Movement, TransferKind};
+use crate::operation::Operation;
 
 /// One locked account row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +88,17 @@ impl<'r> NewTransfer<'r> {
             TransferStatus::Pending
         } else {
             TransferStatus::Posted
+        }
+    }
+
+    /// The name an operation on a new transfer runs under (metrics, "not applied" answers).
+    pub(crate) fn operation(&self) -> Operation {
+        match (self.pending, self.movement.kind) {
+            (Some(_), _) => Operation::Hold,
+            (None, TransferKind::Deposit) => Operation::Deposit,
+            (None, TransferKind::Withdrawal) => Operation::Withdraw,
+            (None, TransferKind::Opening) => Operation::OpenAccount,
+            (None, TransferKind::Transfer) => Operation::Transfer,
         }
     }
 }

@@ -425,7 +425,7 @@ impl Ledger {
     ) -> Result<Transfer, Error> {
         validate(&t.movement)?;
         match strategy {
-            TransferStrategy::Ordered => place_alone(&self.store, operation(&t), t).await,
+            TransferStrategy::Ordered => place_alone(&self.store, t.operation(), t).await,
             TransferStrategy::Batched => self.engine.place(&t).await,
         }
     }
@@ -439,17 +439,6 @@ impl Ledger {
         let result = self.place(strategy, NewTransfer::posted(movement)).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
-    }
-}
-
-/// The name an operation on a new transfer runs under (metrics, "not applied" answers).
-pub(crate) fn operation(t: &NewTransfer<'_>) -> Operation {
-    match (t.pending, t.movement.kind) {
-        (Some(_), _) => Operation::Hold,
-        (None, TransferKind::Deposit) => Operation::Deposit,
-        (None, TransferKind::Withdrawal) => Operation::Withdraw,
-        (None, TransferKind::Opening) => Operation::OpenAccount,
-        (None, TransferKind::Transfer) => Operation::Transfer,
     }
 }
 

@@ -84,7 +84,7 @@ impl Op {
     pub fn operation(&self) -> Operation {
         match self {
             Op::Place { .. } => match self.new_transfer() {
-                Some(t) => crate::ledger::operation(&t),
+                Some(t) => t.operation(),
                 None => Operation::Transfer,
             },
             Op::Settle {
