@@ -169,7 +169,7 @@ fn orders(e: &Error) -> Option<Parts> {
         } => Parts::conflict("order-not-releasable", "Order not releasable")
             .with("order_id", order_id)
             .with("product_id", product_id)
-            .with("status", status.as_str()),
+            .with("reservation_status", status.as_str()),
         Error::NothingToExtend(o) => {
             Parts::conflict("nothing-to-extend", "Nothing to extend").with("order_id", o)
         }

@@ -105,13 +105,16 @@ async fn api_token_guards_the_other_v1_routes_when_set() {
         assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
     }
     let reserve = json!({"order_id": "o-1", "items": [{"product_id": 1, "quantity": 1}]});
+    let reserve_2 = json!({"order_id": "o-2", "items": [{"product_id": 1, "quantity": 1}]});
     let transfer = json!({"id": "t-1", "from": 5, "to": 6, "amount": 1});
     let routes = [
         (Method::GET, "/v1/products/1/stock", None),
         (Method::POST, "/v1/reservations", Some(reserve)),
         (Method::GET, "/v1/orders/o-1", None),
         (Method::POST, "/v1/orders/o-1/confirm", None),
-        (Method::POST, "/v1/orders/o-1/release", None),
+        // A sold order cannot be released: the release is of another, reserved, order.
+        (Method::POST, "/v1/reservations", Some(reserve_2)),
+        (Method::POST, "/v1/orders/o-2/release", None),
         (Method::GET, "/v1/accounts/5", None),
         (Method::GET, "/v1/accounts/5/transfers", None),
         (Method::POST, "/v1/transfers", Some(transfer)),
