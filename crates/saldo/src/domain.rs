@@ -44,6 +44,9 @@ pub enum InputError {
     PageLimitOutOfRange { limit: i64, max: u32 },
     #[error("cursor is not one this list of {list} handed out; start again without a cursor")]
     CursorInvalid { list: &'static str },
+    /// A stream name that is not `<product|order|sale|account|transfer>:<id>`.
+    #[error("stream {0:?} is not <product|order|sale|account|transfer>:<id>")]
+    StreamInvalid(String),
     #[error("amount {amount} is outside 1..={max}")]
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]
@@ -645,7 +648,7 @@ impl fmt::Display for TransferStatus {
 
 /// Where one reservation (an order's line on one product) is in its life: `active` until exactly
 /// one of confirm, release or expiry settles it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReservationStatus {
     Active,

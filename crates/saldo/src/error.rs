@@ -89,6 +89,10 @@ pub enum Error {
     /// same request may be sent again.
     #[error("the deadline passed before {operation} was applied; nothing was applied")]
     DeadlineExceeded { operation: Operation },
+    /// A feed cursor from before what retention pruned: events after it are gone. Resynchronise
+    /// from the list endpoints, then follow the feed from its end.
+    #[error("cursor {cursor} is older than the events kept; resynchronise from the lists")]
+    CursorExpired { cursor: String },
     /// The COMMIT was sent but its answer was lost (deadline or connection): the operation may
     /// or may not have been applied. Replaying the same request (same order or transfer id)
     /// tells which, and never applies it twice.
@@ -235,6 +239,9 @@ pub enum Error {
     Invariant(String),
 }
 
+/// The unique constraint of an event stream's positions (`migrations/V9__events.sql`).
+pub(crate) const STREAM_POSITION_CONSTRAINT: &str = "events_stream_position";
+
 /// Why the pool gave no connection: taking one, or building the pool.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolFailure {
@@ -278,6 +285,23 @@ impl Error {
     /// Deadlock or serialization failure: the transaction left no effect and may be rerun.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Database(e) if e.code().is_some_and(is_retryable_state))
+            || self.is_stream_position_taken()
+    }
+
+    /// Two transactions gave the same event stream the same position: each read the stream's
+    /// last position before the other committed (an order's rows written by two transactions
+    /// that each hold only some of them: a sweep and a fill). The later one waited for the first
+    /// on the unique index and lost; rerun from BEGIN, it reads the position the first wrote
+    /// and takes the next one, so positions stay gap-free. Named by its constraint (the events
+    /// table is never distributed, so the name always comes back).
+    fn is_stream_position_taken(&self) -> bool {
+        let Error::Database(e) = self else {
+            return false;
+        };
+        e.as_db_error().is_some_and(|db| {
+            db.code() == &SqlState::UNIQUE_VIOLATION
+                && db.constraint() == Some(STREAM_POSITION_CONSTRAINT)
+        })
     }
 
     /// A lock or statement timeout (55P03 / 57014): the statement was cancelled, and with it the

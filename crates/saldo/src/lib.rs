@@ -47,6 +47,7 @@ pub mod audit;
 pub mod batch;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod fixtures;
 pub mod ledger;
 pub mod listing;

@@ -79,6 +79,10 @@ operations! {
         ListProducts => "list_products",
         ListOrders => "list_orders",
         ListAccounts => "list_accounts",
+        // The event feed.
+        Events => "events",
+        PruneEvents => "prune_events",
+        SequenceEvents => "sequence_events",
         // A service request as a whole, when its operation outlives the request's deadline.
         Request => "request",
     }

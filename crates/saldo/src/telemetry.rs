@@ -41,8 +41,9 @@ pub const BATCH_ORDERS: &str = "saldo_batch_orders";
 pub const LEDGER_BATCH_SECONDS: &str = "saldo_ledger_batch_seconds";
 pub const LEDGER_BATCH_OPERATIONS: &str = "saldo_ledger_batch_operations";
 
-/// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure).
-pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001"];
+/// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure, and the
+/// unique violation of an event stream position two transactions took at once).
+pub const RETRY_SQLSTATES: &[&str] = &["40P01", "40001", "23505"];
 /// `outcome` values of [`RESERVATIONS`] (see `stock::flows::reserve::outcome`).
 pub const RESERVATION_OUTCOMES: &[&str] = &[
     "reserved",

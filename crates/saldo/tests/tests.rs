@@ -19,6 +19,8 @@ mod harness {
 
 #[path = "suite/contract.rs"]
 mod contract;
+#[path = "suite/events.rs"]
+mod events;
 #[path = "suite/stock.rs"]
 mod stock;
 

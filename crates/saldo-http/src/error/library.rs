@@ -278,6 +278,17 @@ fn not_applied(e: &Error) -> Option<Parts> {
         )
         .with("applied", Value::Null),
         Error::Pool(_) => database_unavailable("no database connection could be had in time"),
+        Error::CursorExpired { cursor } => Parts::new(
+            axum::http::StatusCode::GONE,
+            "cursor-expired",
+            "Cursor older than the events kept",
+        )
+        .detail(format!(
+            "events after cursor {cursor} were pruned by retention: resynchronise from the list \
+             endpoints (GET /v1/products, /v1/orders, /v1/accounts), then follow the feed from \
+             its end (GET /v1/events?from=end)"
+        ))
+        .with("cursor", cursor),
         Error::ConnectionLost { .. } => {
             database_unavailable("the database connection was lost before the commit")
         }

@@ -341,6 +341,7 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::ReservationExpired { .. } => "ReservationExpired",
         E::NotReleasable { .. } => "NotReleasable",
         E::ConnectionLost { .. } => "ConnectionLost",
+        E::CursorExpired { .. } => "CursorExpired",
         E::NothingToExtend(_) => "NothingToExtend",
         E::HoldLimitExceeded { .. } => "HoldLimitExceeded",
         E::ProductLocked(_) => "ProductLocked",
@@ -374,7 +375,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 42;
+const LIBRARY_VARIANTS: usize = 43;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -417,6 +418,9 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             product_id: p,
         },
         E::NothingToExtend(o()),
+        E::CursorExpired {
+            cursor: "e1.1.1".into(),
+        },
         E::ConnectionLost {
             operation: saldo::Operation::Reserve,
             cause: "the server went away".into(),

@@ -29,12 +29,10 @@ use saldo::store::dialect::Tx;
 
 const SUBTRACT: &str = saldo::stock_update!(
     "available = available - $2, reserved = reserved + $2",
-    "WHERE product_id = $1 RETURNING available, reserved"
+    "WHERE product_id = $1"
 );
-const OVERWRITE: &str = saldo::stock_update!(
-    "available = $2, reserved = $3",
-    "WHERE product_id = $1 RETURNING available, reserved"
-);
+const OVERWRITE: &str =
+    saldo::stock_update!("available = $2, reserved = $3", "WHERE product_id = $1");
 
 /// Longest think a naive strategy accepts, whatever the configuration says.
 pub const MAX_THINK: Duration = Duration::from_secs(1);

@@ -343,6 +343,9 @@ pub(crate) struct Row {
     /// `expired`), its units still counted reserved until a transaction that holds it (or the
     /// sweeper) settles it as expired.
     pub lapsed: bool,
+    /// The order's event position when this row was last written (the greatest over an order's
+    /// rows is the position of its latest event).
+    pub order_position: i64,
     pub item: ReservedItem,
 }
 
@@ -359,6 +362,8 @@ pub(crate) struct Allocation {
 #[derive(Debug, Clone)]
 pub(crate) struct Waiting {
     pub id: Uuid,
+    pub order_id: String,
+    pub product_id: ProductId,
     pub status: Status,
     pub backordered: i32,
     pub arrival: i64,
@@ -368,7 +373,11 @@ pub(crate) struct Waiting {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fill {
     pub id: Uuid,
+    pub order_id: String,
+    pub product_id: ProductId,
     pub arrival: i64,
     pub units: i32,
     pub sold: bool,
+    /// The order's event position of this fill (its `backorder.filled` event).
+    pub position: i64,
 }

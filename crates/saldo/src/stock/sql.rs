@@ -17,13 +17,15 @@ use crate::store::values::{Col, Values};
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, (status = 'active' AND expires_at <= now()) AS lapsed"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, (status = 'active' AND expires_at <= now()) AS lapsed"
     };
 }
 
-/// `UPDATE stock SET <set>, version = version + 1, updated_at = now() <rest>`: every write to a
-/// stock row moves its version (the optimistic strategy's check and the lab's traces rely on it)
-/// and stamps `updated_at`, so the tail is written once, here.
+/// `UPDATE stock SET <set>, version = version + 1, updated_at = now() <rest> RETURNING <the
+/// row>`: every write to a stock row moves its version (the optimistic strategy's check, the
+/// lab's traces and the product's event position rely on it), stamps `updated_at`, and returns
+/// the row as it now is (each write's `stock.changed` event is made from it), so the tail is
+/// written once, here.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! stock_update {
@@ -32,7 +34,9 @@ macro_rules! stock_update {
             "UPDATE stock SET ",
             $set,
             ", version = version + 1, updated_at = now() ",
-            $rest
+            $rest,
+            " RETURNING stock.product_id, stock.available, stock.reserved, stock.version, \
+             stock.backorder_limit, stock.backordered"
         )
     };
 }
@@ -76,10 +80,11 @@ pub(crate) const DUE_ROWS: Sql = Sql::same(select_reservations!(
     "WHERE status = 'active' AND expires_at <= now() \
      ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED"
 ));
-/// Moves rows to a final status; `settled_at` from the clock, read while the stock rows are
-/// locked (see `flows::settle`).
+/// Moves rows to a final status with their order's new event position; `settled_at` from the
+/// clock, read while the stock rows are locked (see `flows::settle`). Joined on the product
+/// (the distribution column) as well as the id, so Citus routes each row to its shard.
 pub(crate) const SETTLE: Sql = Sql::same(
-    "UPDATE reservations SET status = $2, settled_at = clock_timestamp() WHERE id = ANY($1)",
+    "UPDATE reservations r SET status = $4, settled_at = clock_timestamp(),             order_position = d.position        FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS d(id, product_id, position)       WHERE r.product_id = d.product_id AND r.id = d.id",
 );
 /// Writes reservation rows, one per element of the parallel arrays (id, order id, product,
 /// quantity, TTL in seconds, request key, allocated), and returns what only the database knows:
@@ -87,22 +92,23 @@ pub(crate) const SETTLE: Sql = Sql::same(
 /// measurably: BENCHMARKS.md). Every reserve, re-reserve and batch inserts through this.
 pub(crate) const INSERT_RESERVATIONS: Sql = Sql::same(
     "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key, \
-                               allocated) \
+                               allocated, order_position) \
      SELECT g.id, g.order_id, g.product_id, g.quantity, \
-            now() + make_interval(secs => g.ttl_s), g.request_key, g.allocated \
+            now() + make_interval(secs => g.ttl_s), g.request_key, g.allocated, g.position \
        FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[], \
-                   $7::bool[]) \
-            AS g(id, order_id, product_id, quantity, ttl_s, request_key, allocated) \
+                   $7::bool[], $8::bigint[]) \
+            AS g(id, order_id, product_id, quantity, ttl_s, request_key, allocated, position) \
      RETURNING id, created_at, expires_at",
 );
-/// Rows per [`CITUS_INSERT_RESERVATIONS`] statement at most: 6 parameters each, far under
+/// Rows per [`CITUS_INSERT_RESERVATIONS`] statement at most: 7 parameters each, far under
 /// PostgreSQL's 65,535, and a bounded number of statement texts per connection.
 pub(crate) const RESERVATIONS_VALUES_CHUNK: usize = 128;
 /// [`INSERT_RESERVATIONS`] on Citus, as multi-row `VALUES` (Citus routes each row to its
 /// shard; the `unnest` form runs through the coordinator). No row there has allocations
 /// (stock per location is not offered on Citus).
 pub(crate) static CITUS_INSERT_RESERVATIONS: Values = Values::new(
-    "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key)",
+    "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key, \
+                               order_position)",
     &[
         Col::cast("::uuid"),
         Col::cast("::text"),
@@ -110,6 +116,7 @@ pub(crate) static CITUS_INSERT_RESERVATIONS: Values = Values::new(
         Col::cast("::int"),
         Col::wrapped("now() + make_interval(secs => ", "::float8)"),
         Col::cast("::text"),
+        Col::cast("::bigint"),
     ],
     "RETURNING id, created_at, expires_at",
 );
@@ -140,10 +147,11 @@ pub(crate) const CITUS_PRODUCT_DUE_ROWS: Sql = Sql::same(select_reservations!(
 /// The clock [`SETTLE`] reads inside its UPDATE, read on its own (Citus refuses a VOLATILE
 /// function in an UPDATE of a distributed table).
 pub(crate) const CLOCK: Sql = Sql::same("SELECT clock_timestamp() AS at");
-/// [`SETTLE`] with the clock as a parameter, routed by the rows' products.
+/// [`SETTLE`] with the clock as a parameter (`$5`).
 pub(crate) const CITUS_SETTLE: Sql = Sql::same(
-    "UPDATE reservations SET status = $2, settled_at = $3 \
-     WHERE product_id = ANY($4) AND id = ANY($1)",
+    "UPDATE reservations r SET status = $4, settled_at = $5, order_position = d.position \
+       FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS d(id, product_id, position) \
+      WHERE r.product_id = d.product_id AND r.id = d.id",
 );
 /// The router write (Citus only): one row per order, its new products distinct and ascending;
 /// an order's row gains the products it did not list. Multi-row `VALUES`, routed per shard.
@@ -153,10 +161,17 @@ pub(crate) static CITUS_ROUTE_ORDERS: Values = Values::new(
     "ON CONFLICT (order_id) DO UPDATE SET products = o.products || EXCLUDED.products \
      WHERE NOT o.products @> EXCLUDED.products",
 );
-/// Moves the expiry of rows this transaction holds locked and decided on.
+/// Moves the expiry of rows this transaction holds locked and decided on (and their order's
+/// event position, `$3`).
 pub(crate) const EXTEND_ROWS: Sql = Sql::same(
-    "UPDATE reservations SET expires_at = now() + make_interval(secs => $2) \
+    "UPDATE reservations SET expires_at = now() + make_interval(secs => $2), \
+            order_position = $3 \
      WHERE id = ANY($1) AND status = 'active' RETURNING id, expires_at",
+);
+/// The last event position of each of these orders (the greatest over its rows).
+pub(crate) const ORDER_POSITIONS: Sql = Sql::same(
+    "SELECT order_id, max(order_position) AS position FROM reservations \
+     WHERE order_id = ANY($1) GROUP BY order_id",
 );
 /// The transaction's clock: an extension's comparisons and the new expiry use the same `now()`.
 pub(crate) const NOW: Sql = Sql::same("SELECT now() AS now");
@@ -230,8 +245,7 @@ pub(crate) const LOCK_ROW: Sql = Sql::same(
 /// A count or an adjustment: the row's new `available`.
 pub(crate) const SET_AVAILABLE: Sql = Sql::same(crate::stock_update!(
     "available = $2",
-    "WHERE product_id = $1 \
-     RETURNING available, reserved, version, backorder_limit, backordered"
+    "WHERE product_id = $1"
 ));
 /// A physical count or an adjustment, append-only (the audit's history).
 pub(crate) const RECORD_MOVEMENT: Sql = Sql::same(
@@ -248,8 +262,7 @@ pub(crate) const REPAIR_ROW: Sql = Sql::same(crate::stock_update!(
 
 pub(crate) const SET_POLICY: Sql = Sql::same(crate::stock_update!(
     "backorder_limit = $2",
-    "WHERE product_id = $1 \
-     RETURNING available, reserved, version, backorder_limit, backordered"
+    "WHERE product_id = $1"
 ));
 /// The arrival number comes from the sequence here, under the stock row lock.
 pub(crate) const MARK_BACKORDERS: Sql = Sql::same(
@@ -273,7 +286,7 @@ pub(crate) const PRELOCK_BACKORDERS: Sql = Sql::same(
 /// The oldest live backorders that `$2` units reach (each row starts before `$2` is used up),
 /// locked; the outer conditions are checked again on the locked version.
 pub(crate) const OLDEST_BACKORDERS: Sql = Sql::same(
-    "SELECT id, status, backordered, backorder_arrival FROM reservations \
+    "SELECT id, order_id, product_id, status, backordered, backorder_arrival FROM reservations \
      WHERE id IN (SELECT id FROM (SELECT id, sum(backordered) OVER \
                   (ORDER BY backorder_arrival, id) - backordered AS before \
                   FROM reservations WHERE product_id = $1 AND backordered > 0 \
@@ -282,8 +295,10 @@ pub(crate) const OLDEST_BACKORDERS: Sql = Sql::same(
      ORDER BY backorder_arrival, id FOR UPDATE",
 );
 pub(crate) const FILL_ROWS: Sql = Sql::same(
-    "UPDATE reservations SET backordered = reservations.backordered - d.f \
-     FROM unnest($1::uuid[], $2::int[]) AS d(id, f) WHERE reservations.id = d.id",
+    "UPDATE reservations SET backordered = reservations.backordered - d.f, \
+            order_position = d.position \
+     FROM unnest($1::uuid[], $2::int[], $3::bigint[]) AS d(id, f, position) \
+     WHERE reservations.id = d.id",
 );
 pub(crate) const RECORD_FILLS: Sql = Sql::same(
     "INSERT INTO backorder_fills (product_id, reservation_id, arrival, quantity, sold, \
@@ -359,7 +374,7 @@ pub(crate) const UPSERT_LOCATION_COUNT: Sql = Sql::same(
 );
 pub(crate) const SET_LOCATED_TOTAL: Sql = Sql::same(crate::stock_update!(
     "available = $2, located = true",
-    "WHERE product_id = $1 RETURNING available, reserved, version"
+    "WHERE product_id = $1"
 ));
 pub(crate) const STOCK_WITH_LOCATIONS: Sql = Sql::same(
     "SELECT s.available, s.reserved, s.version, s.backorder_limit, s.backordered, \
@@ -407,10 +422,12 @@ mod tests {
         let two = CITUS_INSERT_RESERVATIONS.statement(2);
         assert!(two.starts_with(
             "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, \
-             request_key) VALUES ($1::uuid"
+             request_key, order_position) VALUES ($1::uuid"
         ));
-        assert!(two.contains("now() + make_interval(secs => $5::float8), $6::text), ($7::uuid"));
-        assert!(two.ends_with("$12::text) RETURNING id, created_at, expires_at"));
+        assert!(two.contains(
+            "now() + make_interval(secs => $5::float8), $6::text, $7::bigint), ($8::uuid"
+        ));
+        assert!(two.ends_with("$14::bigint) RETURNING id, created_at, expires_at"));
         assert!(INSERT_RESERVATIONS
             .single()
             .contains("now() + make_interval(secs => g.ttl_s)"));
@@ -431,7 +448,8 @@ mod tests {
         assert_eq!(
             crate::stock_update!("available = $2", "WHERE product_id = $1"),
             "UPDATE stock SET available = $2, version = version + 1, updated_at = now() \
-             WHERE product_id = $1"
+             WHERE product_id = $1 RETURNING stock.product_id, stock.available, stock.reserved, \
+             stock.version, stock.backorder_limit, stock.backordered"
         );
         for write in [
             APPLY_DELTAS,

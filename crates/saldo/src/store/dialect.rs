@@ -11,11 +11,14 @@
 //! one place, and in the few data-access functions whose Citus form takes extra steps (routers),
 //! never in a flow or a strategy.
 
+use std::sync::Arc;
+
 use deadpool_postgres::Client;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
 use crate::error::Error;
+use crate::store::outbox::{NewEvent, Outbox};
 use crate::store::schema::Layout;
 
 /// A statement's text for each layout.
@@ -124,16 +127,61 @@ impl Dialect {
 pub type Param<'p> = &'p (dyn ToSql + Sync);
 
 /// A connection inside a transaction (or a plain read), with the dialect its statements are
-/// written in. Every statement of the aggregates goes through here, as an [`Sql`].
-#[derive(Clone, Copy)]
+/// written in and, in a write transaction, its outbox. Every statement of the aggregates goes
+/// through here, as an [`Sql`].
+#[derive(Clone)]
 pub struct Tx<'a> {
     client: &'a Client,
     dialect: Dialect,
+    /// `None`: a read, or a store whose events are off.
+    outbox: Option<Arc<Outbox>>,
+}
+
+/// What a write transaction needs of its store, captured before the transaction starts (the
+/// bodies run on a connection, not the store): the dialect, and whether events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Writer {
+    pub dialect: Dialect,
+    pub events: bool,
 }
 
 impl<'a> Tx<'a> {
+    /// A connection that only reads (or writes nothing that makes an event).
     pub fn new(client: &'a Client, dialect: Dialect) -> Self {
-        Tx { client, dialect }
+        Tx {
+            client,
+            dialect,
+            outbox: None,
+        }
+    }
+
+    /// A write transaction's connection, with an outbox when the store writes events.
+    pub fn writing(client: &'a Client, writer: Writer) -> Self {
+        Tx {
+            client,
+            dialect: writer.dialect,
+            outbox: writer.events.then(Arc::default),
+        }
+    }
+
+    /// Whether this transaction records events (a caller may skip building them otherwise).
+    pub fn records_events(&self) -> bool {
+        self.outbox.is_some()
+    }
+
+    /// Records an event of this transaction (appended by [`Tx::flush_events`]).
+    pub fn emit(&self, event: NewEvent) {
+        if let Some(outbox) = &self.outbox {
+            outbox.push(event);
+        }
+    }
+
+    /// Appends the events recorded so far: the last statement before COMMIT.
+    pub async fn flush_events(&self) -> Result<(), Error> {
+        match &self.outbox {
+            Some(outbox) => outbox.flush(self.client).await,
+            None => Ok(()),
+        }
     }
 
     pub fn dialect(&self) -> Dialect {

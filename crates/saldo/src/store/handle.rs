@@ -2,7 +2,7 @@
 
 use deadpool_postgres::Pool;
 
-use crate::store::dialect::Dialect;
+use crate::store::dialect::{Dialect, Writer};
 use crate::store::retry::TxOptions;
 use crate::store::schema::Layout;
 
@@ -14,6 +14,9 @@ pub struct Store {
     pub pool: Pool,
     pub tx: TxOptions,
     dialect: Dialect,
+    /// Whether write transactions append their events (on by default; the bench measures
+    /// without them too).
+    events: bool,
 }
 
 impl Store {
@@ -23,6 +26,7 @@ impl Store {
             pool,
             tx,
             dialect: Dialect::of(Layout::Single),
+            events: true,
         }
     }
 
@@ -42,6 +46,25 @@ impl Store {
     /// How statements are written for this layout.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// The same store writing no events (the bench's baseline; a service always writes them).
+    pub fn without_events(mut self) -> Self {
+        self.events = false;
+        self
+    }
+
+    /// Whether write transactions append their events.
+    pub fn writes_events(&self) -> bool {
+        self.events
+    }
+
+    /// What a write transaction needs of the store.
+    pub fn writer(&self) -> Writer {
+        Writer {
+            dialect: self.dialect,
+            events: self.events,
+        }
     }
 
     /// True on a Citus coordinator.

@@ -6,6 +6,7 @@
 //!   statement's single-node or Citus form ([`dialect::Sql`]), and [`dialect::Tx`], the
 //!   transaction handle the layers above run their statements through;
 //! - [`values`]: the one builder of multi-row `VALUES` statements;
+//! - [`outbox`]: the events of a write transaction, appended by it before COMMIT;
 //! - [`retry`]: the one transaction mechanism (whole-transaction rerun on 40P01/40001);
 //! - [`deadline`]: the operation's deadline, carried task-locally;
 //! - [`db`] and [`schema`]: the pool, the migrations and the layout they lay out.
@@ -16,6 +17,7 @@ pub mod db;
 pub mod deadline;
 pub mod dialect;
 pub mod handle;
+pub mod outbox;
 pub mod retry;
 pub mod schema;
 pub mod values;

@@ -288,6 +288,25 @@ macro_rules! tx_body {
     };
 }
 
+/// Wraps a write transaction's body, written against a [`crate::store::dialect::Tx`] with an
+/// outbox, into a [`TxFuture`]: the body's events are appended right after it succeeds, in the
+/// same transaction. `writer` is the store's [`crate::store::dialect::Writer`].
+#[macro_export]
+macro_rules! write_tx {
+    ($client:ident, $writer:expr => |$tx:ident| $body:expr) => {
+        ::futures::FutureExt::boxed(async move {
+            let result = {
+                let $tx = $crate::store::dialect::Tx::writing(&$client, $writer);
+                match $body.await {
+                    Ok(value) => $tx.flush_events().await.map(|()| value),
+                    Err(e) => Err(e),
+                }
+            };
+            ($client, result)
+        })
+    };
+}
+
 /// Runs `work` inside BEGIN … COMMIT, rerunning the whole transaction on 40P01/40001 at most
 /// `options.retry` allows; when attempts run out the last error comes back as
 /// [`Error::RetriesExhausted`] with its SQLSTATE. Any other error returns at once.

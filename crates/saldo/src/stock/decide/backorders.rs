@@ -18,7 +18,8 @@ impl Filled {
 }
 
 /// Distributes `units` over `waiting` (in arrival order): the fills, what they add up to, and
-/// the units left over.
+/// the units left over. Each fill's order position is given by [`number`] once the orders'
+/// last positions are known.
 pub(crate) fn fill(units: i32, waiting: &[Waiting]) -> (Vec<Fill>, Filled, i32) {
     let mut left = units;
     let mut fills = Vec::new();
@@ -40,12 +41,23 @@ pub(crate) fn fill(units: i32, waiting: &[Waiting]) -> (Vec<Fill>, Filled, i32) 
         }
         fills.push(Fill {
             id: w.id,
+            order_id: w.order_id.clone(),
+            product_id: w.product_id,
             arrival: w.arrival,
             units: f,
             sold,
+            position: 0,
         });
     }
     (fills, filled, left)
+}
+
+/// Gives each fill its order's next event position after `last` (one event per order per
+/// round, so fills of one order share it).
+pub(crate) fn number(fills: &mut [Fill], last: &std::collections::HashMap<String, i64>) {
+    for fill in fills.iter_mut() {
+        fill.position = last.get(&fill.order_id).copied().unwrap_or(0) + 1;
+    }
 }
 
 #[cfg(test)]
@@ -56,6 +68,8 @@ mod tests {
     fn waiting(backordered: i32, status: Status, arrival: i64) -> Waiting {
         Waiting {
             id: Uuid::new_v4(),
+            order_id: format!("o{arrival}"),
+            product_id: crate::domain::ProductId::new(1).expect("id"),
             status,
             backordered,
             arrival,

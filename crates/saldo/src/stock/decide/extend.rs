@@ -82,6 +82,7 @@ mod tests {
             created_at: at(created),
             allocated: false,
             lapsed: false,
+            order_position: 0,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity: 1,

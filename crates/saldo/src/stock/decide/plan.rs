@@ -192,6 +192,7 @@ mod tests {
             created_at: at(if key.is_some() { 1 } else { 0 }),
             allocated: false,
             lapsed: false,
+            order_position: 0,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity,

@@ -92,13 +92,46 @@ pub(crate) fn moves(rows: &[Row], op: Settling) -> Vec<Move<'_>> {
         .collect()
 }
 
-/// Applies `moves` to the in-memory rows (after they were written).
-pub(crate) fn apply(rows: &mut [Row], moved: &[(Uuid, Status)]) {
-    let to: HashMap<Uuid, Status> = moved.iter().copied().collect();
+/// A row moved: its id, the status it reached, its order's event position of that move.
+pub(crate) type Moved = (Uuid, Status, i64);
+
+/// The order of the events one settling transaction writes per order: what expired first (a
+/// confirm or release finds it so before it acts), then what was released or confirmed.
+const EVENT_ORDER: [Status; 3] = [Status::Expired, Status::Released, Status::Confirmed];
+
+/// The event position of each move: per order, one event per status its rows move to, in
+/// [`EVENT_ORDER`], after the order's `last` position.
+pub(crate) fn number(moves: &[Move<'_>], last: &HashMap<String, i64>) -> Vec<i64> {
+    let mut next: HashMap<(&str, Status), i64> = HashMap::new();
+    let mut orders: Vec<&str> = moves.iter().map(|(r, _)| r.order_id.as_str()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    for order in orders {
+        let mut position = last.get(order).copied().unwrap_or(0);
+        for status in EVENT_ORDER {
+            if moves
+                .iter()
+                .any(|(r, to)| r.order_id == order && *to == status)
+            {
+                position += 1;
+                next.insert((order, status), position);
+            }
+        }
+    }
+    moves
+        .iter()
+        .map(|(r, to)| next.get(&(r.order_id.as_str(), *to)).copied().unwrap_or(0))
+        .collect()
+}
+
+/// Applies what moved to the in-memory rows (after they were written).
+pub(crate) fn apply(rows: &mut [Row], moved: &[Moved]) {
+    let to: HashMap<Uuid, (Status, i64)> = moved.iter().map(|(id, s, p)| (*id, (*s, *p))).collect();
     for r in rows.iter_mut() {
-        if let Some(&status) = to.get(&r.id) {
+        if let Some(&(status, position)) = to.get(&r.id) {
             r.item.status = status;
             r.lapsed = false;
+            r.order_position = position;
         }
     }
 }
@@ -169,6 +202,7 @@ mod tests {
             created_at: Utc::now(),
             allocated: false,
             lapsed,
+            order_position: 0,
             item: ReservedItem {
                 product_id: ProductId::new(1).expect("id"),
                 quantity: 1,

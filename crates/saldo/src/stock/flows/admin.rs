@@ -31,10 +31,9 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
         return Err(InputError::CountOutOfRange(count).into());
     }
     let count = i32::try_from(count).map_err(|_| InputError::CountOutOfRange(count))?;
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(&store.pool, &store.tx, Operation::SetCount, move |client| {
-        crate::tx_body!(client => async {
-            let tx = Tx::new(client, dialect);
+        crate::write_tx!(client, writer => |tx| async {
             stock::ensure(&tx, product_id).await?;
             backorder_rows::prelock(&tx, product_id).await?;
             let row = stock::lock_one(&tx, product_id)
@@ -77,23 +76,23 @@ pub async fn adjust(
         return Err(InputError::DeltaOutOfRange(delta).into());
     }
     let delta = i32::try_from(delta).map_err(|_| InputError::DeltaOutOfRange(delta))?;
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(&store.pool, &store.tx, Operation::Adjust, move |client| {
-        crate::tx_body!(client => adjust_tx(Tx::new(client, dialect), product_id, delta, reason))
+        crate::write_tx!(client, writer => |tx| adjust_tx(&tx, product_id, delta, reason))
     })
     .await
 }
 
 async fn adjust_tx(
-    tx: Tx<'_>,
+    tx: &Tx<'_>,
     product_id: ProductId,
     delta: i32,
     reason: &Reason,
 ) -> Result<Stock, Error> {
     if delta > 0 {
-        backorder_rows::prelock(&tx, product_id).await?;
+        backorder_rows::prelock(tx, product_id).await?;
     }
-    let row = stock::lock_one(&tx, product_id)
+    let row = stock::lock_one(tx, product_id)
         .await?
         .ok_or(Error::UnknownProduct(product_id))?;
     refuse_located(product_id, &row)?;
@@ -116,7 +115,7 @@ async fn adjust_tx(
         });
     }
     // Within MAX_STOCK_COUNT (checked above), so it fits.
-    let written = stock::set_available(&tx, product_id, next as i32).await?;
+    let written = stock::set_available(tx, product_id, next as i32).await?;
     let movement = Movement {
         product: product_id,
         kind: "adjustment",
@@ -124,8 +123,8 @@ async fn adjust_tx(
         reason: reason.as_str(),
         location: None,
     };
-    let movement_id = stock::record(&tx, movement).await?;
-    backorders::after_arrival(&tx, written, delta, movement_id).await
+    let movement_id = stock::record(tx, movement).await?;
+    backorders::after_arrival(tx, written, delta, movement_id).await
 }
 
 /// Reads a product's stock.

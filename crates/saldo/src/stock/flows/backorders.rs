@@ -23,9 +23,10 @@
 use crate::domain::{InputError, ProductId, MAX_BACKORDER_LIMIT};
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::decide::backorders::{fill, Filled};
+use crate::stock::decide::backorders::{fill, number, Filled};
+use crate::stock::flows::order_events;
 use crate::stock::model::Stock;
-use crate::stock::rows::{backorders, stock};
+use crate::stock::rows::{backorders, reservations, stock};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
@@ -45,14 +46,13 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
     if !store.dialect().offers_locations_and_backorders() {
         return Err(Error::UnsupportedOnCitus("backorders"));
     }
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(
         &store.pool,
         &store.tx,
         Operation::SetPolicy,
         move |client| {
-            crate::tx_body!(client => async {
-                let tx = Tx::new(client, dialect);
+            crate::write_tx!(client, writer => |tx| async {
                 let row = stock::lock_one(&tx, product_id)
                     .await?
                     .ok_or(Error::UnknownProduct(product_id))?;
@@ -94,8 +94,14 @@ pub(crate) async fn fill_backorders(
         if waiting.is_empty() {
             break;
         }
-        let (fills, round, rest) = fill(left, &waiting);
+        let (mut fills, round, rest) = fill(left, &waiting);
+        let mut orders: Vec<&str> = fills.iter().map(|f| f.order_id.as_str()).collect();
+        orders.sort_unstable();
+        orders.dedup();
+        let last = reservations::positions(tx, &orders).await?;
+        number(&mut fills, &last);
         backorders::write_fills(tx, product, movement_id, &fills).await?;
+        order_events::emit_fills(tx, &fills);
         filled.to_reserved += round.to_reserved;
         filled.to_sold += round.to_sold;
         left = rest;

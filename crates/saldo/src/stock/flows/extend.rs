@@ -10,10 +10,10 @@ use crate::domain::{MaxHold, OrderId, Ttl};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::extend::plan;
+use crate::stock::flows::order_events;
 pub use crate::stock::model::ExtendOutcome;
 use crate::stock::model::ReservedItem;
 use crate::stock::rows::reservations;
-use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
 
@@ -24,15 +24,17 @@ pub async fn extend(
     ttl: Ttl,
     max_hold: MaxHold,
 ) -> Result<ExtendOutcome, Error> {
-    let dialect = store.dialect();
+    let writer = store.writer();
     let result = in_transaction(&store.pool, &store.tx, Operation::Extend, move |client| {
-        crate::tx_body!(client => async {
-            let tx = Tx::new(client, dialect);
+        crate::write_tx!(client, writer => |tx| async {
             let rows = reservations::lock_order(&tx, order_id).await?;
             let now = reservations::now(&tx).await?;
             let ids = plan(order_id, &rows, now, ttl, max_hold)?;
-            let new_expiry: BTreeMap<_, _> =
-                reservations::extend(&tx, &ids, ttl).await?.into_iter().collect();
+            let position = order_events::last_position(&rows) + 1;
+            let new_expiry: BTreeMap<_, _> = reservations::extend(&tx, &ids, ttl, position)
+                .await?
+                .into_iter()
+                .collect();
             let extended = rows
                 .iter()
                 .filter_map(|r| {
@@ -42,6 +44,7 @@ pub async fn extend(
                     })
                 })
                 .collect();
+            order_events::emit(&tx, order_id.as_str(), position, order_events::EXTENDED, &extended);
             Ok(ExtendOutcome {
                 order_id: order_id.clone(),
                 extended,

@@ -46,13 +46,13 @@ pub async fn set_count(
     }
     let count = i32::try_from(count).map_err(|_| InputError::CountOutOfRange(count))?;
     refuse_on_this_layout(store)?;
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(
         &store.pool,
         &store.tx,
         Operation::SetLocationCount,
         move |client| {
-            crate::tx_body!(client => set_count_tx(Tx::new(client, dialect), product_id, location_id, count))
+            crate::write_tx!(client, writer => |tx| set_count_tx(&tx, product_id, location_id, count))
         },
     )
     .await
@@ -69,12 +69,12 @@ struct Counted {
 }
 
 async fn set_count_tx(
-    tx: Tx<'_>,
+    tx: &Tx<'_>,
     product_id: ProductId,
     location_id: &LocationId,
     count: i32,
 ) -> Result<LocatedStock, Error> {
-    let counted = lock_for_count(&tx, product_id, location_id).await?;
+    let counted = lock_for_count(tx, product_id, location_id).await?;
     if !counted.known && counted.locations >= MAX_LOCATIONS_PER_PRODUCT {
         return Err(InputError::TooManyLocations {
             max: MAX_LOCATIONS_PER_PRODUCT,
@@ -103,7 +103,7 @@ async fn set_count_tx(
     // Within MAX_STOCK_COUNT, checked above.
     let (total_available, on_hand) = (total_available as i32, on_hand as i32);
     locations::set_counts(
-        &tx,
+        tx,
         product_id,
         location_id,
         location_available,
@@ -117,7 +117,7 @@ async fn set_count_tx(
         reason: "",
         location: Some(location_id.as_str()),
     };
-    stock::record(&tx, at_location).await?;
+    stock::record(tx, at_location).await?;
     let why = format!("count at location {location_id}");
     let product_total = Movement {
         product: product_id,
@@ -126,8 +126,8 @@ async fn set_count_tx(
         reason: &why,
         location: None,
     };
-    stock::record(&tx, product_total).await?;
-    locations::read_located(&tx, product_id).await
+    stock::record(tx, product_total).await?;
+    locations::read_located(tx, product_id).await
 }
 
 /// Creates what is new, locks the product's row (adopting what it held into the default
@@ -185,14 +185,13 @@ pub async fn set_priority(
     priority: Priority,
 ) -> Result<Location, Error> {
     refuse_on_this_layout(store)?;
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(
         &store.pool,
         &store.tx,
         Operation::SetLocationPriority,
         move |client| {
-            crate::tx_body!(client => async {
-                let tx = Tx::new(client, dialect);
+            crate::write_tx!(client, writer => |tx| async {
                 locations::set_priority(&tx, location_id, priority).await
             })
         },

@@ -28,7 +28,6 @@ use crate::operation::Operation;
 use crate::stock::decide::repair::target;
 pub use crate::stock::model::{Counts, ProductRepair, RepairAction, RepairReport};
 use crate::stock::rows::stock::{self, Movement};
-use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
 
@@ -64,11 +63,10 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
     let planned = planned.clone();
     // The product's state, read on its shard group on Citus (one routed statement).
     let state_sql = audit::product_state_sql_of(store.layout());
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(&store.pool, &store.tx, Operation::Repair, move |client| {
         let planned = planned.clone();
-        crate::tx_body!(client => async move {
-            let tx = Tx::new(client, dialect);
+        crate::write_tx!(client, writer => |tx| async {
             let id = planned.product_id.get();
             let Some(row) = stock::lock_one(&tx, planned.product_id).await? else {
                 return Ok(RepairAction::Changed);

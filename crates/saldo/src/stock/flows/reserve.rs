@@ -17,12 +17,13 @@ use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::plan::{current_items, plan, Intent, Plan};
 use crate::stock::decide::settle::{apply, moves, Settling};
-use crate::stock::flows::settle::{lock_order, moved_of, settle};
+use crate::stock::flows::order_events;
+use crate::stock::flows::settle::{lock_order, settle};
 use crate::stock::flows::taking::{take_items, Destination, ItemTaken};
 use crate::stock::model::{Placement, Reservation};
 use crate::stock::rows::backorders;
 use crate::stock::rows::locations::{self, Allocations};
-use crate::stock::rows::reservations::{self, NewRows, LIVE_INDEX};
+use crate::stock::rows::reservations::{self, NewRows, OrderLines, LIVE_INDEX};
 use crate::stock::taker::UnitTaker;
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -37,14 +38,14 @@ pub(crate) async fn reserve(
     placement: &Placement,
 ) -> Result<Reservation, Error> {
     if placement.is_default() || store.dialect().offers_locations_and_backorders() {
-        let dialect = store.dialect();
+        let writer = store.writer();
         in_idempotent_transaction(
             &store.pool,
             &store.tx,
             Operation::Reserve,
             LIVE_INDEX,
             move |client| {
-                crate::tx_body!(client => reserve_tx(Tx::new(client, dialect), taker, intent, placement))
+                crate::write_tx!(client, writer => |tx| reserve_tx(&tx, taker, intent, placement))
             },
         )
         .await
@@ -56,16 +57,16 @@ pub(crate) async fn reserve(
 }
 
 async fn reserve_tx(
-    tx: Tx<'_>,
+    tx: &Tx<'_>,
     taker: &dyn UnitTaker,
     intent: Intent<'_>,
     placement: &Placement,
 ) -> Result<Reservation, Error> {
     let order_id = intent.order_id();
-    let mut rows = reservations::of_order(&tx, order_id).await?;
+    let mut rows = reservations::of_order(tx, order_id).await?;
     let take = match plan(intent, &rows)? {
         Plan::Replay => {
-            locations::attach(&tx, &mut rows).await?;
+            locations::attach(tx, &mut rows).await?;
             return Ok(Reservation {
                 order_id: order_id.clone(),
                 items: current_items(&rows),
@@ -77,43 +78,53 @@ async fn reserve_tx(
     if rows.iter().any(|r| r.lapsed) {
         // A re-reserve of lines past their expiry that the sweeper has not expired yet: expire
         // them here first (they still hold their units and the order's live index).
-        rows = expire_lapsed(&tx, order_id).await?;
+        rows = expire_lapsed(tx, order_id).await?;
     }
 
     let started = Instant::now();
-    let taken = match take_items(&tx, taker, &take, placement, Destination::Reserved).await {
+    let taken = match take_items(tx, taker, &take, placement, Destination::Reserved).await {
         Ok(taken) => taken,
-        Err(refusal) => return replay_of_concurrent_copy(&tx, intent, refusal).await,
+        Err(refusal) => return replay_of_concurrent_copy(tx, intent, refusal).await,
     };
     metrics::histogram!(telemetry::STOCK_LOCK_WAIT, "strategy" => taker.name())
         .record(started.elapsed().as_secs_f64());
 
+    // The order's next event position (1 for a new order); a concurrent writer of the same
+    // order that takes it too meets this one on the events' unique index (see `order_events`).
+    let position = order_events::last_position(&rows) + 1;
     let mut new_rows = NewRows::default();
+    let lines = OrderLines {
+        order_id,
+        ttl: intent.ttl(),
+        request_key: intent.request_key(),
+        position,
+    };
     for ((product, quantity), item) in take.iter().zip(&taken) {
         let id = Uuid::new_v4();
-        new_rows.push(
-            id,
-            order_id,
-            *product,
-            *quantity,
-            intent.ttl(),
-            intent.request_key(),
-        );
+        new_rows.push(id, &lines, *product, *quantity);
         if item.locations().is_some() {
             new_rows.mark_allocated();
         }
     }
-    let mut written = reservations::insert(&tx, &new_rows).await?;
+    let mut written = reservations::insert(tx, &new_rows).await?;
     let backordered: Vec<i32> = taken.iter().map(ItemTaken::backordered).collect();
-    backorders::mark(&tx, &mut written, &backordered).await?;
-    write_allocations(&tx, &mut written, &taken).await?;
+    backorders::mark(tx, &mut written, &backordered).await?;
+    write_allocations(tx, &mut written, &taken).await?;
+    let created = written.iter().map(|r| &r.item);
+    order_events::emit(
+        tx,
+        order_id.as_str(),
+        position,
+        order_events::CREATED,
+        created,
+    );
     // The router after the ordered stock locks (a no-op on one node).
     let known = HashMap::from([(
         order_id.as_str(),
         rows.iter().map(|r| r.item.product_id.get()).collect(),
     )]);
     let new = take.iter().map(|(p, _)| (order_id.as_str(), p.get()));
-    reservations::route(&tx, new, &known).await?;
+    reservations::route(tx, new, &known).await?;
     rows.extend(written);
     Ok(Reservation {
         order_id: order_id.clone(),
@@ -130,8 +141,8 @@ async fn expire_lapsed(
 ) -> Result<Vec<crate::stock::model::Row>, Error> {
     let mut rows = lock_order(tx, order_id).await?;
     let moves = moves(&rows, Settling::Expire);
-    settle(tx, &moves).await?;
-    let moved = moved_of(&moves);
+    let last = order_events::last_positions(&rows);
+    let moved = settle(tx, &moves, &last).await?;
     apply(&mut rows, &moved);
     Ok(rows)
 }

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use crate::domain::{OrderItems, ProductId, Quantity};
 use crate::error::Error;
 use crate::operation::Operation;
+use crate::stock::flows::order_events;
 use crate::stock::flows::taking::{take_items, Destination};
 use crate::stock::model::Placement;
 pub use crate::stock::model::{Sale, SaleRequest, SoldItem};
@@ -61,13 +62,13 @@ fn same_items(sale: &Sale, items: &OrderItems) -> bool {
 
 /// Sells every item or none (see the module header).
 pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
-    let dialect = store.dialect();
+    let writer = store.writer();
     let result = in_idempotent_transaction(
         &store.pool,
         &store.tx,
         Operation::Sell,
         sales::SALE_KEY,
-        move |client| crate::tx_body!(client => sell_tx(Tx::new(client, dialect), request)),
+        move |client| crate::write_tx!(client, writer => |tx| sell_tx(&tx, request)),
     )
     .await;
     crate::telemetry::sale_outcome(match &result {
@@ -82,28 +83,29 @@ pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
     result
 }
 
-async fn sell_tx(tx: Tx<'_>, request: &SaleRequest) -> Result<Sale, Error> {
-    sales::begin(&tx).await?;
+async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest) -> Result<Sale, Error> {
+    sales::begin(tx).await?;
     let sale_id = &request.sale_id;
-    if let Some(sale) = sales::find(&tx, sale_id).await? {
+    if let Some(sale) = sales::find(tx, sale_id).await? {
         return if same_items(&sale, &request.items) {
             Ok(sale)
         } else {
             Err(Error::SaleConflict(sale_id.clone()))
         };
     }
-    sales::insert(&tx, sale_id).await?;
+    sales::insert(tx, sale_id).await?;
     let items: Vec<(ProductId, Quantity)> = request.items.iter().collect();
     let placement = Placement::default();
-    let taken = take_items(&tx, &SellUnits, &items, &placement, Destination::Sold).await?;
-    let sale = sales::insert_items(&tx, sale_id, &items).await?;
+    let taken = take_items(tx, &SellUnits, &items, &placement, Destination::Sold).await?;
+    let sale = sales::insert_items(tx, sale_id, &items).await?;
+    order_events::emit_sale(tx, &sale);
     let located: BTreeMap<ProductId, Vec<_>> = items
         .iter()
         .zip(&taken)
         .filter_map(|((product, _), item)| item.locations().map(|parts| (*product, parts.to_vec())))
         .collect();
     if !located.is_empty() {
-        locations::record_sale(&tx, sale_id.as_str(), &located).await?;
+        locations::record_sale(tx, sale_id.as_str(), &located).await?;
     }
     Ok(sale)
 }

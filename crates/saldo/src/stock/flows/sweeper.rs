@@ -8,7 +8,6 @@ use crate::operation::Operation;
 use crate::stock::decide::settle::{moves, Settling};
 use crate::stock::flows::settle::settle;
 use crate::stock::rows::reservations;
-use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::{in_transaction, RetryPolicy, TxOptions};
 
@@ -31,15 +30,21 @@ pub async fn sweep_with_batch(store: &Store, batch: i64) -> Result<u64, Error> {
         index_paths_only: true,
         ..store.tx.clone()
     };
-    let dialect = store.dialect();
+    let writer = store.writer();
     let mut total = 0u64;
     for _ in 0..MAX_BATCHES_PER_ROUND {
         let result = in_transaction(&store.pool, &options, Operation::Sweep, move |client| {
-            crate::tx_body!(client => async {
-                let tx = Tx::new(client, dialect);
+            crate::write_tx!(client, writer => |tx| async {
                 let rows = reservations::lock_due(&tx, batch).await?;
                 let moves = moves(&rows, Settling::Expire);
-                settle(&tx, &moves).await?;
+                // The other rows of these orders are not locked here: their last positions are
+                // read (a concurrent writer of the same order meets this one on the events'
+                // unique index; see `order_events`).
+                let mut orders: Vec<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
+                orders.sort_unstable();
+                orders.dedup();
+                let last = reservations::positions(&tx, &orders).await?;
+                settle(&tx, &moves, &last).await?;
                 Ok(rows.len() as u64)
             })
         })

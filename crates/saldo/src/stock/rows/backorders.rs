@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::domain::ProductId;
 use crate::error::Error;
 use crate::stock::model::{parse_status, Fill, Row, Waiting};
+use crate::stock::rows::stock;
 use crate::stock::sql;
 use crate::store::dialect::Tx;
 
@@ -46,8 +47,7 @@ pub(crate) async fn drop(tx: &Tx<'_>, rows: &[&Row]) -> Result<(), Error> {
     }
     let products: Vec<i64> = per_product.keys().copied().collect();
     let units: Vec<i32> = per_product.values().copied().collect();
-    tx.execute(&sql::DROP_BACKORDERS, &[&products, &units])
-        .await?;
+    stock::write(tx, &sql::DROP_BACKORDERS, &[&products, &units]).await?;
     Ok(())
 }
 
@@ -72,6 +72,8 @@ pub(crate) async fn oldest(
         .map(|r| {
             Ok(Waiting {
                 id: r.try_get("id")?,
+                order_id: r.try_get("order_id")?,
+                product_id: ProductId::new(r.try_get("product_id")?)?,
                 status: parse_status(&r.try_get::<_, String>("status")?)?,
                 backordered: r.try_get("backordered")?,
                 arrival: r.try_get("backorder_arrival")?,
@@ -92,7 +94,9 @@ pub(crate) async fn write_fills(
     let arrivals: Vec<i64> = fills.iter().map(|f| f.arrival).collect();
     let units: Vec<i32> = fills.iter().map(|f| f.units).collect();
     let sold: Vec<bool> = fills.iter().map(|f| f.sold).collect();
-    tx.execute(&sql::FILL_ROWS, &[&ids, &units]).await?;
+    let positions: Vec<i64> = fills.iter().map(|f| f.position).collect();
+    tx.execute(&sql::FILL_ROWS, &[&ids, &units, &positions])
+        .await?;
     tx.execute(
         &sql::RECORD_FILLS,
         &[&product.get(), &movement_id, &ids, &arrivals, &units, &sold],

@@ -245,8 +245,7 @@ pub(crate) async fn set_counts(
         &[&p, &location.as_str(), &location_available],
     )
     .await?;
-    tx.execute(&sql::SET_LOCATED_TOTAL, &[&p, &total_available])
-        .await?;
+    crate::stock::rows::stock::write(tx, &sql::SET_LOCATED_TOTAL, &[&p, &total_available]).await?;
     Ok(())
 }
 

@@ -39,6 +39,7 @@ pub(crate) fn parse(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
                 created_at: r.try_get("created_at")?,
                 allocated: r.try_get("allocated")?,
                 lapsed,
+                order_position: r.try_get("order_position")?,
                 item: ReservedItem {
                     product_id: ProductId::new(r.try_get("product_id")?)?,
                     quantity: r.try_get("quantity")?,
@@ -171,22 +172,37 @@ pub(crate) async fn lock_due(tx: &Tx<'_>, batch: i64) -> Result<Vec<Row>, Error>
     Ok(rows)
 }
 
-/// Moves rows (locked) to `status`, `settled_at` from the clock read now (after the stock rows
-/// were locked: the audit orders settles against counts by it). On Citus the clock is read by
-/// its own statement and the UPDATE is routed by the rows' products.
-pub(crate) async fn settle(tx: &Tx<'_>, rows: &[&Row], status: Status) -> Result<(), Error> {
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+/// Moves rows (locked) to `status`, each with its order's new event position; `settled_at`
+/// from the clock read now (after the stock rows were locked: the audit orders settles against
+/// counts by it). On Citus the clock is read by its own statement.
+pub(crate) async fn settle(tx: &Tx<'_>, rows: &[(&Row, i64)], status: Status) -> Result<(), Error> {
+    let ids: Vec<Uuid> = rows.iter().map(|(r, _)| r.id).collect();
+    let products: Vec<i64> = rows.iter().map(|(r, _)| r.item.product_id.get()).collect();
+    let positions: Vec<i64> = rows.iter().map(|(_, p)| *p).collect();
     let status = status.as_str();
     if !tx.dialect().is_citus() {
-        tx.execute(&sql::SETTLE, &[&ids, &status]).await?;
+        tx.execute(&sql::SETTLE, &[&ids, &products, &positions, &status])
+            .await?;
         return Ok(());
     }
     let at: DateTime<Utc> = tx.query_one(&sql::CLOCK, &[]).await?.try_get("at")?;
-    let products: BTreeSet<i64> = rows.iter().map(|r| r.item.product_id.get()).collect();
-    let products: Vec<i64> = products.into_iter().collect();
-    tx.execute(&sql::CITUS_SETTLE, &[&ids, &status, &at, &products])
-        .await?;
+    tx.execute(
+        &sql::CITUS_SETTLE,
+        &[&ids, &products, &positions, &status, &at],
+    )
+    .await?;
     Ok(())
+}
+
+/// The last event position of each of `order_ids` (orders without rows are absent).
+pub(crate) async fn positions(
+    tx: &Tx<'_>,
+    order_ids: &[&str],
+) -> Result<HashMap<String, i64>, Error> {
+    let rows = tx.query(&sql::ORDER_POSITIONS, &[&order_ids]).await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("order_id")?, r.try_get("position")?)))
+        .collect()
 }
 
 /// Moves the expiry of `ids` (locked, active) to now + `ttl`; answers each row's new expiry.
@@ -194,9 +210,12 @@ pub(crate) async fn extend(
     tx: &Tx<'_>,
     ids: &[Uuid],
     ttl: Ttl,
+    position: i64,
 ) -> Result<HashMap<Uuid, DateTime<Utc>>, Error> {
     let ttl_s = ttl.as_duration().as_secs_f64();
-    let updated = tx.query(&sql::EXTEND_ROWS, &[&ids, &ttl_s]).await?;
+    let updated = tx
+        .query(&sql::EXTEND_ROWS, &[&ids, &ttl_s, &position])
+        .await?;
     if updated.len() != ids.len() {
         // The rows were locked and active: nothing can have moved them.
         return Err(Error::invariant(format!(
@@ -228,24 +247,35 @@ pub(crate) struct NewRows<'a> {
     request_keys: Vec<Option<&'a str>>,
     /// Which rows have allocations; all false but on located products.
     allocated: Vec<bool>,
+    /// The order's event position the row is written with (its `reservation.created` event).
+    positions: Vec<i64>,
+}
+
+/// What every row of one order's new lines shares.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OrderLines<'a> {
+    pub order_id: &'a OrderId,
+    pub ttl: Ttl,
+    pub request_key: Option<&'a str>,
+    /// The order's event position the rows are written with (its `reservation.created`).
+    pub position: i64,
 }
 
 impl<'a> NewRows<'a> {
     pub fn push(
         &mut self,
         id: Uuid,
-        order_id: &'a OrderId,
+        order: &OrderLines<'a>,
         product: ProductId,
         quantity: Quantity,
-        ttl: Ttl,
-        request_key: Option<&'a str>,
     ) {
+        self.positions.push(order.position);
         self.ids.push(id);
-        self.orders.push(order_id.as_str());
+        self.orders.push(order.order_id.as_str());
         self.products.push(product.get());
         self.quantities.push(quantity.get());
-        self.ttls_s.push(ttl.as_duration().as_secs_f64());
-        self.request_keys.push(request_key);
+        self.ttls_s.push(order.ttl.as_duration().as_secs_f64());
+        self.request_keys.push(order.request_key);
         self.allocated.push(false);
     }
 
@@ -279,6 +309,7 @@ impl<'a> NewRows<'a> {
             created_at,
             allocated: self.allocated[i],
             lapsed: false,
+            order_position: self.positions[i],
             item: ReservedItem {
                 product_id: ProductId::new(self.products[i])?,
                 quantity: self.quantities[i],
@@ -299,7 +330,7 @@ pub(crate) async fn insert(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<Row>, 
     let returned = if tx.dialect().is_citus() {
         insert_values(tx, rows).await?
     } else {
-        let params: [Param<'_>; 7] = [
+        let params: [Param<'_>; 8] = [
             &rows.ids,
             &rows.orders,
             &rows.products,
@@ -307,6 +338,7 @@ pub(crate) async fn insert(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<Row>, 
             &rows.ttls_s,
             &rows.request_keys,
             &rows.allocated,
+            &rows.positions,
         ];
         tx.query(&sql::INSERT_RESERVATIONS, &params).await?
     };
@@ -352,6 +384,7 @@ async fn insert_values(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<tokio_post
             params.push(&rows.quantities[i]);
             params.push(&rows.ttls_s[i]);
             params.push(&rows.request_keys[i]);
+            params.push(&rows.positions[i]);
         }
         let text = sql::CITUS_INSERT_RESERVATIONS.statement(end - start);
         let stmt = tx.client().prepare_cached(&text).await?;

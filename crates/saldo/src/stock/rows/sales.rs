@@ -61,10 +61,10 @@ pub(crate) async fn sell_units(
     product: ProductId,
     quantity: Quantity,
 ) -> Result<bool, Error> {
-    let taken = tx
-        .execute(&sql::SELL_UNITS, &[&product.get(), &quantity.get()])
-        .await?;
-    Ok(taken == 1)
+    let rows =
+        crate::stock::rows::stock::write(tx, &sql::SELL_UNITS, &[&product.get(), &quantity.get()])
+            .await?;
+    Ok(rows.len() == 1)
 }
 
 /// Writes the sale's items and answers the sale.

@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::stock::model::{Stock, StockRow};
 use crate::stock::sql;
 use crate::store::dialect::Tx;
+use crate::store::outbox::{NewEvent, StreamType};
 
 /// A [`StockRow`] from a row selected with the take's columns.
 fn stock_row(row: &tokio_postgres::Row) -> Result<StockRow, Error> {
@@ -44,6 +45,47 @@ pub(crate) async fn unlocked(tx: &Tx<'_>, products: &[i64]) -> Result<HashSet<i6
         .collect()
 }
 
+/// Records the `stock.changed` event of each stock row a write returned (every stock write
+/// returns its rows: `stock_update!`). The product's stream position is the row's version, which
+/// every write moves by one: gap-free, in the order the row lock orders the writes.
+pub fn changed(tx: &Tx<'_>, rows: &[tokio_postgres::Row]) -> Result<(), Error> {
+    if !tx.records_events() {
+        return Ok(());
+    }
+    for row in rows {
+        let product: i64 = row.try_get("product_id")?;
+        let version: i64 = row.try_get("version")?;
+        let data = serde_json::json!({
+            "product_id": product,
+            "available": row.try_get::<_, i32>("available")?,
+            "reserved": row.try_get::<_, i32>("reserved")?,
+            "backordered": row.try_get::<_, i32>("backordered")?,
+        });
+        tx.emit(NewEvent {
+            stream_type: StreamType::Product,
+            stream_id: product.to_string(),
+            position: version,
+            kind: STOCK_CHANGED,
+            data,
+        });
+    }
+    Ok(())
+}
+
+/// The event of a stock row's write.
+pub const STOCK_CHANGED: &str = "stock.changed";
+
+/// Runs a stock write and records its events; answers the rows it wrote.
+pub(crate) async fn write(
+    tx: &Tx<'_>,
+    sql: &crate::store::dialect::Sql,
+    params: &[crate::store::dialect::Param<'_>],
+) -> Result<Vec<tokio_postgres::Row>, Error> {
+    let rows = tx.query(sql, params).await?;
+    changed(tx, &rows)?;
+    Ok(rows)
+}
+
 /// Adds (available, reserved) deltas to rows this transaction holds locked (ascending product
 /// id): one UPDATE on one node; on Citus one per product, in that order. Returns the rows
 /// updated.
@@ -55,13 +97,14 @@ pub(crate) async fn write_deltas(
 ) -> Result<u64, Error> {
     debug_assert!(products.windows(2).all(|w| w[0] < w[1]));
     if !tx.dialect().is_citus() {
-        return tx
-            .execute(&sql::APPLY_DELTAS, &[&products, &available, &reserved])
-            .await;
+        let rows = write(tx, &sql::APPLY_DELTAS, &[&products, &available, &reserved]).await?;
+        return Ok(rows.len() as u64);
     }
     let mut updated = 0;
     for ((product, a), r) in products.iter().zip(available).zip(reserved) {
-        updated += tx.execute(&sql::APPLY_ONE_DELTA, &[product, a, r]).await?;
+        updated += write(tx, &sql::APPLY_ONE_DELTA, &[product, a, r])
+            .await?
+            .len() as u64;
     }
     Ok(updated)
 }
@@ -95,12 +138,9 @@ pub(crate) struct RowDelta {
 }
 
 pub(crate) async fn add(tx: &Tx<'_>, product: ProductId, d: RowDelta) -> Result<(), Error> {
-    let updated = tx
-        .execute(
-            &sql::ADD_TO_ROW,
-            &[&product.get(), &d.available, &d.reserved, &d.backordered],
-        )
-        .await?;
+    let params: [crate::store::dialect::Param<'_>; 4] =
+        [&product.get(), &d.available, &d.reserved, &d.backordered];
+    let updated = write(tx, &sql::ADD_TO_ROW, &params).await?.len();
     if updated != 1 {
         return Err(Error::invariant(format!(
             "the locked take of product {product} updated {updated} rows"
@@ -156,10 +196,19 @@ pub(crate) async fn set_available(
     product: ProductId,
     available: i32,
 ) -> Result<Stock, Error> {
-    let row = tx
-        .query_one(&sql::SET_AVAILABLE, &[&product.get(), &available])
-        .await?;
-    stock_of(product, &row)
+    let rows = write(tx, &sql::SET_AVAILABLE, &[&product.get(), &available]).await?;
+    one(product, &rows)
+}
+
+/// The one row a write of `product` returned.
+fn one(product: ProductId, rows: &[tokio_postgres::Row]) -> Result<Stock, Error> {
+    match rows {
+        [row] => stock_of(product, row),
+        _ => Err(Error::invariant(format!(
+            "a write of product {product} returned {} rows",
+            rows.len()
+        ))),
+    }
 }
 
 /// Sets the row's backorder limit and answers the row.
@@ -168,10 +217,8 @@ pub(crate) async fn set_policy(
     product: ProductId,
     limit: i32,
 ) -> Result<Stock, Error> {
-    let row = tx
-        .query_one(&sql::SET_POLICY, &[&product.get(), &limit])
-        .await?;
-    stock_of(product, &row)
+    let rows = write(tx, &sql::SET_POLICY, &[&product.get(), &limit]).await?;
+    one(product, &rows)
 }
 
 /// Writes the counters a repair computed.
@@ -182,11 +229,9 @@ pub(crate) async fn repair(
     reserved: i32,
     backordered: i32,
 ) -> Result<(), Error> {
-    tx.execute(
-        &sql::REPAIR_ROW,
-        &[&product.get(), &available, &reserved, &backordered],
-    )
-    .await?;
+    let params: [crate::store::dialect::Param<'_>; 4] =
+        [&product.get(), &available, &reserved, &backordered];
+    write(tx, &sql::REPAIR_ROW, &params).await?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
+use crate::stock::rows::stock::changed;
 use crate::stock::taker::{seen, Taken, UnitTaker};
 use crate::store::dialect::{Sql, Tx};
 
@@ -31,9 +32,10 @@ impl UnitTaker for Atomic {
         for (index, &(product, quantity)) in items.iter().enumerate() {
             let rows = tx
                 .client()
-                .execute(&stmt, &[&product.get(), &quantity.get()])
+                .query(&stmt, &[&product.get(), &quantity.get()])
                 .await?;
-            if rows == 0 {
+            changed(tx, &rows)?;
+            if rows.is_empty() {
                 let seen = seen(tx, product).await?;
                 return Ok(Taken::Declined { index, seen });
             }

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
 use crate::stock::model::StockRow;
+use crate::stock::rows::stock::changed;
 use crate::stock::strategy::trace::{Session, TraceSink, TraceStep};
 use crate::stock::taker::{Taken, UnitTaker};
 use crate::store::dialect::{Sql, Tx};
@@ -29,7 +30,7 @@ pub const MAX_OPTIMISTIC_BACKOFF_MS: u64 = 100;
 
 const TAKE_IF_VERSION: Sql = Sql::same(crate::stock_update!(
     "available = available - $3, reserved = reserved + $3",
-    "WHERE product_id = $1 AND version = $2 RETURNING available, reserved"
+    "WHERE product_id = $1 AND version = $2"
 ));
 const READ_ROW: Sql = Sql::same(
     "SELECT available, reserved, version, backorder_limit, backordered, located FROM stock \
@@ -153,6 +154,7 @@ impl UnitTaker for Optimistic {
                     .query_opt(&update, &[&product.get(), &version, &quantity.get()])
                     .await?
                 {
+                    changed(tx, std::slice::from_ref(&row))?;
                     session.record_written(product, &row)?;
                     continue 'items;
                 }

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 
 use crate::domain::{ProductId, Quantity};
 use crate::error::Error;
+use crate::stock::rows::stock::changed;
 use crate::stock::strategy::trace::{Session, TraceSink, TraceStep};
 use crate::stock::taker::{seen, Taken, UnitTaker};
 use crate::store::dialect::{Sql, Tx};
@@ -22,7 +23,7 @@ const LOCK_IF_ENOUGH: Sql = Sql::same(
 );
 const TAKE_LOCKED: Sql = Sql::same(crate::stock_update!(
     "available = available - $2, reserved = reserved + $2",
-    "WHERE product_id = $1 RETURNING available, reserved"
+    "WHERE product_id = $1"
 ));
 
 /// Lock with the condition, check again, update; per item in ascending product id.
@@ -69,6 +70,7 @@ impl UnitTaker for Pessimistic {
                 .client()
                 .query_one(&update, &[&product.get(), &quantity.get()])
                 .await?;
+            changed(tx, std::slice::from_ref(&row))?;
             session.record_written(product, &row)?;
         }
         Ok(Taken::All)

@@ -16,7 +16,11 @@ use crate::stock::decide::plan::{plan, Intent, Plan};
 use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::decide::take::{self, Backorders, Grant, Want};
 use crate::stock::model::{ReserveRequest, ReservedItem, Row, Status, StockRow};
-use crate::stock::rows::reservations::NewRows;
+use crate::stock::rows::reservations::{NewRows, OrderLines};
+
+/// A batch grants new orders only (an order with rows is a replay or a conflict, or, for a
+/// re-reserve, never queued): their first event.
+pub(super) const FIRST_POSITION: i64 = 1;
 
 /// What one order of the batch came to, before the insert tells the new rows' expiry.
 #[derive(Debug)]
@@ -137,9 +141,13 @@ fn grant_order<'a>(
         row.available -= quantity.get();
         *grants.taken.entry(product.get()).or_default() += quantity.get();
         let id = Uuid::now_v7();
-        grants
-            .new_rows
-            .push(id, &request.order_id, product, quantity, request.ttl, None);
+        let lines = OrderLines {
+            order_id: &request.order_id,
+            ttl: request.ttl,
+            request_key: None,
+            position: FIRST_POSITION,
+        };
+        grants.new_rows.push(id, &lines, product, quantity);
         if let Grant::Located(parts) = item {
             grants.new_rows.mark_allocated();
             take_at_locations(&mut locked.sources, grants, id, product, parts);
@@ -187,6 +195,7 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
         created_at: DateTime::<Utc>::MIN_UTC,
         allocated: false,
         lapsed: false,
+        order_position: FIRST_POSITION,
         item: ReservedItem {
             product_id: product,
             quantity: quantity.get(),

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::grant::{grant_all, patch_written, Decision, Grants, Locked};
+use super::grant::{grant_all, patch_written, Decision, Grants, Locked, FIRST_POSITION};
 use super::job::{Granted, Job, Work};
 use crate::batch::lane::Counters;
 use crate::batch::worker::Worker;
@@ -23,9 +23,10 @@ use crate::domain::OrderId;
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::plan::{current_items, Intent};
-use crate::stock::decide::settle::{apply, confirmed, moves, Settling};
+use crate::stock::decide::settle::{apply, confirmed, moves, Moved, Settling};
+use crate::stock::flows::order_events;
 use crate::stock::flows::{reserve, settle};
-use crate::stock::model::{ConfirmOutcome, Placement, Reservation, ReserveRequest, Row, Status};
+use crate::stock::model::{ConfirmOutcome, Placement, Reservation, ReserveRequest, Row};
 use crate::stock::rows::{locations, reservations, stock};
 use crate::stock::strategy::atomic::Atomic;
 use crate::store::deadline;
@@ -76,12 +77,12 @@ async fn reserve_batch(worker: &Worker, jobs: Vec<(ReserveRequest, Reply<Granted
     let started = Instant::now();
     let requests: Vec<&ReserveRequest> = jobs.iter().map(|j| &j.0).collect();
     let requests = &requests[..];
-    let dialect = worker.store.dialect();
+    let writer = worker.store.writer();
     let result = in_transaction(
         &worker.store.pool,
         &worker.tx,
         Operation::ReserveBatch,
-        move |client| crate::tx_body!(client => grant_batch(Tx::new(client, dialect), requests)),
+        move |client| crate::write_tx!(client, writer => |tx| grant_batch(&tx, requests)),
     )
     .await;
     record_batch(Operation::Reserve, started, jobs.len());
@@ -166,12 +167,12 @@ async fn confirm_batch(worker: &Worker, jobs: Vec<(OrderId, Reply<ConfirmOutcome
     let started = Instant::now();
     let order_ids: Vec<&OrderId> = jobs.iter().map(|j| &j.0).collect();
     let order_ids = &order_ids[..];
-    let dialect = worker.store.dialect();
+    let writer = worker.store.writer();
     let result = in_transaction(
         &worker.store.pool,
         &worker.tx,
         Operation::ConfirmBatch,
-        move |client| crate::tx_body!(client => confirm_tx(Tx::new(client, dialect), order_ids)),
+        move |client| crate::write_tx!(client, writer => |tx| confirm_tx(&tx, order_ids)),
     )
     .await;
     record_batch(Operation::Confirm, started, jobs.len());
@@ -288,10 +289,10 @@ fn record_batch(operation: Operation, started: Instant, orders: usize) {
 
 /// The batch transaction: lock, read, decide in arrival order, write once, per-order answers.
 async fn grant_batch(
-    tx: Tx<'_>,
+    tx: &Tx<'_>,
     requests: &[&ReserveRequest],
 ) -> Result<Vec<Result<Granted, Error>>, Error> {
-    let mut locked = lock_and_read(&tx, requests).await?;
+    let mut locked = lock_and_read(tx, requests).await?;
     // What each order's rows showed before the batch: its router lists those products already.
     let known: HashMap<&str, HashSet<i64>> = requests
         .iter()
@@ -305,12 +306,13 @@ async fn grant_batch(
         .collect();
     let grants = grant_all(requests, &mut locked)?;
     if !grants.new_rows.is_empty() {
-        let written = write_grants(&tx, &grants).await?;
+        let written = write_grants(tx, &grants).await?;
         let new = written
             .values()
             .map(|r| (r.order_id.as_str(), r.item.product_id.get()));
-        reservations::route(&tx, new, &known).await?;
+        reservations::route(tx, new, &known).await?;
         patch_written(&mut locked.by_order, written)?;
+        emit_created(tx, requests, &grants.decisions, &locked);
     }
     let outcomes = requests
         .iter()
@@ -332,6 +334,31 @@ async fn grant_batch(
         })
         .collect();
     Ok(outcomes)
+}
+
+/// The `reservation.created` event of every order the batch granted (each a new order: its
+/// first event).
+fn emit_created(
+    tx: &Tx<'_>,
+    requests: &[&ReserveRequest],
+    decisions: &[Decision],
+    locked: &Locked,
+) {
+    for (request, decision) in requests.iter().zip(decisions) {
+        let Decision::Live {
+            replayed: false, ..
+        } = decision
+        else {
+            continue;
+        };
+        let order = request.order_id.as_str();
+        let rows = locked.by_order.get(order).map_or(&[][..], |v| &v[..]);
+        let items = rows
+            .iter()
+            .filter(|r| r.order_position == FIRST_POSITION)
+            .map(|r| &r.item);
+        order_events::emit(tx, order, FIRST_POSITION, order_events::CREATED, items);
+    }
 }
 
 /// Locks the batch's stock rows (ascending product id) and reads its orders' rows under those
@@ -407,22 +434,22 @@ async fn write_grants(tx: &Tx<'_>, grants: &Grants<'_>) -> Result<HashMap<Uuid, 
 }
 
 /// One order's confirm answer and what this confirm moved of it.
-type Confirmed = (ConfirmOutcome, Vec<(Uuid, Status)>);
+type Confirmed = (ConfirmOutcome, Vec<Moved>);
 
 /// The confirm batch: lock every row of the orders, settle all active ones in one pass (each
 /// stock row updated once), answer each order as the confirm of one order would.
 async fn confirm_tx(
-    tx: Tx<'_>,
+    tx: &Tx<'_>,
     order_ids: &[&OrderId],
-) -> Result<(Vec<Result<Confirmed, Error>>, Vec<(Uuid, Status)>), Error> {
+) -> Result<(Vec<Result<Confirmed, Error>>, Vec<Moved>), Error> {
     let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut rows = reservations::lock_orders(&tx, &keys).await?;
-    locations::attach(&tx, &mut rows).await?;
+    let mut rows = reservations::lock_orders(tx, &keys).await?;
+    locations::attach(tx, &mut rows).await?;
     let moves = moves(&rows, Settling::Confirm);
-    settle::settle(&tx, &moves).await?;
-    let moved = settle::moved_of(&moves);
+    let last = order_events::last_positions(&rows);
+    let moved = settle::settle(tx, &moves, &last).await?;
     apply(&mut rows, &moved);
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
     for row in rows {
@@ -433,9 +460,9 @@ async fn confirm_tx(
         .map(
             |&order_id| match by_order.get(order_id.as_str()).filter(|r| !r.is_empty()) {
                 Some(rows) => {
-                    let mine: Vec<(Uuid, Status)> = moved
+                    let mine: Vec<Moved> = moved
                         .iter()
-                        .filter(|(id, _)| rows.iter().any(|r| r.id == *id))
+                        .filter(|(id, _, _)| rows.iter().any(|r| r.id == *id))
                         .copied()
                         .collect();
                     Ok((confirmed(order_id, rows), mine))

@@ -1,0 +1,392 @@
+//! The outbox and the feed: every committed change has its events, written by the transaction
+//! that made it (nothing for what was refused or rolled back), each stream's positions are
+//! gap-free, and a reader that follows the feed with its cursor sees every event exactly once,
+//! even when transactions commit in another order than the one they took their ids in, where a
+//! reader that remembers the highest id it saw skips events for good.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use saldo::domain::{OrderId, OrderItems, Reason, SaleId, Ttl};
+use saldo::events::{self, Cursor, Filter};
+use saldo::stock::{
+    admin, build, sweeper, ReserveRequest, SaleRequest, StrategyConfig, StrategyName,
+};
+use saldo::Error;
+
+use crate::harness::{test_db, TestDb};
+
+fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveRequest {
+    ReserveRequest {
+        order_id: OrderId::new(order).expect("order id"),
+        items: OrderItems::new(items.iter().copied()).expect("items"),
+        ttl,
+    }
+}
+
+/// Every event of the feed, read page by page from the start, once every committed event is in
+/// it (other tests' transactions on the same server may hold the horizon back a while: the
+/// wait is bounded).
+async fn whole_feed(db: &TestDb) -> Vec<events::Event> {
+    let store = db.store();
+    let client = db.pool.get().await.expect("client");
+    let committed: i64 = client
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .expect("count")
+        .get(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut all = Vec::new();
+    let mut after: Option<Cursor> = None;
+    for _ in 0..100_000 {
+        let page = events::read(&store, after, 100, &Filter::default())
+            .await
+            .expect("read");
+        let next: Cursor = page.next.parse().expect("cursor");
+        let empty = page.events.is_empty();
+        all.extend(page.events);
+        after = Some(next);
+        if all.len() as i64 >= committed || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        if empty {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    all
+}
+
+/// Per stream, the positions its events have, in feed order.
+fn positions(events: &[events::Event]) -> BTreeMap<String, Vec<i64>> {
+    let mut streams: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for e in events {
+        streams
+            .entry(e.stream.clone())
+            .or_default()
+            .push(e.position);
+    }
+    streams
+}
+
+/// Positions increase by one within each stream (a product's start at its first write's
+/// version, an order's at 1).
+fn assert_gap_free(events: &[events::Event]) {
+    for (stream, p) in positions(events) {
+        assert!(
+            p.windows(2).all(|w| w[1] == w[0] + 1),
+            "stream {stream}: positions {p:?}"
+        );
+        if !stream.starts_with("product:") {
+            assert_eq!(p.first(), Some(&1), "stream {stream}: {p:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_change_writes_its_events_and_a_refusal_none() {
+    for name in StrategyName::ALL.iter().copied() {
+        let db = test_db().await;
+        let store = db.store();
+        admin::set_count(&store, saldo::domain::ProductId::new(1).expect("id"), 3)
+            .await
+            .expect("count");
+        let engine = build(name, store.clone(), &StrategyConfig::default());
+        engine
+            .reserve(&request("o-1", &[(1, 2)], Ttl::default()))
+            .await
+            .expect("reserve");
+        let refused = engine
+            .reserve(&request("o-2", &[(1, 2)], Ttl::default()))
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InsufficientStock { .. })),
+            "{name}"
+        );
+        let o1 = OrderId::new("o-1").expect("id");
+        engine.confirm(&o1).await.expect("confirm");
+        engine
+            .reserve(&request(
+                "o-3",
+                &[(1, 1)],
+                Ttl::from_millis(1).expect("ttl"),
+            ))
+            .await
+            .expect("reserve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sweeper::sweep(&store).await.expect("sweep"), 1, "{name}");
+        let reason = Reason::new("restock").expect("reason");
+        admin::adjust(
+            &store,
+            saldo::domain::ProductId::new(1).expect("id"),
+            2,
+            &reason,
+        )
+        .await
+        .expect("adjust");
+        engine
+            .sell(&SaleRequest {
+                sale_id: SaleId::new("s-1").expect("id"),
+                items: OrderItems::new([(1, 1)]).expect("items"),
+            })
+            .await
+            .expect("sell");
+
+        let feed = whole_feed(&db).await;
+        let kinds: Vec<(&str, &str)> = feed
+            .iter()
+            .map(|e| (e.stream.as_str(), e.kind.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("product:1", "stock.changed"),
+                ("product:1", "stock.changed"),
+                ("order:o-1", "reservation.created"),
+                ("product:1", "stock.changed"),
+                ("order:o-1", "reservation.confirmed"),
+                ("product:1", "stock.changed"),
+                ("order:o-3", "reservation.created"),
+                ("product:1", "stock.changed"),
+                ("order:o-3", "reservation.expired"),
+                ("product:1", "stock.changed"),
+                ("product:1", "stock.changed"),
+                ("sale:s-1", "sale.created"),
+            ],
+            "{name}"
+        );
+        assert!(
+            !feed.iter().any(|e| e.stream == "order:o-2"),
+            "{name}: a refusal wrote an event"
+        );
+        assert_gap_free(&feed);
+        // The product's last event says what its row says.
+        let last = feed
+            .iter()
+            .rev()
+            .find(|e| e.stream == "product:1")
+            .expect("product");
+        let stock = admin::get(&store, saldo::domain::ProductId::new(1).expect("id"))
+            .await
+            .expect("stock");
+        assert_eq!(last.position, stock.version, "{name}");
+        assert_eq!(last.data["available"], stock.available, "{name}");
+        assert_eq!(last.data["reserved"], stock.reserved, "{name}");
+    }
+}
+
+/// A transaction that took its id first and commits last: the feed holds everything after it
+/// back until it ends, then returns it first; a reader that follows "ids above the last one I
+/// saw" has moved past it and never sees it.
+#[tokio::test]
+async fn the_feed_waits_for_a_late_commit_where_highest_id_readers_skip_it() {
+    let db = test_db().await;
+    let store = db.store();
+    let product = saldo::domain::ProductId::new(1).expect("id");
+    admin::set_count(&store, product, 10).await.expect("count");
+    let start = whole_feed(&db).await.len();
+
+    // A transaction takes its xid and its event id, and stays open.
+    let mut slow = db.pool.get().await.expect("client");
+    let slow = slow.transaction().await.expect("begin");
+    slow.batch_execute(
+        "INSERT INTO events (stream_type, stream_id, position, type, data) \
+         VALUES ('sale', 'late', 1, 'sale.created', '{}')",
+    )
+    .await
+    .expect("late event");
+
+    // Meanwhile a reservation commits: its events take higher ids.
+    let engine = build(
+        StrategyName::Atomic,
+        store.clone(),
+        &StrategyConfig::default(),
+    );
+    engine
+        .reserve(&request("o-fast", &[(1, 1)], Ttl::default()))
+        .await
+        .expect("reserve");
+
+    // The naive reader sees the fast events and remembers the highest id.
+    let client = db.pool.get().await.expect("client");
+    let naive_seen: Vec<i64> = client
+        .query("SELECT id FROM events ORDER BY id", &[])
+        .await
+        .expect("naive read")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let naive_high = *naive_seen.iter().max().expect("events");
+    // saldo's reader returns nothing past the open transaction yet.
+    let held = events::read(&store, None, 100, &Filter::default())
+        .await
+        .expect("read");
+    assert_eq!(
+        held.events.len(),
+        start,
+        "the horizon holds the fast events back"
+    );
+
+    slow.commit().await.expect("commit");
+    let naive_after: Vec<i64> = client
+        .query(
+            "SELECT id FROM events WHERE id > $1 ORDER BY id",
+            &[&naive_high],
+        )
+        .await
+        .expect("naive read")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        naive_after.is_empty(),
+        "the naive reader never sees the late event"
+    );
+
+    let feed = whole_feed(&db).await;
+    assert_eq!(feed.len(), start + 3);
+    assert_eq!(
+        feed[start].stream, "sale:late",
+        "the late commit comes first in the feed"
+    );
+    let ids: BTreeSet<i64> = feed.iter().map(|e| e.id).collect();
+    assert_eq!(ids.len(), feed.len(), "no event twice");
+}
+
+/// Many writers at once, a follower reading as they go: at the end it has seen every committed
+/// event exactly once, and every stream's positions are gap-free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_sees_every_event_once_under_concurrent_writers() {
+    let db = test_db().await;
+    let store = db.store();
+    for p in 1..=4 {
+        admin::set_count(
+            &store,
+            saldo::domain::ProductId::new(p).expect("id"),
+            100_000,
+        )
+        .await
+        .expect("count");
+    }
+    let writers: Vec<_> = (0..16)
+        .map(|w| {
+            let engine = build(
+                if w % 2 == 0 {
+                    StrategyName::Batched
+                } else {
+                    StrategyName::Atomic
+                },
+                store.clone(),
+                &StrategyConfig::default(),
+            );
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    let order = format!("w{w}-{i}");
+                    let items = [(1 + (i % 4), 1), (1 + ((i + w) % 4), 1)];
+                    engine
+                        .reserve(&request(&order, &items, Ttl::default()))
+                        .await
+                        .expect("reserve");
+                    if i % 3 == 0 {
+                        engine
+                            .confirm(&OrderId::new(order).expect("id"))
+                            .await
+                            .expect("confirm");
+                    }
+                }
+            })
+        })
+        .collect();
+    // The follower reads as the writers write; once they are done it is told how many events
+    // committed, and stops when it has read that many (bounded in count and time).
+    let (target_tx, mut target_rx) = tokio::sync::watch::channel(None::<usize>);
+    let follower_store = store.clone();
+    let follower = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut after: Option<Cursor> = None;
+        for _ in 0..200_000 {
+            let page = events::read(&follower_store, after, 50, &Filter::default())
+                .await
+                .expect("read");
+            after = Some(page.next.parse().expect("cursor"));
+            let empty = page.events.is_empty();
+            seen.extend(page.events);
+            let target = *target_rx.borrow_and_update();
+            if target.is_some_and(|t| seen.len() >= t) {
+                break;
+            }
+            if empty {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        seen
+    });
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let committed: i64 = db
+        .pool
+        .get()
+        .await
+        .expect("client")
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .expect("count")
+        .get(0);
+    target_tx
+        .send(Some(usize::try_from(committed).expect("count")))
+        .expect("follower alive");
+    let seen = tokio::time::timeout(Duration::from_secs(120), follower)
+        .await
+        .expect("the follower caught up in time")
+        .expect("follower");
+    let ids: Vec<i64> = seen.iter().map(|e| e.id).collect();
+    let unique: BTreeSet<i64> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "an event seen twice");
+    assert_eq!(ids.len() as i64, committed, "an event missed");
+    assert_gap_free(&seen);
+}
+
+#[tokio::test]
+async fn retention_prunes_the_oldest_and_an_old_cursor_is_refused() {
+    let db = test_db().await;
+    let store = db.store();
+    let product = saldo::domain::ProductId::new(1).expect("id");
+    for n in 1..=5 {
+        admin::set_count(&store, product, n).await.expect("count");
+    }
+    let feed = whole_feed(&db).await;
+    assert_eq!(feed.len(), 5);
+    let first: Cursor = feed[0].cursor.parse().expect("cursor");
+    // Nothing is old enough for a day's retention; everything for none.
+    assert_eq!(
+        events::prune(&store, Duration::from_secs(86_400))
+            .await
+            .expect("prune"),
+        0
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        events::prune(&store, Duration::from_millis(1))
+            .await
+            .expect("prune"),
+        5
+    );
+    match events::read(&store, Some(first), 10, &Filter::default()).await {
+        Err(Error::CursorExpired { .. }) => {}
+        other => panic!("an old cursor was not refused: {other:?}"),
+    }
+    // A reader starting afresh, and one at the last pruned event, go on from there.
+    admin::set_count(&store, product, 6).await.expect("count");
+    let fresh = whole_feed(&db).await;
+    assert_eq!(fresh.len(), 1);
+    assert_eq!(
+        fresh[0].position,
+        feed[4].position + 1,
+        "positions go on after pruning"
+    );
+    let last: Cursor = feed[4].cursor.parse().expect("cursor");
+    let page = events::read(&store, Some(last), 10, &Filter::default())
+        .await
+        .expect("read");
+    assert_eq!(page.events.len(), 1);
+}
