@@ -73,7 +73,7 @@ impl Worker {
         MF: Future<Output = ()>,
     {
         drive(&self.shared, rx, self.pace, |jobs| {
-            preamble(jobs, |job| alone(job), |jobs| many(jobs))
+            preamble(jobs, &alone, &many)
         })
         .await;
         tracing::debug!(partition = self.partition, "batched worker stopped");
