@@ -62,8 +62,6 @@ fn reason(p: &ProductRepair) -> Result<Reason, Error> {
 
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
     let planned = planned.clone();
-    // The product's state, read on its shard group on Citus (one routed statement).
-    let state_sql = audit::product_state_sql_of(store.layout());
     let dialect = store.dialect();
     in_transaction(&store.pool, &store.tx, Operation::Repair, move |client| {
         let planned = planned.clone();
@@ -79,8 +77,9 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
             if row.stock.version != planned.version {
                 return Ok(RepairAction::Changed);
             }
+            // On Citus routed whole to the product's shard group (one statement).
             let state = ProductState::from_row(
-                &tx.client().query_one(state_sql, &[&Some(id)]).await?,
+                &tx.query_one(&audit::sql::PRODUCT_STATE, &[&Some(id)]).await?,
             )?;
             let (after, action) = target(&state);
             if after != planned.after {
