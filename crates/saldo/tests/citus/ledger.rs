@@ -15,9 +15,9 @@ use saldo_lab::testing::{
 };
 use saldo_lab::LabTransfer;
 
-/// Crossed transfers fired at once (half each way). Fewer than seed 002's 200: on Citus each
-/// is a 2PC serialised on the same two rows, and the queue behind them must drain within the
-/// pool's checkout timeout on a busy 2-core machine.
+/// Crossed transfers fired at once (half each way). Fewer than the single-node race's 200: on
+/// Citus each is a 2PC serialised on the same two rows, and the queue behind them must drain
+/// within the pool's checkout timeout on a busy 2-core machine.
 const CROSSED: u32 = 60;
 
 fn acc(n: i64) -> AccountId {
