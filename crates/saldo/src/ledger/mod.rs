@@ -20,10 +20,12 @@
 //!   settles it. Its deadline is exact: past `expires_at`, a post or void expires it there and
 //!   then and is refused, whether or not the sweeper has run.
 //! - `transfer_groups(id, size)`: a linked group, applied all or none, idempotent by its id.
+//! - `account_repairs` (migration V9): the trace of every repair of an account's counters.
 //!
 //! `held` and `pending_credits` are columns of the account row, changed in the same
 //! transaction as the transfer row whose status they follow (never recomputed on the hot path);
-//! the audit ([`crate::audit::audit_ledger`]) checks them against the live pending transfers.
+//! the audit ([`crate::audit::audit_ledger`]) checks them against the live pending transfers,
+//! and [`repair`] brings an account that drifted back to its journal.
 //!
 //! # Locks and the single winner
 //!
@@ -46,7 +48,8 @@
 //! - `rows`: data access through the store's dialect (the only place that asks the layout);
 //! - [`transitions`] and [`apply`]: pure decisions: the transfer state machine, and ONE
 //!   operation applied to already-locked rows in memory (limits, overflow, new balances);
-//! - `flows`: each operation as one transaction (lock, read, decide, write once);
+//! - `flows`: each operation as one transaction (lock, read, decide, write once), and
+//!   [`repair`];
 //! - [`batched`]: the group-commit engine, every operation of a batch decided by `apply` on one
 //!   set of locks;
 //! - [`Ledger`]: the façade the service, the lab and the bench hold.
@@ -66,9 +69,10 @@ pub mod types;
 
 pub use apply::{NewTransfer, OPENING_PREFIX};
 pub use flows::expire::{EXPIRE_BATCH, MAX_EXPIRE_BATCHES_PER_ROUND};
+pub use flows::repair;
 pub use transitions::Settle;
 pub use types::{
-    Account, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer,
+    Account, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer,
     TransferKind, TransferRequest, TransferStrategy,
 };
 

@@ -1,5 +1,5 @@
 //! Every SQL statement of the ledger, in one place: account locks and writes, the journal's
-//! reads and writes, the settles and the sweeper's expiry. Where Citus
+//! reads and writes, the settles and the sweeper's expiry, and the repair's writes. Where Citus
 //! needs its own form with the same parameters the statement is a named pair ([`Sql::pair`],
 //! [`Sql::per_key`]); the store's dialect picks the text. Statements whose Citus form takes
 //! other parameters or other steps (a router read first, one row per statement, both sides of a
@@ -282,6 +282,18 @@ pub(crate) const EXPIRE: Sql = Sql::pair(
     "UPDATE transfers SET status = 'expired', settled_at = $2 \
      WHERE id = ANY($1) AND status = 'pending' AND expires_at <= $2 \
      RETURNING account_id, id, from_account, to_account, amount, expires_at",
+);
+
+// ---- Repair -----------------------------------------------------------------------------------
+
+/// An account's counters brought back to its journal, under its lock.
+pub(crate) const REPAIR_ACCOUNT: Sql =
+    Sql::same("UPDATE accounts SET balance = $2, held = $3, pending_credits = $4 WHERE id = $1");
+/// The trace of a repair: what the counters were, what they became, and why.
+pub(crate) const RECORD_REPAIR: Sql = Sql::same(
+    "INSERT INTO account_repairs (account_id, balance_before, held_before, \
+     pending_credits_before, balance_after, held_after, pending_credits_after, reason) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
 );
 
 #[cfg(test)]

@@ -188,6 +188,14 @@ pub struct Account {
     pub max_balance: Option<i64>,
 }
 
+/// An account's three counters: what a repair compares with its journal and writes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub balance: i64,
+    pub held: i64,
+    pub pending_credits: i64,
+}
+
 /// One movement to apply: the common shape of transfer, deposit and withdrawal.
 #[derive(Debug, Clone, Copy)]
 pub struct Movement<'r> {

@@ -8,7 +8,8 @@
 //! - [`group`]: a linked group, all or none;
 //! - [`settle`]: the post or void of a hold (expiring it first when it is past its deadline);
 //! - [`expire`]: the sweeper's bounded rounds;
-//! - [`open`]: an account and its opening balance.
+//! - [`open`]: an account and its opening balance;
+//! - [`repair`]: accounts brought back to their journal.
 //!
 //! Post, void and expiry of one hold all lock its two accounts first, so they run one after
 //! the other; each then moves the row with `UPDATE … WHERE status = 'pending'`, and whoever
@@ -19,4 +20,5 @@ pub(crate) mod expire;
 pub(crate) mod group;
 pub(crate) mod open;
 pub(crate) mod place;
+pub mod repair;
 pub(crate) mod settle;

@@ -1,5 +1,5 @@
 //! Account rows: locking them in the ledger's one order (ascending id, each once), reading one,
-//! writing the changed ones back, and the writes of an opening.
+//! writing the changed ones back, and the writes of an opening and of a repair.
 //!
 //! Lock order, for every path: account rows first, in ascending id, by one statement on one
 //! node, by one statement per account on Citus (a `FOR UPDATE` may not span shards there),
@@ -9,7 +9,7 @@ use crate::domain::{AccountId, BalanceLimits};
 use crate::error::Error;
 use crate::ledger::apply::{AccountRow, Locked};
 use crate::ledger::sql;
-use crate::ledger::types::{account_from_db, Account};
+use crate::ledger::types::{account_from_db, Account, Counters};
 use crate::store::dialect::Tx;
 
 /// `ids` (any order, repeats allowed) as the lock order wants them: ascending, each once.
@@ -120,5 +120,39 @@ pub(crate) async fn create(
 /// Takes `amount` from the system account, which the caller holds locked.
 pub(crate) async fn debit_system(tx: &Tx<'_>, amount: i64) -> Result<(), Error> {
     tx.execute(&sql::DEBIT_SYSTEM, &[&amount]).await?;
+    Ok(())
+}
+
+/// Writes a repair's counters to an account the caller holds locked, and its trace.
+pub(crate) async fn repair(
+    tx: &Tx<'_>,
+    id: AccountId,
+    before: Counters,
+    after: Counters,
+    reason: &str,
+) -> Result<(), Error> {
+    let a = id.get();
+    let updated = tx
+        .execute(
+            &sql::REPAIR_ACCOUNT,
+            &[&a, &after.balance, &after.held, &after.pending_credits],
+        )
+        .await?;
+    if updated != 1 {
+        return Err(Error::invariant(format!(
+            "the repair of account {id} updated {updated} rows"
+        )));
+    }
+    let params: [crate::store::dialect::Param<'_>; 8] = [
+        &a,
+        &before.balance,
+        &before.held,
+        &before.pending_credits,
+        &after.balance,
+        &after.held,
+        &after.pending_credits,
+        &reason,
+    ];
+    tx.execute(&sql::RECORD_REPAIR, &params).await?;
     Ok(())
 }

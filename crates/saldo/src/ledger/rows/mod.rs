@@ -4,7 +4,7 @@
 //! statement, both sides of a transfer) is chosen; the flows above never ask which layout they
 //! run on.
 //!
-//! - [`accounts`]: account locks (ascending id), reads and writes, the opening's writes;
+//! - [`accounts`]: account locks (ascending id), reads and writes, opening and repair writes;
 //! - [`journal`]: new transfers and groups, finding them, an account's history;
 //! - [`settles`]: the clock, what a post, void or expiry reads of a hold, and its writes.
 
