@@ -1,10 +1,12 @@
 //! The ledger repair: accounts whose counters drifted from their journal are planned, then
 //! written under their lock with an `account_repairs` row; what no write can fix (a journal
 //! that puts an account outside its limits) is reported with why and left alone; an account
-//! that drifts again between the plan and the lock is left alone. On one node and (rerun by
-//! `tests/citus.rs`) on Citus, where each account is read and written on its own shard.
+//! that drifts again between the plan and the lock is left alone; and the stock repair, which
+//! the service and the CLI run, repairs and reports the ledger too, saying "nothing remaining"
+//! only when the whole audit is clean. On one node and (rerun by `tests/citus.rs`) on Citus,
+//! where each account is read and written on its own shard.
 
-use saldo::audit::audit_ledger_of;
+use saldo::audit::{audit_ledger_of, Finding};
 use saldo::domain::TransferTimeout;
 use saldo::ledger::repair::{self, AccountAction};
 use saldo::ledger::{Counters, Ledger};
@@ -197,4 +199,38 @@ async fn an_account_that_drifts_again_during_the_repair_is_left_alone() {
     assert_eq!(counters(&ledger, 3).await, c(0, 0, 30));
     let again = repair::repair(&store, true).await.expect("repair");
     assert!(again.remaining.is_clean(), "{again:?}");
+}
+
+/// The repair the service and the CLI run (`stock::repair::repair`) repairs the ledger too and
+/// lists its divergences as remaining until they are gone: "nothing remaining" means the whole
+/// audit is clean.
+#[tokio::test]
+async fn the_repair_reports_and_repairs_the_ledger_with_the_stock() {
+    let db = test_db().await;
+    let ledger = books(&db).await;
+    raw(
+        &db,
+        "UPDATE accounts SET balance = balance - 5 WHERE id = 2",
+    )
+    .await;
+    let store = db.store();
+    let dry = saldo::stock::repair::repair(&store, false)
+        .await
+        .expect("dry run");
+    assert!(dry.products.is_empty());
+    assert_eq!(dry.ledger.accounts.len(), 1);
+    assert!(
+        dry.remaining
+            .iter()
+            .any(|f| matches!(f, Finding::Ledger(d) if d.account == Some(acc(2)))),
+        "{:?}",
+        dry.remaining
+    );
+    let done = saldo::stock::repair::repair(&store, true)
+        .await
+        .expect("apply");
+    assert_eq!(done.ledger.accounts[0].action, AccountAction::Applied);
+    assert!(done.remaining.is_empty(), "{:?}", done.remaining);
+    assert!(ledger_clean(&db).await);
+    assert_eq!(counters(&ledger, 2).await, c(70, 30, 0));
 }

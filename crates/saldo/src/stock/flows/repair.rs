@@ -21,7 +21,7 @@
 //! lock), and the lock, the re-read, the write and the movement all name the product, so each
 //! transaction stays on that one shard group.
 
-use crate::audit::{self, ProductState};
+use crate::audit::{self, Finding, ProductState};
 use crate::domain::Reason;
 use crate::error::Error;
 use crate::operation::Operation;
@@ -131,7 +131,9 @@ pub async fn apply(store: &Store, plan: &[ProductRepair]) -> Result<Vec<ProductR
     Ok(out)
 }
 
-/// Plans, applies when `apply_it`, and re-audits.
+/// Plans, applies when `apply_it`, repairs the ledger the same way
+/// ([`crate::ledger::repair`]), and re-audits both: `remaining` lists every stock and ledger
+/// finding, so an empty one means the whole audit is clean.
 pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error> {
     let planned = plan(store).await?;
     let products = if apply_it {
@@ -139,10 +141,14 @@ pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error
     } else {
         planned
     };
-    let remaining = audit::audit_stock_of(&store.pool, store.layout()).await?;
+    let ledger = crate::ledger::repair::repair(store, apply_it).await?;
+    let stock = audit::audit_stock_of(&store.pool, store.layout()).await?;
+    let mut remaining: Vec<Finding> = stock.into_iter().map(Finding::Product).collect();
+    remaining.extend(ledger.remaining.findings());
     Ok(RepairReport {
         applied: apply_it,
         products,
+        ledger,
         remaining,
     })
 }
