@@ -1,4 +1,4 @@
-//! The divergence audit (seed 000): it must come back empty. For every product it checks
+//! The divergence audit: it must come back empty. For every product it checks
 //! - `reserved = Σ active reservations` (their allocated units: quantity − backordered),
 //! - `available + reserved = last count + adjustments since − confirmed since the count − sold
 //!   directly since the count` (direct sales, `stock::sales`, take from `available` only; a
@@ -17,6 +17,8 @@
 //! path wrote stock or balances without going through the engine.
 //!
 //! On a Citus coordinator there is no such snapshot across shards: [`citus`] audits there.
+//! Every statement of both is in [`sql`]; [`audit_ledger_of`] and [`audit_stock_of`] pick the
+//! audit of a database's layout.
 
 use deadpool_postgres::Pool;
 use serde::Serialize;
@@ -28,6 +30,7 @@ use crate::store::retry::checkout;
 use crate::store::schema::Layout;
 
 pub mod citus;
+pub mod sql;
 
 /// Most divergences returned by one audit.
 pub const MAX_DIVERGENCES: i64 = 1_000;
@@ -67,118 +70,6 @@ pub struct Divergence {
     pub expected: i64,
     pub actual: i64,
 }
-
-/// Per product: its row and what reservations and history say it should hold. `$1` names one
-/// product, or NULL for all. Shared by the audit (which keeps the divergent rows) and the
-/// repair (which reads one product's targets under its row lock).
-macro_rules! stock_state {
-    () => {
-        "
-WITH last_count AS (
-    SELECT DISTINCT ON (product_id) product_id, id, quantity, created_at
-      FROM stock_movements
-     WHERE kind = 'count' AND location_id IS NULL AND ($1::bigint IS NULL OR product_id = $1)
-     ORDER BY product_id, id DESC),
-adjusted AS (
-    SELECT m.product_id, sum(m.quantity)::bigint AS delta
-      FROM stock_movements m JOIN last_count c USING (product_id)
-     WHERE m.kind = 'adjustment' AND m.location_id IS NULL AND m.id > c.id
-     GROUP BY m.product_id),
-fills_sold AS (
-    SELECT reservation_id, sum(quantity)::bigint AS quantity
-      FROM backorder_fills
-     WHERE sold AND ($1::bigint IS NULL OR product_id = $1)
-     GROUP BY reservation_id),
-confirmed AS (
-    SELECT r.product_id,
-           sum(r.quantity - r.backordered - coalesce(f.quantity, 0))::bigint AS quantity
-      FROM reservations r JOIN last_count c USING (product_id)
-      LEFT JOIN fills_sold f ON f.reservation_id = r.id
-     WHERE r.status = 'confirmed' AND r.settled_at > c.created_at
-     GROUP BY r.product_id),
-filled_sold AS (
-    SELECT f.product_id, sum(f.quantity)::bigint AS quantity
-      FROM backorder_fills f JOIN last_count c USING (product_id)
-     WHERE f.sold AND f.movement_id >= c.id
-     GROUP BY f.product_id),
-sold AS (
-    SELECT i.product_id, sum(i.quantity)::bigint AS quantity
-      FROM sale_items i JOIN last_count c USING (product_id)
-     WHERE i.sold_at > c.created_at
-     GROUP BY i.product_id),
-active AS (
-    SELECT product_id, sum(quantity - backordered)::bigint AS quantity
-      FROM reservations
-     WHERE status = 'active' AND ($1::bigint IS NULL OR product_id = $1)
-     GROUP BY product_id),
-live_backorders AS (
-    SELECT product_id, sum(backordered)::bigint AS units
-      FROM reservations
-     WHERE backordered > 0 AND status IN ('active', 'confirmed')
-       AND ($1::bigint IS NULL OR product_id = $1)
-     GROUP BY product_id)
-SELECT s.product_id,
-       s.available::bigint                                   AS available,
-       s.reserved::bigint                                    AS reserved,
-       s.version,
-       coalesce(a.quantity, 0)                               AS active_reserved,
-       s.backordered::bigint                                 AS backordered,
-       s.backorder_limit::bigint                             AS backorder_limit,
-       coalesce(lb.units, 0)                                 AS live_backordered,
-       (s.available + s.reserved)::bigint                    AS on_hand,
-       coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
-         - coalesce(sd.quantity, 0) - coalesce(fs.quantity, 0) AS expected_on_hand
-  FROM stock s
-  LEFT JOIN last_count c USING (product_id)
-  LEFT JOIN adjusted adj USING (product_id)
-  LEFT JOIN confirmed cf USING (product_id)
-  LEFT JOIN sold sd USING (product_id)
-  LEFT JOIN filled_sold fs USING (product_id)
-  LEFT JOIN active a USING (product_id)
-  LEFT JOIN live_backorders lb USING (product_id)
- WHERE ($1::bigint IS NULL OR s.product_id = $1)"
-    };
-}
-
-/// One product's [`stock_state!`] row (the repair, under the product's row lock).
-pub(crate) const PRODUCT_STATE: &str = stock_state!();
-
-const STOCK_AUDIT: &str = concat!(
-    "SELECT * FROM (",
-    stock_state!(),
-    ") st WHERE reserved <> active_reserved OR on_hand <> expected_on_hand \
-     OR backordered <> live_backordered \
-     ORDER BY product_id LIMIT $2"
-);
-
-/// The backorder invariants that no repair can restore (the limit, the arrival order; the
-/// count of live backorders is a [`ProductState`] invariant), divergent products only. The
-/// out-of-order count: fills whose arrival is below their predecessor's (fill id order), plus
-/// live backorders older than the newest arrival any fill reached.
-const BACKORDER_AUDIT: &str = "
-WITH ordered AS (
-    SELECT product_id, arrival,
-           lag(arrival) OVER (PARTITION BY product_id ORDER BY id) AS previous
-      FROM backorder_fills),
-backwards AS (
-    SELECT product_id, count(*) AS n FROM ordered WHERE arrival < previous GROUP BY product_id),
-reached AS (
-    SELECT product_id, max(arrival) AS arrival FROM backorder_fills GROUP BY product_id),
-skipped AS (
-    SELECT r.product_id, count(*) AS n
-      FROM reservations r JOIN reached f USING (product_id)
-     WHERE r.backordered > 0 AND r.status IN ('active', 'confirmed')
-       AND r.backorder_arrival < f.arrival
-     GROUP BY r.product_id)
-SELECT s.product_id, s.backordered::bigint AS backordered,
-       s.backorder_limit::bigint AS backorder_limit,
-       coalesce(b.n, 0) + coalesce(k.n, 0) AS out_of_order
-  FROM stock s
-  LEFT JOIN backwards b USING (product_id)
-  LEFT JOIN skipped k USING (product_id)
- WHERE s.backordered > s.backorder_limit OR coalesce(b.n, 0) + coalesce(k.n, 0) > 0
- ORDER BY s.product_id
- LIMIT $1";
 
 fn backorder_divergences(r: &tokio_postgres::Row) -> Result<Vec<Divergence>, Error> {
     let product_id = ProductId::new(r.try_get("product_id")?)?;
@@ -295,49 +186,12 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
     let mut client = checkout(pool, Operation::AuditStock).await?;
     let tx = snapshot(&mut client).await?;
     let all: Option<i64> = None;
-    let rows = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
+    let rows = tx
+        .query(sql::STOCK_AUDIT, &[&all, &MAX_DIVERGENCES])
+        .await?;
     tx.commit().await?;
     rows.iter().map(ProductState::from_row).collect()
 }
-
-/// The location invariants (issue 15), per product: its row is the sum of its locations, each
-/// location's `reserved` is the sum of the active allocations at it, and each allocated
-/// reservation's allocations add up to its quantity. `$1`: most rows returned.
-const LOCATION_AUDIT: &str = "
-WITH sums AS (
-    SELECT product_id, sum(available)::bigint AS available, sum(reserved)::bigint AS reserved
-      FROM stock_locations GROUP BY product_id),
-held AS (
-    SELECT a.product_id, a.location_id, sum(a.quantity)::bigint AS quantity
-      FROM reservation_allocations a JOIN reservations r ON r.id = a.reservation_id
-     WHERE r.status = 'active'
-     GROUP BY a.product_id, a.location_id),
-per_row AS (
-    SELECT r.product_id, r.quantity::bigint AS quantity,
-           coalesce(sum(a.quantity), 0)::bigint AS allocated
-      FROM reservations r LEFT JOIN reservation_allocations a ON a.reservation_id = r.id
-     WHERE r.allocated
-     GROUP BY r.id, r.product_id, r.quantity)
-SELECT * FROM (
-    SELECT s.product_id, 'available' AS invariant, coalesce(x.available, 0) AS expected,
-           s.available::bigint AS actual
-      FROM stock s LEFT JOIN sums x USING (product_id)
-     WHERE s.located AND s.available <> coalesce(x.available, 0)
-    UNION ALL
-    SELECT s.product_id, 'reserved', coalesce(x.reserved, 0), s.reserved::bigint
-      FROM stock s LEFT JOIN sums x USING (product_id)
-     WHERE s.located AND s.reserved <> coalesce(x.reserved, 0)
-    UNION ALL
-    SELECT sl.product_id, 'location_reserved', sum(coalesce(h.quantity, 0))::bigint,
-           sum(sl.reserved)::bigint
-      FROM stock_locations sl LEFT JOIN held h USING (product_id, location_id)
-     WHERE sl.reserved <> coalesce(h.quantity, 0)
-     GROUP BY sl.product_id
-    UNION ALL
-    SELECT product_id, 'allocations', sum(quantity)::bigint, sum(allocated)::bigint
-      FROM per_row WHERE quantity <> allocated
-     GROUP BY product_id
-) d ORDER BY product_id, invariant LIMIT $1";
 
 /// The stock audit of a database of `layout`: [`audit_stock`] in one snapshot on one node,
 /// per product on its own shard group on Citus ([`citus::audit_stock`]).
@@ -360,15 +214,6 @@ pub async fn divergent_products_of(
     }
 }
 
-/// One product's [`ProductState`] query for a database of `layout` (`$1`: the product): on
-/// Citus routed whole to the product's shard group ([`citus::product_state_sql`]).
-pub fn product_state_sql_of(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Single => PRODUCT_STATE,
-        Layout::Citus => citus::PRODUCT_STATE_ROUTED.as_str(),
-    }
-}
-
 /// Runs the stock audit; an empty answer means every product is consistent with its history,
 /// its backorders and (stocked per location) its locations and allocations. All three queries
 /// read one snapshot.
@@ -376,9 +221,11 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
     let mut client = checkout(pool, Operation::AuditStock).await?;
     let tx = snapshot(&mut client).await?;
     let all: Option<i64> = None;
-    let states = tx.query(STOCK_AUDIT, &[&all, &MAX_DIVERGENCES]).await?;
-    let backorders = tx.query(BACKORDER_AUDIT, &[&MAX_DIVERGENCES]).await?;
-    let locations = tx.query(LOCATION_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    let states = tx
+        .query(sql::STOCK_AUDIT, &[&all, &MAX_DIVERGENCES])
+        .await?;
+    let backorders = tx.query(sql::BACKORDER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    let locations = tx.query(sql::LOCATION_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
     for r in &states {
@@ -435,51 +282,160 @@ pub struct LedgerDivergence {
     pub actual: i64,
 }
 
-/// Sums in numeric (a sum of bigints cannot overflow the audit itself), read as text:
-/// tokio-postgres has no numeric type without another crate, and [`sum_i64`] parses them.
-const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::text AS total, \
-     coalesce(sum(held), 0)::text AS held, \
-     coalesce(sum(pending_credits), 0)::text AS pending_credits FROM accounts";
-
-/// Posted rows move `posted_amount` (NULL: the whole amount); pending rows move nothing yet
-/// but count in `held` / `pending_credits`; voided and expired rows count nowhere.
-const LEDGER_AUDIT: &str = "
-WITH moves AS (
-    SELECT to_account AS id, coalesce(posted_amount, amount) AS amount
-      FROM transfers WHERE status = 'posted'
-    UNION ALL
-    SELECT from_account AS id, -coalesce(posted_amount, amount)
-      FROM transfers WHERE status = 'posted'),
-journal AS (
-    SELECT id, sum(amount) AS net FROM moves GROUP BY id),
-held AS (
-    SELECT from_account AS id, sum(amount) AS held
-      FROM transfers WHERE status = 'pending' GROUP BY from_account),
-credits AS (
-    SELECT to_account AS id, sum(amount) AS credits
-      FROM transfers WHERE status = 'pending' GROUP BY to_account)
-SELECT a.id, a.balance::text AS balance, coalesce(j.net, 0)::text AS expected,
-       a.held::text AS held, coalesce(h.held, 0)::text AS expected_held,
-       a.pending_credits::text AS pending_credits,
-       coalesce(c.credits, 0)::text AS expected_pending_credits
-  FROM accounts a
-  LEFT JOIN journal j USING (id)
-  LEFT JOIN held h USING (id)
-  LEFT JOIN credits c USING (id)
- WHERE a.balance <> coalesce(j.net, 0)
-    OR a.held <> coalesce(h.held, 0)
-    OR a.pending_credits <> coalesce(c.credits, 0)
- ORDER BY a.id
- LIMIT $1";
-
-/// A numeric sum as an `i64` for the report, saturated: a sum beyond `i64` is a divergence
-/// whatever its exact value.
-fn sum_i64(row: &tokio_postgres::Row, column: &str) -> Result<i64, Error> {
+/// A numeric sum read as text, as an `i128` (exact: a sum of bigints over any table saldo can
+/// hold fits), saturated when it does not parse.
+fn sum_i128(row: &tokio_postgres::Row, column: &str) -> Result<i128, Error> {
     let text: String = row.try_get(column)?;
-    Ok(match text.parse::<i128>() {
-        Ok(v) => i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX }),
-        Err(_) => i64::MAX,
-    })
+    Ok(text.parse::<i128>().unwrap_or(i128::MAX))
+}
+
+/// A sum for the report, saturated to `i64`: a sum beyond `i64` is a divergence whatever its
+/// exact value.
+fn saturated(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// One account's counters and limits, and what its journal says the counters should be: the
+/// audit reports where they differ, the repair writes what the journal says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AccountState {
+    pub account: AccountId,
+    pub balance: i64,
+    pub held: i64,
+    pub pending_credits: i64,
+    pub min_balance: Option<i64>,
+    pub max_balance: Option<i64>,
+    /// Its posted credits minus its posted debits.
+    pub expected_balance: i128,
+    /// The sum of its live pending debits.
+    pub expected_held: i128,
+    /// The sum of its live pending credits.
+    pub expected_pending_credits: i128,
+}
+
+impl AccountState {
+    /// From a row with the account-state columns ([`sql::ACCOUNT_STATE`], [`sql::LEDGER_AUDIT`]).
+    pub(crate) fn from_row(r: &tokio_postgres::Row) -> Result<AccountState, Error> {
+        let exact = |column| sum_i128(r, column).map(saturated);
+        Ok(AccountState {
+            account: crate::ledger::types::account_from_db(r.try_get("id")?)?,
+            balance: exact("balance")?,
+            held: exact("held")?,
+            pending_credits: exact("pending_credits")?,
+            min_balance: r.try_get("min_balance")?,
+            max_balance: r.try_get("max_balance")?,
+            expected_balance: sum_i128(r, "expected")?,
+            expected_held: sum_i128(r, "expected_held")?,
+            expected_pending_credits: sum_i128(r, "expected_pending_credits")?,
+        })
+    }
+
+    /// The broken invariants, if any.
+    pub fn divergences(&self) -> Vec<LedgerDivergence> {
+        [
+            (
+                LedgerInvariant::BalanceMatchesJournal,
+                self.balance,
+                self.expected_balance,
+            ),
+            (
+                LedgerInvariant::HeldMatchesPending,
+                self.held,
+                self.expected_held,
+            ),
+            (
+                LedgerInvariant::PendingCreditsMatchPending,
+                self.pending_credits,
+                self.expected_pending_credits,
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, actual, expected)| i128::from(*actual) != *expected)
+        .map(|(invariant, actual, expected)| LedgerDivergence {
+            account: Some(self.account),
+            invariant,
+            expected: saturated(expected),
+            actual,
+        })
+        .collect()
+    }
+}
+
+/// The ledger audit of one database, whatever its layout: every finding of
+/// [`audit_ledger`] on one node, of [`citus::audit`]'s ledger parts on Citus.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LedgerAudit {
+    /// Per account (and, on one node, the totals).
+    pub accounts: Vec<LedgerDivergence>,
+    /// Citus: transfers whose two sides disagree.
+    pub transfers: Vec<citus::TransferDivergence>,
+    /// Citus: suspect transfers whose 2PCs did not resolve within the bound (audit again).
+    pub unresolved: Vec<String>,
+}
+
+impl LedgerAudit {
+    pub fn is_clean(&self) -> bool {
+        self.accounts.is_empty() && self.transfers.is_empty() && self.unresolved.is_empty()
+    }
+
+    /// Every finding, one per entry.
+    pub fn findings(&self) -> impl Iterator<Item = Finding> + '_ {
+        let accounts = self.accounts.iter().cloned().map(Finding::Ledger);
+        let transfers = self.transfers.iter().cloned().map(Finding::Transfer);
+        let unresolved = self.unresolved.iter().cloned().map(Finding::Unresolved);
+        accounts.chain(transfers).chain(unresolved)
+    }
+}
+
+/// One thing an audit found, stock or ledger: what a repair reports as remaining.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finding {
+    Product(Divergence),
+    Ledger(LedgerDivergence),
+    /// Citus: a transfer whose two sides disagree.
+    Transfer(citus::TransferDivergence),
+    /// Citus: a transfer whose 2PC did not resolve within the audit's bound: neither clean nor
+    /// a divergence.
+    Unresolved(String),
+}
+
+/// The ledger audit of a database of `layout`.
+pub async fn audit_ledger_of(pool: &Pool, layout: Layout) -> Result<LedgerAudit, Error> {
+    match layout {
+        Layout::Single => Ok(LedgerAudit {
+            accounts: audit_ledger(pool).await?,
+            ..LedgerAudit::default()
+        }),
+        Layout::Citus => {
+            let accounts = citus::audit_accounts(pool).await?;
+            let options = citus::CitusAuditOptions::default();
+            let (transfers, unresolved) = citus::audit_transfers(pool, options).await?;
+            Ok(LedgerAudit {
+                accounts,
+                transfers,
+                unresolved,
+            })
+        }
+    }
+}
+
+/// The accounts that diverge from their journal (at most [`MAX_DIVERGENCES`]), in one snapshot
+/// on one node, each on its own shard on Citus: what a ledger repair plans from.
+pub async fn divergent_accounts_of(
+    pool: &Pool,
+    layout: Layout,
+) -> Result<Vec<AccountState>, Error> {
+    match layout {
+        Layout::Single => {
+            let mut client = checkout(pool, Operation::AuditLedger).await?;
+            let tx = snapshot(&mut client).await?;
+            let rows = tx.query(sql::LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+            tx.commit().await?;
+            rows.iter().map(AccountState::from_row).collect()
+        }
+        Layout::Citus => citus::divergent_accounts(pool).await,
+    }
 }
 
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
@@ -487,11 +443,11 @@ fn sum_i64(row: &tokio_postgres::Row, column: &str) -> Result<i64, Error> {
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let mut client = checkout(pool, Operation::AuditLedger).await?;
     let tx = snapshot(&mut client).await?;
-    let totals = tx.query_one(LEDGER_TOTAL, &[]).await?;
-    let rows = tx.query(LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    let totals = tx.query_one(sql::LEDGER_TOTAL, &[]).await?;
+    let rows = tx.query(sql::LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
-    let total = sum_i64(&totals, "total")?;
+    let total = saturated(sum_i128(&totals, "total")?);
     if total != 0 {
         out.push(LedgerDivergence {
             account: None,
@@ -501,8 +457,8 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
         });
     }
     let (held, credits) = (
-        sum_i64(&totals, "held")?,
-        sum_i64(&totals, "pending_credits")?,
+        saturated(sum_i128(&totals, "held")?),
+        saturated(sum_i128(&totals, "pending_credits")?),
     );
     if held != credits {
         out.push(LedgerDivergence {
@@ -512,43 +468,8 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
             actual: held,
         });
     }
-    for r in rows {
-        let account = crate::ledger::types::account_from_db(r.try_get("id")?)?;
-        out.extend(account_divergences(&r, account)?);
-    }
-    Ok(out)
-}
-
-/// One account's row of balance, held and pending credits next to what its journal says they
-/// should be (columns `balance`/`expected`, `held`/`expected_held`,
-/// `pending_credits`/`expected_pending_credits`): the invariants that differ.
-fn account_divergences(
-    r: &tokio_postgres::Row,
-    account: AccountId,
-) -> Result<Vec<LedgerDivergence>, Error> {
-    let mut out = Vec::new();
-    for (invariant, actual, expected) in [
-        (
-            LedgerInvariant::BalanceMatchesJournal,
-            "balance",
-            "expected",
-        ),
-        (LedgerInvariant::HeldMatchesPending, "held", "expected_held"),
-        (
-            LedgerInvariant::PendingCreditsMatchPending,
-            "pending_credits",
-            "expected_pending_credits",
-        ),
-    ] {
-        let (actual, expected) = (sum_i64(r, actual)?, sum_i64(r, expected)?);
-        if actual != expected {
-            out.push(LedgerDivergence {
-                account: Some(account),
-                invariant,
-                expected,
-                actual,
-            });
-        }
+    for r in &rows {
+        out.extend(AccountState::from_row(r)?.divergences());
     }
     Ok(out)
 }

@@ -22,7 +22,7 @@ use crate::store::schema::{self, Layout};
 const EMPTY_ALL: &str =
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, stock_movements, stock, transfers, \
-     transfer_groups; \
+     transfer_groups, account_repairs; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
 /// The stock tables of the Citus layout, emptied by DELETE in foreign-key order: a TRUNCATE of
 /// every shard of every table takes seconds there (measured: 2.2 s against 0.2 s), and the lab
@@ -40,7 +40,8 @@ macro_rules! delete_stock_citus {
 /// The ledger tables of the Citus layout, likewise (the system account kept, at 0).
 macro_rules! delete_ledger_citus {
     () => {
-        "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'; DELETE FROM transfers; DELETE FROM transfer_ids; DELETE FROM transfer_group_positions; \
+        "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'; DELETE FROM account_repairs; \
+         DELETE FROM transfers; DELETE FROM transfer_ids; DELETE FROM transfer_group_positions; \
          DELETE FROM transfer_groups; DELETE FROM accounts WHERE id <> 0; \
          UPDATE accounts SET balance = 0, held = 0, pending_credits = 0 WHERE id = 0"
     };
@@ -66,7 +67,7 @@ const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, qua
 
 /// Empties the ledger (keeping the system account).
 const EMPTY_LEDGER: &str =
-    "TRUNCATE transfers, transfer_groups; DELETE FROM accounts WHERE id <> 0; \
+    "TRUNCATE transfers, transfer_groups, account_repairs; DELETE FROM accounts WHERE id <> 0; \
      UPDATE accounts SET balance = 0 WHERE id = 0";
 const EMPTY_LEDGER_CITUS: &str = delete_ledger_citus!();
 const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \

@@ -1,4 +1,4 @@
-//! Operator views of the live database (seed 002): who is waiting on a lock, who blocks them and
+//! Operator views of the live database: who is waiting on a lock, who blocks them and
 //! for how long, and how many deadlocks PostgreSQL has detected. The CLI (`saldo locks`) and the
 //! service (`GET /v1/admin/locks`, the deadlock counter in `/metrics`) read the same queries here.
 
@@ -11,10 +11,10 @@ use crate::store::retry::checkout;
 
 /// Most blocked sessions returned by one look.
 pub const MAX_BLOCKED_SESSIONS: i64 = 1_000;
-/// Characters of each waiting query shown (seed 002 shows 80).
+/// Characters of each waiting query shown.
 pub const QUERY_PREFIX_CHARS: i32 = 80;
 
-/// Seed 002's view: sessions that wait on a lock, the pids that block them, how long their
+/// The blocked-sessions view: sessions that wait on a lock, the pids that block them, how long their
 /// transaction has been open, and the start of their query.
 const BLOCKED: &str = "
 SELECT a.pid,

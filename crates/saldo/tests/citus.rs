@@ -8,7 +8,7 @@
 //!   repair suites rerun on Citus (their `crate::harness`), plus crossing multi-item orders whose products are on
 //!   different workers, a direct sale across workers and the refusals (`citus/stock.rs`);
 //! - the ledger: the ledger, holds and ledger-model suites for both transfer strategies, the
-//!   batched engine's suite, and crossed transfers and holds across workers
+//!   batched engine's suite, the ledger repair, and crossed transfers and holds across workers
 //!   (`citus/ledger.rs`), each test ending with the Citus audit clean.
 //!
 //! Without Citus binaries it fails saying what to install (`SALDO_CITUS_PG_BIN`).
@@ -131,6 +131,12 @@ async fn the_migrations_distribute_the_schema() {
     assert_eq!(
         transfers.3, accounts.3,
         "the journal lives with its accounts"
+    );
+    let repairs = find("account_repairs");
+    assert_eq!(
+        (repairs.2.as_str(), repairs.3),
+        ("account_id", accounts.3),
+        "an account's repairs live with it"
     );
     assert_eq!(find("orders").2, "order_id");
     assert_eq!(find("transfer_ids").2, "id");
@@ -439,6 +445,9 @@ mod ledger_ordered {
 
     #[path = "ledger_model.rs"]
     mod ledger_model;
+
+    #[path = "ledger_repair.rs"]
+    mod ledger_repair;
 }
 
 #[path = "suite"]

@@ -32,6 +32,8 @@ mod holds;
 mod ledger;
 #[path = "suite/ledger_model.rs"]
 mod ledger_model;
+#[path = "suite/ledger_repair.rs"]
+mod ledger_repair;
 
 #[path = "suite/listing.rs"]
 mod listing;

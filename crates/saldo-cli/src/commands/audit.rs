@@ -1,7 +1,8 @@
 //! `saldo audit`: the divergence audits (stock and ledger), exit status 1 when anything
-//! diverges. `--repair` prints what it would change per divergent product; `--repair --apply`
-//! changes it (products that change meanwhile are left alone) and audits again. On a Citus
-//! coordinator: per shard and per transfer, read-only, without `--repair`.
+//! diverges. `--repair` prints what it would change per divergent product and account;
+//! `--repair --apply` changes it (products and accounts that change meanwhile are left alone;
+//! what no write can fix is named with why) and audits again. On a Citus coordinator: per
+//! shard and per transfer, read-only, without `--repair`.
 
 use std::process::ExitCode;
 
@@ -15,10 +16,12 @@ use crate::database::Role;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print, per divergent product, what a repair would write (nothing is written).
+    /// Print, per divergent product and account, what a repair would write (nothing is
+    /// written).
     #[arg(long)]
     repair: bool,
-    /// With --repair: write it (a `repair: …` movement per product) and re-audit.
+    /// With --repair: write it (a `repair: …` movement per product, an `account_repairs` row
+    /// per account) and re-audit.
     #[arg(long, requires = "repair")]
     apply: bool,
 }
@@ -132,9 +135,9 @@ async fn citus_audit(pool: &Pool) -> Result<bool> {
     Ok(true)
 }
 
-/// `--repair [--apply]`: one line per divergent product, what it would change (or what became
-/// of it). False when a product was left alone (changed meanwhile, or its history cannot be
-/// met): the exit status then says so.
+/// `--repair [--apply]`: one line per divergent product and account, what it would change (or
+/// what became of it), and one per thing no write can fix. False when anything was left alone
+/// (changed meanwhile, or unrepairable): the exit status then says so.
 async fn print_repair(store: &Store, apply: bool) -> Result<bool> {
     use saldo::stock::repair::{self, RepairAction};
     let report = repair::repair(store, apply).await?;
@@ -154,10 +157,41 @@ async fn print_repair(store: &Store, apply: bool) -> Result<bool> {
         };
         println!("product {} {what} {}", p.product_id, p.describe());
     }
-    if report.products.is_empty() {
+    all_done &= print_ledger_repair(&report.ledger);
+    let ledger = &report.ledger;
+    if report.products.is_empty() && ledger.accounts.is_empty() && ledger.unrepairable.is_empty() {
         println!("repair: nothing to repair");
     } else if !apply {
         println!("repair: dry run, nothing written; add --apply to write it");
     }
     Ok(all_done)
+}
+
+/// The ledger's part of `--repair`; false when an account or a transfer was left alone.
+fn print_ledger_repair(ledger: &saldo::ledger::repair::LedgerRepairReport) -> bool {
+    use saldo::ledger::repair::AccountAction;
+    let mut all_done = ledger.unrepairable.is_empty();
+    for a in &ledger.accounts {
+        let what = match a.action {
+            AccountAction::Planned => "would set".to_owned(),
+            AccountAction::Applied => "repaired:".to_owned(),
+            AccountAction::Changed => {
+                all_done = false;
+                "LEFT ALONE (changed during the repair; run it again):".to_owned()
+            }
+            AccountAction::Unrepairable => {
+                all_done = false;
+                let why = a.reason.as_deref().unwrap_or("unrepairable");
+                format!("LEFT ALONE ({why}):")
+            }
+        };
+        println!("account {} {what} {}", a.account, a.describe());
+    }
+    for u in &ledger.unrepairable {
+        println!(
+            "{} CANNOT BE REPAIRED: {}; `{}` shows it",
+            u.subject, u.why, u.shown_by
+        );
+    }
+    all_done
 }

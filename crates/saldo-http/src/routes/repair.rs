@@ -1,15 +1,22 @@
 //! `POST /v1/admin/repair` (admin): what `saldo audit --repair [--apply]` does, over
 //! HTTP. A dry run unless `{"apply": true}`: per divergent product, its counters and what they
-//! should be (`reserved` from the active reservations, `available` from the history); applied,
-//! each product is written under its row lock with a `repair: …` movement, a product that
-//! changed since the plan is left alone (`changed`), and the answer carries the re-audit.
+//! should be (`reserved` from the active reservations, `available` from the history), and per
+//! divergent account its `balance`, `held` and `pending_credits` and what its journal says they
+//! should be; applied, each product is written under its row lock with a `repair: …` movement,
+//! each account under its lock with an `account_repairs` row, one that changed since the plan
+//! is left alone (`changed`), what no write can fix is named with why (`unrepairable`), and
+//! the answer carries the re-audit of both: `remaining` is empty only when all is clean.
 
 use axum::extract::State;
 use axum::Json;
+use saldo::audit::Finding;
+use saldo::ledger::repair::{AccountAction, AccountRepair, LedgerRepairReport, Unrepairable};
+use saldo::ledger::Counters;
 use saldo::stock::repair::{self, Counts, ProductRepair, RepairAction};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admin::{LedgerDivergenceView, TransferDivergenceView};
 use super::extract::ApiJson;
 use super::task::detached;
 use super::views::DivergenceView;
@@ -54,9 +61,10 @@ pub enum RepairActionView {
     Planned,
     /// Written, with its `repair: …` movement.
     Applied,
-    /// Left alone: the product changed during the repair (run it again).
+    /// Left alone: it changed during the repair (run it again).
     Changed,
-    /// Left alone: the history says fewer units than are actively reserved (count it).
+    /// Left alone: no write can satisfy its invariants (a product: the history says fewer
+    /// units than are actively reserved, count it; an account: see its `reason`).
     Unrepairable,
 }
 
@@ -88,21 +96,176 @@ impl From<&ProductRepair> for ProductRepairView {
     }
 }
 
+/// An account's counters.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AccountCountersView {
+    pub balance: i64,
+    pub held: i64,
+    pub pending_credits: i64,
+}
+
+impl From<Counters> for AccountCountersView {
+    fn from(c: Counters) -> Self {
+        AccountCountersView {
+            balance: c.balance,
+            held: c.held,
+            pending_credits: c.pending_credits,
+        }
+    }
+}
+
+/// One divergent account.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AccountRepairView {
+    pub account: i64,
+    pub before: AccountCountersView,
+    /// What its journal says (as before when unrepairable).
+    pub after: AccountCountersView,
+    pub action: RepairActionView,
+    /// Why it is unrepairable, and the command that shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<&AccountRepair> for AccountRepairView {
+    fn from(a: &AccountRepair) -> Self {
+        AccountRepairView {
+            account: a.account.get(),
+            before: a.before.into(),
+            after: a.after.into(),
+            action: match a.action {
+                AccountAction::Planned => RepairActionView::Planned,
+                AccountAction::Applied => RepairActionView::Applied,
+                AccountAction::Changed => RepairActionView::Changed,
+                AccountAction::Unrepairable => RepairActionView::Unrepairable,
+            },
+            reason: a.reason.clone(),
+        }
+    }
+}
+
+/// Something no write can fix (on Citus: a transfer whose two sides disagree).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UnrepairableView {
+    /// What it is about, e.g. `transfer t-1`.
+    pub subject: String,
+    pub why: String,
+    /// The command that shows it (`saldo audit`).
+    pub shown_by: String,
+}
+
+impl From<&Unrepairable> for UnrepairableView {
+    fn from(u: &Unrepairable) -> Self {
+        UnrepairableView {
+            subject: u.subject.clone(),
+            why: u.why.clone(),
+            shown_by: u.shown_by.to_owned(),
+        }
+    }
+}
+
+/// The ledger's part of a repair.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LedgerRepairView {
+    pub accounts: Vec<AccountRepairView>,
+    pub unrepairable: Vec<UnrepairableView>,
+}
+
+impl From<&LedgerRepairReport> for LedgerRepairView {
+    fn from(r: &LedgerRepairReport) -> Self {
+        LedgerRepairView {
+            accounts: r.accounts.iter().map(AccountRepairView::from).collect(),
+            unrepairable: r.unrepairable.iter().map(UnrepairableView::from).collect(),
+        }
+    }
+}
+
+/// One thing the audit still finds after the repair: a product's divergence (`product_id`),
+/// an account's (`account_id`) or the ledger's totals (neither), or on Citus a transfer's
+/// (`transfer_id`; `unresolved` when its 2PC did not resolve in time).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FindingView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_id: Option<String>,
+    /// The stock, ledger or transfer invariant broken (as `GET /v1/admin/audit` names them).
+    pub invariant: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actual: Option<i64>,
+}
+
+impl From<&Finding> for FindingView {
+    fn from(f: &Finding) -> Self {
+        let none = FindingView {
+            product_id: None,
+            account_id: None,
+            transfer_id: None,
+            invariant: String::new(),
+            expected: None,
+            actual: None,
+        };
+        match f {
+            Finding::Product(d) => {
+                let v = DivergenceView::from(d);
+                FindingView {
+                    product_id: Some(v.product_id),
+                    invariant: v.invariant,
+                    expected: Some(v.expected),
+                    actual: Some(v.actual),
+                    ..none
+                }
+            }
+            Finding::Ledger(d) => {
+                let v = LedgerDivergenceView::from(d);
+                FindingView {
+                    account_id: v.account,
+                    invariant: v.invariant,
+                    expected: Some(v.expected),
+                    actual: Some(v.actual),
+                    ..none
+                }
+            }
+            Finding::Transfer(d) => {
+                let v = TransferDivergenceView::from(d);
+                FindingView {
+                    transfer_id: Some(v.transfer_id),
+                    invariant: v.invariant,
+                    ..none
+                }
+            }
+            Finding::Unresolved(id) => FindingView {
+                transfer_id: Some(id.clone()),
+                invariant: "unresolved".to_owned(),
+                ..none
+            },
+        }
+    }
+}
+
 /// A repair's answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RepairView {
     pub applied: bool,
     pub products: Vec<ProductRepairView>,
-    /// The stock audit afterwards (a dry run: as it stands).
-    pub remaining: Vec<DivergenceView>,
+    /// Per divergent account, what was (or would be) written, and what no write can fix.
+    pub ledger: LedgerRepairView,
+    /// The whole audit afterwards, stock and ledger (a dry run: as it stands): empty only when
+    /// everything is clean.
+    pub remaining: Vec<FindingView>,
 }
 
-/// Repair divergent stock rows from their reservations and history (dry run by default).
+/// Repair divergent stock rows from their reservations and history, and divergent accounts from
+/// their journal (dry run by default).
 #[utoipa::path(post, path = "/v1/admin/repair", tag = "admin",
     request_body = RepairBody,
     security(("admin_token" = [])),
     responses(
-        (status = 200, description = "Per divergent product, what was (or would be) changed, and the audit afterwards", body = RepairView),
+        (status = 200, description = "Per divergent product and account, what was (or would be) changed, what cannot be, and the audit afterwards", body = RepairView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
@@ -124,6 +287,7 @@ pub async fn repair(
             .iter()
             .map(ProductRepairView::from)
             .collect(),
-        remaining: report.remaining.iter().map(DivergenceView::from).collect(),
+        ledger: LedgerRepairView::from(&report.ledger),
+        remaining: report.remaining.iter().map(FindingView::from).collect(),
     }))
 }

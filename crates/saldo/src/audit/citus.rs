@@ -1,4 +1,4 @@
-//! The audit on a Citus coordinator (issue 13), where a read across shards has no common
+//! The audit on a Citus coordinator, where a read across shards has no common
 //! snapshot: a multi-shard commit is a 2PC, and a query that spans workers can see one half.
 //!
 //! - **Per-shard invariants, exact.** Every check about one distribution value (a product's
@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use super::{Divergence, LedgerDivergence, ProductState, MAX_DIVERGENCES};
+use super::sql;
+use super::{AccountState, Divergence, LedgerDivergence, ProductState, MAX_DIVERGENCES};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::store::retry::checkout;
@@ -150,121 +151,6 @@ pub struct TransferDivergence {
     pub state: TransferState,
 }
 
-/// The single node's per-product query ([`super::PRODUCT_STATE`]) with every table filtered by
-/// the product itself, not only through joins, so that Citus routes it whole to that product's
-/// shard group (one statement, one snapshot). Each replaced text must occur (unit test).
-pub(crate) const PRODUCT_FILTERS: [(&str, &str); 6] = [
-    ("($1::bigint IS NULL OR product_id = $1)", "product_id = $1"),
-    (
-        "($1::bigint IS NULL OR s.product_id = $1)",
-        "s.product_id = $1",
-    ),
-    ("WHERE m.kind", "WHERE m.product_id = $1 AND m.kind"),
-    (
-        "WHERE r.status = 'confirmed'",
-        "WHERE r.product_id = $1 AND r.status = 'confirmed'",
-    ),
-    ("WHERE f.sold AND", "WHERE f.product_id = $1 AND f.sold AND"),
-    ("WHERE i.sold_at", "WHERE i.product_id = $1 AND i.sold_at"),
-];
-
-/// [`product_state_sql`], built once.
-pub static PRODUCT_STATE_ROUTED: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(product_state_sql);
-
-/// [`super::PRODUCT_STATE`] routed to one shard (see [`PRODUCT_FILTERS`]).
-pub fn product_state_sql() -> String {
-    PRODUCT_FILTERS
-        .iter()
-        .fold(super::PRODUCT_STATE.to_owned(), |sql, (from, to)| {
-            sql.replace(from, to)
-        })
-}
-
-/// One account against its own journal rows, all on its shard (`$1` on both tables). Posted
-/// rows move `posted_amount` (NULL: the whole amount) in or out; pending debits are `held`,
-/// pending credits `pending_credits`. Sums in numeric, read as text (see `sum_i64`).
-pub const ACCOUNT_STATE: &str = "
-SELECT a.balance::text AS balance, a.held::text AS held,
-       a.pending_credits::text AS pending_credits,
-       coalesce(sum(CASE WHEN t.status <> 'posted' THEN 0
-                         WHEN t.to_account = a.id THEN coalesce(t.posted_amount, t.amount)
-                         ELSE -coalesce(t.posted_amount, t.amount) END), 0)::text AS expected,
-       coalesce(sum(CASE WHEN t.status = 'pending' AND t.from_account = a.id
-                         THEN t.amount ELSE 0 END), 0)::text AS expected_held,
-       coalesce(sum(CASE WHEN t.status = 'pending' AND t.to_account = a.id
-                         THEN t.amount ELSE 0 END), 0)::text AS expected_pending_credits
-  FROM accounts a
-  LEFT JOIN transfers t ON t.account_id = a.id AND t.account_id = $1
- WHERE a.id = $1
- GROUP BY a.id, a.balance, a.held, a.pending_credits";
-
-/// The one-shot read of the double entry over every shard, with no common snapshot: per
-/// transfer id, its sides summed up and its router row, kept when they disagree. Both inputs
-/// are materialised (read once each, by Citus, shard by shard) and joined on the coordinator.
-/// Min = max checks that both sides carry the same terms. `$1`: most ids returned.
-const SUSPECTS: &str = "
-WITH sides AS MATERIALIZED (
-    SELECT id, count(*) AS n,
-           sum(CASE WHEN account_id = from_account THEN 1 ELSE 0 END) AS debits,
-           sum(CASE WHEN account_id = to_account THEN 1 ELSE 0 END) AS credits,
-           min(from_account) AS from_min, max(from_account) AS from_max,
-           min(to_account) AS to_min, max(to_account) AS to_max,
-           min(amount) AS amount_min, max(amount) AS amount_max,
-           min(kind) AS kind_min, max(kind) AS kind_max,
-           min(status) AS status_min, max(status) AS status_max,
-           count(posted_amount) AS posted_n,
-           min(posted_amount) AS posted_min, max(posted_amount) AS posted_max
-      FROM transfers GROUP BY id),
-routes AS MATERIALIZED (
-    SELECT id, from_account, to_account FROM transfer_ids)
-SELECT coalesce(s.id, r.id) AS id
-  FROM sides s FULL JOIN routes r ON r.id = s.id
- WHERE r.id IS NULL OR s.id IS NULL
-    OR s.n <> 2 OR s.debits <> 1 OR s.credits <> 1
-    OR s.from_min <> r.from_account OR s.from_max <> r.from_account
-    OR s.to_min <> r.to_account OR s.to_max <> r.to_account
-    OR s.amount_min <> s.amount_max OR s.kind_min <> s.kind_max
-    OR s.status_min <> s.status_max
-    OR s.posted_n NOT IN (0, 2) OR s.posted_min <> s.posted_max
- ORDER BY 1
- LIMIT $1";
-
-/// The prepared transactions of this database on every node, as `node:gid` with the relations
-/// each holds a lock on (a prepared transaction keeps its locks: on a worker, the shards it
-/// wrote; its locks are found through the one on its own transaction id). The workers' are
-/// read through Citus; the coordinator's (it may hold shards and reference tables) and an
-/// unreachable worker's come with no relation list, which counts as "may touch anything", and
-/// so does an empty one.
-const IN_FLIGHT: &str = "
-SELECT w.nodename || ':' || w.nodeport || ':' || (x ->> 'gid') AS key, x -> 'rels' AS rels
-  FROM run_command_on_workers($w$
-         SELECT coalesce(json_agg(json_build_object(
-                  'gid', p.gid,
-                  'rels', (SELECT coalesce(json_agg(DISTINCT l.relation::regclass::text), '[]')
-                             FROM pg_locks l
-                             JOIN pg_locks x ON x.virtualtransaction = l.virtualtransaction
-                            WHERE x.locktype = 'transactionid'
-                              AND x.transactionid = p.transaction
-                              AND l.locktype = 'relation'))), '[]')
-           FROM pg_prepared_xacts p WHERE p.database = current_database()$w$) w,
-       json_array_elements(CASE WHEN w.success THEN w.result::json ELSE '[]' END) x
-UNION ALL
-SELECT 'coordinator:' || gid, NULL FROM pg_prepared_xacts WHERE database = current_database()
-UNION ALL
-SELECT 'unreachable:' || nodename || ':' || nodeport, NULL
-  FROM run_command_on_workers('SELECT 1') WHERE NOT success";
-
-/// The shards a 2PC writing transfer `$2` between accounts `$1` must hold: the journal shard of
-/// each account and the id's `transfer_ids` shard.
-const TRANSFER_SHARDS: &str = "
-SELECT shard_name('transfers'::regclass,
-                  get_shard_id_for_distribution_column('transfers', a))::text
-  FROM unnest($1::bigint[]) a
-UNION ALL
-SELECT shard_name('transfer_ids'::regclass,
-                  get_shard_id_for_distribution_column('transfer_ids', $2::text))::text";
-
 /// The full Citus audit: per-shard stock and account checks, then the per-transfer double
 /// entry with its bounded recheck.
 pub async fn audit(pool: &Pool, options: CitusAuditOptions) -> Result<CitusAudit, Error> {
@@ -295,11 +181,12 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
 /// product under its row lock before writing (`stock::repair`).
 pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
     let client = checkout(pool, Operation::AuditStock).await?;
-    let statement = client.prepare(PRODUCT_STATE_ROUTED.as_str()).await?;
+    // Routed whole to the product's shard group: one statement, one snapshot.
+    let statement = client.prepare(sql::PRODUCT_STATE.citus()).await?;
     let mut out = Vec::new();
     let mut after = 0_i64;
     while out.len() < MAX_DIVERGENCES as usize {
-        let ids = page(&client, "SELECT product_id FROM stock", "product_id", after).await?;
+        let ids = page(&client, sql::PRODUCT_PAGE, after).await?;
         for &id in &ids {
             if let Some(row) = client.query_opt(&statement, &[&id]).await? {
                 let state = ProductState::from_row(&row)?;
@@ -319,18 +206,32 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
 
 /// Every account checked on its own shard, one routed query each.
 pub async fn audit_accounts(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
+    let mut out: Vec<LedgerDivergence> = divergent_accounts(pool)
+        .await?
+        .iter()
+        .flat_map(AccountState::divergences)
+        .collect();
+    out.truncate(MAX_DIVERGENCES as usize);
+    Ok(out)
+}
+
+/// The accounts whose counters differ from their own journal rows (at most
+/// [`MAX_DIVERGENCES`], by id), each read on its shard in one routed query: exact per account,
+/// which is all a repair needs, since it re-reads each account under its lock.
+pub async fn divergent_accounts(pool: &Pool) -> Result<Vec<AccountState>, Error> {
     let client = checkout(pool, Operation::AuditLedger).await?;
-    let statement = client.prepare(ACCOUNT_STATE).await?;
+    let statement = client.prepare(sql::ACCOUNT_STATE.citus()).await?;
     let mut out = Vec::new();
     let mut after = -1_i64;
     while out.len() < MAX_DIVERGENCES as usize {
-        let ids = page(&client, "SELECT id FROM accounts", "id", after).await?;
+        let ids = page(&client, sql::ACCOUNT_PAGE, after).await?;
         for &id in &ids {
-            let Some(row) = client.query_opt(&statement, &[&id]).await? else {
-                continue;
-            };
-            let account = crate::ledger::types::account_from_db(id)?;
-            out.extend(super::account_divergences(&row, account)?);
+            if let Some(row) = client.query_opt(&statement, &[&id]).await? {
+                let state = AccountState::from_row(&row)?;
+                if !state.divergences().is_empty() {
+                    out.push(state);
+                }
+            }
         }
         match ids.last() {
             Some(&last) if ids.len() as i64 == PAGE => after = last,
@@ -345,12 +246,10 @@ pub async fn audit_accounts(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error>
 /// meanwhile may be missed, and is audited next time).
 async fn page(
     client: &deadpool_postgres::Client,
-    select: &str,
-    column: &str,
+    sql: &str,
     after: i64,
 ) -> Result<Vec<i64>, Error> {
-    let sql = format!("{select} WHERE {column} > $1 ORDER BY {column} LIMIT {PAGE}");
-    let rows = client.query(&sql, &[&after]).await?;
+    let rows = client.query(sql, &[&after, &PAGE]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
@@ -359,7 +258,7 @@ async fn page(
 /// [`audit_transfers`] recheck is); public so that tests can show what it alone would report.
 pub async fn suspect_transfers(pool: &Pool) -> Result<Vec<String>, Error> {
     let client = checkout(pool, Operation::AuditLedger).await?;
-    let rows = client.query(SUSPECTS, &[&MAX_SUSPECTS]).await?;
+    let rows = client.query(sql::SUSPECTS, &[&MAX_SUSPECTS]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
@@ -374,7 +273,7 @@ pub async fn audit_transfers(
     let deadline = Instant::now() + options.recheck_for.min(MAX_RECHECK);
     let client = checkout(pool, Operation::AuditLedger).await?;
     let ids: Vec<String> = client
-        .query(SUSPECTS, &[&MAX_SUSPECTS])
+        .query(sql::SUSPECTS, &[&MAX_SUSPECTS])
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -449,7 +348,7 @@ async fn blockers(
         }
         let accounts: Vec<i64> = accounts.into_iter().collect();
         let shards: BTreeSet<String> = client
-            .query(TRANSFER_SHARDS, &[&accounts, &state.transfer_id])
+            .query(sql::TRANSFER_SHARDS, &[&accounts, &state.transfer_id])
             .await?
             .iter()
             .map(|r| r.get(0))
@@ -469,7 +368,7 @@ async fn blockers(
 async fn in_flight(
     client: &deadpool_postgres::Client,
 ) -> Result<BTreeMap<String, Option<BTreeSet<String>>>, Error> {
-    let rows = client.query(IN_FLIGHT, &[]).await?;
+    let rows = client.query(sql::IN_FLIGHT, &[]).await?;
     rows.iter()
         .map(|r| {
             let rels: Option<serde_json::Value> = r.try_get("rels")?;
@@ -494,19 +393,10 @@ async fn read_transfer(
     id: &str,
 ) -> Result<TransferState, Error> {
     let route = client
-        .query_opt(
-            "SELECT from_account, to_account FROM transfer_ids WHERE id = $1",
-            &[&id],
-        )
+        .query_opt(sql::TRANSFER_ROUTE, &[&id])
         .await?
         .map(|r| (r.get(0), r.get(1)));
-    let rows = client
-        .query(
-            "SELECT account_id, from_account, to_account, amount, kind, status, posted_amount \
-               FROM transfers WHERE id = $1 ORDER BY account_id",
-            &[&id],
-        )
-        .await?;
+    let rows = client.query(sql::TRANSFER_SIDES, &[&id]).await?;
     let sides = rows
         .iter()
         .map(|r| {
@@ -531,14 +421,6 @@ async fn read_transfer(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_filter_applies() {
-        for (from, _) in PRODUCT_FILTERS {
-            assert!(super::super::PRODUCT_STATE.contains(from), "{from}");
-        }
-        assert!(!product_state_sql().contains("IS NULL OR"));
-    }
 
     fn side(account_id: i64, amount: i64) -> Side {
         Side {

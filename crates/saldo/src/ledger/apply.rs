@@ -3,10 +3,14 @@
 //! locked. It checks the limits, computes the new `balance`/`held`/`pending_credits` and moves a
 //! transfer's status, all or nothing: on a refusal the rows are exactly as they were.
 //!
-//! No I/O here, so the same function serves the one-transfer transaction ([`super::holds`]),
+//! No I/O here, so the same function serves the one-transfer transaction ([`super::flows`]),
 //! a linked group (several operations on one set of locked rows) and the batched engine (every
 //! operation of a batch in arrival order); the caller then writes each changed account once
 //! ([`Locked::changed`]) and the journal rows its operations produced.
+//!
+//! Which settle may move a transfer is the state machine's ([`super::transitions`]); here it
+//! moves the books. The idempotency decision of a new transfer (the same request again is a
+//! replay, another under its id a conflict) is made here too, on the journal row found.
 //!
 //! Arithmetic: limits are compared in `i128`, so no comparison can overflow; new stored values
 //! are checked `i64` and refused with [`Error::BalanceOutOfRange`] (a 4xx) when they would not
@@ -14,9 +18,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::domain::{AccountId, Amount, TransferId, TransferStatus, TransferTimeout};
-use crate::error::Error;
-use crate::ledger::types::{checked_balance, Movement, TransferKind};
+use chrono::{DateTime, Utc};
+
+use crate::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
+use crate::error::{Error, InputError};
+use crate::ledger::transitions::{self, Seen, Settle, Step};
+use crate::ledger::types::{checked_balance, Movement, Transfer, TransferKind};
 use crate::operation::Operation;
 
 /// One locked account row.
@@ -91,8 +98,8 @@ impl<'r> NewTransfer<'r> {
         }
     }
 
-    /// The name an operation on a new transfer runs under (metrics, "not applied" answers).
-    pub(crate) fn operation(&self) -> Operation {
+    /// The name it runs under (metrics, "not applied" answers).
+    pub fn operation(&self) -> Operation {
         match (self.pending, self.movement.kind) {
             (Some(_), _) => Operation::Hold,
             (None, TransferKind::Deposit) => Operation::Deposit,
@@ -100,6 +107,31 @@ impl<'r> NewTransfer<'r> {
             (None, TransferKind::Opening) => Operation::OpenAccount,
             (None, TransferKind::Transfer) => Operation::Transfer,
         }
+    }
+
+    /// True when a journalled transfer is what this asks for: same accounts, amount, kind, the
+    /// same timeout (or none) and the same group (or none).
+    pub fn same_as(&self, existing: &Transfer, group: Option<&GroupId>) -> bool {
+        let m = &self.movement;
+        existing.from == m.from
+            && existing.to == m.to
+            && existing.amount == m.amount.get()
+            && existing.kind == m.kind
+            && existing.timeout_s == self.pending.map(|p| p.secs())
+            && existing.group_id.as_ref() == group
+    }
+}
+
+/// The idempotency decision of a lone transfer whose id is journalled: the same payload answers
+/// the original result (marked as a replay), anything else is a conflict.
+pub fn replay(existing: Transfer, t: &NewTransfer<'_>) -> Result<Transfer, Error> {
+    if t.same_as(&existing, None) {
+        Ok(Transfer {
+            replayed: true,
+            ..existing
+        })
+    } else {
+        Err(Error::TransferConflict(t.movement.id.clone()))
     }
 }
 
@@ -116,25 +148,32 @@ pub struct TransferState {
     pub posted_amount: Option<i64>,
     /// Created pending: only such a transfer can be posted, voided or expired.
     pub was_pending: bool,
+    /// A hold's deadline.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
-/// How a hold is settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settle {
-    /// Post `amount` (the whole hold when `None`); the rest is released.
-    Post(Option<Amount>),
-    Void,
-    /// The sweeper, for a hold past its deadline.
-    Expire,
-}
+impl TransferState {
+    /// The refusal of an operation that cannot move it: the state it reached and what moved
+    /// (the whole amount of a one-shot transfer, as a read of it says).
+    pub fn not_pending(&self) -> Error {
+        Error::TransferNotPending {
+            id: self.id.clone(),
+            status: self.status,
+            posted_amount: transitions::effective_posted(
+                self.status,
+                self.amount,
+                self.posted_amount,
+            ),
+        }
+    }
 
-impl Settle {
-    /// The status the hold reaches when this settle wins.
-    pub fn target(self) -> TransferStatus {
-        match self {
-            Settle::Post(_) => TransferStatus::Posted,
-            Settle::Void => TransferStatus::Voided,
-            Settle::Expire => TransferStatus::Expired,
+    fn seen(&self, now: DateTime<Utc>) -> Seen {
+        Seen {
+            status: self.status,
+            was_pending: self.was_pending,
+            amount: self.amount,
+            posted_amount: self.posted_amount,
+            due: transitions::is_due(self.expires_at, now),
         }
     }
 }
@@ -146,6 +185,36 @@ pub enum Settled {
     Applied,
     /// The same post (same amount) or void had already won: nothing changed, same answer.
     Replayed,
+    /// The hold was past its deadline: it expired now (the state and the rows moved, to be
+    /// written and committed like an applied settle), and the post or void is refused with
+    /// [`TransferState::not_pending`].
+    Expired,
+}
+
+/// The reserved prefix of opening transfers' ids (`opening:<account>`): client transfer ids may
+/// not start with it, so they can never collide with one.
+pub const OPENING_PREFIX: &str = "opening:";
+
+/// Input checks of a movement that need no database: distinct accounts, no reserved id, and
+/// the system account only on the side its kind says.
+pub fn validate(m: &Movement<'_>) -> Result<(), InputError> {
+    if m.id.as_str().starts_with(OPENING_PREFIX) {
+        return Err(InputError::TransferIdInvalid);
+    }
+    if m.from == m.to {
+        return Err(InputError::SameAccount);
+    }
+    let system_ok = match m.kind {
+        TransferKind::Deposit | TransferKind::Opening => m.from == AccountId::SYSTEM,
+        TransferKind::Withdrawal => m.to == AccountId::SYSTEM,
+        TransferKind::Transfer => false,
+    };
+    for side in [m.from, m.to] {
+        if side == AccountId::SYSTEM && !system_ok {
+            return Err(InputError::AccountIdNotPositive(side.get()));
+        }
+    }
+    Ok(())
 }
 
 /// Places a new transfer on locked rows: a posted one moves `balance` on both sides, a pending
@@ -192,30 +261,33 @@ pub fn place(locked: &mut Locked, t: &NewTransfer<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Settles a hold on locked rows: exactly one of post, void and expiry moves a `pending`
-/// transfer; a later one finds the state it reached ([`Error::TransferNotPending`]), except the
-/// same post or void repeated, which answers [`Settled::Replayed`]. A post moves `amount` (at
-/// most the hold) and releases the whole hold; void and expiry release it. Releasing can break
-/// no limit (it only lowers `held` and `pending_credits`), so only the posted balances are
-/// range-checked.
-pub fn settle(locked: &mut Locked, t: &mut TransferState, how: Settle) -> Result<Settled, Error> {
-    if t.status != TransferStatus::Pending {
-        let same_post = matches!(how, Settle::Post(n)
-            if t.status == TransferStatus::Posted
-                && t.posted_amount == Some(n.map_or(t.amount, Amount::get)));
-        let same_void = how == Settle::Void && t.status == TransferStatus::Voided;
-        return if t.was_pending && (same_post || same_void) {
-            Ok(Settled::Replayed)
-        } else {
-            Err(Error::TransferNotPending {
-                id: t.id.clone(),
-                status: t.status,
-                posted_amount: t.posted_amount,
-            })
-        };
-    }
+/// Settles a hold on locked rows, as the state machine says ([`transitions::step`], at `now`,
+/// the transaction's clock): exactly one of post, void and expiry moves a `pending` transfer; a
+/// later one finds the state it reached ([`Error::TransferNotPending`]), except the same post or
+/// void repeated, which answers [`Settled::Replayed`]; a post or void of a hold past its
+/// deadline expires it ([`Settled::Expired`]). A post moves `amount` (at most the hold) and
+/// releases the whole hold; void and expiry release it. Releasing can break no limit (it only
+/// lowers `held` and `pending_credits`), so only the posted balances are range-checked.
+pub fn settle(
+    locked: &mut Locked,
+    t: &mut TransferState,
+    how: Settle,
+    now: DateTime<Utc>,
+) -> Result<Settled, Error> {
+    let (target, settled) = match transitions::step(&t.seen(now), how) {
+        Step::Refuse => return Err(t.not_pending()),
+        Step::Replay => return Ok(Settled::Replayed),
+        Step::NotDue => {
+            return Err(Error::invariant(format!(
+                "expiry of transfer {} before its deadline",
+                t.id
+            )))
+        }
+        Step::ExpireThenRefuse => (TransferStatus::Expired, Settled::Expired),
+        Step::Move(target) => (target, Settled::Applied),
+    };
     let posted = match how {
-        Settle::Post(n) => {
+        Settle::Post(n) if target == TransferStatus::Posted => {
             let n = n.map_or(t.amount, Amount::get);
             if n > t.amount {
                 return Err(Error::PostExceedsHold {
@@ -226,7 +298,7 @@ pub fn settle(locked: &mut Locked, t: &mut TransferState, how: Settle) -> Result
             }
             n
         }
-        Settle::Void | Settle::Expire => 0,
+        _ => 0,
     };
     let mut from = *locked.get(t.from)?;
     let mut to = *locked.get(t.to)?;
@@ -242,15 +314,14 @@ pub fn settle(locked: &mut Locked, t: &mut TransferState, how: Settle) -> Result
     from.balance = checked_balance(from.id, from.balance.checked_sub(posted))?;
     to.balance = checked_balance(to.id, to.balance.checked_add(posted))?;
     locked.commit(from, to);
-    t.status = how.target();
+    t.status = target;
     t.posted_amount = (posted > 0).then_some(posted);
-    Ok(Settled::Applied)
+    Ok(settled)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::types::TransferKind;
 
     fn acc(id: i64) -> AccountId {
         AccountId::new(id).expect("id")
@@ -286,7 +357,18 @@ mod tests {
         }
     }
 
-    fn state(id: &TransferId, amount: i64) -> TransferState {
+    /// The clock every test settles at.
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).expect("time")
+    }
+
+    /// A pending hold of `amount`; `due`: its deadline is `now()` (reached), else a minute on.
+    fn state(id: &TransferId, amount: i64, due: bool) -> TransferState {
+        let deadline = if due {
+            now()
+        } else {
+            now() + chrono::Duration::minutes(1)
+        };
         TransferState {
             id: id.clone(),
             from: acc(1),
@@ -295,7 +377,50 @@ mod tests {
             status: TransferStatus::Pending,
             posted_amount: None,
             was_pending: true,
+            expires_at: Some(deadline),
         }
+    }
+
+    fn movement(
+        id: &TransferId,
+        from: AccountId,
+        to: AccountId,
+        kind: TransferKind,
+    ) -> Movement<'_> {
+        Movement {
+            id,
+            from,
+            to,
+            amount: Amount::new(1).expect("amount"),
+            kind,
+        }
+    }
+
+    #[test]
+    fn validation_refuses_same_account_system_and_reserved_ids() {
+        let id = TransferId::new("t1").expect("id");
+        let (a, b, sys) = (acc(1), acc(2), AccountId::SYSTEM);
+        let check = |from, to, kind| validate(&movement(&id, from, to, kind));
+        assert_eq!(check(a, b, TransferKind::Transfer), Ok(()));
+        assert_eq!(
+            check(a, a, TransferKind::Transfer),
+            Err(InputError::SameAccount)
+        );
+        assert_eq!(
+            check(sys, a, TransferKind::Transfer),
+            Err(InputError::AccountIdNotPositive(0))
+        );
+        assert_eq!(check(sys, a, TransferKind::Deposit), Ok(()));
+        assert_eq!(
+            check(a, sys, TransferKind::Deposit),
+            Err(InputError::AccountIdNotPositive(0))
+        );
+        assert_eq!(check(a, sys, TransferKind::Withdrawal), Ok(()));
+        let reserved = TransferId::new("opening:1").expect("id");
+        assert_eq!(
+            validate(&movement(&reserved, a, b, TransferKind::Transfer)),
+            Err(InputError::TransferIdInvalid)
+        );
     }
 
     #[test]
@@ -351,14 +476,15 @@ mod tests {
         for first in all {
             let mut locked = Locked::new([row(1, 100, 0, None), row(2, 0, 0, None)]);
             place(&mut locked, &new(&id, 1, 2, 30, true)).expect("hold");
-            let mut t = state(&id, 30);
+            // Only a hold past its deadline expires.
+            let mut t = state(&id, 30, first == Settle::Expire);
             assert!(matches!(
-                settle(&mut locked, &mut t, first),
+                settle(&mut locked, &mut t, first, now()),
                 Ok(Settled::Applied)
             ));
             let after = locked.clone();
             for then in all {
-                let answer = settle(&mut locked, &mut t, then);
+                let answer = settle(&mut locked, &mut t, then, now());
                 if then == first && first != Settle::Expire {
                     assert!(matches!(answer, Ok(Settled::Replayed)), "{first:?} again");
                 } else {
@@ -389,10 +515,10 @@ mod tests {
         let id = TransferId::new("t").expect("id");
         let mut locked = Locked::new([row(1, 100, 0, None), row(2, 0, 0, None)]);
         place(&mut locked, &new(&id, 1, 2, 30, true)).expect("hold");
-        let mut t = state(&id, 30);
+        let mut t = state(&id, 30, false);
         let too_much = Settle::Post(Some(Amount::new(31).expect("amount")));
         assert!(matches!(
-            settle(&mut locked, &mut t, too_much),
+            settle(&mut locked, &mut t, too_much, now()),
             Err(Error::PostExceedsHold {
                 requested: 31,
                 held: 30,
@@ -401,7 +527,7 @@ mod tests {
         ));
         let ten = Settle::Post(Some(Amount::new(10).expect("amount")));
         assert!(matches!(
-            settle(&mut locked, &mut t, ten),
+            settle(&mut locked, &mut t, ten, now()),
             Ok(Settled::Applied)
         ));
         assert_eq!(t.posted_amount, Some(10));
@@ -412,11 +538,73 @@ mod tests {
         assert_eq!((from.balance, from.held), (90, 0));
         assert_eq!((to.balance, to.pending_credits), (10, 0));
         assert!(matches!(
-            settle(&mut locked, &mut t, ten),
+            settle(&mut locked, &mut t, ten, now()),
             Ok(Settled::Replayed)
         ));
         // The whole amount is another request than the one that won.
-        assert!(settle(&mut locked, &mut t, Settle::Post(None)).is_err());
+        assert!(settle(&mut locked, &mut t, Settle::Post(None), now()).is_err());
+    }
+
+    #[test]
+    fn a_post_or_void_past_the_deadline_expires_the_hold_and_is_refused() {
+        let id = TransferId::new("t").expect("id");
+        for how in [
+            Settle::Post(None),
+            Settle::Post(Some(Amount::new(31).expect("amount"))),
+            Settle::Void,
+        ] {
+            let mut locked = Locked::new([row(1, 100, 0, None), row(2, 0, 0, None)]);
+            place(&mut locked, &new(&id, 1, 2, 30, true)).expect("hold");
+            let mut t = state(&id, 30, true);
+            assert_eq!(
+                settle(&mut locked, &mut t, how, now()).ok(),
+                Some(Settled::Expired),
+                "{how:?}"
+            );
+            assert_eq!((t.status, t.posted_amount), (TransferStatus::Expired, None));
+            assert!(matches!(
+                t.not_pending(),
+                Error::TransferNotPending {
+                    status: TransferStatus::Expired,
+                    posted_amount: None,
+                    ..
+                }
+            ));
+            // Released as an expiry releases it: nothing posted.
+            let (from, to) = (
+                locked.get(acc(1)).expect("1"),
+                locked.get(acc(2)).expect("2"),
+            );
+            assert_eq!(
+                (from.balance, from.held, to.balance, to.pending_credits),
+                (100, 0, 0, 0)
+            );
+            // The sweeper, coming later, finds it settled.
+            assert!(settle(&mut locked, &mut t, Settle::Expire, now()).is_err());
+        }
+    }
+
+    #[test]
+    fn a_refused_void_of_a_one_shot_transfer_names_what_it_posted() {
+        let id = TransferId::new("once").expect("id");
+        let mut locked = Locked::new([row(1, 100, 0, None), row(2, 0, 0, None)]);
+        let mut t = TransferState {
+            status: TransferStatus::Posted,
+            was_pending: false,
+            expires_at: None,
+            ..state(&id, 2500, false)
+        };
+        for how in [Settle::Void, Settle::Post(None)] {
+            assert!(matches!(
+                settle(&mut locked, &mut t, how, now()),
+                Err(Error::TransferNotPending {
+                    status: TransferStatus::Posted,
+                    posted_amount: Some(2500),
+                    ..
+                })
+            ));
+        }
+        assert_eq!(locked.changed().count(), 0);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The ledger (seed 002, issue 14): accounts and money moving between them by double entry,
-//! posted at once or held first.
+//! The ledger: accounts and money moving between them by double entry, posted at once or held
+//! first.
 //!
 //! Every movement is a row of the `transfers` journal between two accounts, and the system
 //! account 0 is the other side of every opening balance, deposit and withdrawal, so the sum of
@@ -14,83 +14,83 @@
 //!   (default 0; negative = a credit line; NULL only for the system account, which has no
 //!   limits) and `balance + pending_credits <= max_balance` when set. Both are CHECKs too.
 //! - `transfers(…, status, posted_amount, timeout_s, expires_at, settled_at, group_id,
-//!   group_position)`: `status` ∈ pending | posted | voided | expired. A one-shot transfer is
-//!   `posted` at once (posted_amount NULL = the whole amount); a hold is `pending` until ONE of
-//!   post (whole or partial), void or the sweeper's expiry settles it.
+//!   group_position)`: `status` ∈ pending | posted | voided | expired, moved only as
+//!   [`transitions`] says. A one-shot transfer is `posted` at once (posted_amount NULL = the
+//!   whole amount); a hold is `pending` until ONE of post (whole or partial), void or expiry
+//!   settles it. Its deadline is exact: past `expires_at`, a post or void expires it there and
+//!   then and is refused, whether or not the sweeper has run.
 //! - `transfer_groups(id, size)`: a linked group, applied all or none, idempotent by its id.
+//! - `account_repairs` (migration V10): the trace of every repair of an account's counters.
 //!
 //! `held` and `pending_credits` are columns of the account row, changed in the same
 //! transaction as the transfer row whose status they follow (never recomputed on the hot path);
-//! the audit ([`crate::audit::audit_ledger`]) checks them against the live pending transfers.
+//! the audit ([`crate::audit::audit_ledger`]) checks them against the live pending transfers,
+//! and [`repair`] brings an account that drifted back to its journal.
 //!
 //! # Locks and the single winner
 //!
 //! Lock order: account rows in ascending id, taken once each by ONE
 //! `SELECT … WHERE id = ANY($1) ORDER BY id FOR UPDATE` before any decision, for a transfer, a
-//! hold, a settle and a whole group alike; a transfer row is written only after the locks of
-//! its accounts are held. No two ledger transactions can wait on each other in a cycle.
-//! Post, void and expiry of one hold all lock its two accounts first, so they run one after
-//! the other; each then moves the row with `UPDATE … WHERE id = $1 AND status = 'pending'`,
-//! and whoever comes later reads the state the winner reached ([`Error::TransferNotPending`],
-//! or the same answer again for the very post or void that won). The sweeper reads due holds
-//! without locking them, locks their accounts with `SKIP LOCKED` (never waiting, never in a
-//! cycle) and expires only those whose two accounts it got.
+//! hold, a settle and a whole group alike (id-ordered locking); a transfer row is written only
+//! after the locks of its accounts are held. No two ledger transactions can wait on each other
+//! in a cycle. Post, void and expiry of one hold all lock its two accounts first, so they run
+//! one after the other; each then moves the row with `UPDATE … WHERE id = $1 AND status =
+//! 'pending'`, and whoever comes later reads the state the winner reached
+//! ([`Error::TransferNotPending`], or the same answer again for the very post or void that
+//! won).
 //!
 //! # Layers
 //!
-//! [`apply`] decides ONE operation on already-locked rows, in memory (limits, overflow, new
-//! balances, the status move); [`holds`] is the thin transaction around it (lock, apply,
-//! one UPDATE of the changed accounts, the journal rows). The batched engine calls `apply` for
-//! each operation of a batch on one set of locks. The race lab (`saldo-lab`) brings a naive
-//! strategy that updates in arrival order and deadlocks, through [`MoveFunds`] and
-//! [`Ledger::transfer_with`], to show what the ordered strategy prevents; the service never
-//! offers it.
+//! Each importing only the ones below it:
+//!
+//! - [`types`]: the vocabulary, a leaf;
+//! - `sql`: every statement, pairs where Citus needs its own form;
+//! - `rows`: data access through the store's dialect (the only place that asks the layout);
+//! - [`transitions`] and [`apply`]: pure decisions: the transfer state machine, and ONE
+//!   operation applied to already-locked rows in memory (limits, overflow, new balances);
+//! - `flows`: each operation as one transaction (lock, read, decide, write once), and
+//!   [`repair`];
+//! - [`batched`]: the group-commit engine, every operation of a batch decided by `apply` on one
+//!   set of locks;
+//! - [`Ledger`]: the façade the service, the lab and the bench hold.
+//!
+//! The race lab (`saldo-lab`) brings a naive strategy that updates in arrival order and
+//! deadlocks, through [`MoveFunds`] and [`Ledger::transfer_with`], to show what the ordered
+//! strategy prevents; the service never offers it.
 
 pub mod apply;
 pub mod batched;
-pub mod holds;
-pub(crate) mod journal;
+mod flows;
 mod ordered;
+pub(crate) mod rows;
+mod sql;
+pub mod transitions;
 pub mod types;
 
-pub use apply::{NewTransfer, Settle};
+pub use apply::{NewTransfer, OPENING_PREFIX};
+pub use flows::expire::{EXPIRE_BATCH, MAX_EXPIRE_BATCHES_PER_ROUND};
+pub use flows::repair;
+pub use transitions::Settle;
 pub use types::{
-    Account, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer, TransferKind,
-    TransferRequest, TransferStrategy,
+    Account, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer,
+    TransferKind, TransferRequest, TransferStrategy,
 };
 
 use crate::batch::config::BatchedConfig;
 use crate::domain::{
-    AccountId, Amount, BalanceLimits, GroupId, InputError as In, TransferId, TransferTimeout,
-    MAX_AMOUNT, MAX_GROUP_TRANSFERS,
+    AccountId, Amount, BalanceLimits, InputError as In, TransferId, TransferTimeout, MAX_AMOUNT,
 };
 use crate::error::{Error, InputError};
 use crate::operation::Operation;
+use crate::store::dialect::Tx;
 use crate::store::handle::Store;
-use crate::store::retry::{checkout, in_idempotent_transaction, in_transaction};
-use crate::store::schema::Layout;
+use crate::store::retry::checkout;
 use batched::BatchedLedger;
+use flows::{expire, group, open, place, settle};
+use rows::{accounts, journal};
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
 pub const MAX_LIST: i64 = 1_000;
-/// The opening balance of account N is journalled as transfer `opening:N`; client transfer ids
-/// may not start with this prefix, so they can never collide with it.
-pub const OPENING_PREFIX: &str = "opening:";
-/// A unique violation on the journal's key means a concurrent copy of the same transfer
-/// committed first; rerunning finds it and answers as a replay ([`in_idempotent_transaction`]).
-/// On Citus the id's key is `transfer_ids` (written before the sides: see `journal`).
-pub(crate) fn transfers_key(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Single => "transfers_pkey",
-        Layout::Citus => "transfer_ids_pkey",
-    }
-}
-/// The same for a linked group's id.
-const GROUPS_KEY: &str = "transfer_groups_pkey";
-/// Holds expired per sweeper transaction.
-pub const EXPIRE_BATCH: i64 = 500;
-/// Batches per sweeper round at most, so one round is bounded even under a flood of expiries.
-pub const MAX_EXPIRE_BATCHES_PER_ROUND: usize = 1_000;
 
 /// The ledger over one database, with the transfer strategy it serves deposits and
 /// withdrawals with (and the batched engine, whose workers start only if it is used).
@@ -173,12 +173,7 @@ impl Ledger {
             .into());
         }
         let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
-        let layout = self.store.layout();
-        let result = in_transaction(&self.store.pool, &self.store.tx, Operation::OpenAccount, |client| {
-            let opening_id = &opening_id;
-            crate::tx_body!(client => journal::open(client, layout, id, opening_balance, limits, opening_id))
-        })
-        .await;
+        let result = open::open(&self.store, id, opening_balance, limits, &opening_id).await;
         observe("opening", &result.as_ref().map(|_| false));
         result
     }
@@ -235,7 +230,10 @@ impl Ledger {
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
         let movement = request.movement();
-        let result = apply_one(&self.store, strategy, Operation::Transfer, movement).await;
+        let result = match apply::validate(&movement) {
+            Ok(()) => place::move_alone(&self.store, strategy, Operation::Transfer, movement).await,
+            Err(e) => Err(e.into()),
+        };
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
     }
@@ -258,25 +256,26 @@ impl Ledger {
     }
 
     /// Posts a hold: `amount` (the whole hold when `None`; at most the hold) moves, the rest is
-    /// released. [`Error::TransferNotPending`] if it was voided, expired or posted otherwise;
-    /// the same post again answers the same transfer with `replayed`.
+    /// released. [`Error::TransferNotPending`] if it was voided, expired or posted otherwise,
+    /// or is past its deadline (then it is expired now, and the refusal says `expired`); the
+    /// same post again answers the same transfer with `replayed`.
     pub async fn post(&self, id: &TransferId, amount: Option<Amount>) -> Result<Transfer, Error> {
         self.settle(Operation::Post, id, Settle::Post(amount)).await
     }
 
-    /// Voids a hold: its amount is released. Idempotent like [`Ledger::post`].
+    /// Voids a hold: its amount is released. Idempotent and exact about the deadline like
+    /// [`Ledger::post`].
     pub async fn void(&self, id: &TransferId) -> Result<Transfer, Error> {
         self.settle(Operation::Void, id, Settle::Void).await
     }
 
-    /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none.
+    /// The transfer with this id as stored, whatever its status; [`Error::UnknownTransfer`] if
+    /// none.
     pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
         let client = self.client().await?;
-        let mut t = journal::find(&client, self.store.layout(), id)
+        journal::find(&Tx::new(&client, self.store.dialect()), id)
             .await?
-            .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
-        t.replayed = false;
-        Ok(t)
+            .ok_or_else(|| Error::UnknownTransfer(id.clone()))
     }
 
     /// Applies a linked group all or none: every account locked once, in id order, by one
@@ -284,64 +283,9 @@ impl Ledger {
     /// ([`Error::GroupRefused`] names it). Idempotent by group id ([`Error::GroupConflict`] for
     /// another payload).
     pub async fn transfer_group(&self, request: &GroupRequest) -> Result<Group, Error> {
-        let result = self.transfer_group_checked(request).await;
+        let result = group::transfer_group(&self.store, request).await;
         observe("group", &result.as_ref().map(|g| g.replayed));
         result
-    }
-
-    async fn transfer_group_checked(&self, request: &GroupRequest) -> Result<Group, Error> {
-        let len = request.transfers.len();
-        if !(1..=MAX_GROUP_TRANSFERS).contains(&len) {
-            return Err(In::GroupSize {
-                len,
-                max: MAX_GROUP_TRANSFERS,
-            }
-            .into());
-        }
-        let ts: Vec<NewTransfer<'_>> = request
-            .transfers
-            .iter()
-            .map(|l| NewTransfer {
-                movement: l.transfer.movement(),
-                pending: l.pending,
-            })
-            .collect();
-        let mut seen = std::collections::BTreeSet::new();
-        for (index, t) in ts.iter().enumerate() {
-            if !seen.insert(t.movement.id.as_str()) {
-                return Err(In::GroupDuplicateTransfer(t.movement.id.to_string()).into());
-            }
-            validate(&t.movement).map_err(|e| Error::GroupRefused {
-                group: request.id.clone(),
-                index,
-                transfer: t.movement.id.clone(),
-                source: Box::new(e.into()),
-            })?;
-        }
-        let group: &GroupId = &request.id;
-        let ts = &ts;
-        let layout = self.store.layout();
-        let mut run = 1;
-        loop {
-            let result = in_idempotent_transaction(
-                &self.store.pool,
-                &self.store.tx,
-                Operation::TransferGroup,
-                GROUPS_KEY,
-                |client| crate::tx_body!(client => holds::place_group(client, layout, group, ts)),
-            )
-            .await;
-            match result {
-                // A lone transfer took one of the ids meanwhile: the rerun names it.
-                Err(e)
-                    if e.may_be_unique_violation_of(transfers_key(layout))
-                        && run < crate::store::retry::REPLAY_RACE_ATTEMPTS =>
-                {
-                    run += 1;
-                }
-                other => return other,
-            }
-        }
     }
 
     /// Expires due holds in bounded batches until none are due (or the rest are locked by
@@ -351,51 +295,22 @@ impl Ledger {
     }
 
     pub async fn expire_due_with_batch(&self, batch: i64) -> Result<u64, Error> {
-        let batch = batch.clamp(1, EXPIRE_BATCH);
-        // No retry: the next round picks up whatever this one did not finish.
-        let options = crate::store::retry::TxOptions {
-            retry: crate::store::retry::RetryPolicy::none(),
-            ..self.store.tx.clone()
-        };
-        let mut total = 0u64;
-        let layout = self.store.layout();
-        for _ in 0..MAX_EXPIRE_BATCHES_PER_ROUND {
-            let result = in_transaction(
-                &self.store.pool,
-                &options,
-                Operation::ExpireHolds,
-                |client| crate::tx_body!(client => holds::expire_batch(client, layout, batch)),
-            )
-            .await;
-            match result {
-                Ok(n) => {
-                    total += n;
-                    metrics::counter!(crate::telemetry::TRANSFERS, "kind" => "expire", "outcome" => "applied")
-                        .increment(n);
-                    if n < batch as u64 {
-                        break;
-                    }
-                }
-                Err(Error::RetriesExhausted { .. }) => break,
-                Err(e) if e.is_retryable() => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(total)
+        expire::expire_due(&self.store, batch).await
     }
 
     /// The account's balance; [`Error::UnknownAccount`] if it was never opened.
     /// [`AccountId::SYSTEM`] may be read: its balance is minus everything ever put in.
     pub async fn account(&self, id: AccountId) -> Result<Account, Error> {
         let client = self.client().await?;
-        journal::account(&client, id).await
+        accounts::read(&Tx::new(&client, self.store.dialect()), id).await
     }
 
     /// The account's latest transfers, newest first; `limit` is clamped to 1..=[`MAX_LIST`].
     pub async fn transfers_of(&self, id: AccountId, limit: i64) -> Result<Vec<Transfer>, Error> {
         let client = self.client().await?;
-        journal::account(&client, id).await?;
-        journal::list(&client, self.store.layout(), id, limit.clamp(1, MAX_LIST)).await
+        let tx = Tx::new(&client, self.store.dialect());
+        accounts::read(&tx, id).await?;
+        journal::list(&tx, id, limit.clamp(1, MAX_LIST)).await
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
@@ -410,7 +325,9 @@ impl Ledger {
         how: Settle,
     ) -> Result<Transfer, Error> {
         let result = match self.strategy {
-            TransferStrategy::Ordered => settle_alone(&self.store, operation, id, how).await,
+            TransferStrategy::Ordered => {
+                settle::settle_alone(&self.store, operation, id, how).await
+            }
             TransferStrategy::Batched => self.engine.settle(id, how).await,
         };
         observe(operation.as_str(), &result.as_ref().map(|t| t.replayed));
@@ -423,9 +340,9 @@ impl Ledger {
         strategy: TransferStrategy,
         t: NewTransfer<'_>,
     ) -> Result<Transfer, Error> {
-        validate(&t.movement)?;
+        apply::validate(&t.movement)?;
         match strategy {
-            TransferStrategy::Ordered => place_alone(&self.store, t.operation(), t).await,
+            TransferStrategy::Ordered => place::place_alone(&self.store, t.operation(), t).await,
             TransferStrategy::Batched => self.engine.place(&t).await,
         }
     }
@@ -439,117 +356,6 @@ impl Ledger {
         let result = self.place(strategy, NewTransfer::posted(movement)).await;
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
         result
-    }
-}
-
-/// One new transfer (posted or held) as its own transaction, the `ordered` way: its accounts
-/// locked in id order by one statement, decided by [`apply::place`], idempotent, retried.
-/// Validated by the caller.
-pub(crate) async fn place_alone(
-    store: &Store,
-    operation: Operation,
-    t: NewTransfer<'_>,
-) -> Result<Transfer, Error> {
-    let layout = store.layout();
-    in_idempotent_transaction(
-        &store.pool,
-        &store.tx,
-        operation,
-        transfers_key(layout),
-        |client| crate::tx_body!(client => holds::place_one(client, layout, t)),
-    )
-    .await
-}
-
-/// One post or void as its own transaction.
-pub(crate) async fn settle_alone(
-    store: &Store,
-    operation: Operation,
-    id: &TransferId,
-    how: Settle,
-) -> Result<Transfer, Error> {
-    let layout = store.layout();
-    in_transaction(
-        &store.pool,
-        &store.tx,
-        operation,
-        |client| crate::tx_body!(client => holds::settle_one(client, layout, id, how)),
-    )
-    .await
-}
-
-/// A movement through any [`MoveFunds`] (the lab's naive strategy), as its own transaction.
-async fn apply_one(
-    store: &Store,
-    strategy: &dyn MoveFunds,
-    operation: Operation,
-    movement: Movement<'_>,
-) -> Result<Transfer, Error> {
-    validate(&movement)?;
-    let layout = store.layout();
-    in_idempotent_transaction(
-        &store.pool,
-        &store.tx,
-        operation,
-        transfers_key(layout),
-        |client| crate::tx_body!(client => apply_tx(client, layout, strategy, movement)),
-    )
-    .await
-}
-
-/// Input checks that need no database: distinct customer accounts, no reserved id.
-fn validate(m: &Movement<'_>) -> Result<(), InputError> {
-    if m.id.as_str().starts_with(OPENING_PREFIX) {
-        return Err(InputError::TransferIdInvalid);
-    }
-    if m.from == m.to {
-        return Err(InputError::SameAccount);
-    }
-    // Only the ledger names the system account, and only on the side its kind says.
-    let system_ok = match m.kind {
-        TransferKind::Deposit | TransferKind::Opening => m.from == AccountId::SYSTEM,
-        TransferKind::Withdrawal => m.to == AccountId::SYSTEM,
-        TransferKind::Transfer => false,
-    };
-    for side in [m.from, m.to] {
-        if side == AccountId::SYSTEM && !system_ok {
-            return Err(InputError::AccountIdNotPositive(side.get()));
-        }
-    }
-    Ok(())
-}
-
-async fn apply_tx(
-    client: &deadpool_postgres::Client,
-    layout: Layout,
-    strategy: &dyn MoveFunds,
-    m: Movement<'_>,
-) -> Result<Transfer, Error> {
-    if let Some(existing) = journal::find(client, layout, m.id).await? {
-        let t = NewTransfer {
-            movement: m,
-            pending: None,
-        };
-        return journal::replay(existing, &t);
-    }
-    strategy.move_funds(client, layout, &m).await?;
-    journal::insert(client, layout, &m).await
-}
-
-#[async_trait::async_trait]
-impl MoveFunds for TransferStrategy {
-    async fn move_funds(
-        &self,
-        client: &deadpool_postgres::Client,
-        layout: Layout,
-        m: &Movement<'_>,
-    ) -> Result<(), Error> {
-        match self {
-            // A batch of one is an `ordered` transaction.
-            TransferStrategy::Ordered | TransferStrategy::Batched => {
-                ordered::move_funds(client, layout, m).await
-            }
-        }
     }
 }
 
@@ -579,58 +385,6 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn movement(
-        id: &TransferId,
-        from: AccountId,
-        to: AccountId,
-        kind: TransferKind,
-    ) -> Movement<'_> {
-        Movement {
-            id,
-            from,
-            to,
-            amount: Amount::new(1).expect("amount"),
-            kind,
-        }
-    }
-
-    #[test]
-    fn validation_refuses_same_account_system_and_reserved_ids() {
-        let id = TransferId::new("t1").expect("id");
-        let a = AccountId::new(1).expect("id");
-        let b = AccountId::new(2).expect("id");
-        let sys = AccountId::SYSTEM;
-        assert_eq!(
-            validate(&movement(&id, a, b, TransferKind::Transfer)),
-            Ok(())
-        );
-        assert_eq!(
-            validate(&movement(&id, a, a, TransferKind::Transfer)),
-            Err(InputError::SameAccount)
-        );
-        assert_eq!(
-            validate(&movement(&id, sys, a, TransferKind::Transfer)),
-            Err(InputError::AccountIdNotPositive(0))
-        );
-        assert_eq!(
-            validate(&movement(&id, sys, a, TransferKind::Deposit)),
-            Ok(())
-        );
-        assert_eq!(
-            validate(&movement(&id, a, sys, TransferKind::Deposit)),
-            Err(InputError::AccountIdNotPositive(0))
-        );
-        assert_eq!(
-            validate(&movement(&id, a, sys, TransferKind::Withdrawal)),
-            Ok(())
-        );
-        let reserved = TransferId::new("opening:1").expect("id");
-        assert_eq!(
-            validate(&movement(&reserved, a, b, TransferKind::Transfer)),
-            Err(InputError::TransferIdInvalid)
-        );
-    }
 
     #[test]
     fn names_round_trip() {

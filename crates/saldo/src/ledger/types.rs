@@ -1,8 +1,7 @@
 //! The ledger's vocabulary: strategies, journal kinds, requests, journal rows, accounts, the
 //! movement every path applies, and the two conversions every path shares.
 //!
-//! A leaf of `ledger`: the strategy (`ordered`) and the journal import from here,
-//! and the ledger's entry points in `ledger/mod.rs` import them; nothing points back.
+//! A leaf of `ledger`: every other module of it imports from here; nothing points back.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -15,7 +14,7 @@ use crate::error::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransferStrategy {
-    /// Seed 002: both rows locked in ascending id by one statement, then the decision.
+    /// Both rows locked in ascending id by one statement, then the decision.
     Ordered,
     /// Group commit for a hot account (`ledger::batched`): movements that meet on a partition
     /// are applied by one transaction; a lone one runs as `ordered`.
@@ -187,6 +186,14 @@ pub struct Account {
     /// `None` for the system account only (no limits).
     pub min_balance: Option<i64>,
     pub max_balance: Option<i64>,
+}
+
+/// An account's three counters: what a repair compares with its journal and writes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub balance: i64,
+    pub held: i64,
+    pub pending_credits: i64,
 }
 
 /// One movement to apply: the common shape of transfer, deposit and withdrawal.

@@ -4,7 +4,7 @@
 use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
 use crate::domain::AccountId;
 use crate::error::Error;
-use crate::ledger::journal::account_from_row;
+use crate::ledger::rows::accounts::account_from_row;
 use crate::ledger::Account;
 use crate::operation::Operation;
 use crate::store::handle::Store;

@@ -10,11 +10,12 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::audit::Divergence;
+use crate::audit::Finding;
 use crate::domain::{
     AllocationMode, LocationId, OrderId, OrderItems, Priority, ProductId, RequestKey, SaleId, Ttl,
 };
 use crate::error::Error;
+use crate::ledger::repair::LedgerRepairReport;
 
 /// A request to reserve every item of an order, or none.
 #[derive(Debug, Clone)]
@@ -317,13 +318,17 @@ impl ProductRepair {
     }
 }
 
-/// A whole repair: every divergent product, and what the audit says afterwards.
+/// A whole repair: every divergent product, what the ledger repair did, and what the audit
+/// says afterwards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RepairReport {
     pub applied: bool,
     pub products: Vec<ProductRepair>,
-    /// The audit after the repair (dry run: the audit as it stands).
-    pub remaining: Vec<Divergence>,
+    /// The ledger's part: per divergent account, and what no write can fix, with why.
+    pub ledger: LedgerRepairReport,
+    /// The whole audit after the repair, stock and ledger (dry run: the audit as it stands):
+    /// empty only when everything is clean.
+    pub remaining: Vec<Finding>,
 }
 
 // ---- The engine's own rows (not part of any answer) ------------------------------------------

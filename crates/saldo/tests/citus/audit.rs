@@ -203,13 +203,18 @@ async fn global_sum(db: &TestDb) -> i64 {
         .get(0)
 }
 
-/// The per-product and per-account queries are routed whole to one shard: one task, no
-/// subplan (a subplan would be read apart from the rest, under another snapshot).
+/// The per-product and per-account queries (their Citus forms, as the dialect picks them) are
+/// routed whole to one shard: one task, no subplan (a subplan would be read apart from the
+/// rest, under another snapshot).
 #[tokio::test]
 async fn per_shard_checks_run_as_one_task_on_one_shard() {
     let db = citus_db().await;
     let client = db.pool.get().await.expect("client");
-    for sql in [citus::product_state_sql(), citus::ACCOUNT_STATE.to_owned()] {
+    let dialect = saldo::store::dialect::Dialect::of(saldo::db::Layout::Citus);
+    for sql in [
+        dialect.text(&saldo::audit::sql::PRODUCT_STATE),
+        dialect.text(&saldo::audit::sql::ACCOUNT_STATE),
+    ] {
         let plan: Vec<String> = client
             .query(&format!("EXPLAIN {}", sql.replace("$1", "1")), &[])
             .await

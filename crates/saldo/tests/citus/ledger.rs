@@ -15,9 +15,9 @@ use saldo_lab::testing::{
 };
 use saldo_lab::LabTransfer;
 
-/// Crossed transfers fired at once (half each way). Fewer than seed 002's 200: on Citus each
-/// is a 2PC serialised on the same two rows, and the queue behind them must drain within the
-/// pool's checkout timeout on a busy 2-core machine.
+/// Crossed transfers fired at once (half each way). Fewer than the single-node race's 200: on
+/// Citus each is a 2PC serialised on the same two rows, and the queue behind them must drain
+/// within the pool's checkout timeout on a busy 2-core machine.
 const CROSSED: u32 = 60;
 
 fn acc(n: i64) -> AccountId {
@@ -191,4 +191,66 @@ async fn holds_settle_both_sides_and_a_taken_id_answers_as_on_one_node() {
     );
     assert_eq!((ab, bb), (100 - 20 - 5, 100 + 20 + 5));
     assert_clean(&db).await;
+}
+
+/// The ledger repair on Citus: an account that drifted is read and written on its own shard;
+/// a transfer whose two sides disagree (its credit side changed on its shard) is reported with
+/// why and `saldo audit`, and its accounts are left alone: which side is right is for a person
+/// to decide.
+#[tokio::test]
+async fn a_drifted_account_is_repaired_on_its_shard_and_a_broken_transfer_is_reported() {
+    use saldo::ledger::repair::{self, AccountAction};
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let c = (1..).find(|n| *n != a && *n != b).expect("a third account");
+    let ledger = Ledger::new(db.store());
+    for n in [a, b, c] {
+        ledger.open_account(acc(n), 100).await.expect("open");
+    }
+    ledger
+        .transfer(TransferStrategy::Ordered, &request("x", a, b, 10))
+        .await
+        .expect("transfer");
+    let client = db.pool.get().await.expect("client");
+    client
+        .execute(
+            "UPDATE transfers SET amount = 11 WHERE account_id = $1 AND id = 'x'",
+            &[&b],
+        )
+        .await
+        .expect("break the credit side");
+    client
+        .execute(
+            "UPDATE accounts SET balance = balance + 7 WHERE id = $1",
+            &[&c],
+        )
+        .await
+        .expect("print money");
+    let report = repair::repair(&db.store(), true).await.expect("repair");
+    let action = |n: i64| {
+        report
+            .accounts
+            .iter()
+            .find(|r| r.account == acc(n))
+            .map(|r| (r.action, r.reason.clone()))
+    };
+    assert_eq!(
+        action(c),
+        Some((AccountAction::Applied, None)),
+        "{report:?}"
+    );
+    let (blocked, why) = action(b).expect("b diverges from its journal side");
+    assert_eq!(blocked, AccountAction::Unrepairable);
+    assert!(why.is_some_and(|w| w.contains("transfer x")));
+    assert_eq!(report.unrepairable.len(), 1, "{report:?}");
+    assert_eq!(report.unrepairable[0].subject, "transfer x");
+    assert_eq!(report.unrepairable[0].shown_by, "saldo audit");
+    assert_eq!(
+        report.remaining.transfers.len(),
+        1,
+        "{:?}",
+        report.remaining
+    );
+    assert_eq!(ledger.account(acc(c)).await.expect("c").balance, 100);
+    assert_eq!(ledger.account(acc(b)).await.expect("b").balance, 110);
 }

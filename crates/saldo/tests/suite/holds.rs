@@ -1,4 +1,4 @@
-//! Issue 14 through the library: holds (pending → post whole or partial / void / expiry, one
+//! Holds through the library (pending → post whole or partial / void / expiry, one
 //! winner, the winner's replay), balance limits counted with pending amounts, linked groups
 //! (all or none, idempotent by group id) and the ledger audit catching a planted divergence of
 //! each kind. Every scenario ends with a clean audit.
@@ -476,4 +476,203 @@ async fn simultaneous_copies_of_a_transfer_taking_all_funds_replay_not_refuse() 
     assert_eq!(applied, 1);
     assert_eq!(state(&ledger, 1).await, (0, 0, 0, 0));
     clean(&db).await;
+}
+
+/// The deadline is exact: a hold of one second, waited out, is expired for a post and for a
+/// void though no sweeper ran. The post that finds it due expires it (committed: the funds are
+/// free, `settled_at` is set) and is refused naming `expired`; the sweeper then has nothing
+/// left to do.
+#[tokio::test]
+async fn a_post_or_void_past_the_deadline_expires_the_hold_without_the_sweeper() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    let second = TransferTimeout::from_secs(1).expect("timeout");
+    for id in ["late-post", "late-void"] {
+        ledger
+            .hold(&request(id, 1, 2, 30), second)
+            .await
+            .expect("hold");
+    }
+    assert_eq!(state(&ledger, 1).await, (100, 60, 40, 0));
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let answers = [
+        ("late-post", ledger.post(&tid("late-post"), None).await),
+        ("late-void", ledger.void(&tid("late-void")).await),
+    ];
+    for (id, answer) in answers {
+        assert!(
+            matches!(
+                answer,
+                Err(Error::TransferNotPending {
+                    status: TransferStatus::Expired,
+                    posted_amount: None,
+                    ..
+                })
+            ),
+            "{id}: {answer:?}"
+        );
+        let t = ledger.get_transfer(&tid(id)).await.expect("get");
+        assert_eq!(t.status, TransferStatus::Expired, "{id}");
+        assert!(t.settled_at >= t.expires_at, "{id}: {t:?}");
+    }
+    // Released once, nothing posted; the sweeper finds nothing; asking again says the same.
+    assert_eq!(state(&ledger, 1).await, (100, 0, 100, 0));
+    assert_eq!(state(&ledger, 2).await, (0, 0, 0, 0));
+    assert_eq!(ledger.expire_due().await.expect("sweep"), 0);
+    assert!(matches!(
+        ledger.post(&tid("late-post"), None).await,
+        Err(Error::TransferNotPending {
+            status: TransferStatus::Expired,
+            ..
+        })
+    ));
+    clean(&db).await;
+}
+
+/// A refusal says what moved: voiding (or posting) a one-shot transfer of 2500 names it posted
+/// with 2500, as a read of it does, not with no amount.
+#[tokio::test]
+async fn a_refused_settle_of_a_posted_transfer_names_what_it_posted() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 3_000).await;
+    ledger
+        .transfer(TRANSFER, &request("paid", 1, 2, 2_500))
+        .await
+        .expect("transfer");
+    let read = ledger.get_transfer(&tid("paid")).await.expect("get");
+    assert_eq!(read.posted_amount, Some(2_500));
+    for answer in [
+        ledger.void(&tid("paid")).await,
+        ledger.post(&tid("paid"), None).await,
+    ] {
+        assert!(
+            matches!(
+                answer,
+                Err(Error::TransferNotPending {
+                    status: TransferStatus::Posted,
+                    posted_amount: Some(2_500),
+                    ..
+                })
+            ),
+            "{answer:?}"
+        );
+    }
+    clean(&db).await;
+}
+
+/// Posts racing their holds' deadlines, the race lab's way: holds of one second, each posted at
+/// its own moment from well before to well after its deadline. Saldo never posts a hold past
+/// its deadline (each post is either `posted` no later than the deadline or refused `expired`,
+/// and the books agree); a lazy check that looks only at the status, not the deadline (how
+/// a post decided before exact expiry), posts some after it. The lazy variant writes the schema
+/// directly, one node only.
+#[tokio::test]
+async fn posts_racing_the_deadline_never_post_an_expired_hold_where_a_lazy_check_does() {
+    const HOLDS: u64 = 10;
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 1_000).await;
+    let second = TransferTimeout::from_secs(1).expect("timeout");
+    let lazy = db.layout == saldo::db::Layout::Single;
+    let kinds: &[&str] = if lazy { &["saldo", "lazy"] } else { &["saldo"] };
+    for i in 0..HOLDS {
+        for kind in kinds {
+            let id = format!("{kind}-{i}");
+            ledger
+                .hold(&request(&id, 1, 2, 10), second)
+                .await
+                .expect("hold");
+        }
+    }
+    // Post i at 0.6 s + i × 0.1 s after the holds: from 0.4 s before the deadline to 0.5 s
+    // after it (later still on a busy machine, which only makes more of them late).
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..HOLDS {
+        let at = start + std::time::Duration::from_millis(600 + 100 * i);
+        let (ledger, pool) = (ledger.clone(), db.pool.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let id = format!("saldo-{i}");
+            let saldo = ledger.post(&tid(&id), None).await;
+            if lazy {
+                lazy_post(&pool, &format!("lazy-{i}")).await;
+            }
+            (id, saldo)
+        }));
+    }
+    for task in tasks {
+        let (id, answer) = task.await.expect("task");
+        match answer {
+            Ok(t) => assert_eq!(t.status, TransferStatus::Posted, "{id}"),
+            Err(Error::TransferNotPending {
+                status: TransferStatus::Expired,
+                ..
+            }) => {}
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(posted_after_deadline(&db, "saldo-%").await, 0);
+    let a = state(&ledger, 1).await;
+    let b = state(&ledger, 2).await;
+    assert_eq!((a.1, b.3), (0, 0), "every hold settled once");
+    assert_eq!(1_000 - a.0, b.0, "what left account 1 arrived in account 2");
+    if lazy {
+        assert!(
+            posted_after_deadline(&db, "lazy-%").await > 0,
+            "the lazy check posted no expired hold: the race did not reach the deadline"
+        );
+    }
+    clean(&db).await;
+}
+
+/// Holds posted after their deadline, among the ids matching `pattern`.
+async fn posted_after_deadline(db: &TestDb, pattern: &str) -> i64 {
+    let client = db.pool.get().await.expect("client");
+    client
+        .query_one(
+            "SELECT count(DISTINCT id) FROM transfers \
+             WHERE id LIKE $1 AND status = 'posted' AND settled_at > expires_at",
+            &[&pattern],
+        )
+        .await
+        .expect("count")
+        .get(0)
+}
+
+/// A post that checks the status under the account locks but never the deadline.
+async fn lazy_post(pool: &deadpool_postgres::Pool, id: &str) {
+    let mut client = pool.get().await.expect("client");
+    let tx = client.transaction().await.expect("begin");
+    tx.query(
+        "SELECT 1 FROM accounts WHERE id IN (1, 2) ORDER BY id FOR UPDATE",
+        &[],
+    )
+    .await
+    .expect("lock");
+    let row = tx
+        .query_one("SELECT status, amount FROM transfers WHERE id = $1", &[&id])
+        .await
+        .expect("hold");
+    let (status, amount): (String, i64) = (row.get(0), row.get(1));
+    if status == "pending" {
+        for (sql, param) in [
+            (
+                "UPDATE transfers SET status = 'posted', posted_amount = amount, \
+                 settled_at = now() WHERE id = $1",
+                &id as &(dyn tokio_postgres::types::ToSql + Sync),
+            ),
+            (
+                "UPDATE accounts SET held = held - $1, balance = balance - $1 WHERE id = 1",
+                &amount,
+            ),
+            (
+                "UPDATE accounts SET pending_credits = pending_credits - $1, \
+                 balance = balance + $1 WHERE id = 2",
+                &amount,
+            ),
+        ] {
+            tx.execute(sql, &[param]).await.expect("lazy post");
+        }
+    }
+    tx.commit().await.expect("commit");
 }

@@ -1,4 +1,4 @@
-//! Seed 002 scenarios for the ledger: crossed transfers with the ordered strategy (no failure),
+//! The ledger's scenarios: crossed transfers with the ordered strategy (no failure),
 //! idempotent replays, every typed refusal, and the ledger audit after each scenario. The
 //! refusal and replay checks run against the lab's naive strategy too (`saldo_lab::LabTransfer`,
 //! a dev-dependency); the naive deadlock demonstrations are `saldo-lab`'s
@@ -104,9 +104,10 @@ async fn open_deposit_withdraw_transfer_and_list() {
     assert_ledger_clean(&db).await;
 }
 
-/// Seed 002: transfers each way, all fired at once. Fewer on Citus, where each one commits by
-/// 2PC across two workers (two orders of magnitude slower on a shared 2-core machine): still
-/// more than the pool's connections, so they queue on both rows in both orders.
+/// The crossed-transfers race: transfers each way, all fired at once. Fewer on Citus, where
+/// each one commits by 2PC across two workers (two orders of magnitude slower on a shared
+/// 2-core machine): still more than the pool's connections, so they queue on both rows in both
+/// orders.
 const CROSSED_EACH_WAY: usize = if super::harness::CITUS { 30 } else { 100 };
 
 /// What the crossed race left behind.
@@ -118,7 +119,7 @@ struct Crossed {
     errors: Vec<Error>,
 }
 
-/// Seed 002's crossed transfers on a fresh ledger (`saldo_lab::race::transfers::crossed`).
+/// The crossed transfers on a fresh ledger (`saldo_lab::race::transfers::crossed`).
 async fn crossed_transfers(ledger: &Ledger, strategy: LabTransfer) -> Crossed {
     let second = second_account(ledger).await.expect("second account");
     let answers = crossed_between(

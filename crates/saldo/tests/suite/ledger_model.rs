@@ -1,4 +1,4 @@
-//! Model-based property test of the ledger's holds (issue 14): random sequences of transfers
+//! Model-based property test of the ledger's holds: random sequences of transfers
 //! (posted or held), posts (whole or partial), voids, expiries and linked groups over accounts
 //! with limits (a credit line, a ceiling) run against the real ledger and a plain in-memory
 //! model. Every answer must agree, and after every step the audit is clean and every account's

@@ -9,10 +9,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::batch::schedule::Batchable;
+use crate::batch::worker::Queued;
 use crate::batch::Ticket;
 use crate::domain::{AccountId, Amount, TransferId, TransferTimeout};
 use crate::error::Error;
-use crate::ledger::apply::{NewTransfer, Settle};
+use crate::ledger::apply::NewTransfer;
+use crate::ledger::transitions::Settle;
 use crate::ledger::types::{Movement, Transfer, TransferKind};
 use crate::operation::Operation;
 
@@ -102,6 +104,22 @@ pub(crate) struct Job {
     pub reply: oneshot::Sender<Result<Transfer, Error>>,
     pub deadline: Option<Instant>,
     pub ticket: Arc<Ticket>,
+}
+
+impl Queued for Job {
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+
+    fn refuse_late(self) {
+        let operation = self.op.operation();
+        // The caller may have gone; then the answer has nowhere to go.
+        let _ = self.reply.send(Err(Error::DeadlineExceeded { operation }));
+    }
 }
 
 impl Batchable for Job {

@@ -1,8 +1,8 @@
 //! The batched ledger engine: group commit for a hot account, the money twin of
 //! [`crate::stock::batched`].
 //!
-//! One hot account row serialises every transaction that touches it (seed 002 locks both rows
-//! of a transfer), so one transfer per transaction moves money at most 1 / lock-hold-time per
+//! One hot account row serialises every transaction that touches it (a transfer locks both of
+//! its rows), so one transfer per transaction moves money at most 1 / lock-hold-time per
 //! second — and every deposit, withdrawal and opening meets on system account 0. Here movements
 //! queue per partition; one worker per partition takes whatever queued while its previous batch
 //! ran and applies the whole batch in ONE transaction that locks each account once (see
@@ -18,9 +18,17 @@
 //! or the transfer id) the caller runs its movement itself as one `ordered` transaction, so a
 //! lone transfer pays what `ordered` pays. Queues are bounded: a full one answers
 //! [`Error::Overloaded`] at once. The scheduling pieces (claims, FIFO per account, deadlines,
-//! admission) are the stock engine's, shared through `crate::batch`.
+//! admission, the worker's loop and preamble) are the stock engine's, shared through
+//! `crate::batch`.
+//!
+//! - `job`: what travels through a queue;
+//! - `plan`: the batch decided in memory, operation by operation (pure);
+//! - `batch`: the batch transaction (read and lock, decide, write once);
+//! - `worker`: a batch or a lone operation run and answered.
 
+mod batch;
 mod job;
+mod plan;
 mod worker;
 
 pub use crate::telemetry::{LEDGER_BATCH_OPERATIONS, LEDGER_BATCH_SECONDS};
@@ -33,9 +41,11 @@ use tokio::sync::oneshot;
 use crate::batch::config::BatchedConfig;
 use crate::batch::lane::BatchedStats;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
+use crate::batch::worker::Worker;
 use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
-use crate::ledger::apply::{NewTransfer, Settle};
+use crate::ledger::apply::NewTransfer;
+use crate::ledger::transitions::Settle;
 use crate::ledger::types::Transfer;
 use crate::store::deadline;
 use crate::store::handle::Store;
@@ -180,16 +190,22 @@ impl BatchedLedger {
 
     fn start_workers(&self) {
         self.lanes.start(|partition, rx, shared| {
-            let worker = worker::Worker {
+            let w = Worker::new(
                 partition,
-                store: self.store.clone(),
-                tx: self.store.tx.clone().with_index_paths_only(),
-                pace: self.config.pace(),
+                &self.store,
+                self.config.pace(),
                 shared,
-                counters: self.counters.clone(),
-                _alive: self.alive.clone(),
-            };
-            tokio::spawn(worker.run(rx));
+                &self.counters,
+                &self.alive,
+            );
+            tokio::spawn(async move {
+                w.run(
+                    rx,
+                    |job| worker::run_alone(&w, job),
+                    |jobs| worker::run_batch(&w, jobs),
+                )
+                .await;
+            });
         });
     }
 }

@@ -21,7 +21,7 @@
 //! lock), and the lock, the re-read, the write and the movement all name the product, so each
 //! transaction stays on that one shard group.
 
-use crate::audit::{self, ProductState};
+use crate::audit::{self, Finding, ProductState};
 use crate::domain::Reason;
 use crate::error::Error;
 use crate::operation::Operation;
@@ -61,8 +61,6 @@ fn reason(p: &ProductRepair) -> Result<Reason, Error> {
 
 async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairAction, Error> {
     let planned = planned.clone();
-    // The product's state, read on its shard group on Citus (one routed statement).
-    let state_sql = audit::product_state_sql_of(store.layout());
     let writer = store.writer();
     in_transaction(&store.pool, &store.tx, Operation::Repair, move |client| {
         let planned = planned.clone();
@@ -77,8 +75,9 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
             if row.stock.version != planned.version {
                 return Ok(RepairAction::Changed);
             }
+            // On Citus routed whole to the product's shard group (one statement).
             let state = ProductState::from_row(
-                &tx.client().query_one(state_sql, &[&Some(id)]).await?,
+                &tx.query_one(&audit::sql::PRODUCT_STATE, &[&Some(id)]).await?,
             )?;
             let (after, action) = target(&state);
             if after != planned.after {
@@ -130,7 +129,9 @@ pub async fn apply(store: &Store, plan: &[ProductRepair]) -> Result<Vec<ProductR
     Ok(out)
 }
 
-/// Plans, applies when `apply_it`, and re-audits.
+/// Plans, applies when `apply_it`, repairs the ledger the same way
+/// ([`crate::ledger::repair`]), and re-audits both: `remaining` lists every stock and ledger
+/// finding, so an empty one means the whole audit is clean.
 pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error> {
     let planned = plan(store).await?;
     let products = if apply_it {
@@ -138,10 +139,14 @@ pub async fn repair(store: &Store, apply_it: bool) -> Result<RepairReport, Error
     } else {
         planned
     };
-    let remaining = audit::audit_stock_of(&store.pool, store.layout()).await?;
+    let ledger = crate::ledger::repair::repair(store, apply_it).await?;
+    let stock = audit::audit_stock_of(&store.pool, store.layout()).await?;
+    let mut remaining: Vec<Finding> = stock.into_iter().map(Finding::Product).collect();
+    remaining.extend(ledger.remaining.findings());
     Ok(RepairReport {
         applied: apply_it,
         products,
+        ledger,
         remaining,
     })
 }

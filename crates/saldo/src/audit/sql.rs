@@ -1,0 +1,421 @@
+//! Every SQL statement of the audits, in one place: the stock invariants (per product, from
+//! its reservations and history), the ledger invariants (per account, from its journal; the
+//! totals), and the Citus audit's own reads (pages of keys, the suspects of the double entry,
+//! the prepared transactions in flight).
+//!
+//! A product's and an account's state are each one template written twice at compile time
+//! ([`PRODUCT_STATE`], [`ACCOUNT_STATE`]): on one node the product's form filters through its
+//! joins (and takes NULL for every product, which the audit uses); on Citus every table is
+//! filtered by the distribution value itself, so Citus routes the query whole to that value's
+//! shard group (one task, one snapshot; the Citus suite checks the plan).
+//!
+//! Text only: nothing here runs a statement. Values are always bound, never spliced in.
+
+use crate::store::dialect::Sql;
+
+/// Per product: its row and what reservations and history say it should hold, `$1` the
+/// product. The fragments are the filters: `$product` for the tables named without an alias,
+/// `$stock` for the stock row, and `$m`, `$r`, `$f`, `$i` put before the first condition on
+/// movements, confirmed reservations, sold fills and sale items (empty where the join to the
+/// last count already filters them).
+macro_rules! stock_state {
+    ($product:literal, $stock:literal, $m:literal, $r:literal, $f:literal, $i:literal) => {
+        concat!(
+            "
+WITH last_count AS (
+    SELECT DISTINCT ON (product_id) product_id, id, quantity, created_at
+      FROM stock_movements
+     WHERE kind = 'count' AND location_id IS NULL AND ",
+            $product,
+            "
+     ORDER BY product_id, id DESC),
+adjusted AS (
+    SELECT m.product_id, sum(m.quantity)::bigint AS delta
+      FROM stock_movements m JOIN last_count c USING (product_id)
+     WHERE ",
+            $m,
+            "m.kind = 'adjustment' AND m.location_id IS NULL AND m.id > c.id
+     GROUP BY m.product_id),
+fills_sold AS (
+    SELECT reservation_id, sum(quantity)::bigint AS quantity
+      FROM backorder_fills
+     WHERE sold AND ",
+            $product,
+            "
+     GROUP BY reservation_id),
+confirmed AS (
+    SELECT r.product_id,
+           sum(r.quantity - r.backordered - coalesce(f.quantity, 0))::bigint AS quantity
+      FROM reservations r JOIN last_count c USING (product_id)
+      LEFT JOIN fills_sold f ON f.reservation_id = r.id
+     WHERE ",
+            $r,
+            "r.status = 'confirmed' AND r.settled_at > c.created_at
+     GROUP BY r.product_id),
+filled_sold AS (
+    SELECT f.product_id, sum(f.quantity)::bigint AS quantity
+      FROM backorder_fills f JOIN last_count c USING (product_id)
+     WHERE ",
+            $f,
+            "f.sold AND f.movement_id >= c.id
+     GROUP BY f.product_id),
+sold AS (
+    SELECT i.product_id, sum(i.quantity)::bigint AS quantity
+      FROM sale_items i JOIN last_count c USING (product_id)
+     WHERE ",
+            $i,
+            "i.sold_at > c.created_at
+     GROUP BY i.product_id),
+active AS (
+    SELECT product_id, sum(quantity - backordered)::bigint AS quantity
+      FROM reservations
+     WHERE status = 'active' AND ",
+            $product,
+            "
+     GROUP BY product_id),
+live_backorders AS (
+    SELECT product_id, sum(backordered)::bigint AS units
+      FROM reservations
+     WHERE backordered > 0 AND status IN ('active', 'confirmed')
+       AND ",
+            $product,
+            "
+     GROUP BY product_id)
+SELECT s.product_id,
+       s.available::bigint                                   AS available,
+       s.reserved::bigint                                    AS reserved,
+       s.version,
+       coalesce(a.quantity, 0)                               AS active_reserved,
+       s.backordered::bigint                                 AS backordered,
+       s.backorder_limit::bigint                             AS backorder_limit,
+       coalesce(lb.units, 0)                                 AS live_backordered,
+       (s.available + s.reserved)::bigint                    AS on_hand,
+       coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
+         - coalesce(sd.quantity, 0) - coalesce(fs.quantity, 0) AS expected_on_hand
+  FROM stock s
+  LEFT JOIN last_count c USING (product_id)
+  LEFT JOIN adjusted adj USING (product_id)
+  LEFT JOIN confirmed cf USING (product_id)
+  LEFT JOIN sold sd USING (product_id)
+  LEFT JOIN filled_sold fs USING (product_id)
+  LEFT JOIN active a USING (product_id)
+  LEFT JOIN live_backorders lb USING (product_id)
+ WHERE ",
+            $stock
+        )
+    };
+}
+
+/// [`stock_state!`] for one product or, with `$1` NULL, every product (one node).
+macro_rules! stock_state_any {
+    () => {
+        stock_state!(
+            "($1::bigint IS NULL OR product_id = $1)",
+            "($1::bigint IS NULL OR s.product_id = $1)",
+            "",
+            "",
+            "",
+            ""
+        )
+    };
+}
+
+/// One product's [`stock_state!`] row (`$1`): what the repair reads under the product's row
+/// lock and the Citus audit reads per product.
+pub const PRODUCT_STATE: Sql = Sql::pair(
+    stock_state_any!(),
+    stock_state!(
+        "product_id = $1",
+        "s.product_id = $1",
+        "m.product_id = $1 AND ",
+        "r.product_id = $1 AND ",
+        "f.product_id = $1 AND ",
+        "i.product_id = $1 AND "
+    ),
+);
+
+/// The divergent products (one node, `$1` NULL: every product), `$2` at most.
+pub(crate) const STOCK_AUDIT: &str = concat!(
+    "SELECT * FROM (",
+    stock_state_any!(),
+    ") st WHERE reserved <> active_reserved OR on_hand <> expected_on_hand \
+     OR backordered <> live_backordered \
+     ORDER BY product_id LIMIT $2"
+);
+
+/// The backorder invariants that no repair can restore (the limit, the arrival order; the
+/// count of live backorders is a product-state invariant), divergent products only. The
+/// out-of-order count: fills whose arrival is below their predecessor's (fill id order), plus
+/// live backorders older than the newest arrival any fill reached.
+pub(crate) const BACKORDER_AUDIT: &str = "
+WITH ordered AS (
+    SELECT product_id, arrival,
+           lag(arrival) OVER (PARTITION BY product_id ORDER BY id) AS previous
+      FROM backorder_fills),
+backwards AS (
+    SELECT product_id, count(*) AS n FROM ordered WHERE arrival < previous GROUP BY product_id),
+reached AS (
+    SELECT product_id, max(arrival) AS arrival FROM backorder_fills GROUP BY product_id),
+skipped AS (
+    SELECT r.product_id, count(*) AS n
+      FROM reservations r JOIN reached f USING (product_id)
+     WHERE r.backordered > 0 AND r.status IN ('active', 'confirmed')
+       AND r.backorder_arrival < f.arrival
+     GROUP BY r.product_id)
+SELECT s.product_id, s.backordered::bigint AS backordered,
+       s.backorder_limit::bigint AS backorder_limit,
+       coalesce(b.n, 0) + coalesce(k.n, 0) AS out_of_order
+  FROM stock s
+  LEFT JOIN backwards b USING (product_id)
+  LEFT JOIN skipped k USING (product_id)
+ WHERE s.backordered > s.backorder_limit OR coalesce(b.n, 0) + coalesce(k.n, 0) > 0
+ ORDER BY s.product_id
+ LIMIT $1";
+
+/// The location invariants, per product: its row is the sum of its locations, each location's
+/// `reserved` is the sum of the active allocations at it, and each allocated reservation's
+/// allocations add up to its quantity. `$1`: most rows returned.
+pub(crate) const LOCATION_AUDIT: &str = "
+WITH sums AS (
+    SELECT product_id, sum(available)::bigint AS available, sum(reserved)::bigint AS reserved
+      FROM stock_locations GROUP BY product_id),
+held AS (
+    SELECT a.product_id, a.location_id, sum(a.quantity)::bigint AS quantity
+      FROM reservation_allocations a JOIN reservations r ON r.id = a.reservation_id
+     WHERE r.status = 'active'
+     GROUP BY a.product_id, a.location_id),
+per_row AS (
+    SELECT r.product_id, r.quantity::bigint AS quantity,
+           coalesce(sum(a.quantity), 0)::bigint AS allocated
+      FROM reservations r LEFT JOIN reservation_allocations a ON a.reservation_id = r.id
+     WHERE r.allocated
+     GROUP BY r.id, r.product_id, r.quantity)
+SELECT * FROM (
+    SELECT s.product_id, 'available' AS invariant, coalesce(x.available, 0) AS expected,
+           s.available::bigint AS actual
+      FROM stock s LEFT JOIN sums x USING (product_id)
+     WHERE s.located AND s.available <> coalesce(x.available, 0)
+    UNION ALL
+    SELECT s.product_id, 'reserved', coalesce(x.reserved, 0), s.reserved::bigint
+      FROM stock s LEFT JOIN sums x USING (product_id)
+     WHERE s.located AND s.reserved <> coalesce(x.reserved, 0)
+    UNION ALL
+    SELECT sl.product_id, 'location_reserved', sum(coalesce(h.quantity, 0))::bigint,
+           sum(sl.reserved)::bigint
+      FROM stock_locations sl LEFT JOIN held h USING (product_id, location_id)
+     WHERE sl.reserved <> coalesce(h.quantity, 0)
+     GROUP BY sl.product_id
+    UNION ALL
+    SELECT product_id, 'allocations', sum(quantity)::bigint, sum(allocated)::bigint
+      FROM per_row WHERE quantity <> allocated
+     GROUP BY product_id
+) d ORDER BY product_id, invariant LIMIT $1";
+
+/// Sums in numeric (a sum of bigints cannot overflow the audit itself), read as text:
+/// tokio-postgres has no numeric type without another crate.
+pub(crate) const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::text AS total, \
+     coalesce(sum(held), 0)::text AS held, \
+     coalesce(sum(pending_credits), 0)::text AS pending_credits FROM accounts";
+
+/// The columns of an account's state (`AccountState::from_row`): its counters and limits, and
+/// what its journal says the counters should be (sums as text, see [`LEDGER_TOTAL`]).
+macro_rules! account_state_columns {
+    ($balance:literal, $held:literal, $credits:literal) => {
+        concat!(
+            "a.id, a.balance::text AS balance, a.held::text AS held, \
+             a.pending_credits::text AS pending_credits, a.min_balance, a.max_balance, ",
+            $balance,
+            "::text AS expected, ",
+            $held,
+            "::text AS expected_held, ",
+            $credits,
+            "::text AS expected_pending_credits"
+        )
+    };
+}
+
+/// Every divergent account (one node), in one snapshot with [`LEDGER_TOTAL`], `$1` at most.
+/// Posted rows move `posted_amount` (NULL: the whole amount); pending rows move nothing yet
+/// but count in `held` / `pending_credits`; voided and expired rows count nowhere.
+pub(crate) const LEDGER_AUDIT: &str = concat!(
+    "
+WITH moves AS (
+    SELECT to_account AS id, coalesce(posted_amount, amount) AS amount
+      FROM transfers WHERE status = 'posted'
+    UNION ALL
+    SELECT from_account AS id, -coalesce(posted_amount, amount)
+      FROM transfers WHERE status = 'posted'),
+journal AS (
+    SELECT id, sum(amount) AS net FROM moves GROUP BY id),
+held AS (
+    SELECT from_account AS id, sum(amount) AS held
+      FROM transfers WHERE status = 'pending' GROUP BY from_account),
+credits AS (
+    SELECT to_account AS id, sum(amount) AS credits
+      FROM transfers WHERE status = 'pending' GROUP BY to_account)
+SELECT ",
+    account_state_columns!(
+        "coalesce(j.net, 0)",
+        "coalesce(h.held, 0)",
+        "coalesce(c.credits, 0)"
+    ),
+    "
+  FROM accounts a
+  LEFT JOIN journal j USING (id)
+  LEFT JOIN held h USING (id)
+  LEFT JOIN credits c USING (id)
+ WHERE a.balance <> coalesce(j.net, 0)
+    OR a.held <> coalesce(h.held, 0)
+    OR a.pending_credits <> coalesce(c.credits, 0)
+ ORDER BY a.id
+ LIMIT $1"
+);
+
+/// One account's sums over the journal rows `t` joined to it.
+macro_rules! account_sums {
+    () => {
+        account_state_columns!(
+            "coalesce(sum(CASE WHEN t.status <> 'posted' THEN 0
+                         WHEN t.to_account = a.id THEN coalesce(t.posted_amount, t.amount)
+                         ELSE -coalesce(t.posted_amount, t.amount) END), 0)",
+            "coalesce(sum(CASE WHEN t.status = 'pending' AND t.from_account = a.id
+                         THEN t.amount ELSE 0 END), 0)",
+            "coalesce(sum(CASE WHEN t.status = 'pending' AND t.to_account = a.id
+                         THEN t.amount ELSE 0 END), 0)"
+        )
+    };
+}
+
+/// One account (`$1`) against its own journal rows: on one node every row naming it; on Citus
+/// its own side of each, all on its shard (`$1` on both tables, so it is routed whole).
+pub const ACCOUNT_STATE: Sql = Sql::pair(
+    concat!(
+        "SELECT ",
+        account_sums!(),
+        "
+  FROM accounts a
+  LEFT JOIN transfers t ON t.from_account = a.id OR t.to_account = a.id
+ WHERE a.id = $1
+ GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance"
+    ),
+    concat!(
+        "SELECT ",
+        account_sums!(),
+        "
+  FROM accounts a
+  LEFT JOIN transfers t ON t.account_id = a.id AND t.account_id = $1
+ WHERE a.id = $1
+ GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance"
+    ),
+);
+
+/// One page of product ids above `$1` (a multi-shard read on Citus).
+pub(crate) const PRODUCT_PAGE: &str =
+    "SELECT product_id FROM stock WHERE product_id > $1 ORDER BY product_id LIMIT $2";
+/// One page of account ids above `$1`.
+pub(crate) const ACCOUNT_PAGE: &str = "SELECT id FROM accounts WHERE id > $1 ORDER BY id LIMIT $2";
+
+/// Citus: the one-shot read of the double entry over every shard, with no common snapshot: per
+/// transfer id, its sides summed up and its router row, kept when they disagree. Both inputs
+/// are materialised (read once each, by Citus, shard by shard) and joined on the coordinator.
+/// Min = max checks that both sides carry the same terms. `$1`: most ids returned.
+pub(crate) const SUSPECTS: &str = "
+WITH sides AS MATERIALIZED (
+    SELECT id, count(*) AS n,
+           sum(CASE WHEN account_id = from_account THEN 1 ELSE 0 END) AS debits,
+           sum(CASE WHEN account_id = to_account THEN 1 ELSE 0 END) AS credits,
+           min(from_account) AS from_min, max(from_account) AS from_max,
+           min(to_account) AS to_min, max(to_account) AS to_max,
+           min(amount) AS amount_min, max(amount) AS amount_max,
+           min(kind) AS kind_min, max(kind) AS kind_max,
+           min(status) AS status_min, max(status) AS status_max,
+           count(posted_amount) AS posted_n,
+           min(posted_amount) AS posted_min, max(posted_amount) AS posted_max
+      FROM transfers GROUP BY id),
+routes AS MATERIALIZED (
+    SELECT id, from_account, to_account FROM transfer_ids)
+SELECT coalesce(s.id, r.id) AS id
+  FROM sides s FULL JOIN routes r ON r.id = s.id
+ WHERE r.id IS NULL OR s.id IS NULL
+    OR s.n <> 2 OR s.debits <> 1 OR s.credits <> 1
+    OR s.from_min <> r.from_account OR s.from_max <> r.from_account
+    OR s.to_min <> r.to_account OR s.to_max <> r.to_account
+    OR s.amount_min <> s.amount_max OR s.kind_min <> s.kind_max
+    OR s.status_min <> s.status_max
+    OR s.posted_n NOT IN (0, 2) OR s.posted_min <> s.posted_max
+ ORDER BY 1
+ LIMIT $1";
+
+/// Citus: the prepared transactions of this database on every node, as `node:gid` with the
+/// relations each holds a lock on (a prepared transaction keeps its locks: on a worker, the
+/// shards it wrote; its locks are found through the one on its own transaction id). The
+/// workers' are read through Citus; the coordinator's (it may hold shards and reference tables)
+/// and an unreachable worker's come with no relation list, which counts as "may touch
+/// anything", and so does an empty one.
+pub(crate) const IN_FLIGHT: &str = "
+SELECT w.nodename || ':' || w.nodeport || ':' || (x ->> 'gid') AS key, x -> 'rels' AS rels
+  FROM run_command_on_workers($w$
+         SELECT coalesce(json_agg(json_build_object(
+                  'gid', p.gid,
+                  'rels', (SELECT coalesce(json_agg(DISTINCT l.relation::regclass::text), '[]')
+                             FROM pg_locks l
+                             JOIN pg_locks x ON x.virtualtransaction = l.virtualtransaction
+                            WHERE x.locktype = 'transactionid'
+                              AND x.transactionid = p.transaction
+                              AND l.locktype = 'relation'))), '[]')
+           FROM pg_prepared_xacts p WHERE p.database = current_database()$w$) w,
+       json_array_elements(CASE WHEN w.success THEN w.result::json ELSE '[]' END) x
+UNION ALL
+SELECT 'coordinator:' || gid, NULL FROM pg_prepared_xacts WHERE database = current_database()
+UNION ALL
+SELECT 'unreachable:' || nodename || ':' || nodeport, NULL
+  FROM run_command_on_workers('SELECT 1') WHERE NOT success";
+
+/// Citus: the shards a 2PC writing transfer `$2` between accounts `$1` must hold: the journal
+/// shard of each account and the id's `transfer_ids` shard.
+pub(crate) const TRANSFER_SHARDS: &str = "
+SELECT shard_name('transfers'::regclass,
+                  get_shard_id_for_distribution_column('transfers', a))::text
+  FROM unnest($1::bigint[]) a
+UNION ALL
+SELECT shard_name('transfer_ids'::regclass,
+                  get_shard_id_for_distribution_column('transfer_ids', $2::text))::text";
+
+/// Citus: an id's router row (routed by the id).
+pub(crate) const TRANSFER_ROUTE: &str =
+    "SELECT from_account, to_account FROM transfer_ids WHERE id = $1";
+/// Citus: every side of an id (every shard of the journal, through its index on `id`).
+pub(crate) const TRANSFER_SIDES: &str =
+    "SELECT account_id, from_account, to_account, amount, kind, status, posted_amount \
+       FROM transfers WHERE id = $1 ORDER BY account_id";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Citus form filters every table by the product itself and never by "any product";
+    /// the single-node one filters through the joins and takes NULL for all.
+    #[test]
+    fn the_product_state_is_one_template_in_two_forms() {
+        let (single, citus) = (PRODUCT_STATE.single(), PRODUCT_STATE.citus());
+        assert!(!citus.contains("IS NULL OR"));
+        assert_eq!(single.matches("($1::bigint IS NULL OR").count(), 5);
+        for alias in ["m", "r", "f", "i"] {
+            let filter = format!("WHERE {alias}.product_id = $1 AND {alias}.");
+            assert!(citus.contains(&filter), "{filter}");
+            assert!(!single.contains(&filter), "{filter}");
+        }
+        assert!(citus.ends_with("WHERE s.product_id = $1"));
+        assert!(STOCK_AUDIT.contains(single));
+    }
+
+    #[test]
+    fn the_account_state_reads_the_same_columns_in_both_forms() {
+        let columns = |sql: &str| sql[..sql.find("FROM accounts").expect("from")].to_owned();
+        assert_eq!(
+            columns(ACCOUNT_STATE.single()),
+            columns(ACCOUNT_STATE.citus())
+        );
+        assert!(ACCOUNT_STATE.citus().contains("t.account_id = $1"));
+    }
+}

@@ -1,0 +1,83 @@
+//! A new transfer (posted at once or held) as its own transaction, the `ordered` way: its two
+//! accounts locked in ascending id by one statement, the id looked up under those locks (a
+//! concurrent copy of the same request that committed while we waited is found and answered as
+//! a replay, never refused for the funds it took itself), decided by [`apply::place`], the
+//! changed accounts and the journal row written. Idempotent and retried as a whole.
+
+use crate::error::Error;
+use crate::ledger::apply::{self, NewTransfer};
+use crate::ledger::rows::{accounts, journal};
+use crate::ledger::sql;
+use crate::ledger::types::{MoveFunds, Movement, Transfer};
+use crate::operation::Operation;
+use crate::store::dialect::Tx;
+use crate::store::handle::Store;
+use crate::store::retry::in_idempotent_transaction;
+
+/// One validated new transfer as its own transaction.
+pub(crate) async fn place_alone(
+    store: &Store,
+    operation: Operation,
+    t: NewTransfer<'_>,
+) -> Result<Transfer, Error> {
+    let dialect = store.dialect();
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        sql::transfers_key(dialect),
+        |client| crate::tx_body!(client => place_one(Tx::new(client, dialect), t)),
+    )
+    .await
+}
+
+async fn place_one(tx: Tx<'_>, t: NewTransfer<'_>) -> Result<Transfer, Error> {
+    let mut locked = accounts::lock(&tx, &[t.movement.from, t.movement.to]).await?;
+    if let Some(existing) = journal::find(&tx, t.movement.id).await? {
+        return apply::replay(existing, &t);
+    }
+    apply::place(&mut locked, &t)?;
+    accounts::write(&tx, &locked).await?;
+    journal::insert_many(&tx, &[t], None)
+        .await?
+        .pop()
+        .ok_or_else(|| Error::invariant("INSERT … RETURNING gave no row"))
+}
+
+/// A validated movement through any [`MoveFunds`] (the race lab's naive strategy), as its own
+/// transaction: the idempotency and the journal row are the ledger's, the locks and the
+/// balances the strategy's.
+pub(crate) async fn move_alone(
+    store: &Store,
+    strategy: &dyn MoveFunds,
+    operation: Operation,
+    m: Movement<'_>,
+) -> Result<Transfer, Error> {
+    let dialect = store.dialect();
+    in_idempotent_transaction(
+        &store.pool,
+        &store.tx,
+        operation,
+        sql::transfers_key(dialect),
+        |client| crate::tx_body!(client => move_one(Tx::new(client, dialect), strategy, m)),
+    )
+    .await
+}
+
+async fn move_one(
+    tx: Tx<'_>,
+    strategy: &dyn MoveFunds,
+    m: Movement<'_>,
+) -> Result<Transfer, Error> {
+    let t = NewTransfer::posted(m);
+    if let Some(existing) = journal::find(&tx, m.id).await? {
+        return apply::replay(existing, &t);
+    }
+    strategy
+        .move_funds(tx.client(), tx.dialect().layout(), &m)
+        .await?;
+    journal::insert_many(&tx, &[t], None)
+        .await?
+        .pop()
+        .ok_or_else(|| Error::invariant("INSERT … RETURNING gave no row"))
+}

@@ -1,0 +1,13 @@
+//! The ledger's data access: each function runs the statements of [`super::sql`] through a
+//! [`crate::store::dialect::Tx`] and turns rows into the ledger's types. This is where a Citus
+//! form that takes other steps than the single-node one (a router read first, one row per
+//! statement, both sides of a transfer) is chosen; the flows above never ask which layout they
+//! run on.
+//!
+//! - [`accounts`]: account locks (ascending id), reads and writes, opening and repair writes;
+//! - [`journal`]: new transfers and groups, finding them, an account's history;
+//! - [`settles`]: the clock, what a post, void or expiry reads of a hold, and its writes.
+
+pub(crate) mod accounts;
+pub(crate) mod journal;
+pub(crate) mod settles;
