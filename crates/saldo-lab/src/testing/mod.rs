@@ -9,6 +9,9 @@
 //!
 //! Test clusters run with `deadlock_timeout = 50ms` (the persistent cluster keeps 1 s): the
 //! naive-transfer tests provoke deadlocks on purpose and must stay fast.
+//!
+//! [`until_caught`] reruns a demonstration that a naive strategy fails (a race, so not certain
+//! in one run) a bounded number of times until the failure shows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -321,6 +324,9 @@ pub fn serializable_cluster_pid() -> Option<u32> {
         .and_then(|s| s.as_ref().ok())
         .and_then(|s| s.cluster.pid())
 }
+
+mod caught;
+pub use caught::{until_caught, NAIVE_ATTEMPTS};
 
 mod citus;
 pub use citus::{
