@@ -70,8 +70,10 @@ pub fn install() -> Result<PrometheusHandle, String> {
 }
 
 /// HELP text for every family of the service, its counters at zero (with their known labels),
-/// the library's families, the process metrics and the build-info gauge. Needs the recorder.
-fn describe() {
+/// the library's families, the process metrics and the build-info gauge. Needs the recorder:
+/// [`install`] calls it once; public so that a test can list every family the service describes
+/// under a recorder of its own (`metrics::with_local_recorder`).
+pub fn describe() {
     saldo::telemetry::describe();
     describe_requests_and_pool();
     describe_refusals();

@@ -282,12 +282,23 @@ async fn closed_within(
     }
 }
 
-fn raise_own_fd_limit(need: u64) -> bool {
+/// Raises this process's RLIMIT_NOFILE to `need` descriptors: the soft limit, and the hard
+/// limit too when it is lower and the process may raise it (root). Panics saying what to change
+/// when it cannot: the flood cannot be sent with fewer descriptors, and a test that returned
+/// early would pass without testing anything.
+fn raise_own_fd_limit(need: u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return false;
-    };
-    soft >= need || (hard >= need && setrlimit(Resource::RLIMIT_NOFILE, need, hard).is_ok())
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit(RLIMIT_NOFILE)");
+    if soft >= need {
+        return;
+    }
+    if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, need, hard.max(need)) {
+        panic!(
+            "the flood needs RLIMIT_NOFILE >= {need} in the test process, which has {soft} \
+             (hard limit {hard}) and cannot raise it ({e}): raise the hard limit (e.g. \
+             `ulimit -Hn {need}` as root before cargo test) and run again"
+        );
+    }
 }
 
 async fn reserve(addr: SocketAddr, order: &str) -> Option<(u16, String)> {
@@ -306,10 +317,7 @@ async fn reserve(addr: SocketAddr, order: &str) -> Option<(u16, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_1024_descriptors_survives_2000_idle_and_100_slow_header_connections() {
-    if !raise_own_fd_limit(TEST_FDS) {
-        eprintln!("SKIPPED: the flood needs RLIMIT_NOFILE >= {TEST_FDS} in the test process");
-        return;
-    }
+    raise_own_fd_limit(TEST_FDS);
     let db = test_db().await;
     let serve = Serve::start(&db.url);
     let addr = serve.addr;

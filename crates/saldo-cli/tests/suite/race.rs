@@ -1,9 +1,12 @@
 //! `saldo race` through the real binary: every safe strategy sells the last unit exactly once
 //! in every run while naive-overwrite oversells; exit codes; the `--json` shape.
+//!
+//! A naive failure is a race: a test demands it in one of a few invocations
+//! (`saldo_lab::testing::until_caught`), and checks the safe strategies in every invocation.
 
 use std::process::{Command, Output};
 
-use saldo_lab::testing::test_db;
+use saldo_lab::testing::{test_db, until_caught};
 use serde_json::Value;
 
 /// Runs `saldo --database-url <fresh test db> race ARGS…`.
@@ -41,22 +44,11 @@ fn by_strategy<'a>(reports: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no report for {name}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn last_unit_all_safe_strategies_sell_exactly_one_every_run_and_naive_overwrite_oversells() {
-    let out = race(&[
-        "last-unit",
-        "--strategy",
-        "all",
-        "--runs",
-        "3",
-        "--think-ms",
-        "30",
-        "--json",
-    ])
-    .await;
-    let reports = reports(&out);
+/// The safe strategies' reports of a last-unit race: one per safe strategy, each with the
+/// `--json` keys, one unit sold in each of its 3 runs and no violation.
+fn assert_last_unit_safe_held(reports: &[Value]) {
     for name in saldo_lab::LabStrategy::ALL {
-        let r = by_strategy(&reports, name.as_str());
+        let r = by_strategy(reports, name.as_str());
         // The --json contract: at least these keys, one object per strategy.
         for key in [
             "strategy",
@@ -72,24 +64,49 @@ async fn last_unit_all_safe_strategies_sell_exactly_one_every_run_and_naive_over
         }
         assert_eq!(r["runs"], 3);
         if name.is_safe() {
+            assert_eq!(r["safe"], true, "{name}: {r}");
             assert_eq!(r["sold_per_run_min"], 1, "{name}: {r}");
             assert_eq!(r["sold_per_run_max"], 1, "{name}: {r}");
             assert_eq!(r["violations"], 0, "{name}: {r}");
             assert_eq!(r["verdict"], "held");
         }
     }
-    // The lost update: with a 30 ms window every pooled session reads the last unit.
-    let naive = by_strategy(&reports, "naive-overwrite");
-    assert!(naive["oversold"].as_u64() > Some(0), "{naive}");
-    assert!(naive["audit_divergences"].as_u64() > Some(0), "{naive}");
-    assert_eq!(naive["verdict"], "failed_as_expected");
-    // The CHECK held for naive-subtract, and its violations reached the buyers.
-    let subtract = by_strategy(&reports, "naive-subtract");
-    assert_eq!(subtract["oversold"], 0);
-    assert!(
-        subtract["check_violations"].as_u64() > Some(0),
-        "{subtract}"
-    );
+    // The CHECK held for naive-subtract, whatever the interleaving.
+    assert_eq!(by_strategy(reports, "naive-subtract")["oversold"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_unit_all_safe_strategies_sell_exactly_one_every_run_and_naive_overwrite_oversells() {
+    until_caught(
+        "naive-overwrite overselling, naive-subtract hitting the CHECK",
+        |_| async {
+            let out = race(&[
+                "last-unit",
+                "--strategy",
+                "all",
+                "--runs",
+                "3",
+                "--think-ms",
+                "30",
+                "--json",
+            ])
+            .await;
+            let reports = reports(&out);
+            assert_last_unit_safe_held(&reports);
+            reports
+        },
+        |reports| {
+            // The lost update: with a 30 ms window the pooled sessions read the last unit.
+            let naive = by_strategy(reports, "naive-overwrite");
+            // The CHECK held for naive-subtract, and its violations reached the buyers.
+            let subtract = by_strategy(reports, "naive-subtract");
+            naive["oversold"].as_u64() > Some(0)
+                && naive["audit_divergences"].as_u64() > Some(0)
+                && naive["verdict"] == "failed_as_expected"
+                && subtract["check_violations"].as_u64() > Some(0)
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,50 +136,61 @@ async fn oversubscribed_sells_exactly_the_stock_with_every_safe_strategy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_naive_failure_alone_exits_zero_and_says_it_was_expected() {
-    let out = race(&[
-        "last-unit",
-        "--strategy",
-        "naive-overwrite",
-        "--runs",
-        "2",
-        "--think-ms",
-        "30",
-    ])
+    until_caught(
+        "naive-overwrite failing alone",
+        |_| async {
+            let out = race(&[
+                "last-unit",
+                "--strategy",
+                "naive-overwrite",
+                "--runs",
+                "2",
+                "--think-ms",
+                "30",
+            ])
+            .await;
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(out.status.success(), "{stdout}");
+            stdout
+        },
+        |stdout| stdout.contains("naive-overwrite failed as expected"),
+    )
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("naive-overwrite failed as expected"),
-        "{stdout}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_the_sessions_that_read_the_same_last_unit() {
-    let out = race(&[
-        "last-unit",
-        "--strategy",
-        "naive-overwrite,atomic",
-        "--buyers",
-        "4",
-        "--runs",
-        "1",
-        // Wide: each buyer's first connection authenticates with SCRAM now, which staggered
-        // the four buyers past a 30 ms window once (only one read the unit: nothing to show).
-        "--think-ms",
-        "300",
-        "--explain",
-    ])
+    until_caught(
+        "two sessions reading the last unit, shown by --explain",
+        |_| async {
+            let out = race(&[
+                "last-unit",
+                "--strategy",
+                "naive-overwrite,atomic",
+                "--buyers",
+                "4",
+                "--runs",
+                "1",
+                // Wide: each buyer's first connection authenticates with SCRAM now, which
+                // staggered the four buyers past a 30 ms window once (only one read the unit:
+                // nothing to show).
+                "--think-ms",
+                "300",
+                "--explain",
+            ])
+            .await;
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(out.status.success(), "{stdout}");
+            assert!(stdout.contains("atomic: nothing to show"), "{stdout}");
+            stdout
+        },
+        // At least two sessions read the last unit inside the window and both wrote it.
+        |stdout| {
+            stdout.contains("sessions read product 1 with available=1")
+                && stdout.contains("=> lost update:")
+        },
+    )
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    // At least two sessions read the last unit inside the window and both wrote it.
-    assert!(
-        stdout.contains("sessions read product 1 with available=1"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("=> lost update:"), "{stdout}");
-    assert!(stdout.contains("atomic: nothing to show"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,35 +207,53 @@ async fn multi_item_keeps_orders_whole() {
     ])
     .await;
     let reports = reports(&out);
-    for r in reports.iter().filter(|r| r["safe"] == true) {
-        assert_eq!(r["violations"], 0, "{r}");
-        assert_eq!(r["partial_orders"], 0, "{r}");
+    // Every safe strategy's report is there and says it is safe: a report missing, or no
+    // longer marked safe, must not make this pass without checking anything.
+    let safe: Vec<_> = saldo_lab::LabStrategy::ALL
+        .iter()
+        .filter(|s| s.is_safe())
+        .collect();
+    assert!(!safe.is_empty());
+    for name in safe {
+        let r = by_strategy(&reports, name.as_str());
+        assert_eq!(r["safe"], true, "{name}: {r}");
+        assert_eq!(r["runs"], 2, "{name}: {r}");
+        assert_eq!(r["verdict"], "held", "{name}: {r}");
+        assert_eq!(r["violations"], 0, "{name}: {r}");
+        assert_eq!(r["partial_orders"], 0, "{name}: {r}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crossed_transfers_deadlock_only_for_naive_without_retry() {
-    let out = race(&[
-        "crossed-transfers",
-        "--strategy",
-        "all",
-        "--no-retry",
-        "--runs",
-        "1",
-        "--json",
-    ])
+    until_caught(
+        "naive transfers deadlocking",
+        |_| async {
+            let out = race(&[
+                "crossed-transfers",
+                "--strategy",
+                "all",
+                "--no-retry",
+                "--runs",
+                "1",
+                "--json",
+            ])
+            .await;
+            let reports = reports(&out);
+            let ordered = by_strategy(&reports, "ordered/no-retry");
+            assert_eq!(ordered["sold"], 200, "{ordered}");
+            assert_eq!(ordered["errors"], serde_json::json!({}), "{ordered}");
+            assert_eq!(ordered["money_drift"], 0);
+            let naive = by_strategy(&reports, "naive/no-retry");
+            assert_eq!(
+                naive["money_drift"], 0,
+                "a deadlock victim leaves no effect"
+            );
+            reports
+        },
+        |reports| by_strategy(reports, "naive/no-retry")["errors"]["40P01"].as_u64() > Some(0),
+    )
     .await;
-    let reports = reports(&out);
-    let ordered = by_strategy(&reports, "ordered/no-retry");
-    assert_eq!(ordered["sold"], 200, "{ordered}");
-    assert_eq!(ordered["errors"], serde_json::json!({}), "{ordered}");
-    assert_eq!(ordered["money_drift"], 0);
-    let naive = by_strategy(&reports, "naive/no-retry");
-    assert!(naive["errors"]["40P01"].as_u64() > Some(0), "{naive}");
-    assert_eq!(
-        naive["money_drift"], 0,
-        "a deadlock victim leaves no effect"
-    );
 }
 
 #[tokio::test]

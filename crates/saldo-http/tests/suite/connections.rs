@@ -92,17 +92,23 @@ async fn closed_within(
     }
 }
 
-/// Raises this process's RLIMIT_NOFILE soft limit to `need` (at most the hard limit); false if
-/// the hard limit is too low.
-fn raise_fd_limit(need: u64) -> bool {
+/// Raises this process's RLIMIT_NOFILE to `need` descriptors: the soft limit, and the hard
+/// limit too when it is lower and the process may raise it (root). Panics saying what to change
+/// when it cannot: the flood cannot be held with fewer descriptors, and a test that returned
+/// early would pass without testing anything.
+fn raise_fd_limit(need: u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return false;
-    };
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit(RLIMIT_NOFILE)");
     if soft >= need {
-        return true;
+        return;
     }
-    hard >= need && setrlimit(Resource::RLIMIT_NOFILE, need, hard).is_ok()
+    if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, need, hard.max(need)) {
+        panic!(
+            "the flood needs RLIMIT_NOFILE >= {need} in the test process, which has {soft} \
+             (hard limit {hard}) and cannot raise it ({e}): raise the hard limit (e.g. \
+             `ulimit -Hn {need}` as root before cargo test) and run again"
+        );
+    }
 }
 
 async fn connect(addr: SocketAddr) -> (TcpStream, Instant) {
@@ -136,12 +142,7 @@ async fn normal_request(addr: SocketAddr, n: usize) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_idle_and_slow_header_connections_keeps_no_client_out_and_is_closed() {
-    if !raise_fd_limit(FLOOD_FDS) {
-        eprintln!(
-            "SKIPPED: the flood needs RLIMIT_NOFILE >= {FLOOD_FDS} and the hard limit is lower"
-        );
-        return;
-    }
+    raise_fd_limit(FLOOD_FDS);
     let (_db, live) = live(raw(Some(FLOOD_CAP))).await;
     let addr = live.addr;
     let admin = http(

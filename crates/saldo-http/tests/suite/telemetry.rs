@@ -4,6 +4,7 @@
 //! the service exports. `.ci/telemetry` runs `promtool check metrics` on a real `saldo serve`.
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use saldo::telemetry;
 
@@ -107,6 +108,51 @@ async fn counters_exist_before_their_first_event() {
     assert!(missing.is_empty(), "absent before any event: {missing:?}");
 }
 
+/// Every family the service describes (its own, the library's through
+/// `saldo::telemetry::describe`, the process ones), as `saldo_http::metrics::describe` names
+/// them to a recorder of this test's own.
+fn described_families() -> BTreeSet<String> {
+    use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
+
+    #[derive(Default)]
+    struct Described(Mutex<BTreeSet<String>>);
+    impl Described {
+        fn add(&self, key: KeyName) {
+            let mut names = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            names.insert(key.as_str().to_owned());
+        }
+    }
+    impl metrics::Recorder for Described {
+        fn describe_counter(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+            self.add(key);
+        }
+        fn describe_gauge(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+            self.add(key);
+        }
+        fn describe_histogram(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+            self.add(key);
+        }
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    let described = Described::default();
+    metrics::with_local_recorder(&described, saldo_http::metrics::describe);
+    let names = described.0.into_inner().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        names.contains(telemetry::TX_RETRIES) && names.contains(saldo_http::metrics::HTTP_DURATION),
+        "the library's and the service's families: {names:?}"
+    );
+    names
+}
+
 /// Metric names in a rules or dashboard file: `saldo_…` and `process_…` words.
 fn referenced(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
@@ -123,18 +169,10 @@ async fn alerts_and_dashboard_name_only_exported_families() {
     let app = spawn_app().await;
     app.get("/healthz").await;
     let text = app.get("/metrics").await.text;
+    // Rendered families, and every family the service describes: a histogram renders only
+    // once it has a sample, and the connection gauges only once a listener sets them.
     let mut exported = sample_families(&text);
-    // Histograms render once they have a sample, which these may not have yet in this
-    // process; the connection gauges are set by the listener, which `oneshot` does not run.
-    for family in [
-        telemetry::STOCK_LOCK_WAIT,
-        saldo::stock::batched::BATCH_SECONDS,
-        saldo::stock::batched::BATCH_ORDERS,
-        saldo_http::connections::CONNECTIONS_OPEN,
-        saldo_http::connections::CONNECTIONS_CAP,
-    ] {
-        exported.insert(family.to_owned());
-    }
+    exported.extend(described_families());
     let series: BTreeSet<String> = exported
         .iter()
         .flat_map(|f| {

@@ -13,6 +13,12 @@
 //! The pieces import one way: `db` (a test database and what tests do with it) at the bottom,
 //! `single` (the one-node clusters) and `citus` (the Citus cluster) on it, and this module only
 //! re-exports.
+//!
+//! [`until_caught`] reruns a demonstration that a naive strategy fails (a race, so not certain
+//! in one run) a bounded number of times until the failure shows.
+
+mod caught;
+pub use caught::{until_caught, NAIVE_ATTEMPTS};
 
 mod citus;
 mod db;

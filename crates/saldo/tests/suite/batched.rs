@@ -651,7 +651,10 @@ async fn concurrent_confirms_settle_once_and_name_what_is_missing() {
 /// Deadlines travel: a product held locked by another transaction must not hold up the orders on other
 /// products that share its batch for longer than one lock timeout. The old fallback replayed
 /// the batch's orders one by one, each waiting out the lock again: the unrelated order waited
-/// (1 + orders on the locked product) lock timeouts.
+/// (1 + orders on the locked product) lock timeouts. Shown by what the orders are answered,
+/// not by a clock: after the batch's one lock timeout, each order on the locked product is
+/// refused as locked (the product named) without a wait of its own, and the unrelated order is
+/// reserved while the lock is still held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_locked_product_holds_up_its_batch_mates_one_lock_timeout_at_most() {
     const LOCK_TIMEOUT_MS: u64 = 500;
@@ -678,24 +681,19 @@ async fn a_locked_product_holds_up_its_batch_mates_one_lock_timeout_at_most() {
     until_queued(&engine, ON_LOCKED + 1).await;
     blocker.release().await;
     first.await.expect("join").expect("blocker reserved");
-    let released_at = std::time::Instant::now();
     unrelated
         .await
         .expect("join")
         .expect("the unrelated order is reserved");
-    let waited = released_at.elapsed();
     for answer in on_locked {
+        // ProductLocked, not the database's lock timeout: a timeout here would be an order
+        // that waited out the lock again, alone.
         match answer.await.expect("join") {
-            Err(e) if e.is_timeout() => {}
+            Err(Error::ProductLocked(p)) if p == pid(1) => {}
             other => panic!("an order on the locked product: {other:?}"),
         }
     }
     held.release().await;
-    // Old code: (1 + 5) × 500 ms = 3 s; now one lock timeout and a replay of one order.
-    assert!(
-        waited < Duration::from_millis(LOCK_TIMEOUT_MS * 3),
-        "the unrelated order waited {waited:?} behind a locked product"
-    );
     assert_eq!(
         stock_of(&db, 1).await,
         (100, 0),

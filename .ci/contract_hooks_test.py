@@ -1,0 +1,77 @@
+"""The failure filter of .ci/contract_hooks.py, run by .ci/contract with its venv (the pinned
+schemathesis) before the service starts: of the failures reported for a 422 answered to a body
+that breaks a cross-field rule, only the positive-data check's rejection is dropped; every
+other failure, and that rejection for any other body or status, is kept.
+
+Usage: python .ci/contract_hooks_test.py  (exits non-zero on a failure)
+"""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+from types import SimpleNamespace
+
+from schemathesis.openapi.checks import MissingContentType, RejectedPositiveData, UndefinedStatusCode
+
+
+def _load_hooks():
+    # The hooks read the served document's per-product limit at import.
+    doc = {"components": {"schemas": {"ItemRequest": {"properties": {"quantity": {"maximum": 10}}}}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "openapi.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        os.environ["SALDO_CONTRACT_DOCUMENT"] = path
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import contract_hooks
+    return contract_hooks
+
+
+HOOKS = _load_hooks()
+OPERATION = SimpleNamespace(method="post", path="/v1/transfers")
+SAME_ACCOUNT = {"id": "t-1", "from": 1, "to": 1, "amount": 5}  # breaks from != to
+TWO_ACCOUNTS = {"id": "t-2", "from": 1, "to": 2, "amount": 5}
+
+
+def case(body):
+    return SimpleNamespace(operation=OPERATION, body=body)
+
+
+def answered(status):
+    return SimpleNamespace(status_code=status)
+
+
+def rejected(status):
+    return RejectedPositiveData(operation="POST /v1/transfers", message="rejected",
+                                status_code=status, allowed_statuses=["2xx"])
+
+
+def kept(failure, body, status):
+    return HOOKS.filter_failure(None, failure, case(body), answered(status))
+
+
+class FilterFailure(unittest.TestCase):
+    def test_the_expected_422_for_a_body_breaking_a_rule_is_dropped(self):
+        self.assertFalse(kept(rejected(422), SAME_ACCOUNT, 422))
+
+    def test_other_checks_failures_on_that_response_are_kept(self):
+        undocumented = UndefinedStatusCode(operation="POST /v1/transfers", status_code=422,
+                                           defined_status_codes=["201"], allowed_status_codes=[201],
+                                           message="undocumented")
+        no_type = MissingContentType(operation="POST /v1/transfers", media_types=[],
+                                     message="no content type")
+        self.assertTrue(kept(undocumented, SAME_ACCOUNT, 422))
+        self.assertTrue(kept(no_type, SAME_ACCOUNT, 422))
+
+    def test_a_rejection_of_a_body_keeping_the_rules_is_kept(self):
+        self.assertTrue(kept(rejected(422), TWO_ACCOUNTS, 422))
+
+    def test_a_rejection_with_another_status_is_kept(self):
+        self.assertTrue(kept(rejected(400), SAME_ACCOUNT, 400))
+        self.assertTrue(kept(rejected(500), SAME_ACCOUNT, 500))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
