@@ -56,3 +56,7 @@ CREATE TABLE feed_deferred (
 -- An order's position in its event stream, carried by its reservation rows: the greatest over
 -- its rows is the position of its latest event (0: none yet).
 ALTER TABLE reservations ADD COLUMN order_position bigint NOT NULL DEFAULT 0;
+
+-- An account's position in its event stream: the position of its latest `account.changed`,
+-- counted on its row by every write of the ledger (under the row lock).
+ALTER TABLE accounts ADD COLUMN event_position bigint NOT NULL DEFAULT 0;

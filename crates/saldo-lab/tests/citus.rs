@@ -4,6 +4,8 @@
 //! - the naive transfer deadlocking across workers (`citus/naive_ledger.rs`);
 //! - the race lab's scenarios on Citus, served strategies holding, naive failing
 //!   (`citus/race.rs`);
+//! - the event feed followed exactly while a writer commits late, and the naive id reader
+//!   missing it (`suite/events_follow.rs`);
 //! - the harness's own promise that a test database is dropped with its test
 //!   (`citus/test_db.rs`).
 
@@ -25,6 +27,9 @@ mod naive_ledger;
 
 #[path = "citus/race.rs"]
 mod race;
+
+#[path = "suite/events_follow.rs"]
+mod events_follow;
 
 #[path = "citus/test_db.rs"]
 mod test_db;

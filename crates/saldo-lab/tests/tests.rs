@@ -16,6 +16,8 @@ mod naive_stock;
 #[path = "suite/naive_ledger.rs"]
 mod naive_ledger;
 
+#[path = "suite/events_follow.rs"]
+mod events_follow;
 #[path = "suite/holds_race.rs"]
 mod holds_race;
 #[path = "suite/shop_races.rs"]

@@ -18,12 +18,23 @@ use crate::operation::Operation;
 use crate::store::retry::checkout;
 use crate::store::schema::{self, Layout};
 
+/// Empties the event tables: their streams' positions restart with the rows emptied here. The
+/// feed's numbering goes on (a follower's cursor stays valid; what it had not read is gone, as
+/// retention would have it).
+macro_rules! empty_events {
+    () => {
+        "TRUNCATE events, feed, feed_deferred; UPDATE feed_state SET pruned_seq = last_seq;"
+    };
+}
+
 /// Empties every saldo table but keeps the schema (and the system account of the ledger).
-const EMPTY_ALL: &str =
+const EMPTY_ALL: &str = concat!(
+    empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, stock_movements, stock, transfers, \
      transfer_groups, account_repairs; \
-     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0";
+     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0"
+);
 /// The stock tables of the Citus layout, emptied by DELETE in foreign-key order: a TRUNCATE of
 /// every shard of every table takes seconds there (measured: 2.2 s against 0.2 s), and the lab
 /// empties them before every run. Sequences keep counting (ids stay unique, which is all the
@@ -31,7 +42,9 @@ const EMPTY_ALL: &str =
 /// after a parallel multi-shard one in the same transaction.
 macro_rules! delete_stock_citus {
     () => {
-        "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'; DELETE FROM backorder_fills; DELETE FROM reservation_allocations; \
+        "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'; \
+         DELETE FROM feed_deferred; DELETE FROM feed; DELETE FROM events; \
+         UPDATE feed_state SET pruned_seq = last_seq; DELETE FROM backorder_fills; DELETE FROM reservation_allocations; \
          DELETE FROM sale_allocations; DELETE FROM stock_locations; DELETE FROM locations; \
          DELETE FROM reservations; DELETE FROM sale_items; DELETE FROM sales; \
          DELETE FROM stock_movements; DELETE FROM stock; DELETE FROM orders;"
@@ -40,7 +53,9 @@ macro_rules! delete_stock_citus {
 /// The ledger tables of the Citus layout, likewise (the system account kept, at 0).
 macro_rules! delete_ledger_citus {
     () => {
-        "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'; DELETE FROM account_repairs; \
+        "SET LOCAL citus.multi_shard_modify_mode TO 'sequential'; \
+         DELETE FROM feed_deferred; DELETE FROM feed; DELETE FROM events; \
+         UPDATE feed_state SET pruned_seq = last_seq; DELETE FROM account_repairs; \
          DELETE FROM transfers; DELETE FROM transfer_ids; DELETE FROM transfer_group_positions; \
          DELETE FROM transfer_groups; DELETE FROM accounts WHERE id <> 0; \
          UPDATE accounts SET balance = 0, held = 0, pending_credits = 0 WHERE id = 0"
@@ -56,9 +71,11 @@ const EMPTY_ALL_CITUS: &str = concat!(
 );
 
 /// Empties the stock tables (the ledger is left alone).
-const EMPTY_STOCK: &str =
+const EMPTY_STOCK: &str = concat!(
+    empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
-     locations, reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY";
+     locations, reservations, sale_items, sales, stock_movements, stock RESTART IDENTITY"
+);
 const EMPTY_STOCK_CITUS: &str = delete_stock_citus!();
 const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
@@ -66,9 +83,11 @@ const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, qua
      SELECT g, 'count', $1, 'bench' FROM generate_series(1, $2::bigint) g";
 
 /// Empties the ledger (keeping the system account).
-const EMPTY_LEDGER: &str =
+const EMPTY_LEDGER: &str = concat!(
+    empty_events!(),
     "TRUNCATE transfers, transfer_groups, account_repairs; DELETE FROM accounts WHERE id <> 0; \
-     UPDATE accounts SET balance = 0 WHERE id = 0";
+     UPDATE accounts SET balance = 0 WHERE id = 0"
+);
 const EMPTY_LEDGER_CITUS: &str = delete_ledger_citus!();
 const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";

@@ -9,7 +9,9 @@
 //!   different workers, a direct sale across workers and the refusals (`citus/stock.rs`);
 //! - the ledger: the ledger, holds and ledger-model suites for both transfer strategies, the
 //!   batched engine's suite, the ledger repair, and crossed transfers and holds across workers
-//!   (`citus/ledger.rs`), each test ending with the Citus audit clean.
+//!   (`citus/ledger.rs`), each test ending with the Citus audit clean;
+//! - the event feed: the outbox of every write, the sequencer's order under concurrent
+//!   writers and a late commit, retention (`suite/events.rs`).
 //!
 //! Without Citus binaries it fails saying what to install (`SALDO_CITUS_PG_BIN`).
 
@@ -415,6 +417,9 @@ mod retry;
 
 #[path = "suite/repair.rs"]
 mod repair;
+
+#[path = "suite/events.rs"]
+mod events;
 
 /// Products on different workers, crossing orders, the refusals of what Citus does not run.
 #[path = "citus/stock.rs"]

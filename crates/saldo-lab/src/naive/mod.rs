@@ -14,6 +14,7 @@
 
 pub mod backorders;
 pub mod extend;
+pub mod follow;
 pub mod holds;
 pub mod ledger;
 pub mod locations;

@@ -11,7 +11,7 @@
 //! Layout, imports pointing one way: [`types`] (scenarios, reports, bounds) ← [`buyers`] (firing
 //! every order at once and tallying the answers) ← the scenarios ([`stock`], [`transfers`],
 //! [`late`], [`holds`], and the shop scenarios [`extend`], [`sales`], [`backorders`] and
-//! [`locations`], which share [`contender`] (who races, the per-contender run loop) and
+//! [`locations`], and the feed reader's [`follow`], which share [`contender`] (who races, the per-contender run loop) and
 //! [`fire`] (one run: every request at once from one starting line, the answers sorted, the
 //! books read)); their naive variants are in `crate::naive`. Above them, [`catalog`] (each
 //! scenario's description, defaults, settings and racers) ← [`plan`] (a request validated
@@ -45,6 +45,7 @@ pub mod contender;
 pub mod explain;
 pub mod extend;
 pub mod fire;
+pub mod follow;
 pub mod holds;
 pub mod late;
 pub mod locations;

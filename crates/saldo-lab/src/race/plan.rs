@@ -10,7 +10,7 @@ use crate::race::holds::{HoldRace, LabHolds};
 use crate::race::stock::StockRace;
 use crate::race::transfers::TransferRace;
 use crate::race::types::{bounded, LabError, OutOfRange, Report, RunDone, Scenario, MAX_RUNS};
-use crate::race::{backorders, extend, holds, late, locations, sales, stock, transfers};
+use crate::race::{backorders, extend, follow, holds, late, locations, sales, stock, transfers};
 use crate::scratch::Scratch;
 use crate::strategy::{LabStrategy, LabTransfer};
 
@@ -291,6 +291,16 @@ impl ContenderRace {
                     contenders,
                     on_run,
                     |s, c, run| async move { backorders::run_on(&s, buyers, c, run).await },
+                )
+                .await
+            }
+            Scenario::EventsFollow => {
+                run_contenders(
+                    scratch,
+                    runs(buyers.into()),
+                    contenders,
+                    on_run,
+                    |s, c, run| async move { follow::run_on(&s, buyers, c, run).await },
                 )
                 .await
             }

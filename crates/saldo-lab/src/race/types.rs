@@ -51,6 +51,9 @@ pub enum Scenario {
     BackorderFill,
     /// Orders split across three locations of two products; no location oversold.
     SplitLocations,
+    /// A reader follows the event feed while one writer commits late; it must see every
+    /// committed event once, each stream in order.
+    EventsFollow,
 }
 
 impl Scenario {
@@ -67,6 +70,7 @@ impl Scenario {
         Scenario::SalesVsReservations,
         Scenario::BackorderFill,
         Scenario::SplitLocations,
+        Scenario::EventsFollow,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -83,6 +87,7 @@ impl Scenario {
             Scenario::SalesVsReservations => "sales-vs-reservations",
             Scenario::BackorderFill => "backorder-fill",
             Scenario::SplitLocations => "split-locations",
+            Scenario::EventsFollow => "events-follow",
         }
     }
 
@@ -217,6 +222,15 @@ pub struct Report {
     /// "granted" on a hold that expired, or refused on one still active), over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wrong_answers: Option<u64>,
+    /// events-follow: committed events the reader never saw, over all runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_events: Option<u64>,
+    /// events-follow: events the reader saw more than once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate_events: Option<u64>,
+    /// events-follow: events seen before an earlier position of their stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_order_events: Option<u64>,
     /// Runs in which at least one invariant broke.
     pub violations: u32,
     pub verdict: Verdict,

@@ -110,6 +110,14 @@ impl Filter {
     }
 }
 
+/// Every event type saldo writes: the stock side's, then the ledger's.
+pub fn types() -> impl Iterator<Item = &'static str> {
+    crate::stock::flows::order_events::STOCK_EVENT_TYPES
+        .iter()
+        .chain(crate::ledger::rows::events::LEDGER_EVENT_TYPES)
+        .copied()
+}
+
 /// Parses a stream name (`product:42`).
 pub fn parse_stream(s: &str) -> Result<(StreamType, String), InputError> {
     let invalid = || InputError::StreamInvalid(s.chars().take(64).collect());

@@ -97,9 +97,11 @@ pub(crate) const LOCK_ACCOUNTS_SKIP: Sql = Sql::per_key(
 /// order the statement writes them in no longer matters.
 pub(crate) const WRITE_ACCOUNTS: Sql = Sql::same(
     "UPDATE accounts a \
-     SET balance = d.balance, held = d.held, pending_credits = d.pending_credits \
+     SET balance = d.balance, held = d.held, pending_credits = d.pending_credits, \
+         event_position = a.event_position + 1 \
      FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) \
-          AS d(id, balance, held, pending_credits) WHERE a.id = d.id",
+          AS d(id, balance, held, pending_credits) WHERE a.id = d.id \
+     RETURNING a.id, a.balance, a.held, a.pending_credits, a.event_position",
 );
 pub(crate) const ACCOUNT: Sql = Sql::same(concat!(
     "SELECT ",
@@ -110,11 +112,14 @@ pub(crate) const ACCOUNT: Sql = Sql::same(concat!(
 pub(crate) const LOCK_SYSTEM: Sql =
     Sql::same("SELECT balance FROM accounts WHERE id = 0 FOR UPDATE");
 pub(crate) const CREATE_ACCOUNT: Sql = Sql::same(
-    "INSERT INTO accounts (id, balance, min_balance, max_balance) \
-     VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING RETURNING id",
+    "INSERT INTO accounts (id, balance, min_balance, max_balance, event_position) \
+     VALUES ($1, $2, $3, $4, 1) ON CONFLICT (id) DO NOTHING \
+     RETURNING id, balance, held, pending_credits, event_position",
 );
-pub(crate) const DEBIT_SYSTEM: Sql =
-    Sql::same("UPDATE accounts SET balance = balance - $1 WHERE id = 0");
+pub(crate) const DEBIT_SYSTEM: Sql = Sql::same(
+    "UPDATE accounts SET balance = balance - $1, event_position = event_position + 1 \
+         WHERE id = 0 RETURNING id, balance, held, pending_credits, event_position",
+);
 /// Citus: a transaction that writes reference tables (a group, its positions) after reading
 /// every journal shard must use one connection per node.
 pub(crate) const SEQUENTIAL: Sql =
@@ -287,8 +292,11 @@ pub(crate) const EXPIRE: Sql = Sql::pair(
 // ---- Repair -----------------------------------------------------------------------------------
 
 /// An account's counters brought back to its journal, under its lock.
-pub(crate) const REPAIR_ACCOUNT: Sql =
-    Sql::same("UPDATE accounts SET balance = $2, held = $3, pending_credits = $4 WHERE id = $1");
+pub(crate) const REPAIR_ACCOUNT: Sql = Sql::same(
+    "UPDATE accounts SET balance = $2, held = $3, pending_credits = $4, \
+         event_position = event_position + 1 \
+         WHERE id = $1 RETURNING id, balance, held, pending_credits, event_position",
+);
 /// The trace of a repair: what the counters were, what they became, and why.
 pub(crate) const RECORD_REPAIR: Sql = Sql::same(
     "INSERT INTO account_repairs (account_id, balance_before, held_before, \

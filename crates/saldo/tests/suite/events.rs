@@ -390,3 +390,101 @@ async fn retention_prunes_the_oldest_and_an_old_cursor_is_refused() {
         .expect("read");
     assert_eq!(page.events.len(), 1);
 }
+
+/// The ledger's writes: an opening, a transfer, a hold posted, a hold voided, a hold expired by
+/// the sweeper, each with `account.changed` for every account it changed and its transfer's
+/// events; a refused transfer writes none. On both transfer strategies.
+#[tokio::test]
+async fn every_ledger_change_writes_its_events_and_a_refusal_none() {
+    use saldo::domain::{AccountId, Amount, TransferId, TransferTimeout};
+    use saldo::ledger::{Ledger, TransferRequest, TransferStrategy};
+    use saldo::stock::batched::BatchedConfig;
+
+    let acc = |n: i64| AccountId::new(n).expect("account");
+    let tid = |s: &str| TransferId::new(s).expect("transfer id");
+    let request = |id: &str, from: i64, to: i64, n: i64| TransferRequest {
+        id: tid(id),
+        from: acc(from),
+        to: acc(to),
+        amount: Amount::new(n).expect("amount"),
+    };
+    for strategy in [TransferStrategy::Ordered, TransferStrategy::Batched] {
+        let db = test_db().await;
+        let store = db.store();
+        let ledger = Ledger::serving(store.clone(), strategy, &BatchedConfig::default());
+        ledger.open_account(acc(1), 1_000).await.expect("open 1");
+        ledger.open_account(acc(2), 0).await.expect("open 2");
+        ledger
+            .transfer(strategy, &request("t-1", 1, 2, 100))
+            .await
+            .expect("transfer");
+        let refused = ledger
+            .transfer(strategy, &request("t-refused", 2, 1, 5_000))
+            .await;
+        assert!(refused.is_err(), "{strategy:?}: {refused:?}");
+        let timeout = TransferTimeout::from_secs(60).expect("timeout");
+        ledger
+            .hold(&request("h-post", 1, 2, 50), timeout)
+            .await
+            .expect("hold");
+        ledger.post(&tid("h-post"), None).await.expect("post");
+        ledger
+            .hold(&request("h-void", 1, 2, 30), timeout)
+            .await
+            .expect("hold");
+        ledger.void(&tid("h-void")).await.expect("void");
+        ledger
+            .hold(&request("h-due", 1, 2, 20), timeout)
+            .await
+            .expect("hold");
+        saldo::fixtures::make_holds_due(&db.pool, &["h-due"])
+            .await
+            .expect("due");
+        assert_eq!(ledger.expire_due().await.expect("sweep"), 1);
+
+        let feed = whole_feed(&db).await;
+        let of = |stream: &str| -> Vec<&str> {
+            feed.iter()
+                .filter(|e| e.stream == stream)
+                .map(|e| e.kind.as_str())
+                .collect()
+        };
+        assert_eq!(of("transfer:t-1"), ["transfer.created"], "{strategy:?}");
+        assert_eq!(
+            of("transfer:h-post"),
+            ["transfer.created", "transfer.posted"]
+        );
+        assert_eq!(
+            of("transfer:h-void"),
+            ["transfer.created", "transfer.voided"]
+        );
+        assert_eq!(
+            of("transfer:h-due"),
+            ["transfer.created", "transfer.expired"]
+        );
+        assert!(
+            of("transfer:t-refused").is_empty(),
+            "{strategy:?}: a refusal wrote"
+        );
+        // Account 1: opened, transfer, hold, post, hold, void, hold, expiry.
+        assert_eq!(
+            of("account:1").len(),
+            8,
+            "{strategy:?}: {:?}",
+            of("account:1")
+        );
+        assert_gap_free(&feed);
+        // The accounts' last events say what their rows say.
+        for id in [1, 2] {
+            let last = feed
+                .iter()
+                .rev()
+                .find(|e| e.stream == format!("account:{id}"))
+                .expect("account event");
+            let account = ledger.account(acc(id)).await.expect("account");
+            assert_eq!(last.data["balance"], account.balance, "{strategy:?}");
+            assert_eq!(last.data["held"], account.held, "{strategy:?}");
+            assert_eq!(last.data["pending_credits"], account.pending_credits);
+        }
+    }
+}

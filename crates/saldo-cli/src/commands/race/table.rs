@@ -221,6 +221,20 @@ fn what_broke(r: &Report) -> Vec<String> {
              expired, or refused on one still active)"
         ));
     }
+    if let Some(missed) = r.missed_events.filter(|m| *m > 0) {
+        broke.push(format!(
+            "the reader never saw {missed} committed events (it had read past their ids before \
+             they committed)"
+        ));
+    }
+    if let Some(twice) = r.duplicate_events.filter(|d| *d > 0) {
+        broke.push(format!("the reader saw {twice} events twice"));
+    }
+    if let Some(inverted) = r.out_of_order_events.filter(|o| *o > 0) {
+        broke.push(format!(
+            "{inverted} events came before an earlier position of their stream"
+        ));
+    }
     if r.check_violations > 0 {
         broke.push(format!(
             "{} CHECK violations (23514) reached buyers — the constraint was the last line of \

@@ -23,7 +23,6 @@ use crate::ledger::sql;
 use crate::ledger::types::Transfer;
 use crate::operation::Operation;
 use crate::store::deadline;
-use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_idempotent_transaction;
 
@@ -40,12 +39,13 @@ pub(super) async fn run_batch(worker: &Worker, jobs: Vec<Job>) {
     let ops: Vec<&Op> = jobs.iter().map(|j| &j.op).collect();
     let ops = &ops[..];
     let dialect = worker.store.dialect();
+    let writer = worker.store.writer();
     let result = in_idempotent_transaction(
         &worker.store.pool,
         &worker.tx,
         Operation::LedgerBatch,
         sql::transfers_key(dialect),
-        move |client| crate::tx_body!(client => apply_batch(Tx::new(client, dialect), ops)),
+        move |client| crate::write_tx!(client, writer => |tx| apply_batch(tx.clone(), ops)),
     )
     .await;
     record_batch(started, jobs.len());

@@ -26,14 +26,14 @@ pub(crate) async fn expire_due(store: &Store, batch: i64) -> Result<u64, Error> 
         retry: RetryPolicy::none(),
         ..store.tx.clone()
     };
-    let dialect = store.dialect();
+    let writer = store.writer();
     let mut total = 0u64;
     for _ in 0..MAX_EXPIRE_BATCHES_PER_ROUND {
         let result = in_transaction(
             &store.pool,
             &options,
             Operation::ExpireHolds,
-            |client| crate::tx_body!(client => expire_batch(Tx::new(client, dialect), batch)),
+            |client| crate::write_tx!(client, writer => |tx| expire_batch(tx.clone(), batch)),
         )
         .await;
         match result {

@@ -53,6 +53,7 @@ async fn apply_group(
     ts: &[NewTransfer<'_>],
 ) -> Result<Group, Error> {
     let dialect = store.dialect();
+    let writer = store.writer();
     let mut run = 1;
     loop {
         let result = in_idempotent_transaction(
@@ -60,7 +61,7 @@ async fn apply_group(
             &store.tx,
             Operation::TransferGroup,
             sql::GROUPS_KEY,
-            |client| crate::tx_body!(client => place_group(Tx::new(client, dialect), group, ts)),
+            |client| crate::write_tx!(client, writer => |tx| place_group(tx.clone(), group, ts)),
         )
         .await;
         match result {

@@ -21,9 +21,9 @@ pub(crate) async fn open(
     limits: BalanceLimits,
     opening_id: &TransferId,
 ) -> Result<Account, Error> {
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(&store.pool, &store.tx, Operation::OpenAccount, |client| {
-        crate::tx_body!(client => open_one(Tx::new(client, dialect), id, opening_balance, limits, opening_id))
+        crate::write_tx!(client, writer => |tx| open_one(tx.clone(), id, opening_balance, limits, opening_id))
     })
     .await
 }

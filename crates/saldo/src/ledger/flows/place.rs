@@ -21,12 +21,13 @@ pub(crate) async fn place_alone(
     t: NewTransfer<'_>,
 ) -> Result<Transfer, Error> {
     let dialect = store.dialect();
+    let writer = store.writer();
     in_idempotent_transaction(
         &store.pool,
         &store.tx,
         operation,
         sql::transfers_key(dialect),
-        |client| crate::tx_body!(client => place_one(Tx::new(client, dialect), t)),
+        |client| crate::write_tx!(client, writer => |tx| place_one(tx.clone(), t)),
     )
     .await
 }
@@ -54,12 +55,13 @@ pub(crate) async fn move_alone(
     m: Movement<'_>,
 ) -> Result<Transfer, Error> {
     let dialect = store.dialect();
+    let writer = store.writer();
     in_idempotent_transaction(
         &store.pool,
         &store.tx,
         operation,
         sql::transfers_key(dialect),
-        |client| crate::tx_body!(client => move_one(Tx::new(client, dialect), strategy, m)),
+        |client| crate::write_tx!(client, writer => |tx| move_one(tx.clone(), strategy, m)),
     )
     .await
 }

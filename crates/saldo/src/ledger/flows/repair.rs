@@ -245,12 +245,12 @@ pub async fn apply(store: &Store, plan: &[AccountRepair]) -> Result<Vec<AccountR
 }
 
 async fn apply_one(store: &Store, planned: &AccountRepair) -> Result<AccountRepair, Error> {
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(
         &store.pool,
         &store.tx,
         Operation::Repair,
-        |client| crate::tx_body!(client => apply_locked(Tx::new(client, dialect), planned)),
+        |client| crate::write_tx!(client, writer => |tx| apply_locked(tx.clone(), planned)),
     )
     .await
 }

@@ -27,12 +27,12 @@ pub(crate) async fn settle_alone(
     id: &TransferId,
     how: Settle,
 ) -> Result<Transfer, Error> {
-    let dialect = store.dialect();
+    let writer = store.writer();
     in_transaction(
         &store.pool,
         &store.tx,
         operation,
-        |client| crate::tx_body!(client => settle_one(Tx::new(client, dialect), id, how)),
+        |client| crate::write_tx!(client, writer => |tx| settle_one(tx.clone(), id, how)),
     )
     .await?
 }

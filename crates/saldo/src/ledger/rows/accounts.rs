@@ -8,6 +8,7 @@
 use crate::domain::{AccountId, BalanceLimits};
 use crate::error::Error;
 use crate::ledger::apply::{AccountRow, Locked};
+use crate::ledger::rows::events;
 use crate::ledger::sql;
 use crate::ledger::types::{account_from_db, Account, Counters};
 use crate::store::dialect::Tx;
@@ -61,9 +62,10 @@ pub(crate) async fn write(tx: &Tx<'_>, locked: &Locked) -> Result<(), Error> {
     let balances: Vec<i64> = rows.iter().map(|r| r.balance).collect();
     let held: Vec<i64> = rows.iter().map(|r| r.held).collect();
     let credits: Vec<i64> = rows.iter().map(|r| r.pending_credits).collect();
-    tx.execute(&sql::WRITE_ACCOUNTS, &[&ids, &balances, &held, &credits])
+    let written = tx
+        .query(&sql::WRITE_ACCOUNTS, &[&ids, &balances, &held, &credits])
         .await?;
-    Ok(())
+    events::accounts_changed(tx, &written)
 }
 
 /// An account from a row with the account columns (the account list reads the same ones).
@@ -114,13 +116,17 @@ pub(crate) async fn create(
         &limits.min_balance(),
         &limits.max_balance(),
     ];
-    Ok(tx.query_opt(&sql::CREATE_ACCOUNT, &params).await?.is_some())
+    let Some(created) = tx.query_opt(&sql::CREATE_ACCOUNT, &params).await? else {
+        return Ok(false);
+    };
+    events::accounts_changed(tx, &[created])?;
+    Ok(true)
 }
 
 /// Takes `amount` from the system account, which the caller holds locked.
 pub(crate) async fn debit_system(tx: &Tx<'_>, amount: i64) -> Result<(), Error> {
-    tx.execute(&sql::DEBIT_SYSTEM, &[&amount]).await?;
-    Ok(())
+    let written = tx.query(&sql::DEBIT_SYSTEM, &[&amount]).await?;
+    events::accounts_changed(tx, &written)
 }
 
 /// Writes a repair's counters to an account the caller holds locked, and its trace.
@@ -132,12 +138,14 @@ pub(crate) async fn repair(
     reason: &str,
 ) -> Result<(), Error> {
     let a = id.get();
-    let updated = tx
-        .execute(
+    let written = tx
+        .query(
             &sql::REPAIR_ACCOUNT,
             &[&a, &after.balance, &after.held, &after.pending_credits],
         )
         .await?;
+    events::accounts_changed(tx, &written)?;
+    let updated = written.len();
     if updated != 1 {
         return Err(Error::invariant(format!(
             "the repair of account {id} updated {updated} rows"

@@ -12,6 +12,7 @@ use crate::domain::AccountId;
 use crate::domain::{GroupId, TransferId, TransferStatus};
 use crate::error::Error;
 use crate::ledger::apply::NewTransfer;
+use crate::ledger::rows::events;
 use crate::ledger::sql;
 use crate::ledger::types::{account_from_db, Transfer, TransferKind};
 use crate::store::dialect::{Param, Tx};
@@ -187,14 +188,17 @@ pub(crate) async fn insert_many(
         .into_iter()
         .map(|t| (t.id.as_str().to_owned(), t))
         .collect();
-    c.ids
+    let inserted = c
+        .ids
         .iter()
         .map(|id| {
             by_id
                 .remove(*id)
                 .ok_or_else(|| Error::invariant(format!("transfer {id} inserted but not returned")))
         })
-        .collect()
+        .collect::<Result<Vec<Transfer>, Error>>()?;
+    events::transfers_created(tx, &inserted)?;
+    Ok(inserted)
 }
 
 /// Citus: the ids' rows (each awaited, so the first taken id fails), the group positions, then

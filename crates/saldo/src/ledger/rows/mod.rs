@@ -6,8 +6,11 @@
 //!
 //! - [`accounts`]: account locks (ascending id), reads and writes, opening and repair writes;
 //! - [`journal`]: new transfers and groups, finding them, an account's history;
+//! - [`events`]: the events of those writes (`account.changed`, `transfer.*`), into the
+//!   transaction's outbox;
 //! - [`settles`]: the clock, what a post, void or expiry reads of a hold, and its writes.
 
 pub(crate) mod accounts;
+pub(crate) mod events;
 pub(crate) mod journal;
 pub(crate) mod settles;

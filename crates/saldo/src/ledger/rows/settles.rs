@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::{AccountId, TransferId, TransferStatus};
 use crate::error::Error;
 use crate::ledger::apply::TransferState;
-use crate::ledger::rows::journal;
+use crate::ledger::rows::{events, journal};
 use crate::ledger::sql;
 use crate::ledger::types::account_from_db;
 use crate::store::dialect::{Param, Tx};
@@ -124,6 +124,7 @@ pub(crate) async fn settle(
             "transfer {id} read pending under its account locks but {moved} rows moved"
         )));
     }
+    events::transfer_settled(tx, t, now);
     Ok(())
 }
 
@@ -171,6 +172,16 @@ pub(crate) async fn settle_many(
             "a ledger batch settled {moved} of {rows} hold rows it read pending under their locks"
         )));
     }
+    for (id, (status, posted_amount)) in settled {
+        if let Some(state) = states.get(id) {
+            let moved = TransferState {
+                status: *status,
+                posted_amount: *posted_amount,
+                ..state.clone()
+            };
+            events::transfer_settled(tx, &moved, now);
+        }
+    }
     Ok(())
 }
 
@@ -200,7 +211,8 @@ pub(crate) async fn expire(
     now: DateTime<Utc>,
 ) -> Result<Vec<TransferState>, Error> {
     let rows = journal::one_per_transfer(tx, tx.query(&sql::EXPIRE, &[&ids, &now]).await?)?;
-    rows.iter()
+    let expired = rows
+        .iter()
         .map(|r| {
             Ok(TransferState {
                 id: TransferId::new(r.try_get::<_, String>("id")?)?,
@@ -213,5 +225,13 @@ pub(crate) async fn expire(
                 expires_at: r.try_get("expires_at")?,
             })
         })
-        .collect()
+        .collect::<Result<Vec<TransferState>, Error>>()?;
+    for t in &expired {
+        let moved = TransferState {
+            status: TransferStatus::Expired,
+            ..t.clone()
+        };
+        events::transfer_settled(tx, &moved, now);
+    }
+    Ok(expired)
 }
