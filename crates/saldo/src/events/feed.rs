@@ -17,7 +17,8 @@ use crate::store::dialect::{Sql, Tx};
 use crate::store::handle::Store;
 use crate::store::retry::{checkout, in_transaction};
 
-use super::{sequencer, Cursor, Event, Filter, Page};
+use super::sequencer;
+use super::types::{Cursor, Event, Filter, Page};
 
 /// Most events one page returns.
 pub const MAX_PAGE: usize = 1_000;
