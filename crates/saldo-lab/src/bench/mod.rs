@@ -131,6 +131,43 @@ pub struct BenchConfig {
     pub batched: BatchedConfig,
     /// HTTP mode: the running service to drive (its strategy is the server's).
     pub http: Option<Arc<HttpTarget>>,
+    /// Whether the writes append their events (the outbox), or both in turn, side by side.
+    pub events: EventsMode,
+}
+
+/// `--events`: the outbox on (what the service runs), off, or each in turn within every round
+/// (so a slow stretch of the machine hits both; the runs without are named `…@no-events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum EventsMode {
+    #[default]
+    On,
+    Off,
+    Both,
+}
+
+impl EventsMode {
+    /// The settings a round runs, in order: true for events on.
+    fn settings(self) -> &'static [bool] {
+        match self {
+            EventsMode::On => &[true],
+            EventsMode::Off => &[false],
+            EventsMode::Both => &[true, false],
+        }
+    }
+}
+
+/// A result's name: the strategy, the compared server's label, and `no-events` when off.
+fn run_name(strategy: &str, label: Option<&str>, events: bool) -> String {
+    let mut tags: Vec<&str> = label.into_iter().collect();
+    if !events {
+        tags.push("no-events");
+    }
+    if tags.is_empty() {
+        strategy.to_owned()
+    } else {
+        format!("{strategy}@{}", tags.join("+"))
+    }
 }
 
 impl BenchConfig {
@@ -247,39 +284,47 @@ async fn rounds(
             .map(|(label, scratch)| (Some(label.as_str()), Some(*scratch)))
             .collect(),
     };
-    let per_round = (config.strategies.len() * sides.len()) as u64;
+    let settings = config.events.settings();
+    let per_round = (config.strategies.len() * sides.len() * settings.len()) as u64;
     for round in 1..=config.rounds {
         let mut i = 0_u64;
         for &(label, scratch) in &sides {
-            for &name in &config.strategies {
-                let index = u64::from(round - 1) * per_round + i;
-                i += 1;
-                let on_tick = |live: &load::Live<'_>| {
-                    progress.tick(index, round, name, live);
-                };
-                let mut result = match (&backend, scratch) {
-                    (Backend::Http(target), _) => {
-                        http_run(config, target, &picker, round, on_tick).await?
-                    }
-                    (_, Some(scratch)) => {
-                        one_run(config, scratch, &picker, name, round, on_tick).await?
-                    }
-                    (_, None) => bail!("a scratch backend without its scratch database"),
-                };
-                if let Some(label) = label {
-                    result.strategy = format!("{}@{label}", result.strategy);
+            for &events in settings {
+                for &name in &config.strategies {
+                    let index = u64::from(round - 1) * per_round + i;
+                    i += 1;
+                    let on_tick = |live: &load::Live<'_>| {
+                        progress.tick(index, round, name, live);
+                    };
+                    let mut result = match (&backend, scratch) {
+                        (Backend::Http(target), _) => {
+                            http_run(config, target, &picker, round, on_tick).await?
+                        }
+                        (_, Some(scratch)) => {
+                            let run = Run {
+                                name,
+                                round,
+                                events,
+                            };
+                            one_run(config, scratch, &picker, run, on_tick).await?
+                        }
+                        (_, None) => bail!("a scratch backend without its scratch database"),
+                    };
+                    result.strategy = run_name(&result.strategy, label, events);
+                    progress.run_done(&result);
+                    results.push(result);
                 }
-                progress.run_done(&result);
-                results.push(result);
             }
         }
     }
     let names: Vec<String> = sides
         .iter()
         .flat_map(|&(label, _)| {
-            config.strategies.iter().map(move |n| match label {
-                Some(label) => format!("{}@{label}", n.as_str()),
-                None => n.as_str().to_owned(),
+            settings.iter().flat_map(move |&events| {
+                config
+                    .strategies
+                    .iter()
+                    .map(move |n| run_name(n.as_str(), label, events))
             })
         })
         .collect();
@@ -292,17 +337,35 @@ async fn rounds(
     })
 }
 
+/// Which run [`one_run`] makes.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    name: Contender,
+    round: u32,
+    /// The outbox on (the service's setting) or off.
+    events: bool,
+}
+
 /// One strategy, one round: fresh stock, the load, the checks.
 async fn one_run(
     config: &BenchConfig,
     scratch: &Scratch,
     picker: &Arc<Picker>,
-    name: Contender,
-    round: u32,
+    run: Run,
     on_tick: impl Fn(&load::Live<'_>),
 ) -> Result<RunResult> {
+    let Run {
+        name,
+        round,
+        events,
+    } = run;
     let pool = scratch.pool();
     let store = scratch.store(TxOptions::default());
+    let store = if events {
+        store
+    } else {
+        store.without_events()
+    };
     let mut batched = None;
     let mut ledger_engine = None;
     let target = match name {

@@ -20,7 +20,7 @@ use saldo::stock::batched::{self as batched_engine, BatchedConfig};
 use saldo_lab::bench::http::HttpTarget;
 use saldo_lab::bench::load::LoadPlan;
 use saldo_lab::bench::report::RunResult;
-use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, Scenario};
+use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, EventsMode, Scenario};
 use saldo_lab::scratch::{Scratch, Server};
 
 use crate::commands::shared::Global;
@@ -104,6 +104,10 @@ pub struct Args {
     #[arg(long, default_value_t = 0,
           value_parser = duration::millis(0, batched_engine::MAX_LINGER.as_millis() as u64))]
     linger_ms: u64,
+    /// The event outbox: on (as the service runs), off, or both in turn within every round
+    /// (the runs without are named `strategy@no-events`), to measure what events cost.
+    #[arg(long, value_enum, default_value_t = EventsMode::On)]
+    events: EventsMode,
     /// Print the results as JSON on stdout (the table goes to stderr).
     #[arg(long)]
     json: bool,
@@ -153,6 +157,9 @@ impl Options {
         let http = http_target(&args)?;
         if http.is_some() {
             strategies = vec![Contender::Http];
+            if args.events != EventsMode::On {
+                bail!("--events applies to library runs: with --target the server decides");
+            }
         }
         if !(0.0..=MAX_SKEW).contains(&args.skew) {
             bail!("--skew must be within 0..={MAX_SKEW}");
@@ -178,6 +185,7 @@ impl Options {
                 pool_size: args.pool_size as usize,
                 batched: batched(&args),
                 http,
+                events: args.events,
             },
             json: args.json,
             plot: args.plot,
