@@ -317,17 +317,7 @@ async fn rounds(
             }
         }
     }
-    let names: Vec<String> = sides
-        .iter()
-        .flat_map(|&(label, _)| {
-            settings.iter().flat_map(move |&events| {
-                config
-                    .strategies
-                    .iter()
-                    .map(move |n| run_name(n.as_str(), label, events))
-            })
-        })
-        .collect();
+    let names = names_of(config, &sides, settings);
     let summaries = report::summarize(&names, &results);
     let all_ok = summaries.iter().all(|s| s.invariants_ok);
     Ok(BenchOutcome {
@@ -335,6 +325,23 @@ async fn rounds(
         summaries,
         all_ok,
     })
+}
+
+/// The results' names in table order: per compared server, per events setting, per strategy.
+fn names_of(
+    config: &BenchConfig,
+    sides: &[(Option<&str>, Option<&Scratch>)],
+    settings: &[bool],
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for &(label, _) in sides {
+        for &events in settings {
+            for n in &config.strategies {
+                names.push(run_name(n.as_str(), label, events));
+            }
+        }
+    }
+    names
 }
 
 /// Which run [`one_run`] makes.
@@ -354,18 +361,9 @@ async fn one_run(
     run: Run,
     on_tick: impl Fn(&load::Live<'_>),
 ) -> Result<RunResult> {
-    let Run {
-        name,
-        round,
-        events,
-    } = run;
+    let Run { name, round, .. } = run;
     let pool = scratch.pool();
-    let store = scratch.store(TxOptions::default());
-    let store = if events {
-        store
-    } else {
-        store.without_events()
-    };
+    let store = store_for(scratch, run);
     let mut batched = None;
     let mut ledger_engine = None;
     let target = match name {
@@ -410,13 +408,7 @@ async fn one_run(
         .or_else(|| ledger_engine.as_ref().map(|l| l.engine().stats()));
     drop(batched);
     drop(ledger_engine);
-    let invariants = if config.scenario.is_transfers() {
-        let expected_total = OPENING_BALANCE * i64::from(config.products);
-        checks::ledger_checks(pool, expected_total, tally.units_granted, tally.errors).await?
-    } else {
-        let stock = i64::from(STOCK_PER_PRODUCT);
-        checks::stock_checks(pool, stock, tally.units_granted, tally.errors).await?
-    };
+    let invariants = invariants_after(config, pool, &tally).await?;
     Ok(result_of(
         name,
         round,
@@ -425,6 +417,31 @@ async fn one_run(
         stats,
         invariants,
     ))
+}
+
+/// The run's store: the default transaction options, events as the run says.
+fn store_for(scratch: &Scratch, run: Run) -> saldo::Store {
+    let store = scratch.store(TxOptions::default());
+    if run.events {
+        store
+    } else {
+        store.without_events()
+    }
+}
+
+/// The checks after a run: the ledger's or the stock's, against what the load was granted.
+async fn invariants_after(
+    config: &BenchConfig,
+    pool: &deadpool_postgres::Pool,
+    tally: &load::Tally,
+) -> Result<Vec<checks::Check>> {
+    Ok(if config.scenario.is_transfers() {
+        let expected_total = OPENING_BALANCE * i64::from(config.products);
+        checks::ledger_checks(pool, expected_total, tally.units_granted, tally.errors).await?
+    } else {
+        let stock = i64::from(STOCK_PER_PRODUCT);
+        checks::stock_checks(pool, stock, tally.units_granted, tally.errors).await?
+    })
 }
 
 /// The stock a run starts with: every product at one pool, or at [`BENCH_LOCATIONS`].

@@ -263,58 +263,25 @@ impl ContenderRace {
             stock_per_run,
             runs,
         };
+        // One arm per scenario: its stock per run (for the report) and its `run_on`.
+        macro_rules! race {
+            ($stock_per_run:expr, $scenario:ident) => {
+                run_contenders(
+                    scratch,
+                    runs($stock_per_run),
+                    contenders,
+                    on_run,
+                    |s, c, run| async move { $scenario::run_on(&s, buyers, c, run).await },
+                )
+                .await
+            };
+        }
         match scenario {
-            Scenario::ExtendVsSweeper => {
-                run_contenders(
-                    scratch,
-                    runs(buyers.into()),
-                    contenders,
-                    on_run,
-                    |s, c, run| async move { extend::run_on(&s, buyers, c, run).await },
-                )
-                .await
-            }
-            Scenario::SalesVsReservations => {
-                run_contenders(
-                    scratch,
-                    runs(1),
-                    contenders,
-                    on_run,
-                    |s, c, run| async move { sales::run_on(&s, buyers, c, run).await },
-                )
-                .await
-            }
-            Scenario::BackorderFill => {
-                run_contenders(
-                    scratch,
-                    runs(0),
-                    contenders,
-                    on_run,
-                    |s, c, run| async move { backorders::run_on(&s, buyers, c, run).await },
-                )
-                .await
-            }
-            Scenario::EventsFollow => {
-                run_contenders(
-                    scratch,
-                    runs(buyers.into()),
-                    contenders,
-                    on_run,
-                    |s, c, run| async move { follow::run_on(&s, buyers, c, run).await },
-                )
-                .await
-            }
-            _ => {
-                let stocked = locations::stocked_units();
-                run_contenders(
-                    scratch,
-                    runs(stocked),
-                    contenders,
-                    on_run,
-                    |s, c, run| async move { locations::run_on(&s, buyers, c, run).await },
-                )
-                .await
-            }
+            Scenario::ExtendVsSweeper => race!(buyers.into(), extend),
+            Scenario::SalesVsReservations => race!(1, sales),
+            Scenario::BackorderFill => race!(0, backorders),
+            Scenario::EventsFollow => race!(buyers.into(), follow),
+            _ => race!(locations::stocked_units(), locations),
         }
     }
 }

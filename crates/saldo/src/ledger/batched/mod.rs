@@ -1,5 +1,5 @@
-//! The batched ledger engine: group commit for a hot account, the money twin of
-//! [`crate::stock::batched`].
+//! The batched ledger engine: group commit for a hot account, the money twin of the stock
+//! side's batched strategy (both run on [`crate::batch`]).
 //!
 //! One hot account row serialises every transaction that touches it (a transfer locks both of
 //! its rows), so one transfer per transaction moves money at most 1 / lock-hold-time per

@@ -92,20 +92,13 @@ async fn reserve_tx(
     // The order's next event position (1 for a new order); a concurrent writer of the same
     // order that takes it too meets this one on the events' unique index (see `order_events`).
     let position = order_events::last_position(&rows) + 1;
-    let mut new_rows = NewRows::default();
     let lines = OrderLines {
         order_id,
         ttl: intent.ttl(),
         request_key: intent.request_key(),
         position,
     };
-    for ((product, quantity), item) in take.iter().zip(&taken) {
-        let id = Uuid::new_v4();
-        new_rows.push(id, &lines, *product, *quantity);
-        if item.locations().is_some() {
-            new_rows.mark_allocated();
-        }
-    }
+    let new_rows = new_rows(&lines, &take, &taken);
     let mut written = reservations::insert(tx, &new_rows).await?;
     let backordered: Vec<i32> = taken.iter().map(ItemTaken::backordered).collect();
     backorders::mark(tx, &mut written, &backordered).await?;
@@ -131,6 +124,23 @@ async fn reserve_tx(
         items: current_items(&rows),
         replayed: false,
     })
+}
+
+/// The reservation rows of the order's new lines: one per item taken, marked where the take
+/// allocated locations.
+fn new_rows<'a>(
+    lines: &OrderLines<'a>,
+    take: &[(crate::domain::ProductId, crate::domain::Quantity)],
+    taken: &[ItemTaken],
+) -> NewRows<'a> {
+    let mut rows = NewRows::default();
+    for ((product, quantity), item) in take.iter().zip(taken) {
+        rows.push(Uuid::new_v4(), lines, *product, *quantity);
+        if item.locations().is_some() {
+            rows.mark_allocated();
+        }
+    }
+    rows
 }
 
 /// Locks the order's rows (reservation rows before any stock row: the lock order), expires
