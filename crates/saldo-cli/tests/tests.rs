@@ -16,6 +16,9 @@ mod logs;
 #[path = "suite/faults.rs"]
 mod faults;
 
+#[path = "suite/fault_events.rs"]
+mod fault_events;
+
 #[path = "suite/flood.rs"]
 mod flood;
 

@@ -7,7 +7,9 @@
 //!
 //! After each fault the books are checked from the database itself: every acknowledged (2xx)
 //! reservation and transfer is there exactly once, nothing unacknowledged-and-refused is, no unit
-//! or cent was created or lost, and `GET /v1/admin/audit` is clean.
+//! or cent was created or lost, and `GET /v1/admin/audit` is clean; and a follower of the event
+//! feed, reading through every fault, has every committed event exactly once
+//! (`fault_events.rs`).
 //!
 //! `SALDO_FAULTS_BIN` runs the suite against another build of `saldo` (e.g. an older one, to
 //! see these tests fail on it). A longer run by hand: `SALDO_FAULTS_SCALE=10` multiplies the
@@ -24,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::tokio_postgres::{self, NoTls};
 use serde_json::{json, Value};
+
+use super::fault_events::{self, Done, Follower};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const API_TOKEN: &str = "faults-api-token-0123456789";
@@ -641,6 +645,30 @@ async fn check_books(service: &Service, ops: &[(Op, Outcome)]) {
     );
 }
 
+/// The follower's events against the books: every operation's outcome is known (replayed).
+async fn check_feed(service: &Service, follower: Follower, ops: &[(Op, Outcome)]) {
+    let db = service.db().await;
+    let committed: i64 = db
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .expect("count")
+        .get(0);
+    let seen = follower
+        .finish(usize::try_from(committed).expect("count"))
+        .await;
+    let done: Vec<Done<'_>> = ops
+        .iter()
+        .map(|(op, outcome)| {
+            let applied = *outcome == Outcome::Applied;
+            match op {
+                Op::Reserve { order, .. } => Done::Reservation { order, applied },
+                Op::Transfer { id, .. } => Done::Transfer { id, applied },
+            }
+        })
+        .collect();
+    fault_events::check(&db, &seen, &done).await;
+}
+
 async fn ready(addr: &str) -> bool {
     matches!(
         http(addr, "GET", "/readyz", API_TOKEN, None).await,
@@ -656,6 +684,7 @@ async fn postgres_killed_mid_load_is_restarted_by_the_service() {
     let root = temp_root();
     let mut service = Service::start(root.path(), &[]);
     set_up(&service.addr).await;
+    let follower = Follower::start(&service.db_url);
     let load = Load::start(&service.addr);
     load.wait_acks(acks_per_phase(), "load before the fault")
         .await;
@@ -696,6 +725,7 @@ async fn postgres_killed_mid_load_is_restarted_by_the_service() {
     eprintln!("{unknown} requests had no clear answer during the outage");
     replay(&service.addr, &mut ops, false).await;
     check_books(&service, &ops).await;
+    check_feed(&service, follower, &ops).await;
 
     // saldo's own directory and the cluster's password: private; the password never shown.
     let state = root.path().join("saldo");
@@ -727,6 +757,9 @@ async fn service_killed_mid_load_loses_nothing_on_replay() {
     let root = temp_root();
     let mut first = Service::start(root.path(), &[]);
     set_up(&first.addr).await;
+    // The follower's pool reconnects to the new service's PostgreSQL: same data directory,
+    // same password and socket.
+    let follower = Follower::start(&first.db_url);
     let load = Load::start(&first.addr);
     load.wait_acks(acks_per_phase(), "load before the fault")
         .await;
@@ -753,6 +786,7 @@ async fn service_killed_mid_load_loses_nothing_on_replay() {
     eprintln!("{unknown} requests had no clear answer around the kill");
     replay(&second.addr, &mut ops, true).await;
     check_books(&second, &ops).await;
+    check_feed(&second, follower, &ops).await;
 }
 
 /// `--pool-size 2` means two connections to PostgreSQL in all, under load and after it (the
