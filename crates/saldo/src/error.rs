@@ -351,6 +351,30 @@ pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
 
 /// An error and its causes on one line, `: `-separated: some libraries' own message hides the
 /// cause that says why (refinery's "db error", hyper's connection errors).
+/// Citus's source files whose errors without a SQLSTATE (XX000) say that a node went away under
+/// a query: the coordinator's postmaster died while it waited on a worker, or a connection to a
+/// worker failed ("postmaster was shut down, exiting" and its kin). Nothing of the transaction
+/// was committed; the cluster is unavailable for now.
+const CITUS_NODE_FAILURE_SOURCES: [&str; 3] = [
+    "adaptive_executor.c",
+    "connection_management.c",
+    "intermediate_results.c",
+];
+
+/// True for Citus's report that a node went away under the query (see
+/// [`CITUS_NODE_FAILURE_SOURCES`]): told by SQLSTATE and the source file the server names, never
+/// by the message, whose language is the server's.
+pub fn is_citus_node_failure(e: &tokio_postgres::Error) -> bool {
+    let Some(db) = e.as_db_error() else {
+        return false;
+    };
+    *db.code() == SqlState::INTERNAL_ERROR
+        && db.file().is_some_and(|file| {
+            let name = file.rsplit('/').next().unwrap_or(file);
+            CITUS_NODE_FAILURE_SOURCES.contains(&name)
+        })
+}
+
 pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

@@ -325,7 +325,7 @@ fn database(e: &tokio_postgres::Error) -> Parts {
         || *code == SqlState::T_R_SERIALIZATION_FAILURE
     {
         contention(code.code()).detail("the transaction conflicted with another one")
-    } else if server_went_away(code) {
+    } else if server_went_away(code) || saldo::error::is_citus_node_failure(e) {
         database_unavailable("the database connection failed")
     } else {
         Parts::internal()
@@ -335,7 +335,9 @@ fn database(e: &tokio_postgres::Error) -> Parts {
 /// The server went away mid-request: the connection failed (class 08), or the server is
 /// shutting down or crashed (57P01/57P02/57P03). (Any other error followed by the loss of the
 /// connection, such as a Citus coordinator's internal error when its postmaster dies, reaches
-/// here as the library's `ConnectionLost`, known by the connection's state, not its text.)
+/// here as the library's `ConnectionLost`, known by the connection's state, not its text; and
+/// Citus's own "a node went away" errors, XX000 from its executor, are told by their source file:
+/// `saldo::error::is_citus_node_failure`.)
 fn server_went_away(code: &SqlState) -> bool {
     let class = code.code();
     class.starts_with("08") || class.starts_with("57P")

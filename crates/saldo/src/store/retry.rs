@@ -583,8 +583,12 @@ where
         Ok(()) => Attempt::Ended(client, Ok(value)),
         // An answer from the server refusing the COMMIT (40001 at commit, a deferred
         // constraint): not committed. But a server going away (its connection class 08, or
-        // shutting down or crashed: 57P) may have committed before it said so.
-        Err(e) if e.code().is_some_and(|c| !server_went_away(c)) => {
+        // shutting down or crashed: 57P; a Citus node gone under the commit) may have committed
+        // before it said so.
+        Err(e)
+            if e.code().is_some_and(|c| !server_went_away(c))
+                && !crate::error::is_citus_node_failure(&e) =>
+        {
             Attempt::Ended(client, Err(e.into()))
         }
         // No answer: the connection broke after COMMIT left; it may have committed.
