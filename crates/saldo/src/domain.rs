@@ -47,6 +47,11 @@ pub enum InputError {
     /// A stream name that is not `<product|order|sale|account|transfer>:<id>`.
     #[error("stream {0:?} is not <product|order|sale|account|transfer>:<id>")]
     StreamInvalid(String),
+    /// An event type the feed does not hold (a filter naming it would never match).
+    #[error("event type {0:?} is unknown; known types: {1}")]
+    EventTypeUnknown(String, String),
+    #[error("a filter names at most {max} event types")]
+    TooManyEventTypes { max: usize },
     #[error("amount {amount} is outside 1..={max}")]
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]
