@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::ApiQuery;
+use super::schema;
 use super::task::detached;
 use crate::auth::Client;
 use crate::error::{ApiError, Problem, PROBLEM_JSON};
@@ -36,18 +37,15 @@ pub const LAST_EVENT_ID: &str = "last-event-id";
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
-    /// Read after this cursor (an event's `cursor` or a page's `next`); `end`: only what comes
-    /// after now; `start` or absent: from the oldest event kept.
+    /// Absent: from the oldest event kept.
+    #[param(schema_with = schema::events_after)]
     pub after: Option<String>,
-    /// Events per page, 1..=1000 (default 100).
+    #[param(schema_with = schema::page_limit)]
     pub limit: Option<i64>,
-    /// Only events of these types: repeat the parameter or separate them with commas
-    /// (`stock.changed`, `reservation.created`, …; at most 16).
     #[serde(rename = "type")]
-    #[param(rename = "type")]
+    #[param(rename = "type", schema_with = schema::event_types, style = Form, explode)]
     pub types: Option<Vec<String>>,
-    /// Only the events of one stream: `product:42`, `order:o-1`, `sale:s-1`, `account:5`,
-    /// `transfer:t-1`.
+    #[param(schema_with = schema::event_stream)]
     pub stream: Option<String>,
 }
 
@@ -55,14 +53,13 @@ pub struct EventsQuery {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StreamQuery {
-    /// Start after this cursor (`start`: from the oldest event kept); absent: from the end. The
-    /// `Last-Event-ID` header, when sent, wins.
+    /// Absent: from the end. The `Last-Event-ID` header, when sent, wins.
+    #[param(schema_with = schema::events_after)]
     pub after: Option<String>,
-    /// As in `GET /v1/events`.
     #[serde(rename = "type")]
-    #[param(rename = "type")]
+    #[param(rename = "type", schema_with = schema::event_types, style = Form, explode)]
     pub types: Option<Vec<String>>,
-    /// As in `GET /v1/events`.
+    #[param(schema_with = schema::event_stream)]
     pub stream: Option<String>,
 }
 

@@ -132,7 +132,8 @@ pub fn parse_stream(s: &str) -> Result<(StreamType, String), InputError> {
     let invalid = || InputError::StreamInvalid(s.chars().take(64).collect());
     let (kind, id) = s.split_once(':').ok_or_else(invalid)?;
     let kind = StreamType::parse(kind).ok_or_else(invalid)?;
-    if id.is_empty() || id.len() > 128 || id.chars().any(char::is_control) {
+    // Every stream id is a number or an id of the order/sale/transfer alphabet.
+    if !crate::domain::valid_token(id) {
         return Err(invalid());
     }
     Ok((kind, id.to_owned()))
@@ -168,6 +169,12 @@ mod tests {
         );
         assert!(parse_stream("nope:1").is_err());
         assert!(parse_stream("order:").is_err());
+        assert!(parse_stream("order:a b").is_err());
+        assert!(parse_stream(&format!("order:{}", "x".repeat(65))).is_err());
+        assert_eq!(
+            parse_stream("order:o-1:2"),
+            Ok((StreamType::Order, "o-1:2".to_owned()))
+        );
     }
 
     #[test]
