@@ -557,6 +557,26 @@ fn warn_if_exposed(app: &Application, args: &Args) {
 }
 
 #[cfg(test)]
+mod event_flag_tests {
+    use super::*;
+
+    /// `--event-retention`'s parser: whole seconds, one minute to a year.
+    fn retention(raw: &str) -> Result<u64, String> {
+        duration::secs(MIN_EVENT_RETENTION_S, MAX_EVENT_RETENTION_S)(raw)
+    }
+
+    #[test]
+    fn retention_is_a_minute_to_a_year() {
+        assert_eq!(retention("7days"), Ok(7 * 86_400));
+        assert_eq!(retention("1m"), Ok(60));
+        assert_eq!(retention("365days"), Ok(365 * 86_400));
+        assert!(retention("59s").is_err());
+        assert!(retention("366days").is_err());
+        assert!(retention("1.5s").is_err());
+    }
+}
+
+#[cfg(test)]
 mod transfer_timeout_tests {
     use super::*;
 

@@ -500,3 +500,29 @@ async fn a_quiet_stream_is_not_taken_for_a_stalled_response() {
     drop(s);
     live.stop().await;
 }
+
+/// The service sequences the feed in the background: with no reader at all, a committed
+/// change reaches the feed (its `last_seq` moves) within a bounded wait.
+#[tokio::test]
+async fn the_service_sequences_the_feed_without_readers() {
+    let (live, db) = live(RawSettings::default()).await;
+    live_count(&live, 1, 1).await;
+    let client = db.pool.get().await.expect("client");
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let last: i64 = client
+            .query_one("SELECT last_seq FROM feed_state", &[])
+            .await
+            .expect("feed state")
+            .get(0);
+        if last >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "nothing sequenced the feed"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    live.stop().await;
+}
