@@ -22,6 +22,9 @@ use crate::duration;
 
 /// Largest `--max-events`.
 pub const MAX_EVENTS_LIMIT: u64 = 1_000_000_000;
+/// Bounds of `--poll-interval` (ms).
+pub const MIN_POLL_MS: u64 = 50;
+pub const MAX_POLL_MS: u64 = 60_000;
 /// Events one read asks for.
 const PAGE: usize = events::MAX_PAGE;
 
@@ -78,8 +81,9 @@ struct TailArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_EVENTS_LIMIT))]
     max_events: Option<u64>,
     /// With --follow: time between polls when caught up (50ms to 60s).
-    #[arg(long, default_value = "500ms", value_parser = duration::millis(50, 60_000))]
-    poll_interval: u64,
+    #[arg(long = "poll-interval", default_value = "500ms",
+          value_parser = duration::millis(MIN_POLL_MS, MAX_POLL_MS))]
+    poll_interval_ms: u64,
 }
 
 /// Flag parser of `--after`.
@@ -157,7 +161,7 @@ async fn tail(
             if !args.follow {
                 return Ok(after);
             }
-            tokio::time::sleep(Duration::from_millis(args.poll_interval)).await;
+            tokio::time::sleep(Duration::from_millis(args.poll_interval_ms)).await;
         }
     }
 }

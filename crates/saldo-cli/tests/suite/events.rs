@@ -66,7 +66,7 @@ async fn feed(store: &saldo::stock::Store, n: usize) -> Vec<events::Event> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tail_prints_the_feed_resumes_filters_and_follows() {
+async fn tail_prints_the_feed_resumes_and_filters() {
     let data = tempfile::tempdir().expect("tempdir");
     let db = test_db().await;
     let store = db.store();
@@ -139,7 +139,12 @@ async fn tail_prints_the_feed_resumes_filters_and_follows() {
     let (ok, lines, _) = tail(data.path(), &db.url, &[]).await;
     assert!(ok);
     assert!(lines.is_empty(), "{lines:?}");
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_refuses_bad_flags_naming_them() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let db = test_db().await;
     // Bad flags: refused, naming the problem.
     for (args, says) in [
         (&["--type", "stock.exploded"][..], "unknown"),
@@ -155,7 +160,18 @@ async fn tail_prints_the_feed_resumes_filters_and_follows() {
         assert!(!ok, "{args:?} accepted");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_follows_what_commits_until_its_bound() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let db = test_db().await;
+    let store = db.store();
+    admin::set_count(&store, ProductId::new(1).expect("id"), 1)
+        .await
+        .expect("count");
+    let all = feed(&store, 1).await;
+    let last = all[0].cursor.as_str();
     // --follow sees what commits while it polls, and --max-events ends it. It starts after the
     // last event, so what it prints does not depend on when it attached; the pause lets it
     // catch up and poll first (when the machine is slow it reads them on its first read instead,

@@ -54,9 +54,9 @@ fn cursors(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_feed_pages_after_its_cursor_and_filters() {
-    let app = spawn_app().await;
+/// Four events: `stock.changed` of product 1 (count), of product 1 and `reservation.created`
+/// of order o-1 (the reservation), `stock.changed` of product 2; the whole feed once in it.
+async fn four_events(app: &TestApp) -> Vec<Value> {
     count(&app, 1, 5).await;
     let r = app.reserve("o-1", &[(1, 2)]).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
@@ -70,7 +70,13 @@ async fn the_feed_pages_after_its_cursor_and_filters() {
         .collect();
     assert_eq!(types.iter().filter(|t| **t == "stock.changed").count(), 3);
     assert!(types.contains(&"reservation.created"), "{types:?}");
+    all
+}
 
+#[tokio::test]
+async fn the_feed_pages_after_its_cursor() {
+    let app = spawn_app().await;
+    let all = four_events(&app).await;
     // Pages of two, following `next`, give the same events in the same order.
     let mut paged = Vec::new();
     let mut after = "start".to_owned();
@@ -87,7 +93,12 @@ async fn the_feed_pages_after_its_cursor_and_filters() {
     }
     assert_eq!(cursors(&paged), cursors(&all));
     assert_eq!(after, all[3]["cursor"], "next ends at the last event");
+}
 
+#[tokio::test]
+async fn the_feed_filters_by_type_and_stream_and_starts_at_its_end() {
+    let app = spawn_app().await;
+    four_events(&app).await;
     // Filters: one type, types repeated and comma-separated, one stream.
     let only = |q: &str| {
         let q = q.to_owned();
