@@ -57,12 +57,12 @@ fn cursors(events: &[Value]) -> Vec<String> {
 /// Four events: `stock.changed` of product 1 (count), of product 1 and `reservation.created`
 /// of order o-1 (the reservation), `stock.changed` of product 2; the whole feed once in it.
 async fn four_events(app: &TestApp) -> Vec<Value> {
-    count(&app, 1, 5).await;
+    count(app, 1, 5).await;
     let r = app.reserve("o-1", &[(1, 2)]).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-    count(&app, 2, 3).await;
+    count(app, 2, 3).await;
     // stock.changed ×3 (1, 1 by the reservation, 2) and reservation.created.
-    let all = feed_of_at_least(&app, 4).await;
+    let all = feed_of_at_least(app, 4).await;
     assert_eq!(all.len(), 4, "{all:?}");
     let types: Vec<&str> = all
         .iter()
