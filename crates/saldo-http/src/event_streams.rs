@@ -28,6 +28,8 @@ pub const POLL_IDLE: Duration = Duration::from_millis(200);
 pub const STREAM_PAGE: usize = 100;
 /// Comment line sent on a stream with no event for this long (keeps proxies from closing it).
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
+/// Failed polls of one stream between two log lines about them.
+const LOG_FAILURES_EVERY: u32 = 50;
 /// Metric: event streams open now.
 pub const STREAMS_OPEN: &str = "saldo_event_streams_open";
 /// Metric: event streams closed by the server, by reason.
@@ -167,22 +169,31 @@ enum Pushed {
 impl Poller {
     async fn run(mut self, first: Page) {
         let mut page = Some(first);
+        let mut failures: u32 = 0;
         loop {
             let read = match page.take() {
                 Some(p) => Ok(p),
                 None => events::read(&self.store, self.after, STREAM_PAGE, &self.filter).await,
             };
             let moved = match read {
-                Ok(p) => match self.push(p) {
-                    Pushed::All { moved } => moved,
-                    Pushed::Full => return self.cut(CutReason::BufferFull),
-                    Pushed::Gone => return,
-                },
+                Ok(p) => {
+                    failures = 0;
+                    match self.push(p) {
+                        Pushed::All { moved } => moved,
+                        Pushed::Full => return self.cut(CutReason::BufferFull),
+                        Pushed::Gone => return,
+                    }
+                }
                 Err(saldo::Error::CursorExpired { .. }) => {
                     return self.cut(CutReason::CursorExpired)
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "event stream: reading the feed failed");
+                    // Logged once, then every LOG_FAILURES_EVERY polls: a database that is down
+                    // for a minute is a few lines per stream, not five a second.
+                    if failures % LOG_FAILURES_EVERY == 0 {
+                        tracing::warn!(error = %e, failures, "event stream: reading the feed failed");
+                    }
+                    failures = failures.saturating_add(1);
                     false
                 }
             };

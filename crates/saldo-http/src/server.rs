@@ -60,6 +60,8 @@ pub async fn run(
         header_read_timeout_ms = settings.header_read_timeout.as_millis() as u64,
         idle_timeout_ms = settings.idle_timeout.as_millis() as u64,
         body_read_timeout_ms = settings.body_read_timeout.as_millis() as u64,
+        max_event_streams = settings.events.max_streams,
+        event_retention_s = settings.events.retention.as_secs(),
         "serving connections"
     );
     // Also the longest a request may stay in flight before its connection is dropped.
