@@ -190,10 +190,12 @@ struct Message {
     data: String,
 }
 
-/// Reads the messages of an event stream (comments skipped).
+/// Reads the messages of an event stream (comments counted, not returned).
 struct SseReader {
     body: Incoming,
     buf: String,
+    /// Comment-only blocks seen (heartbeats).
+    comments: usize,
 }
 
 impl SseReader {
@@ -219,6 +221,7 @@ impl SseReader {
                 if any {
                     return Some(m);
                 }
+                self.comments += 1;
                 continue;
             }
             let frame = tokio::time::timeout(WAIT, self.body.frame())
@@ -270,6 +273,7 @@ async fn open(
     Ok(SseReader {
         body: response.into_body(),
         buf: String::new(),
+        comments: 0,
     })
 }
 
@@ -487,8 +491,9 @@ async fn live_with_default() -> (Live, crate::harness::TestDb) {
 }
 
 /// A quiet stream outlives the stall limit of the connection layer (request + body timeouts +
-/// the margin: 5.2 s here): its heartbeats are progress, so the connection is kept and an event
-/// committed after that limit still arrives.
+/// the margin: 5.2 s here): its heartbeats (comment lines, sent often enough for that limit)
+/// are progress, so the connection is kept and an event committed after that limit still
+/// arrives.
 #[tokio::test]
 async fn a_quiet_stream_is_not_taken_for_a_stalled_response() {
     let (live, _db) = live(RawSettings {
@@ -508,6 +513,8 @@ async fn a_quiet_stream_is_not_taken_for_a_stalled_response() {
     live_count(&live, 1, 1).await;
     let m = s.next().await.expect("the event, on the same connection");
     assert_eq!(m.event.as_deref(), Some("stock.changed"), "{m:?}");
+    // Heartbeats every half of the stall limit (2.6 s here): some came in the 7.2 s of quiet.
+    assert!(s.comments >= 1, "{} heartbeats", s.comments);
     drop(s);
     live.stop().await;
 }
