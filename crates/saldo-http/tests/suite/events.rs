@@ -354,6 +354,16 @@ async fn a_stream_resumes_after_last_event_id_with_exactly_what_follows() {
     assert_eq!(b["stream"], "product:2");
     drop(s);
 
+    // Neither `after` nor the header: from the end, so only what commits after it opened.
+    let mut s = open(live.addr, "/v1/events/stream", None)
+        .await
+        .expect("stream");
+    live_count(&live, 9, 1).await;
+    let m = s.next().await.expect("an event");
+    let data: Value = serde_json::from_str(&m.data).expect("json");
+    assert_eq!(data["stream"], "product:9", "{m:?}");
+    drop(s);
+
     // Bad starts are problems before any stream.
     for (path, id) in [
         ("/v1/events/stream", Some("e9.1")),
