@@ -554,3 +554,59 @@ async fn the_service_sequences_the_feed_without_readers() {
     }
     live.stop().await;
 }
+
+/// The service prunes the feed past `--event-retention` (its first round runs at start): events
+/// older than the retention go, a fresh one stays.
+#[tokio::test]
+async fn the_service_prunes_events_past_the_retention() {
+    let db = test_db().await;
+    let state = state_with(db.pool.clone(), RawSettings::default());
+    let store = state.store().clone();
+    for n in 1..=3 {
+        saldo::stock::admin::set_count(&store, saldo::domain::ProductId::new(1).expect("id"), n)
+            .await
+            .expect("count");
+    }
+    let until = tokio::time::Instant::now() + WAIT;
+    let all = loop {
+        let page = saldo::events::read(&store, None, 10, &saldo::events::Filter::default())
+            .await
+            .expect("read");
+        if page.events.len() == 3 || tokio::time::Instant::now() > until {
+            break page.events;
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    assert_eq!(all.len(), 3);
+    let client = db.pool.get().await.expect("client");
+    // The first two are older than the default retention (7 days).
+    client
+        .execute(
+            "UPDATE events SET at = at - interval '8 days' WHERE position <= 2",
+            &[],
+        )
+        .await
+        .expect("age them");
+    let live = Live::start(state).await;
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let pruned: i64 = client
+            .query_one("SELECT pruned_seq FROM feed_state", &[])
+            .await
+            .expect("feed state")
+            .get(0);
+        if pruned >= all[1].seq {
+            assert_eq!(pruned, all[1].seq, "the fresh event stays");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "nothing pruned");
+        tokio::time::sleep(POLL).await;
+    }
+    let kept: i64 = client
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(kept, 1);
+    live.stop().await;
+}
