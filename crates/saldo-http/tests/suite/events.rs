@@ -501,13 +501,14 @@ async fn live_with_default() -> (Live, crate::harness::TestDb) {
 }
 
 /// A quiet stream outlives the stall limit of the connection layer (request + body timeouts +
-/// the margin: 5.2 s here): its heartbeats (comment lines, sent often enough for that limit)
+/// the margin: 10.1 s here; the request timeout stays long enough for a loaded machine's
+/// requests): its heartbeats (comment lines, sent often enough for that limit)
 /// are progress, so the connection is kept and an event committed after that limit still
 /// arrives.
 #[tokio::test]
 async fn a_quiet_stream_is_not_taken_for_a_stalled_response() {
     let (live, _db) = live(RawSettings {
-        request_timeout_ms: 100,
+        request_timeout_ms: 5_000,
         body_read_timeout_ms: 100,
         idle_timeout_ms: 1_000,
         // The connection looks at its deadlines again after these: well before the stall limit.
@@ -518,12 +519,12 @@ async fn a_quiet_stream_is_not_taken_for_a_stalled_response() {
     let mut s = open(live.addr, "/v1/events/stream", None)
         .await
         .expect("stream");
-    let stall = Duration::from_millis(200) + saldo_http::server::DRAIN_MARGIN;
+    let stall = Duration::from_millis(5_100) + saldo_http::server::DRAIN_MARGIN;
     tokio::time::sleep(stall + Duration::from_secs(2)).await;
     live_count(&live, 1, 1).await;
     let m = s.next().await.expect("the event, on the same connection");
     assert_eq!(m.event.as_deref(), Some("stock.changed"), "{m:?}");
-    // Heartbeats every half of the stall limit (2.6 s here): some came in the 7.2 s of quiet.
+    // Heartbeats every half of the stall limit (5.05 s here): some came in the 12.1 s of quiet.
     assert!(s.comments >= 1, "{} heartbeats", s.comments);
     drop(s);
     live.stop().await;
