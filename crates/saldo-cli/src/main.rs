@@ -16,7 +16,7 @@ mod errors;
 mod logging;
 mod supervise;
 
-use commands::{audit, bench, db, locks, migrate, race, serve, sweep, token, Global};
+use commands::{audit, bench, db, events, locks, migrate, race, serve, sweep, token, Global};
 use database::EmbeddedOptions;
 
 #[derive(Parser)]
@@ -78,6 +78,9 @@ enum Command {
     Audit(audit::Args),
     /// Expire due reservations and pending transfers once (bounded batches) and print how many.
     Sweep(sweep::Args),
+    /// The event feed: `saldo events tail` prints it (from its end, its start or a cursor;
+    /// filtered; until caught up or following it).
+    Events(events::Args),
     /// Rerun one of the lab's races against strategies side by side and check every invariant.
     Race(race::Args),
     /// Run the HTTP service (embedded PostgreSQL when no URL is given).
@@ -150,6 +153,7 @@ async fn run() -> Result<ExitCode> {
         Command::Migrate(args) => migrate::run(args, global).await,
         Command::Audit(args) => audit::run(args, global).await,
         Command::Sweep(args) => sweep::run(args, global).await,
+        Command::Events(args) => events::run(args, global).await,
         Command::Race(args) => race::run(args, global).await,
         Command::Serve(args) => {
             let matches = matches

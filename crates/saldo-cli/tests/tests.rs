@@ -25,6 +25,9 @@ mod flood;
 #[path = "suite/operator.rs"]
 mod operator;
 
+#[path = "suite/events.rs"]
+mod events;
+
 #[path = "suite/citus.rs"]
 mod citus;
 

@@ -46,8 +46,24 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
 pub const MIN_CONN_TIMEOUT_MS: u64 = 100;
 pub const MAX_CONN_TIMEOUT_MS: u64 = 300_000;
+/// Added to the request and body timeouts to bound the drain at shutdown and a response that
+/// makes no progress ([`Settings::request_max`]).
+pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
 /// Largest `--max-connections`; the descriptor limit usually lowers the cap well below it.
 pub const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+/// Event streams (`GET /v1/events/stream`) open at once: default and largest.
+pub const DEFAULT_MAX_EVENT_STREAMS: u64 = 64;
+pub const MAX_EVENT_STREAMS_LIMIT: u64 = 10_000;
+/// Events buffered per stream between the feed poller and the response: default and bounds.
+pub const DEFAULT_EVENT_STREAM_BUFFER: u64 = 1_024;
+pub const MAX_EVENT_STREAM_BUFFER: u64 = 65_536;
+/// Life of one event stream before a clean close with its resume cursor (s): default, bounds.
+pub const DEFAULT_EVENT_STREAM_LIFETIME_S: u64 = 3_600;
+pub const MAX_EVENT_STREAM_LIFETIME_S: u64 = 86_400;
+/// Retention of the event feed (s): default (7 days) and bounds (1 minute..=365 days).
+pub const DEFAULT_EVENT_RETENTION_S: u64 = 7 * 86_400;
+pub const MIN_EVENT_RETENTION_S: u64 = 60;
+pub const MAX_EVENT_RETENTION_S: u64 = 365 * 86_400;
 
 /// Why the settings were refused.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +129,29 @@ pub struct Settings {
     pub body_read_timeout: Duration,
     /// Cap on open connections asked for; the server lowers it to what RLIMIT_NOFILE allows.
     pub max_connections: Option<usize>,
+    /// The event feed's streams and retention.
+    pub events: EventSettings,
+}
+
+impl Settings {
+    /// The longest a request may stay in flight without writing a byte of its response (and
+    /// the drain at shutdown): past it the connection is dropped as stalled.
+    pub fn request_max(&self) -> Duration {
+        self.request_timeout + self.body_read_timeout + DRAIN_MARGIN
+    }
+}
+
+/// The event feed's limits, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Streams open at once; one more is answered 503 `too-many-streams`.
+    pub max_streams: usize,
+    /// Events buffered per stream; a client that lets it fill is cut (`event: cut`).
+    pub stream_buffer: usize,
+    /// Life of one stream; then a clean close with its resume cursor.
+    pub stream_lifetime: Duration,
+    /// Events older than this are pruned from the feed.
+    pub retention: Duration,
 }
 
 /// The raw settings, as flags or environment variables give them.
@@ -141,6 +180,13 @@ pub struct RawSettings {
     pub idle_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
     pub max_connections: Option<u64>,
+    /// `--max-event-streams`.
+    pub max_event_streams: u64,
+    /// Events buffered per event stream (not a flag: tests make it tiny).
+    pub event_stream_buffer: u64,
+    pub event_stream_lifetime_s: u64,
+    /// `--event-retention`.
+    pub event_retention_s: u64,
 }
 
 impl Default for RawSettings {
@@ -160,6 +206,10 @@ impl Default for RawSettings {
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT_MS,
             max_connections: None,
+            max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
+            event_stream_buffer: DEFAULT_EVENT_STREAM_BUFFER,
+            event_stream_lifetime_s: DEFAULT_EVENT_STREAM_LIFETIME_S,
+            event_retention_s: DEFAULT_EVENT_RETENTION_S,
         }
     }
 }
@@ -226,6 +276,7 @@ impl RawSettings {
         let mut generated = Vec::new();
         let credentials = self.credentials(admin, api, &mut generated)?;
         let connections = self.connection_limits()?;
+        let events = self.event_settings()?;
         Ok(Validated {
             settings: Settings {
                 credentials: Arc::new(credentials),
@@ -237,6 +288,7 @@ impl RawSettings {
                 idle_timeout: connections.idle_timeout,
                 body_read_timeout: connections.body_read_timeout,
                 max_connections: connections.max_connections,
+                events,
             },
             generated,
         })
@@ -257,6 +309,40 @@ impl RawSettings {
                 .map(|n| in_range("max connections", n, 1, MAX_CONNECTIONS_LIMIT))
                 .transpose()?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        })
+    }
+}
+
+impl RawSettings {
+    /// The event feed's limits, each within its bounds.
+    fn event_settings(&self) -> Result<EventSettings, ConfigError> {
+        let count = |name, value, max| {
+            in_range(name, value, 1, max).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        let secs = |name, value, min, max| in_range(name, value, min, max).map(Duration::from_secs);
+        Ok(EventSettings {
+            max_streams: count(
+                "max event streams",
+                self.max_event_streams,
+                MAX_EVENT_STREAMS_LIMIT,
+            )?,
+            stream_buffer: count(
+                "event stream buffer",
+                self.event_stream_buffer,
+                MAX_EVENT_STREAM_BUFFER,
+            )?,
+            stream_lifetime: secs(
+                "event stream lifetime (s)",
+                self.event_stream_lifetime_s,
+                1,
+                MAX_EVENT_STREAM_LIFETIME_S,
+            )?,
+            retention: secs(
+                "event retention (s)",
+                self.event_retention_s,
+                MIN_EVENT_RETENTION_S,
+                MAX_EVENT_RETENTION_S,
+            )?,
         })
     }
 }
@@ -504,6 +590,22 @@ mod tests {
             },
             RawSettings {
                 max_connections: Some(0),
+                ..RawSettings::default()
+            },
+            RawSettings {
+                max_event_streams: 0,
+                ..RawSettings::default()
+            },
+            RawSettings {
+                event_stream_buffer: MAX_EVENT_STREAM_BUFFER + 1,
+                ..RawSettings::default()
+            },
+            RawSettings {
+                event_retention_s: MIN_EVENT_RETENTION_S - 1,
+                ..RawSettings::default()
+            },
+            RawSettings {
+                event_retention_s: MAX_EVENT_RETENTION_S + 1,
                 ..RawSettings::default()
             },
         ] {

@@ -11,8 +11,10 @@
 //! - **reclaim**: the accept loop may ask a connection with no request in flight to close so a
 //!   new one can be served (see [`Registry::reclaim`]).
 //! - **shutdown**: the server asks every connection to finish its request in flight and close.
-//! - **stall**: a request in flight longer than the request and body timeouts together (plus a
-//!   margin) can only be a response its client does not read; the connection is dropped.
+//! - **stall**: a request in flight with no byte of its response written for longer than the
+//!   request and body timeouts together (plus a margin) can only be a response its client does
+//!   not read; the connection is dropped. Bytes written restart that clock, so a long response
+//!   that keeps moving (an event stream with its heartbeats) is not a stall.
 //!
 //! The state the accept loop reads is three atomics per connection ([`ConnState`]): requests in
 //! flight, whether a request head is being read, and since when (ms on the server's clock). A
@@ -147,7 +149,7 @@ impl Default for Clock {
 pub struct ConnState {
     clock: Clock,
     in_flight: AtomicU32,
-    /// When the current run of requests in flight began, on `clock`.
+    /// When the current run of requests in flight began or last wrote a byte, on `clock`.
     busy_since_ms: AtomicU64,
     /// A request head is being read (set at accept and by the first byte of each request).
     reading_head: AtomicBool,
@@ -182,6 +184,14 @@ impl ConnState {
             self.reading_head.store(true, Ordering::Release);
             // The header deadline may be earlier than the idle one the supervisor sleeps on.
             self.wake.notify_one();
+        }
+    }
+
+    /// A write took bytes: a request in flight is making progress (see the stall above).
+    fn on_written(&self) {
+        if !self.idle() {
+            self.busy_since_ms
+                .store(self.clock.now_ms(), Ordering::Release);
         }
     }
 
@@ -290,14 +300,22 @@ impl AsyncWrite for TrackedIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.conn.on_written();
+        }
+        polled
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.conn.on_written();
+        }
+        polled
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()

@@ -14,6 +14,8 @@ pub mod config;
 pub mod connections;
 pub mod credentials;
 pub mod error;
+pub mod event_streams;
+pub mod feed_upkeep;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;

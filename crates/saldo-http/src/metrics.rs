@@ -78,6 +78,7 @@ pub fn describe() {
     describe_requests_and_pool();
     describe_refusals();
     describe_connections();
+    describe_event_streams();
     describe_gauge!(
         BUILD_INFO,
         "Always 1; the version label is saldo's version."
@@ -163,6 +164,25 @@ fn describe_connections() {
     metrics::counter!(c::ACCEPT_ERRORS).increment(0);
     for reason in c::CloseReason::ALL {
         metrics::counter!(c::CONNECTIONS_CLOSED, "reason" => reason.label()).increment(0);
+    }
+}
+
+/// The event streams' families ([`crate::event_streams`]), cuts at zero for every reason.
+fn describe_event_streams() {
+    use crate::event_streams as e;
+    describe_gauge!(
+        e::STREAMS_OPEN,
+        Unit::Count,
+        "Event streams (GET /v1/events/stream) open."
+    );
+    describe_counter!(
+        e::STREAMS_CUT,
+        Unit::Count,
+        "Event streams the server closed with a final cut event, by reason."
+    );
+    metrics::gauge!(e::STREAMS_OPEN).set(0.0);
+    for reason in e::CutReason::ALL {
+        metrics::counter!(e::STREAMS_CUT, "reason" => reason.as_str()).increment(0);
     }
 }
 

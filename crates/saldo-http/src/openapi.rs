@@ -39,6 +39,7 @@ use crate::state::AppState;
         (name = "stock", description = "Products and their stock"),
         (name = "orders", description = "Reservations, confirmation and release"),
         (name = "accounts", description = "Accounts and transfers"),
+        (name = "events", description = "The event feed: every change in commit-safe order, paged with a cursor or followed live (Server-Sent Events)"),
         (name = "admin", description = "Operator routes (admin token)"),
         (name = "ops", description = "Health, readiness, metrics, this document and its reference page"),
     )

@@ -1,5 +1,6 @@
 //! Running the service: bind, serve until a shutdown signal, finish in-flight requests, and run
-//! the expiry sweeper in-process on a fixed interval until shutdown. Connections are accepted
+//! the expiry sweeper and the event feed's upkeep ([`crate::feed_upkeep`]) in-process until
+//! shutdown. Connections are accepted
 //! and served by [`crate::listener`] and [`crate::connections`] (cap, timeouts, reclaim), not
 //! `axum::serve`, which has neither a cap nor a header or idle timeout.
 
@@ -19,8 +20,8 @@ use crate::state::AppState;
 pub const MIN_SWEEP_INTERVAL_S: u64 = 1;
 pub const MAX_SWEEP_INTERVAL_S: u64 = 3_600;
 /// Added to the request and body timeouts to bound the drain at shutdown: a request in flight
-/// has had every chance to finish by then.
-pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
+/// has had every chance to finish by then (see [`crate::config::DRAIN_MARGIN`]).
+pub const DRAIN_MARGIN: Duration = crate::config::DRAIN_MARGIN;
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops accepting, lets in-flight
 /// requests finish (bounded) and stops the sweeper (waiting for a round in progress to end).
@@ -33,11 +34,19 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let upkeep = spawn_metrics_upkeep(state.prometheus.clone(), stop_rx.clone());
     let sweeper = spawn_sweeper(state.store().clone(), sweep_every, stop_rx.clone());
+    let feed = crate::feed_upkeep::spawn(
+        state.store().clone(),
+        state.settings.events.retention,
+        stop_rx.clone(),
+    );
     // The signal task owns the sender: if serving ends without a signal, aborting the task drops
-    // it, which stops the sweeper and the upkeep too.
+    // it, which stops the sweeper and the upkeep too. Event streams are told to close (with
+    // their resume cursor) so the drain does not wait for them.
+    let streams = state.streams.clone();
     let signal = tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutting down: finishing in-flight requests");
+        streams.shut();
         let _ = stop_tx.send(true);
     });
     let settings = state.settings.clone();
@@ -51,10 +60,12 @@ pub async fn run(
         header_read_timeout_ms = settings.header_read_timeout.as_millis() as u64,
         idle_timeout_ms = settings.idle_timeout.as_millis() as u64,
         body_read_timeout_ms = settings.body_read_timeout.as_millis() as u64,
+        max_event_streams = settings.events.max_streams,
+        event_retention_s = settings.events.retention.as_secs(),
         "serving connections"
     );
     // Also the longest a request may stay in flight before its connection is dropped.
-    let drain = settings.request_timeout + settings.body_read_timeout + DRAIN_MARGIN;
+    let drain = settings.request_max();
     let serving = Serving::new(
         crate::app(state),
         Timeouts {
@@ -68,6 +79,9 @@ pub async fn run(
     signal.abort();
     if let Err(e) = sweeper.await {
         tracing::warn!(error = %e, "sweeper task ended abnormally");
+    }
+    if let Err(e) = feed.await {
+        tracing::warn!(error = %e, "event feed task ended abnormally");
     }
     if let Err(e) = upkeep.await {
         tracing::warn!(error = %e, "metrics upkeep task ended abnormally");

@@ -1,5 +1,5 @@
 //! What every handler shares ([`AppState`]: the stock strategy, the ledger on the same store,
-//! the validated settings, the metrics handle and the refusal counts) and the rendered OpenAPI
+//! the validated settings, the metrics handle, the refusal counts and the open event streams) and the rendered OpenAPI
 //! document. A leaf: the routes, the auth extractors and the server take it from here, and it
 //! imports nothing of theirs.
 
@@ -12,6 +12,7 @@ use saldo::stock::{StockEngine, Store};
 
 use crate::config::Settings;
 use crate::error::ApiError;
+use crate::event_streams::EventStreams;
 use crate::metrics::Refusals;
 
 /// The rendered OpenAPI document, shared by the `/openapi.json` handler.
@@ -27,12 +28,15 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub prometheus: PrometheusHandle,
     pub refusals: Arc<Refusals>,
+    /// The open event streams and their limits.
+    pub streams: Arc<EventStreams>,
 }
 
 impl AppState {
     pub fn new(stock: StockEngine, settings: Settings, prometheus: PrometheusHandle) -> Self {
         AppState {
             ledger: Arc::new(Ledger::new(stock.store().clone())),
+            streams: Arc::new(EventStreams::new(settings.events)),
             stock,
             settings: Arc::new(settings),
             prometheus,

@@ -31,6 +31,8 @@ mod connections;
 mod contract;
 #[path = "suite/errors.rs"]
 mod errors;
+#[path = "suite/events.rs"]
+mod events;
 #[path = "suite/holds.rs"]
 mod holds;
 #[path = "suite/inputs.rs"]

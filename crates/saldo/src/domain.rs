@@ -45,8 +45,16 @@ pub enum InputError {
     #[error("cursor is not one this list of {list} handed out; start again without a cursor")]
     CursorInvalid { list: &'static str },
     /// A stream name that is not `<product|order|sale|account|transfer>:<id>`.
-    #[error("stream {0:?} is not <product|order|sale|account|transfer>:<id>")]
+    #[error(
+        "stream {0:?} is not <product|order|sale|account|transfer>:<id> (an id of 1-64 characters \
+         from [A-Za-z0-9._:-])"
+    )]
     StreamInvalid(String),
+    /// An event type the feed does not hold (a filter naming it would never match).
+    #[error("event type {0:?} is unknown; known types: {1}")]
+    EventTypeUnknown(String, String),
+    #[error("a filter names at most {max} event types")]
+    TooManyEventTypes { max: usize },
     #[error("amount {amount} is outside 1..={max}")]
     AmountOutOfRange { amount: i64, max: i64 },
     #[error("a transfer needs two different accounts")]

@@ -9,7 +9,7 @@
 //! name here, a row in [`FAMILIES`], and its known label values in the lists below; the
 //! `operation` label takes its values from [`Operation::SERVED`].
 
-use metrics::{describe_counter, describe_histogram, Unit};
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use tokio_postgres::error::SqlState;
 
 use crate::error::Error;
@@ -40,6 +40,14 @@ pub const BATCH_ORDERS: &str = "saldo_batch_orders";
 /// The same for the batched ledger engine.
 pub const LEDGER_BATCH_SECONDS: &str = "saldo_ledger_batch_seconds";
 pub const LEDGER_BATCH_OPERATIONS: &str = "saldo_ledger_batch_operations";
+/// Events committed by write transactions, by stream type (counted after COMMIT).
+pub const EVENTS_WRITTEN: &str = "saldo_events_written_total";
+/// Events the sequencer put in the feed.
+pub const EVENTS_SEQUENCED: &str = "saldo_events_sequenced_total";
+/// Events retention deleted from the feed.
+pub const EVENTS_PRUNED: &str = "saldo_events_pruned_total";
+/// Age of the oldest committed event not yet in the feed (0 when none).
+pub const EVENT_FEED_LAG: &str = "saldo_event_feed_lag_seconds";
 
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure, and the
 /// unique violation of an event stream position two transactions took at once).
@@ -80,6 +88,9 @@ pub const SALE_OUTCOMES: &[&str] = &[
     "idempotency_conflict",
     "error",
 ];
+/// `stream_type` values of [`EVENTS_WRITTEN`] (`store::outbox::StreamType::ALL`; a test there
+/// keeps them equal).
+pub const EVENT_STREAM_TYPES: &[&str] = &["product", "order", "sale", "account", "transfer"];
 /// `status` values of [`SETTLED`].
 pub const SETTLED_STATUSES: &[&str] = &["confirmed", "released", "expired"];
 /// `kind` and `outcome` values of [`TRANSFERS`] (see `ledger::observe`).
@@ -112,6 +123,7 @@ pub const TRANSFER_OUTCOMES: &[&str] = &[
 /// Whether a family counts or measures.
 enum Kind {
     Counter,
+    Gauge,
     Histogram,
 }
 
@@ -225,6 +237,31 @@ const FAMILIES: &[(&str, Kind, Unit, &str)] = &[
         Unit::Count,
         "Ledger operations in one batched transaction.",
     ),
+    (
+        EVENTS_WRITTEN,
+        Kind::Counter,
+        Unit::Count,
+        "Events committed by write transactions, by stream type (counted after COMMIT).",
+    ),
+    (
+        EVENTS_SEQUENCED,
+        Kind::Counter,
+        Unit::Count,
+        "Events the sequencer put in the feed.",
+    ),
+    (
+        EVENTS_PRUNED,
+        Kind::Counter,
+        Unit::Count,
+        "Events deleted from the feed by retention.",
+    ),
+    (
+        EVENT_FEED_LAG,
+        Kind::Gauge,
+        Unit::Seconds,
+        "Age of the oldest committed event not yet in the feed (0 when none), as of the last \
+         background sequencer pass.",
+    ),
 ];
 
 /// Registers the HELP text of every library metric and every counter at zero with its known
@@ -233,6 +270,7 @@ pub fn describe() {
     for (name, kind, unit, help) in FAMILIES {
         match kind {
             Kind::Counter => describe_counter!(*name, *unit, *help),
+            Kind::Gauge => describe_gauge!(*name, *unit, *help),
             Kind::Histogram => describe_histogram!(*name, *unit, *help),
         }
     }
@@ -272,6 +310,35 @@ pub fn describe() {
     }
     metrics::counter!(CONFIRMED_WITH_MISSING).increment(0);
     metrics::counter!(VERSION_CONFLICTS).increment(0);
+    for &kind in EVENT_STREAM_TYPES {
+        metrics::counter!(EVENTS_WRITTEN, "stream_type" => kind).increment(0);
+    }
+    metrics::counter!(EVENTS_SEQUENCED).increment(0);
+    metrics::counter!(EVENTS_PRUNED).increment(0);
+    metrics::gauge!(EVENT_FEED_LAG).set(0.0);
+}
+
+/// Events of one stream type a COMMIT made durable.
+pub(crate) fn events_written(stream_type: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(EVENTS_WRITTEN, "stream_type" => stream_type).increment(n);
+    }
+}
+
+pub(crate) fn events_sequenced(n: usize) {
+    if n > 0 {
+        metrics::counter!(EVENTS_SEQUENCED).increment(n as u64);
+    }
+}
+
+pub(crate) fn events_pruned(n: u64) {
+    if n > 0 {
+        metrics::counter!(EVENTS_PRUNED).increment(n);
+    }
+}
+
+pub(crate) fn event_feed_lag(seconds: f64) {
+    metrics::gauge!(EVENT_FEED_LAG).set(seconds);
 }
 
 /// One call of `retry::in_transaction`.

@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod bench;
 pub mod db;
+pub mod events;
 pub mod locks;
 pub mod migrate;
 pub mod race;

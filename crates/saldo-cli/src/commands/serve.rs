@@ -31,6 +31,10 @@ use saldo_http::config::{
     DEFAULT_BODY_READ_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS,
     MAX_CONNECTIONS_LIMIT, MAX_CONN_TIMEOUT_MS, MIN_CONN_TIMEOUT_MS,
 };
+use saldo_http::config::{
+    DEFAULT_MAX_EVENT_STREAMS, MAX_EVENT_RETENTION_S, MAX_EVENT_STREAMS_LIMIT,
+    MIN_EVENT_RETENTION_S,
+};
 use saldo_http::server::{MAX_SWEEP_INTERVAL_S, MIN_SWEEP_INTERVAL_S};
 use saldo_http::starting::Starting;
 use saldo_http::startup::{Application, ServiceConfig};
@@ -164,6 +168,16 @@ pub struct Args {
     #[arg(long, env = "SALDO_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS_LIMIT))]
     max_connections: Option<u64>,
+    /// Event streams (GET /v1/events/stream) open at once; one more is answered 503
+    /// `too-many-streams` with Retry-After.
+    #[arg(long, env = "SALDO_MAX_EVENT_STREAMS", default_value_t = DEFAULT_MAX_EVENT_STREAMS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_EVENT_STREAMS_LIMIT))]
+    max_event_streams: u64,
+    /// How long the event feed keeps events (7days, 12h, 30m; 1 minute to 365 days); a cursor
+    /// older than that is answered 410 `cursor-expired`.
+    #[arg(long, env = "SALDO_EVENT_RETENTION", default_value = "7days",
+          value_parser = duration::secs(MIN_EVENT_RETENTION_S, MAX_EVENT_RETENTION_S))]
+    event_retention: u64,
     // Last, so the help's order is unchanged. Not a flag of saldo's: people coming from other servers type it, and clap alone
     // suggested `--pool-create-timeout-ms`. Hidden, and refused by its parser pointing at
     // --listen (a bare `--port` reads as PORT).
@@ -462,6 +476,9 @@ fn service_config(args: &Args, database: &Database, token_dir: PathBuf) -> Resul
             idle_timeout_ms: args.idle_timeout_ms,
             body_read_timeout_ms: args.body_read_timeout_ms,
             max_connections: args.max_connections,
+            max_event_streams: args.max_event_streams,
+            event_retention_s: args.event_retention,
+            ..RawSettings::default()
         },
         sweep_every: Duration::from_secs(args.sweep_interval_s),
     })
@@ -536,6 +553,26 @@ fn warn_if_exposed(app: &Application, args: &Args) {
             "API AUTHENTICATION DISABLED (--insecure-no-api-token): anyone who can reach this \
              address can reserve stock, confirm orders and move money"
         );
+    }
+}
+
+#[cfg(test)]
+mod event_flag_tests {
+    use super::*;
+
+    /// `--event-retention`'s parser: whole seconds, one minute to a year.
+    fn retention(raw: &str) -> Result<u64, String> {
+        duration::secs(MIN_EVENT_RETENTION_S, MAX_EVENT_RETENTION_S)(raw)
+    }
+
+    #[test]
+    fn retention_is_a_minute_to_a_year() {
+        assert_eq!(retention("7days"), Ok(7 * 86_400));
+        assert_eq!(retention("1m"), Ok(60));
+        assert_eq!(retention("365days"), Ok(365 * 86_400));
+        assert!(retention("59s").is_err());
+        assert!(retention("366days").is_err());
+        assert!(retention("1.5s").is_err());
     }
 }
 

@@ -1,6 +1,6 @@
-//! The commands that look at a database (`locks`, `audit`, `audit --repair --apply`, `sweep`)
-//! never change its schema: a newer saldo pointed at a live database must not migrate it under
-//! the service running there. They work on a schema exactly as built into the binary and refuse
+//! The commands that look at a database (`locks`, `audit`, `audit --repair --apply`, `sweep`,
+//! `events tail`) never change its schema: a newer saldo pointed at a live database must not
+//! migrate it under the service running there. They work on a schema exactly as built into the binary and refuse
 //! an older, newer or missing one, naming both versions and what to run; the schema version is
 //! the same after the refusal. `saldo migrate` still migrates.
 
@@ -42,8 +42,9 @@ async fn tool(data: &Path, url: &str, args: &[&str]) -> (bool, String) {
     (out.status.success(), said)
 }
 
-const LOOKING: [&[&str]; 4] = [
+const LOOKING: [&[&str]; 5] = [
     &["locks"],
+    &["events", "tail", "--from", "start"],
     &["audit"],
     &["audit", "--repair", "--apply"],
     &["sweep"],

@@ -284,9 +284,11 @@ fn not_applied(e: &Error) -> Option<Parts> {
             "Cursor older than the events kept",
         )
         .detail(format!(
-            "events after cursor {cursor} were pruned by retention: resynchronise from the list \
-             endpoints (GET /v1/products, /v1/orders, /v1/accounts), then follow the feed from \
-             its end (GET /v1/events?from=end)"
+            "events after cursor {cursor} were pruned by retention, so the feed cannot say \
+             what changed since: take the feed's end first (GET /v1/events?after=end answers \
+             `next`), resynchronise your copy from the list endpoints (GET /v1/products, \
+             /v1/orders, /v1/accounts), then follow the feed from that `next` (a change made \
+             while you resynchronised is then seen again, never missed)"
         ))
         .with("cursor", cursor),
         Error::ConnectionLost { .. } => {

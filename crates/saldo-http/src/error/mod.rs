@@ -81,6 +81,9 @@ pub enum ApiError {
     /// The service is still starting (migrating its database): nothing was applied (503).
     #[error("the service is starting")]
     Starting,
+    /// Every event stream slot is taken (`--max-event-streams`): 503 with `Retry-After`.
+    #[error("{limit} event streams are open, the most this service serves")]
+    TooManyStreams { limit: usize },
     #[error("{0}")]
     Internal(String),
 }
@@ -143,6 +146,13 @@ impl ApiError {
             ApiError::Starting => Parts::unavailable("starting", "Starting, try again")
                 .detail("the service is starting (migrating its database); nothing was applied")
                 .with("applied", false),
+            ApiError::TooManyStreams { limit } => {
+                Parts::unavailable("too-many-streams", "Too many event streams")
+                    .detail(format!(
+                        "{self}; try again later, or page with GET /v1/events instead"
+                    ))
+                    .with("limit", *limit)
+            }
             ApiError::Internal(_) => Parts::internal(),
         }
     }

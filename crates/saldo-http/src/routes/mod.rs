@@ -18,6 +18,7 @@ pub mod views;
 pub mod accounts;
 pub mod admin;
 pub mod docs;
+pub mod events;
 pub mod health;
 pub mod lists;
 pub mod orders;
@@ -68,6 +69,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(lists::list_products))
         .routes(routes!(lists::list_orders))
         .routes(routes!(lists::list_accounts))
+        .routes(routes!(events::list_events))
+        .routes(routes!(events::stream_events))
         .routes(routes!(docs::page))
         // The page's own assets: not API operations, so not in the document.
         .route(docs::SCRIPT_PATH, axum::routing::get(docs::script))

@@ -407,3 +407,45 @@ pub fn top() -> Schema {
     .build()
     .into()
 }
+
+/// `after` of the event feed: a cursor the feed handed out (`saldo::events::Cursor`), `start`
+/// or `end`.
+pub fn events_after() -> Schema {
+    string_of(
+        "^(start|end|e2\\.[0-9a-fA-F]{1,15})$".to_owned(),
+        3,
+        18,
+        "Read after this cursor (an event's `cursor` or a page's `next`); `end`: only what comes \
+         after now; `start`: from the oldest event kept",
+        Some("start"),
+    )
+}
+
+/// `stream` of the event feed (`saldo::events::parse_stream`).
+pub fn event_stream() -> Schema {
+    string_of(
+        format!("^(product|order|sale|account|transfer):[A-Za-z0-9._:-]{{1,{MAX_ORDER_ID_LEN}}}$"),
+        3,
+        "transfer:".len() + MAX_ORDER_ID_LEN,
+        "Only the events of one stream: `product:42`, `order:o-1`, `sale:s-1`, `account:5`, \
+         `transfer:t-1`",
+        Some("product:1"),
+    )
+}
+
+/// `type` of the event feed: known types (`saldo::events::known_types`), at most
+/// `saldo::events::MAX_FILTER_TYPES` (repeated, or comma-separated in one value).
+pub fn event_types() -> Schema {
+    let one = Object::builder()
+        .schema_type(Type::String)
+        .enum_values(Some(saldo::events::known_types()))
+        .build();
+    Array::builder()
+        .items(one)
+        .max_items(Some(saldo::events::MAX_FILTER_TYPES))
+        .description(Some(
+            "Only events of these types: repeat the parameter (or separate types with commas)",
+        ))
+        .build()
+        .into()
+}

@@ -16,9 +16,10 @@ use crate::operation::Operation;
 use crate::store::dialect::{Sql, Tx};
 use crate::store::handle::Store;
 use crate::store::retry::{checkout, in_transaction};
+use crate::telemetry;
 
+use super::model::{Cursor, Event, Filter, Page};
 use super::sequencer;
-use super::types::{Cursor, Event, Filter, Page};
 
 /// Most events one page returns.
 pub const MAX_PAGE: usize = 1_000;
@@ -111,6 +112,30 @@ pub async fn end(store: &Store) -> Result<Cursor, Error> {
     Ok(Cursor::at(row.try_get("last_seq")?))
 }
 
+/// The age of the oldest committed event not yet in the feed: those after the sequencer's
+/// frontier (what this snapshot sees of them committed) and those it held back. Both come from
+/// small ranges (the primary key after the frontier, the deferred set), never a scan of the feed.
+const LAG: Sql = Sql::same(
+    "SELECT GREATEST(0, COALESCE(extract(epoch FROM clock_timestamp() - LEAST( \
+        (SELECT min(e.at) FROM events e, feed_state s \
+          WHERE (e.xid, e.id) > (s.next_xid, s.next_id)), \
+        (SELECT min(e.at) FROM feed_deferred d JOIN events e ON e.xid = d.xid AND e.id = d.id) \
+     )), 0))::float8 AS lag",
+);
+
+/// How far the feed is behind what has committed (see [`LAG`]: an event's age counts from its
+/// transaction's start); sets `saldo_event_feed_lag_seconds`. Zero when every committed event
+/// is in the feed.
+pub async fn lag(store: &Store) -> Result<Duration, Error> {
+    let client = checkout(&store.pool, Operation::Events).await?;
+    let row = Tx::new(&client, store.dialect())
+        .query_one(&LAG, &[])
+        .await?;
+    let seconds: f64 = row.try_get("lag")?;
+    telemetry::event_feed_lag(seconds);
+    Ok(Duration::try_from_secs_f64(seconds).unwrap_or_default())
+}
+
 /// Deletes the feed's oldest events past `retention`, [`PRUNE_BATCH`] at a time and at most
 /// [`MAX_PRUNE_BATCHES`] batches, recording how far it went; answers how many it deleted.
 pub async fn prune(store: &Store, retention: Duration) -> Result<u64, Error> {
@@ -126,6 +151,7 @@ pub async fn prune(store: &Store, retention: Duration) -> Result<u64, Error> {
         )
         .await?;
         total += deleted;
+        telemetry::events_pruned(deleted);
         if deleted < PRUNE_BATCH as u64 {
             break;
         }

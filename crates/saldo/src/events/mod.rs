@@ -13,11 +13,13 @@
 //!
 //! - [`feed`]: reading the feed (a page after a [`Cursor`], filtered), its end, retention;
 //! - [`sequencer`]: one pass of the sequencer (a pure decision, and the transaction around it);
-//! - [`types`]: cursors, events, filters, pages, stream names.
+//! - [`model`]: the cursor, events, filters and pages a reader handles.
 
 pub mod feed;
+pub mod model;
 pub mod sequencer;
-pub mod types;
 
-pub use feed::{end, prune, read, DEFAULT_RETENTION, MAX_PAGE};
-pub use types::{event_types, parse_stream, Cursor, Event, Filter, Page};
+pub use feed::{end, lag, prune, read, DEFAULT_RETENTION, MAX_PAGE};
+pub use model::{
+    known_types, parse_stream, parse_types, Cursor, Event, Filter, Page, MAX_FILTER_TYPES,
+};

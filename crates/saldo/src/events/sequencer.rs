@@ -26,6 +26,7 @@ use crate::operation::Operation;
 use crate::store::dialect::{Sql, Tx};
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
+use crate::telemetry;
 
 /// Candidates one pass looks at, at most, of each kind (deferred, fresh).
 pub const MAX_PASS: i64 = 10_000;
@@ -139,13 +140,15 @@ const ADVANCE: Sql =
 /// when another pass held the state row).
 pub async fn pass(store: &Store) -> Result<usize, Error> {
     let dialect = store.dialect();
-    in_transaction(
+    let sequenced = in_transaction(
         &store.pool,
         &store.tx,
         Operation::SequenceEvents,
         move |client| crate::tx_body!(client => pass_in(&Tx::new(client, dialect))),
     )
-    .await
+    .await?;
+    telemetry::events_sequenced(sequenced);
+    Ok(sequenced)
 }
 
 fn parse_xid(text: &str) -> Result<u64, Error> {

@@ -6,13 +6,21 @@
 //! events only they know (an order's). So an event exists exactly when its change commits: a
 //! transaction that rolls back takes its events with it, and no write path can commit a change
 //! without its event by forgetting to write one. The flush is one multi-row INSERT.
+//!
+//! `saldo_events_written_total{stream_type}` counts committed events only: a flush tallies its
+//! events in the attempt's scope ([`counting_committed`], entered by `retry`'s attempt), and
+//! the tally is counted once that attempt's COMMIT succeeded. A rolled-back attempt, a retried
+//! one and a COMMIT whose answer was lost count nothing.
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Mutex;
 
 use deadpool_postgres::Client;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::telemetry;
 
 /// Events one transaction may append at most (a batch of the batched engines is bounded far
 /// below; a transaction over it is a bug, refused before COMMIT).
@@ -49,6 +57,55 @@ impl StreamType {
 
     pub fn parse(s: &str) -> Option<StreamType> {
         StreamType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Events flushed by one transaction attempt, by stream type, not yet known to be committed.
+type Tally = RefCell<[u64; StreamType::ALL.len()]>;
+
+tokio::task_local! {
+    static WRITTEN: Tally;
+}
+
+/// Runs one transaction attempt, then counts the events its flushes wrote when `committed`
+/// says its COMMIT succeeded (see the module header).
+pub(crate) async fn counting_committed<T>(
+    attempt: impl Future<Output = T>,
+    committed: impl FnOnce(&T) -> bool,
+) -> T {
+    WRITTEN
+        .scope(Tally::default(), async move {
+            let ended = attempt.await;
+            if committed(&ended) {
+                let tally = WRITTEN.with(|t| t.take());
+                for (kind, n) in StreamType::ALL.iter().zip(tally) {
+                    telemetry::events_written(kind.as_str(), n);
+                }
+            }
+            ended
+        })
+        .await
+}
+
+/// Adds flushed events to the attempt's tally (outside an attempt, counts them at once).
+fn tally(events: &[NewEvent]) {
+    let mut counts = [0u64; StreamType::ALL.len()];
+    for e in events {
+        counts[e.stream_type.index()] += 1;
+    }
+    let in_attempt = WRITTEN.try_with(|t| {
+        for (slot, n) in t.borrow_mut().iter_mut().zip(counts) {
+            *slot += n;
+        }
+    });
+    if in_attempt.is_err() {
+        for (kind, n) in StreamType::ALL.iter().zip(counts) {
+            telemetry::events_written(kind.as_str(), n);
+        }
     }
 }
 
@@ -110,6 +167,7 @@ impl Outbox {
                 &[&stream_types, &stream_ids, &positions, &kinds, &data],
             )
             .await?;
+        tally(&events);
         Ok(())
     }
 }
@@ -121,6 +179,20 @@ impl Drop for Outbox {
         // flushing would be a write path outside `write_tx!`: say so loudly.
         if left > 0 && !std::thread::panicking() {
             tracing::debug!(events = left, "outbox dropped with events not flushed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metric_labels_are_the_stream_types() {
+        let names: Vec<&str> = StreamType::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(names, telemetry::EVENT_STREAM_TYPES);
+        for (i, t) in StreamType::ALL.iter().enumerate() {
+            assert_eq!(t.index(), i);
         }
     }
 }

@@ -428,7 +428,11 @@ where
 {
     let client = checkout(pool, operation).await?;
     let begin = begin_statements(options);
-    match run_once(TxClient::new(client), &begin, work, operation).await {
+    let attempt = crate::store::outbox::counting_committed(
+        run_once(TxClient::new(client), &begin, work, operation),
+        |a| matches!(a, Attempt::Ended(_, Ok(_))),
+    );
+    match attempt.await {
         Attempt::Ended(client, result) => {
             let result = match result {
                 // The transaction may be open or aborted; a failed ROLLBACK means the

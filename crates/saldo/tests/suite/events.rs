@@ -488,3 +488,152 @@ async fn every_ledger_change_writes_its_events_and_a_refusal_none() {
         }
     }
 }
+
+/// Counters recorded on this thread (`metrics::with_local_recorder`), by name and labels.
+#[derive(Default)]
+struct Counting {
+    counters: std::sync::Mutex<BTreeMap<String, std::sync::Arc<std::sync::atomic::AtomicU64>>>,
+}
+
+impl Counting {
+    fn get(&self, key: &str) -> u64 {
+        let counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        counters
+            .get(key)
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl metrics::Recorder for Counting {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        metrics::Counter::from_arc(counters.entry(name).or_default().clone())
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// `saldo_events_written_total` counts what committed: events flushed by a transaction that
+/// then rolled back count nothing, a committed one's count once.
+#[test]
+fn written_events_are_counted_once_committed() {
+    use saldo::store::dialect::Tx;
+    use saldo::store::outbox::{NewEvent, StreamType};
+    use saldo::store::retry::in_transaction;
+
+    let recorder = Counting::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let db = test_db().await;
+            let store = db.store();
+            let writer = store.writer();
+            for fail in [true, false] {
+                let written = in_transaction(
+                    &store.pool,
+                    &store.tx,
+                    saldo::Operation::Events,
+                    move |client| {
+                        saldo::tx_body!(client => async {
+                            let tx = Tx::writing(client, writer);
+                            tx.emit(NewEvent {
+                                stream_type: StreamType::Product,
+                                stream_id: "900".into(),
+                                position: 1,
+                                kind: "stock.changed",
+                                data: serde_json::json!({}),
+                            });
+                            tx.flush_events().await?;
+                            if fail {
+                                return Err(Error::Input(saldo::InputError::EmptyOrder));
+                            }
+                            Ok(())
+                        })
+                    },
+                )
+                .await;
+                assert_eq!(written.is_err(), fail);
+            }
+            let client = db.pool.get().await.expect("client");
+            let rows: i64 = client
+                .query_one("SELECT count(*) FROM events", &[])
+                .await
+                .expect("count")
+                .get(0);
+            assert_eq!(rows, 1, "the rolled-back event is not in the table");
+        })
+    });
+    assert_eq!(
+        recorder.get("saldo_events_written_total{stream_type=product}"),
+        1
+    );
+}
+
+/// The feed's lag: an event committed while an older transaction is still open waits for it
+/// (the sequencer's horizon), and its age shows; once that transaction ends and a pass runs,
+/// the lag is back to zero (bounded wait: other tests' transactions hold the horizon too).
+#[tokio::test]
+async fn the_feed_lag_is_the_age_of_what_committed_and_waits() {
+    let db = test_db().await;
+    let store = db.store();
+    let holder = db.pool.get().await.expect("client");
+    holder
+        .batch_execute("BEGIN; SELECT pg_current_xact_id();")
+        .await
+        .expect("an open transaction");
+    admin::set_count(&store, saldo::domain::ProductId::new(1).expect("id"), 1)
+        .await
+        .expect("count");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    events::sequencer::pass(&store).await.expect("pass");
+    let held = events::lag(&store).await.expect("lag");
+    assert!(held >= Duration::from_secs(1), "{held:?}");
+    holder.batch_execute("COMMIT").await.expect("commit");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        events::sequencer::pass(&store).await.expect("pass");
+        let lag = events::lag(&store).await.expect("lag");
+        if lag.is_zero() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "lag stays {lag:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,5 +1,6 @@
-//! What a reader of the feed holds: a [`Cursor`], an [`Event`], a [`Filter`], a [`Page`], and
-//! the names of streams and event types.
+//! What a reader of the feed handles: the [`Cursor`], an [`Event`], a [`Filter`] and a
+//! [`Page`], and the parsing of a filter's stream and types. A leaf of `events`: the feed and
+//! the sequencer import it, it imports neither.
 
 use std::fmt;
 use std::str::FromStr;
@@ -92,12 +93,42 @@ impl Filter {
     }
 }
 
-/// Every event type saldo writes: the stock side's, then the ledger's.
-pub fn event_types() -> impl Iterator<Item = &'static str> {
+/// Most event types one [`Filter`] names.
+pub const MAX_FILTER_TYPES: usize = 16;
+
+/// Every event type the feed holds (the stock side's, then the ledger's): a filter naming
+/// another is refused.
+pub fn known_types() -> Vec<&'static str> {
     crate::stock::flows::order_events::STOCK_EVENT_TYPES
         .iter()
         .chain(crate::ledger::rows::events::LEDGER_EVENT_TYPES)
         .copied()
+        .collect()
+}
+
+/// Parses the event types of a filter: each a known type (see [`known_types`]), at most
+/// [`MAX_FILTER_TYPES`] of them (duplicates count); duplicates are dropped.
+pub fn parse_types<'a>(raw: impl IntoIterator<Item = &'a str>) -> Result<Vec<String>, InputError> {
+    let known = known_types();
+    let mut types: Vec<String> = Vec::new();
+    for (i, t) in raw.into_iter().enumerate() {
+        if i == MAX_FILTER_TYPES {
+            return Err(InputError::TooManyEventTypes {
+                max: MAX_FILTER_TYPES,
+            });
+        }
+        let t = t.trim();
+        if !known.contains(&t) {
+            return Err(InputError::EventTypeUnknown(
+                t.chars().take(64).collect(),
+                known.join(", "),
+            ));
+        }
+        if !types.iter().any(|have| have == t) {
+            types.push(t.to_owned());
+        }
+    }
+    Ok(types)
 }
 
 /// Parses a stream name (`product:42`).
@@ -105,7 +136,8 @@ pub fn parse_stream(s: &str) -> Result<(StreamType, String), InputError> {
     let invalid = || InputError::StreamInvalid(s.chars().take(64).collect());
     let (kind, id) = s.split_once(':').ok_or_else(invalid)?;
     let kind = StreamType::parse(kind).ok_or_else(invalid)?;
-    if id.is_empty() || id.len() > 128 || id.chars().any(char::is_control) {
+    // Every stream id is a number or an id of the order/sale/transfer alphabet.
+    if !crate::domain::valid_token(id) {
         return Err(invalid());
     }
     Ok((kind, id.to_owned()))
@@ -141,5 +173,28 @@ mod tests {
         );
         assert!(parse_stream("nope:1").is_err());
         assert!(parse_stream("order:").is_err());
+        assert!(parse_stream("order:a b").is_err());
+        assert!(parse_stream(&format!("order:{}", "x".repeat(65))).is_err());
+        assert_eq!(
+            parse_stream("order:o-1:2"),
+            Ok((StreamType::Order, "o-1:2".to_owned()))
+        );
+    }
+
+    #[test]
+    fn types_are_known_ones_deduplicated_and_bounded() {
+        assert_eq!(
+            parse_types(["stock.changed", "stock.changed", " sale.created"]),
+            Ok(vec!["stock.changed".to_owned(), "sale.created".to_owned()])
+        );
+        assert!(matches!(
+            parse_types(["stock.exploded"]),
+            Err(InputError::EventTypeUnknown(..))
+        ));
+        assert!(parse_types(std::iter::empty()).expect("none").is_empty());
+        assert!(matches!(
+            parse_types(std::iter::repeat_n("sale.created", MAX_FILTER_TYPES + 1)),
+            Err(InputError::TooManyEventTypes { .. })
+        ));
     }
 }
