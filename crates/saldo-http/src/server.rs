@@ -1,5 +1,6 @@
 //! Running the service: bind, serve until a shutdown signal, finish in-flight requests, and run
-//! the expiry sweeper in-process on a fixed interval until shutdown. Connections are accepted
+//! the expiry sweeper in-process on a fixed interval and the webhook delivery worker
+//! ([`crate::webhooks::worker`]) until shutdown. Connections are accepted
 //! and served by [`crate::listener`] and [`crate::connections`] (cap, timeouts, reclaim), not
 //! `axum::serve`, which has neither a cap nor a header or idle timeout.
 
@@ -33,6 +34,11 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let upkeep = spawn_metrics_upkeep(state.prometheus.clone(), stop_rx.clone());
     let sweeper = spawn_sweeper(state.store().clone(), sweep_every, stop_rx.clone());
+    let webhooks = crate::webhooks::worker::spawn(
+        state.store().clone(),
+        state.settings.webhooks.clone(),
+        stop_rx.clone(),
+    );
     // The signal task owns the sender: if serving ends without a signal, aborting the task drops
     // it, which stops the sweeper and the upkeep too.
     let signal = tokio::spawn(async move {
@@ -68,6 +74,9 @@ pub async fn run(
     signal.abort();
     if let Err(e) = sweeper.await {
         tracing::warn!(error = %e, "sweeper task ended abnormally");
+    }
+    if let Err(e) = webhooks.await {
+        tracing::warn!(error = %e, "webhook worker ended abnormally");
     }
     if let Err(e) = upkeep.await {
         tracing::warn!(error = %e, "metrics upkeep task ended abnormally");

@@ -9,7 +9,7 @@
 //! name here, a row in [`FAMILIES`], and its known label values in the lists below; the
 //! `operation` label takes its values from [`Operation::SERVED`].
 
-use metrics::{describe_counter, describe_histogram, Unit};
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use tokio_postgres::error::SqlState;
 
 use crate::error::Error;
@@ -40,6 +40,14 @@ pub const BATCH_ORDERS: &str = "saldo_batch_orders";
 /// The same for the batched ledger engine.
 pub const LEDGER_BATCH_SECONDS: &str = "saldo_ledger_batch_seconds";
 pub const LEDGER_BATCH_OPERATIONS: &str = "saldo_ledger_batch_operations";
+/// Webhook delivery attempts by outcome (`ok`: answered 2xx; `failed`: anything else).
+pub const WEBHOOK_DELIVERIES: &str = "saldo_webhook_deliveries_total";
+/// Webhook subscriptions whose attempts ran out (resume them).
+pub const WEBHOOKS_FAILING: &str = "saldo_webhooks_failing";
+/// Age of the oldest feed event some subscription has not received yet.
+pub const WEBHOOK_OLDEST_UNDELIVERED: &str = "saldo_webhook_oldest_undelivered_seconds";
+/// `outcome` values of [`WEBHOOK_DELIVERIES`].
+pub const WEBHOOK_OUTCOMES: &[&str] = &["ok", "failed"];
 
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure, and the
 /// unique violation of an event stream position two transactions took at once).
@@ -113,6 +121,7 @@ pub const TRANSFER_OUTCOMES: &[&str] = &[
 enum Kind {
     Counter,
     Histogram,
+    Gauge,
 }
 
 /// Every library metric family: name, kind, unit, HELP text.
@@ -225,6 +234,24 @@ const FAMILIES: &[(&str, Kind, Unit, &str)] = &[
         Unit::Count,
         "Ledger operations in one batched transaction.",
     ),
+    (
+        WEBHOOK_DELIVERIES,
+        Kind::Counter,
+        Unit::Count,
+        "Webhook delivery attempts by outcome (ok: the receiver answered 2xx).",
+    ),
+    (
+        WEBHOOKS_FAILING,
+        Kind::Gauge,
+        Unit::Count,
+        "Webhook subscriptions whose attempts ran out: nothing is sent until resumed.",
+    ),
+    (
+        WEBHOOK_OLDEST_UNDELIVERED,
+        Kind::Gauge,
+        Unit::Seconds,
+        "Age of the oldest feed event a webhook subscription has not received yet.",
+    ),
 ];
 
 /// Registers the HELP text of every library metric and every counter at zero with its known
@@ -234,8 +261,14 @@ pub fn describe() {
         match kind {
             Kind::Counter => describe_counter!(*name, *unit, *help),
             Kind::Histogram => describe_histogram!(*name, *unit, *help),
+            Kind::Gauge => describe_gauge!(*name, *unit, *help),
         }
     }
+    for &outcome in WEBHOOK_OUTCOMES {
+        metrics::counter!(WEBHOOK_DELIVERIES, "outcome" => outcome).increment(0);
+    }
+    metrics::gauge!(WEBHOOKS_FAILING).set(0.0);
+    metrics::gauge!(WEBHOOK_OLDEST_UNDELIVERED).set(0.0);
     for operation in Operation::SERVED.iter().map(|o| o.as_str()) {
         for family in [
             TRANSACTIONS,
@@ -272,6 +305,18 @@ pub fn describe() {
     }
     metrics::counter!(CONFIRMED_WITH_MISSING).increment(0);
     metrics::counter!(VERSION_CONFLICTS).increment(0);
+}
+
+/// One webhook delivery attempt: ok (2xx) or failed.
+pub(crate) fn webhook_delivery(ok: bool) {
+    let outcome = if ok { "ok" } else { "failed" };
+    metrics::counter!(WEBHOOK_DELIVERIES, "outcome" => outcome).increment(1);
+}
+
+/// The webhook gauges, as last observed.
+pub(crate) fn webhook_gauges(failing: i64, oldest_undelivered_s: f64) {
+    metrics::gauge!(WEBHOOKS_FAILING).set(failing as f64);
+    metrics::gauge!(WEBHOOK_OLDEST_UNDELIVERED).set(oldest_undelivered_s);
 }
 
 /// One call of `retry::in_transaction`.
