@@ -77,8 +77,15 @@ impl From<Subscription> for WebhookView {
 /// A new subscription with its signing secret: shown this once.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CreatedWebhookView {
-    #[serde(flatten)]
-    pub webhook: WebhookView,
+    pub id: String,
+    pub url: String,
+    pub types: Vec<String>,
+    pub status: String,
+    pub cursor: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
     /// The signing secret (64 hex characters): `Saldo-Signature: t=<unix s>,v1=<hex
     /// HMAC-SHA256(secret, "<t>.<body>")>`. Not retrievable later.
     pub secret: String,
@@ -177,10 +184,19 @@ pub async fn create_webhook(
     let allow_private = hooks.allow_private_targets;
     let created = detached(async move { admin::create(&store, new, allow_private).await }).await?;
     let secret = hooks.key.secret(&created.id);
+    let w = WebhookView::from(created);
     Ok((
         StatusCode::CREATED,
         Json(CreatedWebhookView {
-            webhook: created.into(),
+            id: w.id,
+            url: w.url,
+            types: w.types,
+            status: w.status,
+            cursor: w.cursor,
+            attempts: w.attempts,
+            next_attempt_at: w.next_attempt_at,
+            last_error: w.last_error,
+            created_at: w.created_at,
             secret,
         }),
     ))
