@@ -41,3 +41,13 @@ CREATE TABLE webhook_deliveries (
     duration_ms bigint      NOT NULL,
     PRIMARY KEY (webhook_id, n)
 );
+
+-- The fingerprint of the webhook key the services on this database sign with (an HMAC of a
+-- fixed label under the key: it reveals nothing of the key). The first service to need it
+-- records it; a service with another key creates no subscription and delivers nothing (its
+-- signatures would not verify with the secrets the others handed out).
+CREATE TABLE webhook_key (
+    only_row    boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    fingerprint text    NOT NULL,
+    CONSTRAINT webhook_key_fingerprint CHECK (length(fingerprint) = 64)
+);

@@ -103,6 +103,13 @@ pub enum Error {
     /// unspecified address, or a name that does not resolve); the reason says which.
     #[error("webhook target refused: {0}")]
     WebhookTargetRefused(String),
+    /// This service's webhook key is not the one the database's other services sign with:
+    /// copy their `webhook.key` beside this service's token files and restart it.
+    #[error(
+        "this service's webhook key differs from the one recorded in the database: copy the \
+         other services' webhook.key beside this service's token files and restart it"
+    )]
+    WebhookKeyMismatch,
     /// The COMMIT was sent but its answer was lost (deadline or connection): the operation may
     /// or may not have been applied. Replaying the same request (same order or transfer id)
     /// tells which, and never applies it twice.

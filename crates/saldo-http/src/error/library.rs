@@ -61,6 +61,10 @@ fn input_or_unknown(e: &Error) -> Option<Parts> {
         Error::WebhookTargetRefused(_) => {
             Parts::invalid("webhook-target-refused", "Webhook target refused")
         }
+        Error::WebhookKeyMismatch => Parts::unavailable(
+            "webhook-key-mismatch",
+            "Webhook key differs between services",
+        ),
         _ => return None,
     })
 }

@@ -162,6 +162,7 @@ pub struct DeliveriesQuery {
         (status = 409, description = "At most 100 subscriptions (`too-many-webhooks`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 410, description = "`after` is older than the events kept", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Bad URL, unknown type, bad cursor, or a refused target (`webhook-target-refused`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "This service's webhook key is not the database's (`webhook-key-mismatch`)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn create_webhook(
     _: Admin,
@@ -182,7 +183,10 @@ pub async fn create_webhook(
     let store = state.store().clone();
     let hooks = state.settings.webhooks.clone();
     let allow_private = hooks.allow_private_targets;
-    let created = detached(async move { admin::create(&store, new, allow_private).await }).await?;
+    let fingerprint = hooks.key.fingerprint();
+    let created =
+        detached(async move { admin::create(&store, new, allow_private, &fingerprint).await })
+            .await?;
     let secret = hooks.key.secret(&created.id);
     let w = WebhookView::from(created);
     Ok((

@@ -26,6 +26,9 @@ const DIR_MODE: u32 = 0o700;
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
+/// What the fingerprint is the HMAC of (never a UUID's text, so never a subscription's secret).
+const FINGERPRINT_LABEL: &[u8] = b"saldo webhook key fingerprint v1";
+
 /// Why the key could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -105,6 +108,14 @@ impl WebhookKey {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&path),
             Err(e) => Err(io(&path)(e)),
         }
+    }
+
+    /// The key's fingerprint, recorded in the database so that every service on it signs with
+    /// the same key: hex of HMAC-SHA256(key, a fixed label). Reveals nothing of the key.
+    pub fn fingerprint(&self) -> String {
+        let mut mac = HmacSha256::new_from_slice(&self.bytes).expect("HMAC takes any key length");
+        mac.update(FINGERPRINT_LABEL);
+        hex::encode(mac.finalize().into_bytes())
     }
 
     /// A subscription's signing secret: hex of HMAC-SHA256(key, id).

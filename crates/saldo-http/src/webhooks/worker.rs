@@ -76,12 +76,16 @@ async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(shared.settings.poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut polls = 0u32;
+    let mut key = KeyState::Unchecked;
     loop {
         tokio::select! {
             changed = stop.changed() => if changed.is_err() || *stop.borrow() { break },
             _ = tick.tick() => {}
         }
         while tasks.try_join_next().is_some() {}
+        if !key_agrees(&shared, &mut key).await {
+            continue;
+        }
         let room = MAX_IN_FLIGHT.saturating_sub(tasks.len());
         match lease::claim(&shared.store, shared.holder, LEASE, room).await {
             Ok(leases) => {
@@ -103,6 +107,44 @@ async fn run(shared: Arc<Shared>) {
     });
     if drained.await.is_err() {
         tasks.abort_all();
+    }
+}
+
+/// Whether this service's webhook key was found to be the database's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyState {
+    Unchecked,
+    Agrees,
+    /// Differs: said once at error level, checked again every poll (nothing is delivered).
+    Differs,
+}
+
+/// Checks (until it agrees) that this service signs with the database's webhook key: a service
+/// with another key would send signatures no receiver can verify, so it delivers nothing.
+async fn key_agrees(shared: &Shared, state: &mut KeyState) -> bool {
+    if *state == KeyState::Agrees {
+        return true;
+    }
+    let fingerprint = shared.settings.key.fingerprint();
+    match lease::key_agrees(&shared.store, &fingerprint).await {
+        Ok(true) => {
+            *state = KeyState::Agrees;
+            true
+        }
+        Ok(false) => {
+            if *state != KeyState::Differs {
+                tracing::error!(
+                    "{}; no webhook is delivered by this service",
+                    saldo::Error::WebhookKeyMismatch
+                );
+                *state = KeyState::Differs;
+            }
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "webhook key not checked");
+            false
+        }
     }
 }
 

@@ -345,6 +345,7 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::UnknownWebhook(_) => "UnknownWebhook",
         E::TooManyWebhooks { .. } => "TooManyWebhooks",
         E::WebhookTargetRefused(_) => "WebhookTargetRefused",
+        E::WebhookKeyMismatch => "WebhookKeyMismatch",
         E::NothingToExtend(_) => "NothingToExtend",
         E::HoldLimitExceeded { .. } => "HoldLimitExceeded",
         E::ProductLocked(_) => "ProductLocked",
@@ -378,7 +379,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 46;
+const LIBRARY_VARIANTS: usize = 47;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -427,6 +428,7 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
         E::UnknownWebhook(uuid::Uuid::nil()),
         E::TooManyWebhooks { max: 100 },
         E::WebhookTargetRefused("the host resolves to a loopback address".into()),
+        E::WebhookKeyMismatch,
         E::ConnectionLost {
             operation: saldo::Operation::Reserve,
             cause: "the server went away".into(),

@@ -595,3 +595,47 @@ async fn two_services_on_one_database_deliver_each_event_once() {
         assert_eq!(total, expected.len(), "{id}: no event delivered twice");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_with_another_key_neither_subscribes_nor_delivers() {
+    let (dir, elsewhere) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let t = app_with(settings(dir.path(), 12)).await;
+    let (r, addr, _stop) = receiver(200).await;
+    let (id, _, cursor) = subscribe(&t, &format!("http://{addr}/h"), json!([])).await;
+    // Another service on the same database, with a key of its own (another token directory).
+    let other = state_with(t.db.pool.clone(), settings(elsewhere.path(), 12));
+    let other_app = TestApp {
+        db: test_db_with_pool(1).await,
+        router: app(other.clone()),
+        state: other.clone(),
+    };
+    other_app
+        .admin(
+            Method::POST,
+            "/v1/admin/webhooks",
+            Some(json!({ "url": format!("http://{addr}/other") })),
+        )
+        .await
+        .assert_problem(503, "webhook-key-mismatch");
+    let live = Live::start(other).await;
+    t.stock(21, 1).await;
+    feed_after(&t, &cursor, 1).await;
+    // Its worker had every chance to claim (many polls); it must have sent nothing.
+    for _ in 0..50 {
+        tokio::time::sleep(POLL).await;
+    }
+    assert!(r.got().is_empty(), "the other key's worker delivered");
+    live.stop().await;
+    // The right service delivers it.
+    let live = Live::start(t.state.clone()).await;
+    until("delivered by the service with the recorded key", || {
+        let r = r.clone();
+        async move { !r.got().is_empty() }
+    })
+    .await;
+    assert!(r.got().iter().all(|g| g.webhook == id));
+    live.stop().await;
+}

@@ -18,11 +18,13 @@ use super::{
 };
 
 /// Creates a subscription (see the module header). `allow_private` lets the target resolve to
-/// loopback and private addresses.
+/// loopback and private addresses; `key_fingerprint` is the service's webhook key's, which must
+/// be the database's ([`super::lease::agree_on_key`]).
 pub async fn create(
     store: &Store,
     new: NewSubscription,
     allow_private: bool,
+    key_fingerprint: &str,
 ) -> Result<Subscription, Error> {
     let url = super::validate(&new.url, &new.types)?;
     target::check_url(&url, allow_private).await?;
@@ -39,9 +41,10 @@ pub async fn create(
     let mut types = new.types;
     types.sort_unstable();
     types.dedup();
+    let fingerprint = key_fingerprint.to_owned();
     in_transaction(&store.pool, &store.tx, Operation::Webhooks, move |client| {
-        let (url, types) = (url.clone(), types.clone());
-        crate::tx_body!(client => insert(client, id, url, types, start))
+        let (url, types, fingerprint) = (url.clone(), types.clone(), fingerprint.clone());
+        crate::tx_body!(client => insert(client, id, url, types, start, fingerprint))
     })
     .await
 }
@@ -52,7 +55,11 @@ async fn insert(
     url: String,
     types: Vec<String>,
     start: Cursor,
+    fingerprint: String,
 ) -> Result<Subscription, Error> {
+    if !super::lease::agree_on_key(client, &fingerprint).await? {
+        return Err(Error::WebhookKeyMismatch);
+    }
     // Two creations at once must not both see 99: the count and the insert are serialised.
     client
         .batch_execute("LOCK TABLE webhooks IN SHARE ROW EXCLUSIVE MODE")

@@ -76,6 +76,28 @@ const CLAIM: &str = "UPDATE webhooks w \
         AND w.leased_until < now() \
   RETURNING w.id, w.url, w.types, w.cursor_seq, w.attempts";
 
+/// Records `fingerprint` as the database's webhook key fingerprint when none is recorded;
+/// answers whether the recorded one is `fingerprint`.
+pub async fn agree_on_key(client: &Client, fingerprint: &str) -> Result<bool, Error> {
+    client
+        .execute(
+            "INSERT INTO webhook_key (fingerprint) VALUES ($1) ON CONFLICT (only_row) DO NOTHING",
+            &[&fingerprint],
+        )
+        .await?;
+    let recorded: String = client
+        .query_one("SELECT fingerprint FROM webhook_key", &[])
+        .await?
+        .try_get(0)?;
+    Ok(recorded == fingerprint)
+}
+
+/// [`agree_on_key`] on a connection of its own.
+pub async fn key_agrees(store: &Store, fingerprint: &str) -> Result<bool, Error> {
+    let client = checkout(&store.pool, Operation::WebhookDelivery).await?;
+    agree_on_key(&client, fingerprint).await
+}
+
 /// Claims up to `max` due, unleased, active subscriptions for `holder`, for `lease`.
 pub async fn claim(
     store: &Store,
@@ -293,6 +315,11 @@ async fn log(client: &Client, held: &Lease, number: i32, a: &Attempt) -> Result<
     Ok(())
 }
 
+/// Feed rows the oldest-undelivered gauge looks at per subscription, at most: a subscription
+/// to a rare type whose next event is further away is counted as caught up (the worker moves
+/// its cursor past what its filter passes over anyway).
+pub const OBSERVE_SCAN: i64 = 5_000;
+
 /// Sets the gauges: subscriptions failing, and the age in seconds of the oldest feed event of
 /// its types that an active or failing subscription has not received (0 when none waits).
 pub async fn observe(store: &Store) -> Result<(i64, f64), Error> {
@@ -302,12 +329,13 @@ pub async fn observe(store: &Store) -> Result<(i64, f64), Error> {
             "SELECT (SELECT count(*) FROM webhooks WHERE status = 'failing') AS failing, \
                     COALESCE((SELECT extract(epoch FROM now() - min(oldest.at))::float8 \
                        FROM webhooks w CROSS JOIN LATERAL \
-                            (SELECT e.at FROM feed f JOIN events e \
-                                 ON e.xid = f.xid AND e.id = f.id \
-                              WHERE f.seq > w.cursor_seq \
-                                AND (cardinality(w.types) = 0 OR e.type = ANY (w.types)) \
+                            (SELECT e.at FROM (SELECT seq, xid, id FROM feed \
+                                                 WHERE seq > w.cursor_seq \
+                                                 ORDER BY seq LIMIT $1) f \
+                                JOIN events e ON e.xid = f.xid AND e.id = f.id \
+                              WHERE cardinality(w.types) = 0 OR e.type = ANY (w.types) \
                               ORDER BY f.seq LIMIT 1) oldest), 0) AS oldest_s",
-            &[],
+            &[&OBSERVE_SCAN],
         )
         .await?;
     let failing: i64 = row.try_get("failing")?;
