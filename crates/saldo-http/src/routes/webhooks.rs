@@ -11,10 +11,11 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use saldo::events::Cursor;
 use saldo::webhooks::{
-    self, admin, Delivery, NewSubscription, Subscription, DEFAULT_DELIVERIES_PAGE,
-    MAX_DELIVERIES_PAGE,
+    self, admin, Delivery, NewSubscription, Subscription, DEFAULT_DELIVERIES_PAGE, EVENT_TYPES,
+    MAX_DELIVERIES_PAGE, MAX_TYPES, MAX_URL_BYTES,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{Array, Object, Schema, SchemaType, Type};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{ApiJson, ApiPath, ApiQuery};
@@ -27,17 +28,50 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhookBody {
-    /// Where to POST: an absolute `http` or `https` URL (https recommended), no userinfo, at
-    /// most 2048 bytes.
-    #[schema(min_length = 1, max_length = 2048)]
+    #[schema(schema_with = webhook_url)]
     pub url: String,
-    /// Event types to deliver (`stock.changed`, `reservation.created`, …); absent or empty:
-    /// every type.
     #[serde(default)]
-    #[schema(max_items = 32)]
+    #[schema(schema_with = event_types)]
     pub types: Vec<String>,
-    /// Start after this feed cursor (`e2.<hex>`); absent: at the feed's current end.
+    #[schema(schema_with = after_cursor)]
     pub after: Option<String>,
+}
+
+fn webhook_url() -> Schema {
+    Object::builder()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_URL_BYTES))
+        .description(Some(
+            "Where to POST: an absolute http or https URL (https recommended), no userinfo, no \
+             fragment, resolving to public addresses only (unless the service allows private \
+             targets)",
+        ))
+        .examples(Some("https://192.0.2.10/hooks/saldo"))
+        .build()
+        .into()
+}
+
+fn event_types() -> Schema {
+    let item = Object::builder()
+        .schema_type(Type::String)
+        .enum_values(Some(EVENT_TYPES.iter().copied()))
+        .build();
+    let mut array = Array::new(item);
+    array.max_items = Some(MAX_TYPES);
+    array.description = Some("Event types to deliver; absent or empty: every type".to_owned());
+    array.into()
+}
+
+fn after_cursor() -> Schema {
+    Object::builder()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .pattern(Some("^e2\\.[0-9a-f]{1,15}$"))
+        .description(Some(
+            "Start after this feed cursor, at most the feed's end; absent: at the feed's end",
+        ))
+        .build()
+        .into()
 }
 
 /// A subscription (never its secret).
