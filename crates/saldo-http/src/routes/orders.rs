@@ -440,6 +440,7 @@ pub async fn confirm(
         (status = 200, description = "What was released", body = ReleaseView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Not releasable: an item already expired or was confirmed (`order-not-releasable`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn release(

@@ -173,7 +173,11 @@ pub struct DeliveriesView {
 #[into_params(parameter_in = Path)]
 pub struct WebhookPath {
     /// Subscription id (a UUID).
-    #[param(min_length = 36, max_length = 36)]
+    #[param(
+        min_length = 36,
+        max_length = 36,
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     pub id: String,
 }
 
