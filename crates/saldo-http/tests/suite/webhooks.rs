@@ -639,3 +639,75 @@ async fn a_service_with_another_key_neither_subscribes_nor_delivers() {
     assert!(r.got().iter().all(|g| g.webhook == id));
     live.stop().await;
 }
+
+/// The leases in the library, without HTTP: one holder at a time, the cursor moved only by the
+/// holder, and the log trimmed to the newest `KEEP_DELIVERIES` in the transaction that logs.
+#[tokio::test]
+async fn a_lease_has_one_holder_and_the_log_is_bounded() {
+    use saldo::webhooks::lease::{self, Attempt};
+    use saldo::webhooks::{admin, NewSubscription, KEEP_DELIVERIES};
+    let db = test_db_with_pool(4).await;
+    let store = saldo::Store::new(db.pool.clone(), saldo::retry::TxOptions::default());
+    let new = NewSubscription {
+        url: "http://127.0.0.1:9/h".into(),
+        types: vec![],
+        after: None,
+    };
+    let sub = admin::create(&store, new, true, &"f".repeat(64))
+        .await
+        .expect("create");
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let held = lease::claim(&store, a, Duration::from_secs(60), 8)
+        .await
+        .expect("claim");
+    assert_eq!(held.len(), 1);
+    let held = held.into_iter().next().expect("lease");
+    assert!(lease::claim(&store, b, Duration::from_secs(60), 8)
+        .await
+        .expect("claim")
+        .is_empty());
+    let attempt = Attempt {
+        delivery_id: uuid::Uuid::new_v4(),
+        first: held.cursor,
+        last: held.cursor,
+        events: 1,
+        outcome: "ok",
+        http_status: Some(200),
+        duration: Duration::from_millis(3),
+        error: None,
+    };
+    let n = usize::try_from(KEEP_DELIVERIES).expect("n") + 5;
+    for _ in 0..n {
+        assert!(lease::delivered(&store, &held, held.cursor, &attempt)
+            .await
+            .expect("delivered"));
+    }
+    let kept: i64 = db
+        .pool
+        .get()
+        .await
+        .expect("connection")
+        .query_one(
+            "SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1",
+            &[&sub.id],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(
+        kept, KEEP_DELIVERIES,
+        "older rows deleted as new ones are logged"
+    );
+    // Given back, the other holder takes it; the first one's writes no longer count.
+    lease::release(&store, &held).await.expect("release");
+    let taken = lease::claim(&store, b, Duration::from_secs(60), 8)
+        .await
+        .expect("claim");
+    assert_eq!(taken.len(), 1);
+    assert!(!lease::delivered(&store, &held, held.cursor, &attempt)
+        .await
+        .expect("delivered"));
+    assert!(!lease::renew(&store, &held, Duration::from_secs(60))
+        .await
+        .expect("renew"));
+}
