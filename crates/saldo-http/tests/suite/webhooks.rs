@@ -646,23 +646,28 @@ async fn a_service_with_another_key_neither_subscribes_nor_delivers() {
 async fn a_lease_has_one_holder_and_the_log_is_bounded() {
     use saldo::webhooks::lease::{self, Attempt};
     use saldo::webhooks::{admin, NewSubscription, KEEP_DELIVERIES};
-    let db = test_db_with_pool(4).await;
-    let store = saldo::Store::new(db.pool.clone(), saldo::retry::TxOptions::default());
+    let dir = tempfile::tempdir().expect("dir");
+    let t = app_with(settings(dir.path(), 12)).await;
+    let (db, store) = (&t.db, t.state.store());
+    // Only a subscription with events after its cursor is claimed.
+    t.stock(1, 1).await;
+    let start = "e2.0".parse::<Cursor>().expect("cursor");
+    feed_after(&t, "e2.0", 1).await;
     let new = NewSubscription {
         url: "http://127.0.0.1:9/h".into(),
         types: vec![],
-        after: None,
+        after: Some(start),
     };
-    let sub = admin::create(&store, new, true, &"f".repeat(64))
+    let sub = admin::create(store, new, true, &"f".repeat(64))
         .await
         .expect("create");
     let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let held = lease::claim(&store, a, Duration::from_secs(60), 8)
+    let held = lease::claim(store, a, Duration::from_secs(60), 8)
         .await
         .expect("claim");
     assert_eq!(held.len(), 1);
     let held = held.into_iter().next().expect("lease");
-    assert!(lease::claim(&store, b, Duration::from_secs(60), 8)
+    assert!(lease::claim(store, b, Duration::from_secs(60), 8)
         .await
         .expect("claim")
         .is_empty());
@@ -678,7 +683,7 @@ async fn a_lease_has_one_holder_and_the_log_is_bounded() {
     };
     let n = usize::try_from(KEEP_DELIVERIES).expect("n") + 5;
     for _ in 0..n {
-        assert!(lease::delivered(&store, &held, held.cursor, &attempt)
+        assert!(lease::delivered(store, &held, held.cursor, &attempt)
             .await
             .expect("delivered"));
     }
@@ -699,15 +704,52 @@ async fn a_lease_has_one_holder_and_the_log_is_bounded() {
         "older rows deleted as new ones are logged"
     );
     // Given back, the other holder takes it; the first one's writes no longer count.
-    lease::release(&store, &held).await.expect("release");
-    let taken = lease::claim(&store, b, Duration::from_secs(60), 8)
+    lease::release(store, &held).await.expect("release");
+    let taken = lease::claim(store, b, Duration::from_secs(60), 8)
         .await
         .expect("claim");
     assert_eq!(taken.len(), 1);
-    assert!(!lease::delivered(&store, &held, held.cursor, &attempt)
+    assert!(!lease::delivered(store, &held, held.cursor, &attempt)
         .await
         .expect("delivered"));
-    assert!(!lease::renew(&store, &held, Duration::from_secs(60))
+    assert!(!lease::renew(store, &held, Duration::from_secs(60))
         .await
         .expect("renew"));
+}
+
+/// More subscriptions than one service delivers at once: every one gets its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_subscriptions_than_workers_all_receive_everything() {
+    let dir = tempfile::tempdir().expect("dir");
+    let t = app_with(settings(dir.path(), 12)).await;
+    let (r, addr, _stop) = receiver(200).await;
+    let n = saldo_http::webhooks::worker::MAX_IN_FLIGHT * 2 + 1;
+    let mut cursor = String::new();
+    for i in 0..n {
+        cursor = subscribe(&t, &format!("http://{addr}/s{i}"), json!([]))
+            .await
+            .2;
+    }
+    let live = Live::start(t.state.clone()).await;
+    for i in 1..=5 {
+        t.stock(30, i).await;
+    }
+    let expected = feed_after(&t, &cursor, 5).await;
+    until("every subscription has every event", || {
+        let r = r.clone();
+        let m = expected.len();
+        async move {
+            let mut per: BTreeMap<String, HashSet<i64>> = BTreeMap::new();
+            for g in r.got() {
+                for e in g.events() {
+                    per.entry(g.webhook.clone())
+                        .or_default()
+                        .insert(e["id"].as_i64().expect("id"));
+                }
+            }
+            per.len() == n && per.values().all(|s| s.len() == m)
+        }
+    })
+    .await;
+    live.stop().await;
 }

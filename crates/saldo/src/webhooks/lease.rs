@@ -72,6 +72,7 @@ const CLAIM: &str = "UPDATE webhooks w \
       WHERE w.id IN (SELECT id FROM webhooks \
                       WHERE status = 'active' AND leased_until < now() \
                         AND next_attempt_at <= now() \
+                        AND cursor_seq < (SELECT last_seq FROM feed_state) \
                       ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
         AND w.leased_until < now() \
   RETURNING w.id, w.url, w.types, w.cursor_seq, w.attempts";
@@ -98,7 +99,9 @@ pub async fn key_agrees(store: &Store, fingerprint: &str) -> Result<bool, Error>
     agree_on_key(&client, fingerprint).await
 }
 
-/// Claims up to `max` due, unleased, active subscriptions for `holder`, for `lease`.
+/// Claims up to `max` due, unleased, active subscriptions that have feed events after their
+/// cursor, for `holder`, for `lease`; the longest waiting first (a released subscription goes
+/// to the back: [`release`]). Runs a sequencer pass first, so the feed's end is current.
 pub async fn claim(
     store: &Store,
     holder: Uuid,
@@ -108,6 +111,7 @@ pub async fn claim(
     if max == 0 {
         return Ok(Vec::new());
     }
+    events::end(store).await?;
     let client = checkout(&store.pool, Operation::WebhookDelivery).await?;
     let rows = client
         .query(CLAIM, &[&holder, &lease.as_secs_f64(), &(max as i64)])
@@ -139,12 +143,14 @@ pub async fn renew(store: &Store, held: &Lease, lease: Duration) -> Result<bool,
     Ok(n == 1)
 }
 
-/// Gives a lease back (another worker may claim the subscription at once).
+/// Gives a lease back (another worker may claim the subscription at once); it goes to the back
+/// of the claim order, so every subscription gets its turn.
 pub async fn release(store: &Store, held: &Lease) -> Result<(), Error> {
     let client = checkout(&store.pool, Operation::WebhookDelivery).await?;
     client
         .execute(
-            "UPDATE webhooks SET leased_until = '-infinity' WHERE id = $1 AND leased_by = $2",
+            "UPDATE webhooks SET leased_until = '-infinity', next_attempt_at = now() \
+              WHERE id = $1 AND leased_by = $2 AND leased_until > now()",
             &[&held.id, &held.holder],
         )
         .await?;
