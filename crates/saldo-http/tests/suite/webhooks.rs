@@ -230,6 +230,24 @@ fn delivered_ids(got: &[Got]) -> (Vec<i64>, usize) {
     (ids, total)
 }
 
+/// Waits until subscription `id`'s cursor is the last event the receiver acknowledged: the
+/// cursor moves in the transaction that logs the delivery, so the log is complete then.
+async fn caught_up(t: &TestApp, id: &str, r: &Receiver) {
+    let last = r
+        .got()
+        .iter()
+        .filter(|g| (200..300).contains(&g.answered))
+        .flat_map(|g| g.events())
+        .last()
+        .and_then(|e| e["cursor"].as_str().map(str::to_owned))
+        .expect("an acknowledged event");
+    let path = format!("/v1/admin/webhooks/{id}");
+    until("the cursor at the last acknowledged event", || async {
+        t.admin(Method::GET, &path, None).await.body["cursor"] == last.as_str()
+    })
+    .await;
+}
+
 fn seqs(got: &Got) -> Vec<i64> {
     got.events()
         .iter()
@@ -270,6 +288,7 @@ async fn every_event_arrives_signed_once_and_in_feed_order() {
         assert!(s.windows(2).all(|w| w[0] < w[1]) && s[0] > last);
         last = *s.last().expect("last");
     }
+    caught_up(&t, &id, &r).await;
     let log = t
         .admin(
             Method::GET,
@@ -317,6 +336,7 @@ async fn a_failed_batch_is_retried_before_any_later_event() {
         verify(&secret, g);
     }
     assert_eq!(delivered_ids(&got).0, expected);
+    caught_up(&t, &id, &r).await;
     let log = t
         .admin(
             Method::GET,
