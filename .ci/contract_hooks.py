@@ -10,6 +10,12 @@ descriptions too; everything else the server checks is in the schema itself.
   `maximum` of `ItemRequest.quantity`, read from the served document, never repeated here);
 - a product repeated in one reservation names one location or none (every line the same
   `location_id`, absent and null alike).
+
+And the refusals of a webhook subscription that depend on the world, not the body's shape: its
+URL must parse as http(s) and resolve to an address the service may send to (no network here,
+and no private address without `--webhook-allow-private-targets`: 422 `webhook-target-refused`
+or `invalid-input`), `after` may not be past the feed's end (422), and at most 100 may exist
+(409 `too-many-webhooks`). A schema cannot state those; the server answering them is right.
 """
 
 import json
@@ -24,6 +30,12 @@ with open(os.environ["SALDO_CONTRACT_DOCUMENT"], encoding="utf-8") as f:
     _DOC = json.load(f)
 MAX_QUANTITY = _DOC["components"]["schemas"]["ItemRequest"]["properties"]["quantity"]["maximum"]
 ORDER_BODIES = {("POST", "/v1/reservations"), ("POST", "/v1/orders/{order_id}/rereserve")}
+WEBHOOK_CREATE = ("POST", "/v1/admin/webhooks")
+WEBHOOK_REFUSALS = {
+    (422, "urn:saldo:problem:webhook-target-refused"),
+    (422, "urn:saldo:problem:invalid-input"),
+    (409, "urn:saldo:problem:too-many-webhooks"),
+}
 
 
 def _sums_within_limit(items):
@@ -104,6 +116,20 @@ def _is_expected_refusal(failure, case, response):
             and not _keeps_cross_field_rules(case.operation, case.body))
 
 
+def _is_webhook_refusal(failure, case, response):
+    """A subscription refused for what the world says of its URL or of the feed (see the
+    module's header), reported as a schema-valid request rejected."""
+    if not isinstance(failure, RejectedPositiveData) or case.operation is None:
+        return False
+    if (case.operation.method.upper(), case.operation.path) != WEBHOOK_CREATE:
+        return False
+    try:
+        kind = response.json().get("type")
+    except Exception:  # not JSON: not one of ours
+        return False
+    return (response.status_code, kind) in WEBHOOK_REFUSALS
+
+
 @schemathesis.hook
 def filter_failure(context, failure, case, response):
     """The coverage phase builds bodies without the filter, so a body breaking a rule gets its
@@ -113,5 +139,9 @@ def filter_failure(context, failure, case, response):
         print(f"contract: expected 422 for a body breaking a cross-field rule: "
               f"{case.operation.method.upper()} {case.operation.path} {json.dumps(case.body)[:200]}",
               file=sys.stderr)
+        return False
+    if _is_webhook_refusal(failure, case, response):
+        print(f"contract: expected refusal of a webhook subscription: {response.status_code} "
+              f"{json.dumps(case.body)[:200]}", file=sys.stderr)
         return False
     return True

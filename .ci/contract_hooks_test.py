@@ -73,5 +73,32 @@ class FilterFailure(unittest.TestCase):
         self.assertTrue(kept(rejected(500), SAME_ACCOUNT, 500))
 
 
+WEBHOOKS = SimpleNamespace(method="post", path="/v1/admin/webhooks")
+
+
+def problem(status, kind):
+    return SimpleNamespace(status_code=status, json=lambda: {"type": f"urn:saldo:problem:{kind}"})
+
+
+def kept_webhook(failure, response):
+    return HOOKS.filter_failure(None, failure, SimpleNamespace(operation=WEBHOOKS,
+                                                               body={"url": "x"}), response)
+
+
+class WebhookRefusals(unittest.TestCase):
+    def test_refusals_the_world_decides_are_dropped(self):
+        self.assertFalse(kept_webhook(rejected(422), problem(422, "webhook-target-refused")))
+        self.assertFalse(kept_webhook(rejected(422), problem(422, "invalid-input")))
+        self.assertFalse(kept_webhook(rejected(409), problem(409, "too-many-webhooks")))
+
+    def test_anything_else_is_kept(self):
+        self.assertTrue(kept_webhook(rejected(422), problem(422, "invalid-body")))
+        self.assertTrue(kept_webhook(rejected(500), problem(500, "internal")))
+        undocumented = UndefinedStatusCode(operation="POST /v1/admin/webhooks", status_code=422,
+                                           defined_status_codes=["201"], allowed_status_codes=[201],
+                                           message="undocumented")
+        self.assertTrue(kept_webhook(undocumented, problem(422, "webhook-target-refused")))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -18,6 +18,8 @@ use saldo::stock::StrategyName;
 
 use crate::credentials::{Credentials, Source};
 use crate::tokens::{self, StoreError, Token, TokenError, TokenFileError, TokenKind, TokenStore};
+use crate::webhooks::key::{KeyError, WebhookKey};
+use crate::webhooks::settings::{self as hooks, WebhookSettings};
 
 /// Largest request body accepted (a 100-item order is about 5 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -85,6 +87,8 @@ pub enum ConfigError {
     TokenFile(#[from] TokenFileError),
     #[error("token store: {0}")]
     TokenStore(#[from] StoreError),
+    #[error("webhook key: {0}")]
+    WebhookKey(#[from] KeyError),
     #[error("reservation ttl: {0}")]
     Ttl(saldo::InputError),
     #[error("transfer timeout: {0}")]
@@ -131,6 +135,8 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// The event feed's streams and retention.
     pub events: EventSettings,
+    /// Webhook delivery: the key, the target rule, backoff and attempts.
+    pub webhooks: Arc<WebhookSettings>,
 }
 
 impl Settings {
@@ -187,6 +193,15 @@ pub struct RawSettings {
     pub event_stream_lifetime_s: u64,
     /// `--event-retention`.
     pub event_retention_s: u64,
+    /// `--webhook-allow-private-targets`: webhooks may target loopback, private and link-local
+    /// addresses (tests; receivers on the operator's own network).
+    pub webhook_allow_private_targets: bool,
+    /// First retry's backoff ceiling (full jitter; doubles per attempt, capped at 5 min).
+    pub webhook_backoff_base_ms: u64,
+    /// Attempts of one batch before the subscription turns `failing`.
+    pub webhook_max_attempts: u32,
+    /// How often the delivery worker looks for due subscriptions.
+    pub webhook_poll_ms: u64,
 }
 
 impl Default for RawSettings {
@@ -210,6 +225,10 @@ impl Default for RawSettings {
             event_stream_buffer: DEFAULT_EVENT_STREAM_BUFFER,
             event_stream_lifetime_s: DEFAULT_EVENT_STREAM_LIFETIME_S,
             event_retention_s: DEFAULT_EVENT_RETENTION_S,
+            webhook_allow_private_targets: false,
+            webhook_backoff_base_ms: hooks::DEFAULT_BACKOFF_BASE_MS,
+            webhook_max_attempts: hooks::DEFAULT_MAX_ATTEMPTS,
+            webhook_poll_ms: hooks::DEFAULT_POLL_MS,
         }
     }
 }
@@ -277,6 +296,7 @@ impl RawSettings {
         let credentials = self.credentials(admin, api, &mut generated)?;
         let connections = self.connection_limits()?;
         let events = self.event_settings()?;
+        let webhooks = Arc::new(self.webhooks()?);
         Ok(Validated {
             settings: Settings {
                 credentials: Arc::new(credentials),
@@ -289,8 +309,43 @@ impl RawSettings {
                 body_read_timeout: connections.body_read_timeout,
                 max_connections: connections.max_connections,
                 events,
+                webhooks,
             },
             generated,
+        })
+    }
+
+    /// The webhook settings, each within its bounds; the key from the token directory (created
+    /// there when missing), else one for this process.
+    fn webhooks(&self) -> Result<WebhookSettings, ConfigError> {
+        let base = in_range(
+            "webhook backoff base (ms)",
+            self.webhook_backoff_base_ms,
+            hooks::MIN_BACKOFF_BASE_MS,
+            hooks::MAX_BACKOFF_BASE_MS,
+        )?;
+        let attempts = in_range(
+            "webhook max attempts",
+            u64::from(self.webhook_max_attempts),
+            1,
+            u64::from(hooks::MAX_MAX_ATTEMPTS),
+        )?;
+        let poll = in_range(
+            "webhook poll interval (ms)",
+            self.webhook_poll_ms,
+            hooks::MIN_POLL_MS,
+            hooks::MAX_POLL_MS,
+        )?;
+        let key = match &self.token_dir {
+            Some(dir) => WebhookKey::in_dir(dir)?,
+            None => WebhookKey::generate(),
+        };
+        Ok(WebhookSettings {
+            key,
+            allow_private_targets: self.webhook_allow_private_targets,
+            backoff_base: Duration::from_millis(base),
+            max_attempts: u32::try_from(attempts).unwrap_or(hooks::MAX_MAX_ATTEMPTS),
+            poll: Duration::from_millis(poll),
         })
     }
 

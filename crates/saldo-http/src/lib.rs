@@ -25,6 +25,7 @@ pub mod starting;
 pub mod startup;
 pub mod state;
 pub mod tokens;
+pub mod webhooks;
 
 use std::sync::Arc;
 

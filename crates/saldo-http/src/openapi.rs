@@ -100,7 +100,7 @@ const ORDER_FOLLOW_UPS: &[&str] = &["get_order", "confirm", "release", "extend",
 /// The operations that create something another operation names in its path: (creating
 /// operationId, the answer's field holding the new id, the follow-ups' path parameter, the
 /// follow-ups' operationIds). Checked against the document by the contract suite.
-const FOLLOW_UPS: [(&str, &str, &str, &[&str]); 3] = [
+const FOLLOW_UPS: [(&str, &str, &str, &[&str]); 4] = [
     ("reserve", "order_id", "order_id", ORDER_FOLLOW_UPS),
     ("rereserve", "order_id", "order_id", ORDER_FOLLOW_UPS),
     (
@@ -108,6 +108,17 @@ const FOLLOW_UPS: [(&str, &str, &str, &[&str]); 3] = [
         "id",
         "id",
         &["get_transfer", "post_transfer", "void_transfer"],
+    ),
+    (
+        "create_webhook",
+        "id",
+        "id",
+        &[
+            "get_webhook",
+            "delete_webhook",
+            "resume_webhook",
+            "list_webhook_deliveries",
+        ],
     ),
 ];
 

@@ -1,6 +1,6 @@
 //! Running the service: bind, serve until a shutdown signal, finish in-flight requests, and run
-//! the expiry sweeper and the event feed's upkeep ([`crate::feed_upkeep`]) in-process until
-//! shutdown. Connections are accepted
+//! the expiry sweeper, the event feed's upkeep ([`crate::feed_upkeep`]) and the webhook delivery
+//! worker ([`crate::webhooks::worker`]) in-process until shutdown. Connections are accepted
 //! and served by [`crate::listener`] and [`crate::connections`] (cap, timeouts, reclaim), not
 //! `axum::serve`, which has neither a cap nor a header or idle timeout.
 
@@ -37,6 +37,11 @@ pub async fn run(
     let feed = crate::feed_upkeep::spawn(
         state.store().clone(),
         state.settings.events.retention,
+        stop_rx.clone(),
+    );
+    let webhooks = crate::webhooks::worker::spawn(
+        state.store().clone(),
+        state.settings.webhooks.clone(),
         stop_rx.clone(),
     );
     // The signal task owns the sender: if serving ends without a signal, aborting the task drops
@@ -82,6 +87,9 @@ pub async fn run(
     }
     if let Err(e) = feed.await {
         tracing::warn!(error = %e, "event feed task ended abnormally");
+    }
+    if let Err(e) = webhooks.await {
+        tracing::warn!(error = %e, "webhook worker ended abnormally");
     }
     if let Err(e) = upkeep.await {
         tracing::warn!(error = %e, "metrics upkeep task ended abnormally");

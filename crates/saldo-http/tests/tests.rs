@@ -55,3 +55,6 @@ mod shop;
 
 #[path = "suite/backorders.rs"]
 mod backorders;
+
+#[path = "suite/webhooks.rs"]
+mod webhooks;

@@ -101,6 +101,16 @@ pub enum InputError {
     MaxHoldOutOfRange { max_hold_s: u64, min: u64, max: u64 },
     #[error("backorder_limit {0} is outside 0..={max}", max = MAX_BACKORDER_LIMIT)]
     BackorderLimitOutOfRange(i64),
+    /// A webhook URL that is not an absolute `http`/`https` URL without userinfo, within the
+    /// length limit (the reason says which).
+    #[error("webhook url: {0}")]
+    WebhookUrlInvalid(String),
+    #[error("unknown event type {0:?}")]
+    WebhookTypeUnknown(String),
+    #[error("a webhook names at most {max} event types")]
+    WebhookTooManyTypes { max: usize },
+    #[error("webhook id {0:?} is not a UUID")]
+    WebhookIdInvalid(String),
 }
 
 /// Most distinct items one order may hold.

@@ -93,6 +93,23 @@ pub enum Error {
     /// from the list endpoints, then follow the feed from its end.
     #[error("cursor {cursor} is older than the events kept; resynchronise from the lists")]
     CursorExpired { cursor: String },
+    /// No webhook subscription has this id.
+    #[error("unknown webhook {0}")]
+    UnknownWebhook(uuid::Uuid),
+    /// The subscription limit is reached: delete one first.
+    #[error("at most {max} webhook subscriptions may exist")]
+    TooManyWebhooks { max: usize },
+    /// A webhook target this service may not send to (a loopback, private, link-local or
+    /// unspecified address, or a name that does not resolve); the reason says which.
+    #[error("webhook target refused: {0}")]
+    WebhookTargetRefused(String),
+    /// This service's webhook key is not the one the database's other services sign with:
+    /// copy their `webhook.key` beside this service's token files and restart it.
+    #[error(
+        "this service's webhook key differs from the one recorded in the database: copy the \
+         other services' webhook.key beside this service's token files and restart it"
+    )]
+    WebhookKeyMismatch,
     /// The COMMIT was sent but its answer was lost (deadline or connection): the operation may
     /// or may not have been applied. Replaying the same request (same order or transfer id)
     /// tells which, and never applies it twice.

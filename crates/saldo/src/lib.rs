@@ -56,6 +56,7 @@ pub mod ops;
 pub mod stock;
 pub mod store;
 pub mod telemetry;
+pub mod webhooks;
 
 // The store's modules under their long-standing paths (`saldo::retry::TxOptions`, …), for
 // embedders; the crate itself names them by their home.

@@ -83,6 +83,9 @@ operations! {
         Events => "events",
         PruneEvents => "prune_events",
         SequenceEvents => "sequence_events",
+        // Webhooks: the admin routes and the delivery worker.
+        Webhooks => "webhooks",
+        WebhookDelivery => "webhook_delivery",
         // A service request as a whole, when its operation outlives the request's deadline.
         Request => "request",
     }

@@ -48,6 +48,14 @@ pub const EVENTS_SEQUENCED: &str = "saldo_events_sequenced_total";
 pub const EVENTS_PRUNED: &str = "saldo_events_pruned_total";
 /// Age of the oldest committed event not yet in the feed (0 when none).
 pub const EVENT_FEED_LAG: &str = "saldo_event_feed_lag_seconds";
+/// Webhook delivery attempts by outcome (`ok`: answered 2xx; `failed`: anything else).
+pub const WEBHOOK_DELIVERIES: &str = "saldo_webhook_deliveries_total";
+/// Webhook subscriptions whose attempts ran out (resume them).
+pub const WEBHOOKS_FAILING: &str = "saldo_webhooks_failing";
+/// Age of the oldest feed event some subscription has not received yet.
+pub const WEBHOOK_OLDEST_UNDELIVERED: &str = "saldo_webhook_oldest_undelivered_seconds";
+/// `outcome` values of [`WEBHOOK_DELIVERIES`].
+pub const WEBHOOK_OUTCOMES: &[&str] = &["ok", "failed"];
 
 /// The SQLSTATEs that rerun a transaction (deadlock detected, serialization failure, and the
 /// unique violation of an event stream position two transactions took at once).
@@ -262,6 +270,24 @@ const FAMILIES: &[(&str, Kind, Unit, &str)] = &[
         "Age of the oldest committed event not yet in the feed (0 when none), as of the last \
          background sequencer pass.",
     ),
+    (
+        WEBHOOK_DELIVERIES,
+        Kind::Counter,
+        Unit::Count,
+        "Webhook delivery attempts by outcome (ok: the receiver answered 2xx).",
+    ),
+    (
+        WEBHOOKS_FAILING,
+        Kind::Gauge,
+        Unit::Count,
+        "Webhook subscriptions whose attempts ran out: nothing is sent until resumed.",
+    ),
+    (
+        WEBHOOK_OLDEST_UNDELIVERED,
+        Kind::Gauge,
+        Unit::Seconds,
+        "Age of the oldest feed event a webhook subscription has not received yet.",
+    ),
 ];
 
 /// Registers the HELP text of every library metric and every counter at zero with its known
@@ -274,6 +300,11 @@ pub fn describe() {
             Kind::Histogram => describe_histogram!(*name, *unit, *help),
         }
     }
+    for &outcome in WEBHOOK_OUTCOMES {
+        metrics::counter!(WEBHOOK_DELIVERIES, "outcome" => outcome).increment(0);
+    }
+    metrics::gauge!(WEBHOOKS_FAILING).set(0.0);
+    metrics::gauge!(WEBHOOK_OLDEST_UNDELIVERED).set(0.0);
     for operation in Operation::SERVED.iter().map(|o| o.as_str()) {
         for family in [
             TRANSACTIONS,
@@ -339,6 +370,18 @@ pub(crate) fn events_pruned(n: u64) {
 
 pub(crate) fn event_feed_lag(seconds: f64) {
     metrics::gauge!(EVENT_FEED_LAG).set(seconds);
+}
+
+/// One webhook delivery attempt: ok (2xx) or failed.
+pub(crate) fn webhook_delivery(ok: bool) {
+    let outcome = if ok { "ok" } else { "failed" };
+    metrics::counter!(WEBHOOK_DELIVERIES, "outcome" => outcome).increment(1);
+}
+
+/// The webhook gauges, as last observed.
+pub(crate) fn webhook_gauges(failing: i64, oldest_undelivered_s: f64) {
+    metrics::gauge!(WEBHOOKS_FAILING).set(failing as f64);
+    metrics::gauge!(WEBHOOK_OLDEST_UNDELIVERED).set(oldest_undelivered_s);
 }
 
 /// One call of `retry::in_transaction`.

@@ -142,6 +142,12 @@ async fn the_migrations_distribute_the_schema() {
     );
     assert_eq!(find("orders").2, "order_id");
     assert_eq!(find("transfer_ids").2, "id");
+    for table in ["webhooks", "webhook_deliveries", "webhook_key"] {
+        assert!(
+            layout.iter().all(|t| t.0 != table),
+            "{table} stays a plain table of the coordinator, like events"
+        );
+    }
     for table in [
         "sales",
         "transfer_groups",

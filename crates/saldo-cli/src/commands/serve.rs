@@ -178,6 +178,26 @@ pub struct Args {
     #[arg(long, env = "SALDO_EVENT_RETENTION", default_value = "7days",
           value_parser = duration::secs(MIN_EVENT_RETENTION_S, MAX_EVENT_RETENTION_S))]
     event_retention: u64,
+    /// Let webhooks target loopback, private, link-local and unspecified addresses (refused by
+    /// default, at registration and at every connection).
+    #[arg(long, env = "SALDO_WEBHOOK_ALLOW_PRIVATE_TARGETS",
+          value_parser = clap::builder::BoolishValueParser::new(),
+          action = clap::ArgAction::SetTrue)]
+    webhook_allow_private_targets: bool,
+    /// Ceiling of a webhook's first retry wait (full jitter, doubling per attempt, capped at
+    /// 5 minutes).
+    #[arg(long, env = "SALDO_WEBHOOK_BACKOFF_BASE_MS",
+          default_value_t = saldo_http::webhooks::settings::DEFAULT_BACKOFF_BASE_MS,
+          value_parser = clap::value_parser!(u64).range(
+              saldo_http::webhooks::settings::MIN_BACKOFF_BASE_MS
+                  ..=saldo_http::webhooks::settings::MAX_BACKOFF_BASE_MS))]
+    webhook_backoff_base_ms: u64,
+    /// Attempts of one webhook batch before its subscription turns `failing` (resume it).
+    #[arg(long, env = "SALDO_WEBHOOK_MAX_ATTEMPTS",
+          default_value_t = saldo_http::webhooks::settings::DEFAULT_MAX_ATTEMPTS,
+          value_parser = clap::value_parser!(u32).range(
+              1..=i64::from(saldo_http::webhooks::settings::MAX_MAX_ATTEMPTS)))]
+    webhook_max_attempts: u32,
     // Last, so the help's order is unchanged. Not a flag of saldo's: people coming from other servers type it, and clap alone
     // suggested `--pool-create-timeout-ms`. Hidden, and refused by its parser pointing at
     // --listen (a bare `--port` reads as PORT).
@@ -478,6 +498,9 @@ fn service_config(args: &Args, database: &Database, token_dir: PathBuf) -> Resul
             max_connections: args.max_connections,
             max_event_streams: args.max_event_streams,
             event_retention_s: args.event_retention,
+            webhook_allow_private_targets: args.webhook_allow_private_targets,
+            webhook_backoff_base_ms: args.webhook_backoff_base_ms,
+            webhook_max_attempts: args.webhook_max_attempts,
             ..RawSettings::default()
         },
         sweep_every: Duration::from_secs(args.sweep_interval_s),

@@ -52,6 +52,19 @@ fn input_or_unknown(e: &Error) -> Option<Parts> {
         Error::UnknownTransfer(t) => {
             Parts::not_found("unknown-transfer", "Unknown transfer").with("transfer_id", t)
         }
+        Error::UnknownWebhook(id) => {
+            Parts::not_found("unknown-webhook", "Unknown webhook").with("webhook_id", id)
+        }
+        Error::TooManyWebhooks { max } => {
+            Parts::conflict("too-many-webhooks", "Too many webhooks").with("max", max)
+        }
+        Error::WebhookTargetRefused(_) => {
+            Parts::invalid("webhook-target-refused", "Webhook target refused")
+        }
+        Error::WebhookKeyMismatch => Parts::unavailable(
+            "webhook-key-mismatch",
+            "Webhook key differs between services",
+        ),
         _ => return None,
     })
 }

@@ -26,6 +26,7 @@ pub mod repair;
 pub mod sales;
 pub mod stock;
 pub mod transfers;
+pub mod webhooks;
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -62,6 +63,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(repair::repair))
         .routes(routes!(admin::locks))
         .routes(routes!(admin::refusals))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(webhooks::get_webhook, webhooks::delete_webhook))
+        .routes(routes!(webhooks::resume_webhook))
+        .routes(routes!(webhooks::list_webhook_deliveries))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

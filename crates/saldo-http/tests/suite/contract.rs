@@ -347,7 +347,14 @@ fn response_links_reach_the_follow_ups_and_resolve() {
         );
         assert_eq!(linked("/v1/transfers", status), transfer, "{status}");
     }
-    assert_eq!(seen, 2 * (2 * order.len() + transfer.len()));
+    let webhook = ids(&[
+        "get_webhook",
+        "delete_webhook",
+        "resume_webhook",
+        "list_webhook_deliveries",
+    ]);
+    assert_eq!(linked("/v1/admin/webhooks", "201"), webhook);
+    assert_eq!(seen, 2 * (2 * order.len() + transfer.len()) + webhook.len());
 }
 
 /// The server agrees with the schema at its edges: the largest value the document allows is

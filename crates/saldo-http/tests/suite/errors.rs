@@ -342,6 +342,10 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::NotReleasable { .. } => "NotReleasable",
         E::ConnectionLost { .. } => "ConnectionLost",
         E::CursorExpired { .. } => "CursorExpired",
+        E::UnknownWebhook(_) => "UnknownWebhook",
+        E::TooManyWebhooks { .. } => "TooManyWebhooks",
+        E::WebhookTargetRefused(_) => "WebhookTargetRefused",
+        E::WebhookKeyMismatch => "WebhookKeyMismatch",
         E::NothingToExtend(_) => "NothingToExtend",
         E::HoldLimitExceeded { .. } => "HoldLimitExceeded",
         E::ProductLocked(_) => "ProductLocked",
@@ -375,7 +379,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 43;
+const LIBRARY_VARIANTS: usize = 47;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -421,6 +425,10 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
         E::CursorExpired {
             cursor: "e1.1.1".into(),
         },
+        E::UnknownWebhook(uuid::Uuid::nil()),
+        E::TooManyWebhooks { max: 100 },
+        E::WebhookTargetRefused("the host resolves to a loopback address".into()),
+        E::WebhookKeyMismatch,
         E::ConnectionLost {
             operation: saldo::Operation::Reserve,
             cause: "the server went away".into(),
