@@ -82,17 +82,16 @@ pub async fn run(
     );
     let served = crate::listener::serve(listener, serving, cap, drain, stop_rx).await;
     signal.abort();
-    if let Err(e) = sweeper.await {
-        tracing::warn!(error = %e, "sweeper task ended abnormally");
-    }
-    if let Err(e) = feed.await {
-        tracing::warn!(error = %e, "event feed task ended abnormally");
-    }
-    if let Err(e) = webhooks.await {
-        tracing::warn!(error = %e, "webhook worker ended abnormally");
-    }
-    if let Err(e) = upkeep.await {
-        tracing::warn!(error = %e, "metrics upkeep task ended abnormally");
+    let background = [
+        (sweeper, "sweeper"),
+        (feed, "event feed"),
+        (webhooks, "webhook worker"),
+        (upkeep, "metrics upkeep"),
+    ];
+    for (task, name) in background {
+        if let Err(e) = task.await {
+            tracing::warn!(error = %e, "{name} task ended abnormally");
+        }
     }
     served
 }
