@@ -705,7 +705,12 @@ mod tests {
         };
         let v = raw.clone().validate().expect("valid");
         assert!(v.generated.is_empty(), "nothing generated: both are given");
-        assert!(!dir.path().join("store").exists(), "and nothing stored");
+        assert!(
+            !crate::tokens::TokenStore::new(&dir.path().join("store"))
+                .path()
+                .exists(),
+            "and no token stored (the store keeps only the webhook signing key)"
+        );
         let creds = &v.settings.credentials;
         assert!(creds.is_admin(admin.as_bytes()));
         assert!(creds.is_client(Some(api.as_bytes())));

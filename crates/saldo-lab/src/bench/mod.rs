@@ -16,7 +16,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use saldo::stock::batched::BatchedConfig;
-//! use saldo_lab::bench::{self, load::LoadPlan, Backend, BenchConfig, Contender, Scenario};
+//! use saldo_lab::bench::{self, load::LoadPlan, Backend, BenchConfig, Contender, EventsMode, Scenario};
 //! use saldo_lab::scratch::Scratch;
 //!
 //! # async fn example() -> anyhow::Result<()> {
@@ -41,6 +41,7 @@
 //!     pool_size: 32,
 //!     batched: BatchedConfig::default(),
 //!     http: None,
+//!     events: EventsMode::Both,
 //! };
 //! let outcome = bench::run(&config, Backend::Scratch(&scratch), &()).await;
 //! scratch.drop_database().await?;
