@@ -19,6 +19,9 @@ mod faults;
 #[path = "suite/fault_events.rs"]
 mod fault_events;
 
+#[path = "suite/fault_webhooks.rs"]
+mod fault_webhooks;
+
 #[path = "suite/flood.rs"]
 mod flood;
 

@@ -182,11 +182,22 @@ async fn progress_lines_while_it_runs_and_none_with_progress_0() {
 
 /// `saldo serve` on `url` at the fixed `addr`, with fixed tokens; returns once it listens.
 async fn serve_at(url: &str, data: &std::path::Path, addr: &str) -> tokio::process::Child {
+    serve_with(url, data, addr, &[]).await
+}
+
+/// [`serve_at`] with `extra` flags.
+async fn serve_with(
+    url: &str,
+    data: &std::path::Path,
+    addr: &str,
+    extra: &[&str],
+) -> tokio::process::Child {
     use tokio::io::AsyncBufReadExt;
     let mut child = crate::tokens::saldo(data)
         .args(["--database-url", url, "serve", "--listen", addr])
         .args(["--strategy", "atomic", "--pool-size", "4"])
         .args(["--admin-token", HTTP_ADMIN, "--api-token", HTTP_API])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -208,6 +219,12 @@ async fn serve_at(url: &str, data: &std::path::Path, addr: &str) -> tokio::proce
     child
 }
 
+/// A loopback address with a port free a moment ago (the service binds it next).
+fn free_loopback_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
 const HTTP_ADMIN: &str = "bench-admin-token-0123456789";
 const HTTP_API: &str = "bench-api-token-0123456789ab";
 
@@ -220,10 +237,7 @@ async fn the_http_bench_counts_connection_errors_and_keeps_going() {
     use tokio::io::AsyncBufReadExt;
     let db = test_db().await;
     let data = tempfile::tempdir().expect("tempdir");
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").to_string()
-    };
+    let addr = free_loopback_addr();
     let mut first = serve_at(&db.url, data.path(), &addr).await;
     let target = format!("http://{addr}");
     let mut bench = tokio::process::Command::new(env!("CARGO_BIN_EXE_saldo"))
@@ -355,10 +369,7 @@ async fn bench_rows(pool: &deadpool_postgres::Pool) -> (i64, i64) {
 async fn the_http_bench_writes_only_where_allowed_and_cleans_up() {
     let db = test_db().await;
     let data = tempfile::tempdir().expect("tempdir");
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").to_string()
-    };
+    let addr = free_loopback_addr();
     let mut serve = serve_at(&db.url, data.path(), &addr).await;
     let wrong = "not-the-token-0123456789";
     for (admin, api, named) in [
@@ -442,4 +453,48 @@ async fn the_http_bench_writes_only_where_allowed_and_cleans_up() {
         (10, 0),
         "reservations left active"
     );
+}
+
+/// `--webhook-probe`: a loopback receiver, subscribed for the bench, follows the HTTP load; the
+/// report says how many events it got (signatures checked), their lag, and that it caught up,
+/// and the subscription is deleted afterwards. A service that refuses loopback targets gets a
+/// message naming the flag it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_probe_reports_whether_a_receiver_keeps_up() {
+    let db = test_db().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let addr = free_loopback_addr();
+    let mut serve = serve_at(&db.url, data.path(), &addr).await;
+    let out = http_bench(&addr, HTTP_ADMIN, HTTP_API, &["--webhook-probe"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a refused target was not reported");
+    assert!(
+        stderr.contains("--webhook-allow-private-targets"),
+        "{stderr}"
+    );
+    let _ = serve.kill().await;
+    let _ = serve.wait().await;
+
+    let flags = ["--webhook-allow-private-targets"];
+    let mut serve = serve_with(&db.url, data.path(), &addr, &flags).await;
+    let out = http_bench(&addr, HTTP_ADMIN, HTTP_API, &["--webhook-probe"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _ = serve.kill().await;
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    let hook = &report["webhook"];
+    let ok = report["runs"][0]["ok"].as_u64().expect("ok");
+    // Every acknowledged reservation wrote at least its reservation.created.
+    assert!(hook["events"].as_u64().expect("events") >= ok, "{hook:#}");
+    assert_eq!(hook["bad_signatures"], 0, "{hook:#}");
+    assert_eq!(hook["behind"], 0, "{hook:#}");
+    assert!(hook["caught_up_after_ms"].is_u64(), "{hook:#}");
+    assert!(hook["lag_p99_ms"].as_u64().expect("p99") >= hook["lag_p50_ms"].as_u64().expect("p50"));
+    let client = db.pool.get().await.expect("client");
+    let left: i64 = client
+        .query_one("SELECT count(*) FROM webhooks", &[])
+        .await
+        .expect("webhooks")
+        .get(0);
+    assert_eq!(left, 0, "the probe's subscription was left behind");
 }

@@ -31,7 +31,7 @@ use super::fault_events::{self, Done, Follower};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const API_TOKEN: &str = "faults-api-token-0123456789";
-const ADMIN_TOKEN: &str = "faults-admin-token-0123456789";
+pub(super) const ADMIN_TOKEN: &str = "faults-admin-token-0123456789";
 /// Concurrent clients of the load.
 const CLIENTS: usize = 32;
 const PRODUCTS: i64 = 8;
@@ -59,7 +59,7 @@ pub(super) fn saldo_bin() -> PathBuf {
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_saldo")), PathBuf::from)
 }
 
-fn acks_per_phase() -> usize {
+pub(super) fn acks_per_phase() -> usize {
     let scale = std::env::var("SALDO_FAULTS_SCALE")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())
@@ -101,20 +101,20 @@ async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
 }
 
 /// One `saldo serve` child; SIGKILLed (and its postmaster awaited) when dropped.
-struct Service {
+pub(super) struct Service {
     child: Child,
-    addr: String,
+    pub(super) addr: String,
     stderr: PathBuf,
     /// The embedded cluster's data directory, as the service printed it.
     cluster_dir: PathBuf,
     /// Its connection URL, password filled in from the password file when redacted.
-    db_url: String,
+    pub(super) db_url: String,
 }
 
 static NEXT_SERVICE: AtomicUsize = AtomicUsize::new(0);
 
 impl Service {
-    fn start(root: &Path, extra: &[&str]) -> Service {
+    pub(super) fn start(root: &Path, extra: &[&str]) -> Service {
         let n = NEXT_SERVICE.fetch_add(1, Ordering::Relaxed);
         let stdout = root.join(format!("serve-{n}.out"));
         let stderr = root.join(format!("serve-{n}.err"));
@@ -180,7 +180,7 @@ impl Service {
         service
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
@@ -193,7 +193,7 @@ impl Service {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    async fn db(&self) -> tokio_postgres::Client {
+    pub(super) async fn db(&self) -> tokio_postgres::Client {
         let (client, conn) = tokio_postgres::connect(&self.db_url, NoTls)
             .await
             .expect("connect to the embedded cluster");
@@ -218,6 +218,51 @@ impl Service {
     }
 }
 
+impl Service {
+    /// kill -9 of the embedded postmaster; waits (bounded) until the service has started a new
+    /// one and answers ready again. Answers the killed postmaster's pid.
+    pub(super) async fn kill_postmaster_and_recover(&self) -> i32 {
+        let killed = self.postmaster_pid().expect("postmaster pid");
+        sigkill(killed);
+        let cluster_dir = self.cluster_dir.clone();
+        wait_for(
+            "the service to restart its PostgreSQL",
+            RECOVERY_TIMEOUT,
+            || {
+                std::fs::read_to_string(cluster_dir.join("postmaster.pid"))
+                    .ok()
+                    .and_then(|t| t.lines().next()?.trim().parse::<i32>().ok())
+                    .is_some_and(|pid| pid != killed && alive(pid))
+            },
+        )
+        .await;
+        let deadline = Instant::now() + RECOVERY_TIMEOUT;
+        while !ready(&self.addr).await {
+            assert!(Instant::now() < deadline, "not ready again: {}", self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        killed
+    }
+
+    /// kill -9 of the service, started again at once on the same root as a process supervisor
+    /// would: the new service waits for the orphaned postmaster, which shuts down on its
+    /// parent-death signal.
+    pub(super) async fn kill9_and_restart(&mut self, root: &Path, extra: &[&str]) -> Service {
+        let orphan = self.postmaster_pid().expect("a postmaster ran");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let second = Service::start(root, extra);
+        // (It removed its postmaster.pid before exiting; init reaps it a moment later.)
+        wait_for(
+            "the killed service's postmaster to be gone",
+            ORPHAN_TIMEOUT,
+            || !alive(orphan),
+        )
+        .await;
+        second
+    }
+}
+
 impl Drop for Service {
     fn drop(&mut self) {
         let postmaster = self.postmaster_pid();
@@ -232,7 +277,7 @@ impl Drop for Service {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; the status and the JSON body (Null if none).
-async fn http(
+pub(super) async fn http(
     addr: &str,
     method: &str,
     path: &str,
@@ -306,7 +351,7 @@ fn dechunk(mut s: &str) -> String {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Outcome {
+pub(super) enum Outcome {
     /// 2xx: the service said it is done.
     Applied,
     /// 409: refused, nothing written.
@@ -316,7 +361,7 @@ enum Outcome {
 }
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(super) enum Op {
     Reserve {
         order: String,
         product: i64,
@@ -386,15 +431,15 @@ fn outcome(answer: &Result<(u16, Value), String>) -> Outcome {
 
 /// The load: [`CLIENTS`] clients, each sending its own requests to the current address until
 /// told to stop (or [`MAX_OPS_PER_CLIENT`]).
-struct Load {
-    addr: Arc<RwLock<String>>,
+pub(super) struct Load {
+    pub(super) addr: Arc<RwLock<String>>,
     acks: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     clients: Vec<tokio::task::JoinHandle<Vec<(Op, Outcome)>>>,
 }
 
 impl Load {
-    fn start(addr: &str) -> Load {
+    pub(super) fn start(addr: &str) -> Load {
         let addr = Arc::new(RwLock::new(addr.to_owned()));
         let acks = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -439,7 +484,7 @@ impl Load {
     }
 
     /// Waits until `more` further requests were acknowledged.
-    async fn wait_acks(&self, more: usize, what: &str) {
+    pub(super) async fn wait_acks(&self, more: usize, what: &str) {
         let target = self.acks() + more;
         let acks = self.acks.clone();
         wait_for(what, PHASE_TIMEOUT, || {
@@ -448,7 +493,7 @@ impl Load {
         .await;
     }
 
-    async fn finish(self) -> Vec<(Op, Outcome)> {
+    pub(super) async fn finish(self) -> Vec<(Op, Outcome)> {
         self.stop.store(true, Ordering::Relaxed);
         let mut all = Vec::new();
         for client in self.clients {
@@ -459,7 +504,7 @@ impl Load {
 }
 
 /// Counts the products and opens the accounts (admin routes).
-async fn set_up(addr: &str) {
+pub(super) async fn set_up(addr: &str) {
     for p in 1..=PRODUCTS {
         let (status, body) = http(
             addr,
@@ -488,7 +533,7 @@ async fn set_up(addr: &str) {
 
 /// Replays every request whose outcome is unknown (same id, same body) until it is known; with
 /// `all`, replays the acknowledged ones too and requires each to answer as a replay.
-async fn replay(addr: &str, ops: &mut [(Op, Outcome)], all: bool) {
+pub(super) async fn replay(addr: &str, ops: &mut [(Op, Outcome)], all: bool) {
     for (op, outcome_seen) in ops.iter_mut() {
         if *outcome_seen == Outcome::Applied && all {
             let (status, body) = op.send(addr).await.expect("replay");
@@ -514,7 +559,7 @@ async fn replay(addr: &str, ops: &mut [(Op, Outcome)], all: bool) {
 }
 
 /// Checks the database against what the clients were told (every outcome settled).
-async fn check_books(service: &Service, ops: &[(Op, Outcome)]) {
+pub(super) async fn check_books(service: &Service, ops: &[(Op, Outcome)]) {
     let db = service.db().await;
     let mut reservations: HashMap<String, Vec<(i64, i32, String)>> = HashMap::new();
     for row in db
@@ -646,7 +691,7 @@ async fn check_books(service: &Service, ops: &[(Op, Outcome)]) {
 }
 
 /// The follower's events against the books: every operation's outcome is known (replayed).
-async fn check_feed(service: &Service, follower: Follower, ops: &[(Op, Outcome)]) {
+pub(super) async fn check_feed(service: &Service, follower: Follower, ops: &[(Op, Outcome)]) {
     let db = service.db().await;
     let committed: i64 = db
         .query_one("SELECT count(*) FROM events", &[])
@@ -656,8 +701,12 @@ async fn check_feed(service: &Service, follower: Follower, ops: &[(Op, Outcome)]
     let seen = follower
         .finish(usize::try_from(committed).expect("count"))
         .await;
-    let done: Vec<Done<'_>> = ops
-        .iter()
+    fault_events::check(&db, &seen, &done_of(ops)).await;
+}
+
+/// What each operation became, for the feed's checks (every outcome settled).
+pub(super) fn done_of(ops: &[(Op, Outcome)]) -> Vec<Done<'_>> {
+    ops.iter()
         .map(|(op, outcome)| {
             let applied = *outcome == Outcome::Applied;
             match op {
@@ -665,8 +714,7 @@ async fn check_feed(service: &Service, follower: Follower, ops: &[(Op, Outcome)]
                 Op::Transfer { id, .. } => Done::Transfer { id, applied },
             }
         })
-        .collect();
-    fault_events::check(&db, &seen, &done).await;
+        .collect()
 }
 
 async fn ready(addr: &str) -> bool {
@@ -689,29 +737,7 @@ async fn postgres_killed_mid_load_is_restarted_by_the_service() {
     load.wait_acks(acks_per_phase(), "load before the fault")
         .await;
 
-    let killed = service.postmaster_pid().expect("postmaster pid");
-    sigkill(killed);
-    let cluster_dir = service.cluster_dir.clone();
-    wait_for(
-        "the service to restart its PostgreSQL",
-        RECOVERY_TIMEOUT,
-        || {
-            std::fs::read_to_string(cluster_dir.join("postmaster.pid"))
-                .ok()
-                .and_then(|t| t.lines().next()?.trim().parse::<i32>().ok())
-                .is_some_and(|pid| pid != killed && alive(pid))
-        },
-    )
-    .await;
-    let deadline = Instant::now() + RECOVERY_TIMEOUT;
-    while !ready(&service.addr).await {
-        assert!(
-            Instant::now() < deadline,
-            "not ready again: {}",
-            service.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let killed = service.kill_postmaster_and_recover().await;
     load.wait_acks(acks_per_phase(), "load after recovery")
         .await;
     let mut ops = load.finish().await;
@@ -764,19 +790,7 @@ async fn service_killed_mid_load_loses_nothing_on_replay() {
     load.wait_acks(acks_per_phase(), "load before the fault")
         .await;
 
-    // Started again at once, as a process supervisor would: the new service waits for the
-    // orphaned postmaster, which shuts down on its parent-death signal.
-    let orphan = first.postmaster_pid().expect("a postmaster ran");
-    let _ = first.child.kill();
-    let _ = first.child.wait();
-    let second = Service::start(root.path(), &[]);
-    // (It removed its postmaster.pid before exiting; init reaps it a moment later.)
-    wait_for(
-        "the killed service's postmaster to be gone",
-        ORPHAN_TIMEOUT,
-        || !alive(orphan),
-    )
-    .await;
+    let second = first.kill9_and_restart(root.path(), &[]).await;
     *load.addr.write().expect("addr") = second.addr.clone();
     load.wait_acks(acks_per_phase(), "load on the new service")
         .await;

@@ -6,6 +6,11 @@
 //! last attempt the subscription turns `failing`. It stops with the service: no new batch
 //! starts after the stop signal, and a request in flight is waited for (bounded).
 //!
+//! The poll interval bounds how late an idle subscription notices new events, never how fast a
+//! busy one drains: a delivery that used up its batches while still behind claims again at
+//! once, and one that failed claims again when its backoff ends (if that comes before the next
+//! poll). A receiver thus keeps up with a write rate far above one lease's batches per poll.
+//!
 //! What is logged: the subscription id, the URL without its query, the outcome. Never the
 //! secret, the signature or a body.
 
@@ -72,17 +77,33 @@ pub fn spawn(
 
 async fn run(shared: Arc<Shared>) {
     let mut stop = shared.stop.clone();
-    let mut tasks = JoinSet::new();
+    let mut tasks: JoinSet<Next> = JoinSet::new();
     let mut tick = tokio::time::interval(shared.settings.poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut polls = 0u32;
     let mut key = KeyState::Unchecked;
+    // When a delivery asked to be claimed again before the next tick (behind, or backing off).
+    let mut early: Option<tokio::time::Instant> = None;
     loop {
+        let wake_early = async {
+            match early {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = stop.changed() => if changed.is_err() || *stop.borrow() { break },
             _ = tick.tick() => {}
+            () = wake_early => {}
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                note(joined, &mut early);
+                continue;
+            }
         }
-        while tasks.try_join_next().is_some() {}
+        early = None;
+        while let Some(joined) = tasks.try_join_next() {
+            note(joined, &mut early);
+        }
         if !key_agrees(&shared, &mut key).await {
             continue;
         }
@@ -108,6 +129,27 @@ async fn run(shared: Arc<Shared>) {
     if drained.await.is_err() {
         tasks.abort_all();
     }
+}
+
+/// What a finished delivery task asks of the loop: moves `early` forward when it wants to be
+/// claimed again before the next tick.
+fn note(joined: Result<Next, tokio::task::JoinError>, early: &mut Option<tokio::time::Instant>) {
+    let at = match joined {
+        Ok(Next::ClaimAgain) => tokio::time::Instant::now(),
+        Ok(Next::RetryAfter(wait)) => tokio::time::Instant::now() + wait,
+        Ok(Next::Wait) | Err(_) => return,
+    };
+    *early = Some(early.map_or(at, |e| e.min(at)));
+}
+
+/// What a delivery task left to do when it ended.
+enum Next {
+    /// Caught up, gone, or failed for good: the next tick is soon enough.
+    Wait,
+    /// Its batches were used up while still behind: claim again now.
+    ClaimAgain,
+    /// A batch failed and backs off this long: claim again then.
+    RetryAfter(Duration),
 }
 
 /// Whether this service's webhook key was found to be the database's.
@@ -150,17 +192,24 @@ async fn key_agrees(shared: &Shared, state: &mut KeyState) -> bool {
 
 /// Delivers one held subscription until it is caught up, fails, loses its lease or the service
 /// stops (at most [`MAX_BATCHES_PER_LEASE`] batches), then gives the lease back.
-async fn deliver(shared: Arc<Shared>, mut held: Lease) {
+async fn deliver(shared: Arc<Shared>, mut held: Lease) -> Next {
+    let mut next = Next::ClaimAgain;
     for _ in 0..MAX_BATCHES_PER_LEASE {
         if *shared.stop.borrow() {
+            next = Next::Wait;
             break;
         }
         match deliver_one(&shared, &mut held).await {
             Ok(Step::More) => continue,
-            Ok(Step::Done) => break,
-            Ok(Step::Gone) => return,
+            Ok(Step::Done) => {
+                next = Next::Wait;
+                break;
+            }
+            Ok(Step::Gone) => return Next::Wait,
+            Ok(Step::BackingOff(wait)) => return Next::RetryAfter(wait),
             Err(e) => {
                 tracing::warn!(webhook = %held.id, error = %e, "webhook delivery step failed");
+                next = Next::Wait;
                 break;
             }
         }
@@ -168,6 +217,7 @@ async fn deliver(shared: Arc<Shared>, mut held: Lease) {
     if let Err(e) = lease::release(&shared.store, &held).await {
         tracing::warn!(webhook = %held.id, error = %e, "webhook lease not released");
     }
+    next
 }
 
 /// What to do after one batch.
@@ -178,6 +228,8 @@ enum Step {
     Done,
     /// The lease is gone or already given back.
     Gone,
+    /// A failed attempt gave the lease back; the subscription is due again after this.
+    BackingOff(Duration),
 }
 
 /// The body of a delivery.
@@ -273,9 +325,13 @@ async fn record_failure(
         after = ?after,
         "webhook delivery failed"
     );
-    if after == AfterFailure::Failing {
-        tracing::error!(webhook = %held.id, url = %redacted(&held.url),
-            "webhook attempts exhausted: failing until resumed");
+    match after {
+        AfterFailure::RetryIn(wait) => Ok(Step::BackingOff(wait)),
+        AfterFailure::Failing => {
+            tracing::error!(webhook = %held.id, url = %redacted(&held.url),
+                "webhook attempts exhausted: failing until resumed");
+            Ok(Step::Gone)
+        }
+        AfterFailure::LeaseLost => Ok(Step::Gone),
     }
-    Ok(Step::Gone)
 }

@@ -304,6 +304,43 @@ async fn every_event_arrives_signed_once_and_in_feed_order() {
     live.stop().await;
 }
 
+/// A failed batch is sent again when its backoff ends, not at the next poll: with the poll at
+/// its longest (60 s) and a 20 ms backoff, the retry lands within seconds. (Before, a retry
+/// waited for the next poll whatever its backoff, so a receiver refusing one request in ten
+/// fell ever further behind a busy feed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_comes_when_its_backoff_ends_not_at_the_next_poll() {
+    const SOON: Duration = Duration::from_secs(20);
+    let dir = tempfile::tempdir().expect("dir");
+    let raw = RawSettings {
+        webhook_poll_ms: saldo_http::webhooks::settings::MAX_POLL_MS,
+        ..settings(dir.path(), 12)
+    };
+    let t = app_with(raw).await;
+    let (r, addr, _stop) = receiver(200).await;
+    r.script.lock().expect("lock").push_back(503);
+    let (_, _, cursor) = subscribe(&t, &format!("http://{addr}/h"), json!([])).await;
+    for i in 1..=5 {
+        t.stock(8, i).await;
+    }
+    let expected = feed_after(&t, &cursor, 5).await;
+    // The worker's first poll is at its start: it finds the subscription due and fails once.
+    let live = Live::start(t.state.clone()).await;
+    let start = std::time::Instant::now();
+    while delivered_ids(&r.got()).0.len() < expected.len() {
+        assert!(
+            start.elapsed() < SOON,
+            "the retry waited for the next poll: {:?}",
+            r.got().iter().map(|g| g.answered).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let got = r.got();
+    assert_eq!(got[0].answered, 503);
+    assert_eq!(delivered_ids(&got).0, expected);
+    live.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_batch_is_retried_before_any_later_event() {
     let dir = tempfile::tempdir().expect("dir");

@@ -42,6 +42,7 @@
 //!     batched: BatchedConfig::default(),
 //!     http: None,
 //!     events: EventsMode::Both,
+//!     webhook_probe: false,
 //! };
 //! let outcome = bench::run(&config, Backend::Scratch(&scratch), &()).await;
 //! scratch.drop_database().await?;
@@ -56,6 +57,7 @@ pub mod load;
 pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod webhook_probe;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,6 +136,8 @@ pub struct BenchConfig {
     pub http: Option<Arc<HttpTarget>>,
     /// Whether the writes append their events (the outbox), or both in turn, side by side.
     pub events: EventsMode,
+    /// HTTP mode: a loopback webhook receiver follows the load ([`webhook_probe`]).
+    pub webhook_probe: bool,
 }
 
 /// `--events`: the outbox on (what the service runs), off, or each in turn within every round
@@ -236,6 +240,8 @@ pub struct BenchOutcome {
     pub results: Vec<RunResult>,
     pub summaries: Vec<Summary>,
     pub all_ok: bool,
+    /// What the webhook probe's receiver saw (HTTP mode with the probe).
+    pub webhook: Option<webhook_probe::WebhookReport>,
 }
 
 /// Runs every round of every strategy of `config` against `backend`. Against a service
@@ -251,9 +257,19 @@ pub async fn run(
     };
     let target = target.clone();
     target.preflight().await?;
+    let probe = match config.webhook_probe {
+        true => Some(webhook_probe::WebhookProbe::start(&target).await?),
+        false => None,
+    };
     let outcome = rounds(config, backend, progress).await;
+    let webhook = match probe {
+        Some(probe) => Some(probe.finish(&target).await),
+        None => None,
+    };
     progress.note(&target.clean_up(&http_products(config)).await.describe());
-    outcome
+    let mut outcome = outcome?;
+    outcome.webhook = webhook.transpose()?;
+    Ok(outcome)
 }
 
 /// The bench's products on a service: its reserved range.
@@ -325,6 +341,7 @@ async fn rounds(
         results,
         summaries,
         all_ok,
+        webhook: None,
     })
 }
 

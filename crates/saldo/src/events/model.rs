@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::domain::InputError;
@@ -49,8 +49,8 @@ impl FromStr for Cursor {
     }
 }
 
-/// One event as a reader sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One event as a reader sees it (and as a webhook receiver written in Rust can parse it back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// This event's own cursor: resume after it.
     pub cursor: String,

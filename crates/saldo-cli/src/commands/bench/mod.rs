@@ -126,6 +126,11 @@ pub struct Args {
     /// its products to count 0; the products and their history stay (the API deletes neither).
     #[arg(long, requires = "target")]
     target_allow_writes: bool,
+    /// HTTP mode: a webhook receiver on 127.0.0.1, subscribed for the bench, follows the load;
+    /// its delivery lag and whether it caught up are reported (the service must run with
+    /// --webhook-allow-private-targets; the subscription is deleted afterwards).
+    #[arg(long, requires = "target")]
+    webhook_probe: bool,
     /// Show the current rate and latency this often (ms, or 1s, 10s; 0 = only the bar): in the
     /// bar on a terminal, one line on stderr per interval otherwise.
     #[arg(long, default_value = "1s", value_parser = duration::millis(0, MAX_PROGRESS_MS))]
@@ -186,6 +191,7 @@ impl Options {
                 batched: batched(&args),
                 http,
                 events: args.events,
+                webhook_probe: args.webhook_probe,
             },
             json: args.json,
             plot: args.plot,
@@ -381,6 +387,7 @@ async fn bench_and_print(config: &Options, backend: Backend<'_>) -> Result<bool>
             "summaries": outcome.summaries,
             "runs": outcome.results,
             "invariants_ok": outcome.all_ok,
+            "webhook": outcome.webhook,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
@@ -396,6 +403,9 @@ async fn bench_and_print(config: &Options, backend: Backend<'_>) -> Result<bool>
             names.join(", "),
             if outcome.all_ok { "ok" } else { "BROKEN" }
         );
+        if let Some(webhook) = &outcome.webhook {
+            println!("{}", webhook.describe());
+        }
     }
     if let Some(path) = &config.plot {
         std::fs::write(path, plot::svg(&bench.title(), &outcome.summaries))
