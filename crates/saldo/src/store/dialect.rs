@@ -169,19 +169,17 @@ impl<'a> Tx<'a> {
         self.outbox.is_some()
     }
 
-    /// Records an event of this transaction (appended by [`Tx::flush_events`]).
+    /// Records an event of this transaction (appended with its COMMIT: [`Tx::take_events`]).
     pub fn emit(&self, event: NewEvent) {
         if let Some(outbox) = &self.outbox {
             outbox.push(event);
         }
     }
 
-    /// Appends the events recorded so far: the last statement before COMMIT.
-    pub async fn flush_events(&self) -> Result<(), Error> {
-        match &self.outbox {
-            Some(outbox) => outbox.flush(self.client).await,
-            None => Ok(()),
-        }
+    /// The events recorded so far, for `write_tx!` to hand to the COMMIT (which appends them in
+    /// the same round trip).
+    pub fn take_events(&self) -> Vec<NewEvent> {
+        self.outbox.as_ref().map(|o| o.take()).unwrap_or_default()
     }
 
     pub fn dialect(&self) -> Dialect {

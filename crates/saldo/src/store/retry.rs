@@ -237,13 +237,22 @@ pub type TxFuture<'a, T> = BoxFuture<'a, (TxClient, Result<T, Error>)>;
 pub struct TxClient {
     /// `Some` from creation until `finish` or drop.
     client: Option<Client>,
+    /// The events the body made, appended in the COMMIT's round trip.
+    events: Vec<crate::store::outbox::NewEvent>,
 }
 
 impl TxClient {
     fn new(client: Client) -> Self {
         TxClient {
             client: Some(client),
+            events: Vec::new(),
         }
+    }
+
+    /// Hands a body's events to its COMMIT (`write_tx!` calls this once the body succeeded).
+    #[doc(hidden)]
+    pub fn append_at_commit(&mut self, events: Vec<crate::store::outbox::NewEvent>) {
+        self.events = events;
     }
 
     /// The transaction has ended (COMMIT or ROLLBACK ran): the connection may be reused.
@@ -289,19 +298,22 @@ macro_rules! tx_body {
 }
 
 /// Wraps a write transaction's body, written against a [`crate::store::dialect::Tx`] with an
-/// outbox, into a [`TxFuture`]: the body's events are appended right after it succeeds, in the
-/// same transaction. `writer` is the store's [`crate::store::dialect::Writer`].
+/// outbox, into a [`TxFuture`]: once the body succeeds its events go to the COMMIT, which
+/// appends them in the same transaction and round trip. `writer` is the store's
+/// [`crate::store::dialect::Writer`].
 #[macro_export]
 macro_rules! write_tx {
     ($client:ident, $writer:expr => |$tx:ident| $body:expr) => {
         ::futures::FutureExt::boxed(async move {
+            let mut $client = $client;
             let result = {
                 let $tx = $crate::store::dialect::Tx::writing(&$client, $writer);
-                match $body.await {
-                    Ok(value) => $tx.flush_events().await.map(|()| value),
-                    Err(e) => Err(e),
-                }
+                $body.await.map(|value| (value, $tx.take_events()))
             };
+            let result = result.map(|(value, events)| {
+                $client.append_at_commit(events);
+                value
+            });
             ($client, result)
         })
     };
@@ -571,7 +583,12 @@ where
         Ok(value) => value,
         Err(e) => return Attempt::Ended(client, Err(e)),
     };
-    let commit = client.batch_execute("COMMIT");
+    let mut client = client;
+    let events = std::mem::take(&mut client.events);
+    if let Err(e) = crate::store::outbox::within_bound(&events) {
+        return Attempt::Ended(client, Err(e));
+    }
+    let commit = crate::store::outbox::append_and_commit(&client, &events);
     let committed = match deadline::remaining() {
         Some(left) => match tokio::time::timeout(left + deadline::COMMIT_GRACE, commit).await {
             Ok(committed) => committed,

@@ -547,14 +547,51 @@ impl metrics::Recorder for Counting {
     }
 }
 
-/// `saldo_events_written_total` counts what committed: events flushed by a transaction that
-/// then rolled back count nothing, a committed one's count once.
-#[test]
-fn written_events_are_counted_once_committed() {
-    use saldo::store::dialect::Tx;
+/// One write transaction for the outbox tests: sets product 900's count to `available` (a
+/// change of its own) and records an event at `position` (0 is refused by the events table's
+/// CHECK, at COMMIT time, since the events travel with the COMMIT).
+async fn write_with_event(db: &TestDb, available: i32, position: i64) -> Result<(), Error> {
     use saldo::store::outbox::{NewEvent, StreamType};
     use saldo::store::retry::in_transaction;
 
+    let store = db.store();
+    let writer = store.writer();
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        saldo::Operation::Events,
+        move |client| {
+            saldo::write_tx!(client, writer => |tx| async {
+                tx.client()
+                    .execute(
+                        "INSERT INTO stock (product_id, available) VALUES (900, $1) \
+                         ON CONFLICT (product_id) DO UPDATE SET available = EXCLUDED.available",
+                        &[&available],
+                    )
+                    .await?;
+                tx.emit(NewEvent {
+                    stream_type: StreamType::Product,
+                    stream_id: "900".into(),
+                    position,
+                    kind: "stock.changed",
+                    data: serde_json::json!({}),
+                });
+                Ok::<_, Error>(())
+            })
+        },
+    )
+    .await
+}
+
+async fn count(db: &TestDb, sql: &str) -> i64 {
+    let client = db.pool.get().await.expect("client");
+    client.query_one(sql, &[]).await.expect("count").get(0)
+}
+
+/// `saldo_events_written_total` counts what committed: events whose transaction then failed
+/// count nothing, a committed one's count once.
+#[test]
+fn written_events_are_counted_once_committed() {
     let recorder = Counting::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -563,47 +600,40 @@ fn written_events_are_counted_once_committed() {
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             let db = test_db().await;
-            let store = db.store();
-            let writer = store.writer();
-            for fail in [true, false] {
-                let written = in_transaction(
-                    &store.pool,
-                    &store.tx,
-                    saldo::Operation::Events,
-                    move |client| {
-                        saldo::tx_body!(client => async {
-                            let tx = Tx::writing(client, writer);
-                            tx.emit(NewEvent {
-                                stream_type: StreamType::Product,
-                                stream_id: "900".into(),
-                                position: 1,
-                                kind: "stock.changed",
-                                data: serde_json::json!({}),
-                            });
-                            tx.flush_events().await?;
-                            if fail {
-                                return Err(Error::Input(saldo::InputError::EmptyOrder));
-                            }
-                            Ok(())
-                        })
-                    },
-                )
-                .await;
-                assert_eq!(written.is_err(), fail);
-            }
-            let client = db.pool.get().await.expect("client");
-            let rows: i64 = client
-                .query_one("SELECT count(*) FROM events", &[])
-                .await
-                .expect("count")
-                .get(0);
-            assert_eq!(rows, 1, "the rolled-back event is not in the table");
+            assert!(write_with_event(&db, 5, 0).await.is_err());
+            write_with_event(&db, 5, 1).await.expect("committed");
+            let rows = count(&db, "SELECT count(*) FROM events").await;
+            assert_eq!(
+                rows, 1,
+                "the failed transaction's event is not in the table"
+            );
         })
     });
     assert_eq!(
         recorder.get("saldo_events_written_total{stream_type=product}"),
         1
     );
+}
+
+/// The events are sent with the COMMIT, in one round trip: when the database refuses them, the
+/// change they describe is not committed either (the INSERT went first and aborted the
+/// transaction, so the COMMIT behind it rolled back), and the refusal is the answer.
+#[tokio::test]
+async fn events_the_database_refuses_take_their_change_with_them() {
+    let db = test_db().await;
+    let refused = write_with_event(&db, 7, 0).await;
+    assert!(
+        matches!(&refused, Err(Error::Database(e)) if e.code().map(|c| c.code()) == Some("23514")),
+        "the CHECK's refusal is the answer: {refused:?}"
+    );
+    let stock = count(&db, "SELECT count(*) FROM stock WHERE product_id = 900").await;
+    let events = count(&db, "SELECT count(*) FROM events").await;
+    assert_eq!((stock, events), (0, 0), "neither the change nor its event");
+    write_with_event(&db, 7, 1)
+        .await
+        .expect("a valid one commits");
+    let stock = count(&db, "SELECT count(*) FROM stock WHERE product_id = 900").await;
+    assert_eq!(stock, 1);
 }
 
 /// The feed's lag: an event committed while an older transaction is still open waits for it
