@@ -366,16 +366,17 @@ pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
     *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
 }
 
-/// An error and its causes on one line, `: `-separated: some libraries' own message hides the
-/// cause that says why (refinery's "db error", hyper's connection errors).
 /// Citus's source files whose errors without a SQLSTATE (XX000) say that a node went away under
 /// a query: the coordinator's postmaster died while it waited on a worker, or a connection to a
-/// worker failed ("postmaster was shut down, exiting" and its kin). Nothing of the transaction
-/// was committed; the cluster is unavailable for now.
-const CITUS_NODE_FAILURE_SOURCES: [&str; 3] = [
+/// worker failed ("postmaster was shut down, exiting" and its kin): the cluster is unavailable
+/// for now. Before COMMIT nothing of the transaction was committed; at COMMIT the coordinator
+/// may already have written its commit record (`remote_commands.c` raises the same error while
+/// it waits on COMMIT PREPARED), which `store::retry` answers as outcome unknown.
+const CITUS_NODE_FAILURE_SOURCES: [&str; 4] = [
     "adaptive_executor.c",
     "connection_management.c",
     "intermediate_results.c",
+    "remote_commands.c",
 ];
 
 /// True for Citus's report that a node went away under the query (see
@@ -392,6 +393,8 @@ pub fn is_citus_node_failure(e: &tokio_postgres::Error) -> bool {
         })
 }
 
+/// An error and its causes on one line, `: `-separated: some libraries' own message hides the
+/// cause that says why (refinery's "db error", hyper's connection errors).
 pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

@@ -10,7 +10,7 @@ use crate::naive;
 use crate::race::backorders::{MAX_FILL_BUYERS, MIN_FILL_BUYERS};
 use crate::race::extend::{HOLD, MAX_EXTEND_ORDERS};
 use crate::race::follow::MAX_FOLLOW_BUYERS;
-use crate::race::holds::{HOLD_AMOUNT, LAST_FUNDS, MAX_HOLDS};
+use crate::race::holds::{DEADLINE_SPREAD, DEADLINE_TIMEOUT_S, HOLD_AMOUNT, LAST_FUNDS, MAX_HOLDS};
 use crate::race::locations::MAX_LOCATION_BUYERS;
 use crate::race::sales::MAX_SALE_BUYERS;
 use crate::race::stock::MULTI_ITEM_PRODUCTS;
@@ -92,9 +92,10 @@ impl Scenario {
             }
             Scenario::LateRetry => return Racers::LateRetry,
             Scenario::CrossedTransfers => return Racers::Transfers,
-            Scenario::HoldSettle | Scenario::HoldLastFunds | Scenario::CrossedGroups => {
-                return Racers::Holds
-            }
+            Scenario::HoldSettle
+            | Scenario::HoldDeadline
+            | Scenario::HoldLastFunds
+            | Scenario::CrossedGroups => return Racers::Holds,
             Scenario::ExtendVsSweeper => naive::extend::NAME,
             Scenario::SalesVsReservations => naive::sales::NAME,
             Scenario::BackorderFill => naive::backorders::NAME,
@@ -109,6 +110,8 @@ impl Scenario {
         match self.racers() {
             Racers::Stock => STOCK_KNOBS,
             Racers::Transfers => &[Knob::Transfers, Knob::NoRetry],
+            // The naive post's fault in `hold-deadline` is what it checks, not a window.
+            Racers::Holds if self == Scenario::HoldDeadline => &[Knob::Holds],
             Racers::Holds => &[Knob::Holds, Knob::ThinkMs],
             Racers::LateRetry | Racers::Contenders { .. } => &[Knob::Buyers],
         }
@@ -127,9 +130,10 @@ impl Scenario {
     pub fn size_bounds(self) -> (u32, u32) {
         match self {
             Scenario::CrossedTransfers => (2, MAX_TRANSFERS),
-            Scenario::HoldSettle | Scenario::HoldLastFunds | Scenario::CrossedGroups => {
-                (2, MAX_HOLDS)
-            }
+            Scenario::HoldSettle
+            | Scenario::HoldDeadline
+            | Scenario::HoldLastFunds
+            | Scenario::CrossedGroups => (2, MAX_HOLDS),
             Scenario::ExtendVsSweeper => (1, MAX_EXTEND_ORDERS),
             Scenario::SalesVsReservations => (2, MAX_SALE_BUYERS),
             Scenario::BackorderFill => (MIN_FILL_BUYERS, MAX_FILL_BUYERS),
@@ -160,6 +164,7 @@ impl Scenario {
             Scenario::CrossedTransfers => only(200, 1),
             // The naive rule fails every run: two show it.
             Scenario::LateRetry => only(50, 2),
+            Scenario::HoldDeadline => only(20, 3),
             Scenario::HoldSettle | Scenario::HoldLastFunds | Scenario::CrossedGroups => Defaults {
                 think_ms: Some(HOLD_THINK_MS),
                 ..only(20, 3)
@@ -196,6 +201,12 @@ impl Scenario {
             ),
             Scenario::HoldSettle => format!(
                 "Post, void and expiry race for each of --holds ({n}) due holds; one winner each"
+            ),
+            Scenario::HoldDeadline => format!(
+                "--holds ({n}) holds of {DEADLINE_TIMEOUT_S} s, each posted at its own moment \
+                 from {} ms before its deadline to as long after, no sweeper: none may post \
+                 once expired",
+                DEADLINE_SPREAD.as_millis()
             ),
             Scenario::HoldLastFunds => format!(
                 "--holds ({n}) holds of {HOLD_AMOUNT} race for the last {LAST_FUNDS} of one \

@@ -7,6 +7,10 @@
 //! - `hold-last-funds`: `holds` holds of [`HOLD_AMOUNT`] race for the [`LAST_FUNDS`] available
 //!   of one account (min_balance 0). At most `LAST_FUNDS / HOLD_AMOUNT` may be placed: the live
 //!   holds never take `balance - held` below `min_balance`, and `held` matches them.
+//! - `hold-deadline`: `holds` holds of [`DEADLINE_TIMEOUT_S`] s, each posted at its own moment
+//!   from [`DEADLINE_SPREAD`] before its deadline to as long after, with no sweeper running.
+//!   A post past the deadline must be refused `expired`; the naive settle, which checks the
+//!   status and never the deadline, posts the late half every run.
 //! - `crossed-groups`: `holds` linked groups of two transfers between accounts 1 and 2, half
 //!   naming 1 → 2 first and half 2 → 1 first, with no retry: no deadlock may reach a caller.
 
@@ -33,6 +37,10 @@ pub const LAST_FUNDS: i64 = 100;
 pub const SETTLE_OPENING: i64 = 1_000_000;
 /// Most holds (or groups) per run.
 pub const MAX_HOLDS: u32 = 1_000;
+/// The holds' timeout in `hold-deadline`.
+pub const DEADLINE_TIMEOUT_S: u32 = 1;
+/// How far before and after its deadline the posts of `hold-deadline` are spread.
+pub const DEADLINE_SPREAD: Duration = Duration::from_millis(500);
 
 /// The implementations raced: saldo's ledger, or the naive holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +118,10 @@ fn request(id: String, from: i64, to: i64, amount: i64) -> Result<TransferReques
 /// What one run observed, before it is folded into the report.
 #[derive(Debug, Default)]
 pub struct RunOutcome {
-    /// Holds settled by exactly one winner, holds placed, or groups applied.
+    /// Holds settled by exactly one winner, holds placed, holds posted in time, or groups
+    /// applied.
     pub done: u64,
-    /// Holds refused for want of funds.
+    /// Holds refused for want of funds, or posts refused past the deadline.
     pub refused: u64,
     /// Errors that reached a caller (a deadlock, a CHECK violation…).
     pub errors: Vec<Error>,
@@ -143,6 +152,7 @@ pub async fn one_run(
     let mut outcome = match race.scenario {
         Scenario::HoldLastFunds => last_funds(ledger, &tx, race, strategy, run).await?,
         Scenario::CrossedGroups => crossed_groups(ledger, &tx, race, strategy, run).await?,
+        Scenario::HoldDeadline => deadline_race(ledger, &tx, race, strategy, run).await?,
         _ => settle_race(ledger, &tx, race, strategy, run).await?,
     };
     outcome.divergences = crate::checks::ledger_divergences(&ledger.store().pool).await?;
@@ -303,6 +313,88 @@ async fn settle(
         (LabHolds::Naive, how) => naive::settle(&ledger.store().pool, tx, id, how, think)
             .await
             .map(|s| (s == how.target()).then_some(s)),
+    }
+}
+
+/// `race.holds` holds of [`DEADLINE_TIMEOUT_S`], posted from [`DEADLINE_SPREAD`] before their
+/// deadline to as long after it, no sweeper running: a hold posted after its deadline breaks
+/// the run, and every answer must name the hold's final status.
+async fn deadline_race(
+    ledger: &Ledger,
+    tx: &TxOptions,
+    race: &HoldRace,
+    strategy: LabHolds,
+    run: u32,
+) -> Result<RunOutcome, LabError> {
+    two_accounts(ledger, SETTLE_OPENING).await?;
+    let timeout = TransferTimeout::from_secs(DEADLINE_TIMEOUT_S.into()).map_err(Error::from)?;
+    let mut tasks = Vec::new();
+    let step = 2 * DEADLINE_SPREAD / race.holds.max(2).saturating_sub(1);
+    for i in 0..race.holds {
+        let id = format!("d-{run}-{i}");
+        ledger
+            .hold(&request(id.clone(), 1, 2, HOLD_AMOUNT)?, timeout)
+            .await?;
+        // Hold i's deadline is one timeout after it was placed; its post comes at a point
+        // between DEADLINE_SPREAD before and DEADLINE_SPREAD after that deadline.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout.secs().into());
+        let at = deadline - DEADLINE_SPREAD + step * i;
+        let (ledger, tx) = (ledger.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let told = post_once(&ledger, &tx, strategy, &id).await;
+            (id, told)
+        }));
+    }
+    let mut outcome = RunOutcome::default();
+    for (id, told) in join_bounded(tasks).await? {
+        let told = match told {
+            Ok(status) => status,
+            Err(e) => {
+                outcome.errors.push(e);
+                continue;
+            }
+        };
+        let hold = ledger.get_transfer(&tid(id)?).await?;
+        let late = hold.status == TransferStatus::Posted
+            && matches!((hold.settled_at, hold.expires_at), (Some(s), Some(e)) if s > e);
+        if late || told != hold.status {
+            outcome.broken = true;
+            outcome.excess += u64::from(late);
+        } else if told == TransferStatus::Posted {
+            outcome.done += 1;
+        } else {
+            outcome.refused += 1;
+        }
+    }
+    Ok(outcome)
+}
+
+/// One post of hold `id`: the status it answered (`posted`, or the state it was refused in).
+async fn post_once(
+    ledger: &Ledger,
+    tx: &TxOptions,
+    strategy: LabHolds,
+    id: &str,
+) -> Result<TransferStatus, Error> {
+    match strategy {
+        LabHolds::Ordered => match ledger.post(&TransferId::new(id.to_owned())?, None).await {
+            Ok(t) => Ok(t.status),
+            Err(Error::TransferNotPending { status, .. }) => Ok(status),
+            Err(e) => Err(e),
+        },
+        // No think (`hold-deadline` takes none): the naive settle's fault here is what it
+        // checks, not when it writes.
+        LabHolds::Naive => {
+            naive::settle(
+                &ledger.store().pool,
+                tx,
+                id,
+                Settle::Post(None),
+                Duration::ZERO,
+            )
+            .await
+        }
     }
 }
 

@@ -39,6 +39,8 @@ pub enum Scenario {
     LateRetry,
     /// Post, void and expiry race for each hold; exactly one wins.
     HoldSettle,
+    /// Posts racing their holds' deadlines with no sweeper; none may post an expired hold.
+    HoldDeadline,
     /// Holds race for the last available funds of one account.
     HoldLastFunds,
     /// Linked groups crossing between two accounts; no deadlock reaches a caller.
@@ -64,6 +66,7 @@ impl Scenario {
         Scenario::CrossedTransfers,
         Scenario::LateRetry,
         Scenario::HoldSettle,
+        Scenario::HoldDeadline,
         Scenario::HoldLastFunds,
         Scenario::CrossedGroups,
         Scenario::ExtendVsSweeper,
@@ -81,6 +84,7 @@ impl Scenario {
             Scenario::CrossedTransfers => "crossed-transfers",
             Scenario::LateRetry => "late-retry",
             Scenario::HoldSettle => "hold-settle",
+            Scenario::HoldDeadline => "hold-deadline",
             Scenario::HoldLastFunds => "hold-last-funds",
             Scenario::CrossedGroups => "crossed-groups",
             Scenario::ExtendVsSweeper => "extend-vs-sweeper",

@@ -68,3 +68,25 @@ async fn crossed_groups_never_deadlock_a_caller() {
     )
     .await;
 }
+
+/// Posts spread around their holds' deadlines with no sweeper: saldo posts none past its
+/// deadline (the early ones posted, the late ones refused `expired`, every answer the hold's
+/// final state); the naive post, which checks the status and never the time, posts late ones.
+#[tokio::test]
+async fn posts_past_the_deadline_are_refused_where_the_naive_check_posts_them() {
+    let ordered = race(Scenario::HoldDeadline, 10, LabHolds::Ordered).await;
+    assert!(ordered.held(), "{ordered:?}");
+    // Early posts posted, late ones refused (on a busy machine more of them are late; the
+    // last ones, half a second past their deadline, always are).
+    assert_eq!((ordered.done + ordered.refused, ordered.excess), (10, 0));
+    assert!(
+        ordered.refused > 0,
+        "no post reached the deadline: {ordered:?}"
+    );
+    until_caught(
+        "naive post past the deadline",
+        |_| race(Scenario::HoldDeadline, 10, LabHolds::Naive),
+        |naive| naive.broken && naive.excess > 0,
+    )
+    .await;
+}

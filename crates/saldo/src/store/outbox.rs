@@ -157,22 +157,70 @@ pub(crate) fn within_bound(events: &[NewEvent]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Why [`append_and_commit`] failed, told apart by the statement that failed: the events INSERT
+/// runs inside the transaction (its coded error aborts it, so nothing commits), while an error
+/// of the COMMIT itself proves a refusal only for the SQLSTATEs of [`refused_at_commit`].
+#[derive(Debug)]
+pub(crate) enum CommitFailure {
+    /// Preparing the events INSERT failed: nothing was sent that could commit.
+    Prepare(tokio_postgres::Error),
+    /// The events INSERT failed: with a code, the server aborted the transaction and the COMMIT
+    /// behind it only rolled back; without one, the connection broke with both in flight.
+    Insert(tokio_postgres::Error),
+    /// The COMMIT failed (the INSERT, if any, succeeded).
+    Commit(tokio_postgres::Error),
+}
+
+impl CommitFailure {
+    /// True when the error proves nothing was committed: a coded INSERT error, or a COMMIT
+    /// refused with a SQLSTATE that only a rollback gives. Anything else (no answer, a server
+    /// going away, an internal error from a Citus coordinator whose postmaster died while it
+    /// sent COMMIT PREPARED after its own commit record) leaves the outcome unknown.
+    pub(crate) fn proves_rollback(&self) -> bool {
+        match self {
+            CommitFailure::Prepare(_) => true,
+            CommitFailure::Insert(e) => e.code().is_some(),
+            CommitFailure::Commit(e) => e.code().is_some_and(refused_at_commit),
+        }
+    }
+
+    pub(crate) fn into_error(self) -> tokio_postgres::Error {
+        match self {
+            CommitFailure::Prepare(e) | CommitFailure::Insert(e) | CommitFailure::Commit(e) => e,
+        }
+    }
+}
+
+/// SQLSTATEs with which a COMMIT refuses, having rolled back: class 40 (serialization failure,
+/// deadlock, a constraint checked at commit) and class 23 (a deferred constraint). Every other
+/// error at COMMIT may come after the commit record was written: on Citus the coordinator
+/// commits locally before it tells the workers, and an error raised then still reaches us.
+pub(crate) fn refused_at_commit(code: &tokio_postgres::error::SqlState) -> bool {
+    let class = &code.code()[..2.min(code.code().len())];
+    class == "40" || class == "23"
+}
+
 /// Appends `events` (in the order pushed, one statement) and commits, pipelined: the INSERT and
 /// the COMMIT leave together, so the transaction holds its row locks one round trip less; on a
 /// hot row that round trip is the throughput. The INSERT is sent first (a future of the client
 /// sends its request when first polled, and `join` polls in order).
 ///
 /// When the INSERT fails, the server has aborted the transaction and the COMMIT behind it only
-/// rolls back: the INSERT's error is the answer, read like a COMMIT's (a code: refused, nothing
-/// applied; none: the connection broke, the outcome is unknown).
+/// rolls back: the INSERT's error is the answer ([`CommitFailure::Insert`]).
 pub(crate) async fn append_and_commit(
     client: &Client,
     events: &[NewEvent],
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<(), CommitFailure> {
     if events.is_empty() {
-        return client.batch_execute("COMMIT").await;
+        return client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(CommitFailure::Commit);
     }
-    let stmt = client.prepare_cached(INSERT).await?;
+    let stmt = client
+        .prepare_cached(INSERT)
+        .await
+        .map_err(CommitFailure::Prepare)?;
     let stream_types: Vec<&str> = events.iter().map(|e| e.stream_type.as_str()).collect();
     let stream_ids: Vec<&str> = events.iter().map(|e| e.stream_id.as_str()).collect();
     let positions: Vec<i64> = events.iter().map(|e| e.position).collect();
@@ -182,8 +230,8 @@ pub(crate) async fn append_and_commit(
         [&stream_types, &stream_ids, &positions, &kinds, &data];
     let insert = client.execute(&stmt, &params);
     let (inserted, committed) = futures::future::join(insert, client.batch_execute("COMMIT")).await;
-    inserted?;
-    committed?;
+    inserted.map_err(CommitFailure::Insert)?;
+    committed.map_err(CommitFailure::Commit)?;
     tally(events);
     Ok(())
 }
@@ -202,6 +250,33 @@ impl Drop for Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a rollback's SQLSTATEs prove that a failed COMMIT committed nothing; an internal
+    /// error (a Citus coordinator's postmaster dying during COMMIT PREPARED), a cancel or a
+    /// shutdown may come after the commit record.
+    #[test]
+    fn only_rollback_states_prove_a_refused_commit() {
+        use tokio_postgres::error::SqlState;
+        for refused in [
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_INTEGRITY_CONSTRAINT_VIOLATION,
+            SqlState::UNIQUE_VIOLATION,
+            SqlState::CHECK_VIOLATION,
+        ] {
+            assert!(refused_at_commit(&refused), "{}", refused.code());
+        }
+        for unknown in [
+            SqlState::INTERNAL_ERROR,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::QUERY_CANCELED,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::IO_ERROR,
+        ] {
+            assert!(!refused_at_commit(&unknown), "{}", unknown.code());
+        }
+    }
 
     #[test]
     fn the_metric_labels_are_the_stream_types() {

@@ -602,32 +602,23 @@ where
     };
     match committed {
         Ok(()) => Attempt::Ended(client, Ok(value)),
-        // An answer from the server refusing the COMMIT (40001 at commit, a deferred
-        // constraint): not committed. But a server going away (its connection class 08, or
-        // shutting down or crashed: 57P; a Citus node gone under the commit) may have committed
-        // before it said so.
-        Err(e)
-            if e.code().is_some_and(|c| !server_went_away(c))
-                && !crate::error::is_citus_node_failure(&e) =>
-        {
-            Attempt::Ended(client, Err(e.into()))
+        // A refusal that proves the rollback (a coded error of the events INSERT; 40001 or a
+        // deferred constraint at COMMIT): not committed, and the connection is still usable.
+        Err(failure) if failure.proves_rollback() => {
+            Attempt::Ended(client, Err(failure.into_error().into()))
         }
-        // No answer: the connection broke after COMMIT left; it may have committed.
-        Err(e) => {
+        // No answer, a server going away, or any other error at COMMIT: on Citus the
+        // coordinator writes its commit record before it sends COMMIT PREPARED, and an error
+        // raised then (its postmaster killed, say) still reaches us. It may have committed.
+        Err(failure) => {
             drop(client);
+            let e = failure.into_error();
             Attempt::Abandoned(Box::new(outcome_unknown(
                 operation,
-                &format!("the database connection was lost ({e})"),
+                &format!("no proof of a rollback at COMMIT ({e})"),
             )))
         }
     }
-}
-
-/// SQLSTATEs of a server going away rather than refusing: connection exceptions (class 08) and
-/// operator intervention (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now).
-fn server_went_away(code: &SqlState) -> bool {
-    let code = code.code();
-    code.starts_with("08") || code.starts_with("57P")
 }
 
 fn outcome_unknown(operation: Operation, cause: &str) -> Error {

@@ -3,7 +3,7 @@
 //! sentence per strategy saying what held, or what broke and why that was expected.
 
 use saldo_lab::race::extend::HOLD;
-use saldo_lab::race::{Racers, Report, Scenario, Verdict};
+use saldo_lab::race::{Knob, Racers, Report, Scenario, Verdict};
 
 /// How a scenario's table reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,10 +202,15 @@ pub fn conclusion(r: &Report) -> String {
             "{} failed as expected in {} of {} runs: {what}.",
             r.strategy, r.violations, r.runs
         ),
-        Verdict::NotCaught => format!(
-            "{}: no failure caught this time; widen the window with --think-ms or add --runs.",
-            r.strategy
-        ),
+        Verdict::NotCaught => {
+            let takes_think = Scenario::parse(&r.scenario).is_none_or(|s| s.takes(Knob::ThinkMs));
+            let widen = if takes_think {
+                "widen the window with --think-ms or add --runs"
+            } else {
+                "add --runs"
+            };
+            format!("{}: no failure caught this time; {widen}.", r.strategy)
+        }
     }
 }
 
@@ -273,6 +278,10 @@ fn oversold(r: &Report) -> String {
             "{n} holds had more than one winner (post, void and expiry all \"won\") in {runs} of \
              {of} runs"
         ),
+        Some(Scenario::HoldDeadline) => format!(
+            "{n} holds were posted after their deadline (the status checked, never the time) in \
+             {runs} of {of} runs"
+        ),
         Some(Scenario::HoldLastFunds) => format!(
             "{n} holds were placed beyond the funds (below min_balance) in {runs} of {of} runs"
         ),
@@ -317,6 +326,7 @@ mod tests {
         let ledger = [
             Scenario::CrossedTransfers,
             Scenario::HoldSettle,
+            Scenario::HoldDeadline,
             Scenario::HoldLastFunds,
             Scenario::CrossedGroups,
         ];
