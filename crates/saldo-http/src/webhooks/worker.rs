@@ -1,6 +1,6 @@
 //! The delivery worker `saldo serve` runs: every poll interval it claims due subscriptions
 //! (leases, [`saldo::webhooks::lease`]; at most [`MAX_IN_FLIGHT`] at once per service) and, for
-//! each, sends the feed after its cursor in batches of at most 100 events, one batch at a time:
+//! each, sends the feed after its cursor in batches of at most 500 events, one batch at a time:
 //! the next batch is read only after the previous one was answered 2xx and its cursor moved.
 //! A failure gives the lease back with the attempt counted and a full-jitter backoff; at the
 //! last attempt the subscription turns `failing`. It stops with the service: no new batch

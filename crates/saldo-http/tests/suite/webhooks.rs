@@ -284,7 +284,7 @@ async fn every_event_arrives_signed_once_and_in_feed_order() {
         assert!(uuid::Uuid::parse_str(&g.delivery).is_ok());
         assert!(g.user_agent.starts_with("saldo-webhooks/"));
         let s = seqs(g);
-        assert!(s.len() <= 100 && !s.is_empty());
+        assert!(s.len() <= saldo::webhooks::MAX_BATCH && !s.is_empty());
         assert!(s.windows(2).all(|w| w[0] < w[1]) && s[0] > last);
         last = *s.last().expect("last");
     }
