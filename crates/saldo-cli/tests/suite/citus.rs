@@ -289,8 +289,9 @@ async fn tool(data_dir: &std::path::Path, url: &str, args: &[&str]) -> (bool, St
 
 /// Production's setup: saldo pointed at an existing Citus coordinator by URL (here a database
 /// of the test cluster, laid out distributed). `serve` serves it; `saldo audit` audits it the
-/// Citus way and fails on a divergence planted behind saldo's back; `saldo audit --repair
-/// --apply` repairs it (one product's shard group per transaction) and audits clean.
+/// Citus way and fails on divergences planted behind saldo's back (a product's stock, an
+/// account's balance); `saldo audit --repair --apply` repairs both (one product's shard group,
+/// one account, per transaction) and audits clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_work_on_an_existing_coordinator_by_url() {
     let db = citus_db().await;
@@ -307,6 +308,24 @@ async fn the_tools_work_on_an_existing_coordinator_by_url() {
             &api,
             r#"{"order_id": "o-1", "items": [{"product_id": 1, "quantity": 2}, {"product_id": 2, "quantity": 1}]}"#,
         ),
+        (
+            "POST",
+            "/v1/accounts",
+            &admin,
+            r#"{"id": 1, "opening_balance": 100}"#,
+        ),
+        (
+            "POST",
+            "/v1/accounts",
+            &admin,
+            r#"{"id": 2, "opening_balance": 0}"#,
+        ),
+        (
+            "POST",
+            "/v1/transfers",
+            &api,
+            r#"{"id": "t-1", "from": 1, "to": 2, "amount": 30}"#,
+        ),
     ] {
         let (status, _, body) = essence(&serve.request(method, path, Some(token), body).await);
         assert!(status < 300, "{method} {path}: {status} {body}");
@@ -319,16 +338,24 @@ async fn the_tools_work_on_an_existing_coordinator_by_url() {
 
     let client = db.pool.get().await.expect("client");
     client
-        .batch_execute("UPDATE stock SET available = available - 1 WHERE product_id = 2")
+        .batch_execute(
+            "UPDATE stock SET available = available - 1 WHERE product_id = 2; \
+             UPDATE accounts SET balance = balance + 7 WHERE id = 2",
+        )
         .await
-        .expect("a write behind saldo's back");
+        .expect("writes behind saldo's back");
     let (clean, said) = tool(dir.path(), &db.url, &["audit"]).await;
-    assert!(!clean, "the planted divergence: {said}");
+    assert!(!clean, "the planted divergences: {said}");
     assert!(said.contains("product 2"), "{said}");
+    assert!(said.contains("account 2"), "{said}");
 
     let (done, said) = tool(dir.path(), &db.url, &["audit", "--repair", "--apply"]).await;
     assert!(done, "{said}");
     assert!(said.contains("repaired:"), "{said}");
+    assert!(
+        said.contains("account 2 repaired: balance 37 -> 30"),
+        "the ledger's part: {said}"
+    );
     assert!(said.contains("audit clean (Citus)"), "{said}");
     let available: i32 = client
         .query_one("SELECT available FROM stock WHERE product_id = 2", &[])
@@ -336,4 +363,10 @@ async fn the_tools_work_on_an_existing_coordinator_by_url() {
         .expect("stock")
         .get(0);
     assert_eq!(available, 4, "5 counted, 1 reserved");
+    let balance: i64 = client
+        .query_one("SELECT balance FROM accounts WHERE id = 2", &[])
+        .await
+        .expect("account")
+        .get(0);
+    assert_eq!(balance, 30, "what its journal says");
 }

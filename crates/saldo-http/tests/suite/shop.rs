@@ -12,7 +12,7 @@ use saldo_http::config::RawSettings;
 use serde_json::json;
 
 use crate::harness::test_db_with_pool;
-use crate::support::{spawn_app, state_with, TestApp};
+use crate::support::{spawn_app, state_with, Answer, TestApp};
 
 fn extend_path(order: &str) -> String {
     format!("/v1/orders/{order}/extend")
@@ -227,9 +227,7 @@ async fn admin_repair_is_a_dry_run_unless_applied() {
     let denied = app.post("/v1/admin/repair", json!({})).await;
     assert_eq!(denied.status, StatusCode::UNAUTHORIZED, "{}", denied.text);
 
-    let dry = app
-        .admin(Method::POST, "/v1/admin/repair", Some(json!({})))
-        .await;
+    let dry = repair(&app, json!({})).await;
     assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
     assert_eq!(dry.body["applied"], false);
     let product = &dry.body["products"][0];
@@ -238,13 +236,7 @@ async fn admin_repair_is_a_dry_run_unless_applied() {
     assert_eq!(product["after"], json!({"available": 8, "reserved": 2}));
     assert_eq!(dry.body["remaining"].as_array().map(Vec::len), Some(1));
 
-    let applied = app
-        .admin(
-            Method::POST,
-            "/v1/admin/repair",
-            Some(json!({"apply": true})),
-        )
-        .await;
+    let applied = repair(&app, json!({"apply": true})).await;
     assert_eq!(applied.status, StatusCode::OK, "{}", applied.text);
     assert_eq!(applied.body["products"][0]["action"], "applied");
     assert_eq!(applied.body["remaining"], json!([]));
@@ -261,4 +253,57 @@ async fn admin_repair_is_a_dry_run_unless_applied() {
         )
         .await;
     assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.text);
+}
+
+/// `POST /v1/admin/repair` with `body`, as the admin.
+async fn repair(app: &TestApp, body: serde_json::Value) -> Answer {
+    app.admin(Method::POST, "/v1/admin/repair", Some(body))
+        .await
+}
+
+/// The repair answers for the ledger too: an account whose counters drifted from its journal
+/// is planned on a dry run (and keeps `remaining` non-empty), repaired from the journal when
+/// applied, and then the whole audit is clean.
+#[tokio::test]
+async fn admin_repair_repairs_a_drifted_account_from_its_journal() {
+    let app = spawn_app().await;
+    for (id, opening) in [(1, 100), (2, 0)] {
+        let opened = app
+            .admin(
+                Method::POST,
+                "/v1/accounts",
+                Some(json!({"id": id, "opening_balance": opening})),
+            )
+            .await;
+        assert_eq!(opened.status, StatusCode::CREATED, "{}", opened.text);
+    }
+    let moved = app
+        .post(
+            "/v1/transfers",
+            json!({"id": "t-1", "from": 1, "to": 2, "amount": 30}),
+        )
+        .await;
+    assert!(moved.status.is_success(), "{}", moved.text);
+    let client = app.db.pool.get().await.expect("client");
+    client
+        .batch_execute("UPDATE accounts SET balance = balance + 7 WHERE id = 2")
+        .await
+        .expect("plant");
+
+    let dry = repair(&app, json!({})).await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
+    let planned = &dry.body["ledger"]["accounts"][0];
+    assert_eq!(planned["account"], 2, "{}", dry.text);
+    assert_eq!(planned["action"], "planned");
+    assert_eq!(planned["before"]["balance"], 37);
+    assert_eq!(planned["after"]["balance"], 30);
+    assert_ne!(dry.body["remaining"], json!([]), "{}", dry.text);
+
+    let applied = repair(&app, json!({"apply": true})).await;
+    assert_eq!(applied.status, StatusCode::OK, "{}", applied.text);
+    assert_eq!(applied.body["ledger"]["accounts"][0]["action"], "applied");
+    assert_eq!(applied.body["ledger"]["unrepairable"], json!([]));
+    assert_eq!(applied.body["remaining"], json!([]), "{}", applied.text);
+    let account = app.get("/v1/accounts/2").await;
+    assert_eq!(account.body["balance"], 30, "{}", account.text);
 }
