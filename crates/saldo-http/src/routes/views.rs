@@ -153,14 +153,16 @@ pub struct TransferView {
     /// True when this id was already journalled with the same payload (for a post or void:
     /// when that same call had already won).
     pub replayed: bool,
-    /// `posted` at once, or `pending` until posted, voided or expired.
+    /// `posted` at once, or `pending` until posted, voided or expired (a read past
+    /// `expires_at` says `expired` at once, before anything settled it).
     pub status: StatusView,
     /// What moved, once posted.
     pub posted_amount: Option<i64>,
     /// A transfer created pending: its timeout and deadline.
     pub timeout_s: Option<u32>,
     pub expires_at: Option<DateTime<Utc>>,
-    /// When a hold was posted, voided or expired.
+    /// When a hold was posted, voided or expired (null for a hold past its deadline that no
+    /// post, void or sweeper has settled yet).
     pub settled_at: Option<DateTime<Utc>>,
     /// The linked group it was applied in.
     pub group_id: Option<String>,

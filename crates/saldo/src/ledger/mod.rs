@@ -87,7 +87,7 @@ use crate::store::handle::Store;
 use crate::store::retry::checkout;
 use batched::BatchedLedger;
 use flows::{expire, group, open, place, settle};
-use rows::{accounts, journal};
+use rows::{accounts, journal, settles};
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
 pub const MAX_LIST: i64 = 1_000;
@@ -269,13 +269,16 @@ impl Ledger {
         self.settle(Operation::Void, id, Settle::Void).await
     }
 
-    /// The transfer with this id as stored, whatever its status; [`Error::UnknownTransfer`] if
-    /// none.
+    /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none. A
+    /// hold past its deadline reads `expired` whether or not the sweeper has run
+    /// ([`transitions::as_read`]).
     pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
         let client = self.client().await?;
-        journal::find(&Tx::new(&client, self.store.dialect()), id)
-            .await?
-            .ok_or_else(|| Error::UnknownTransfer(id.clone()))
+        let tx = Tx::new(&client, self.store.dialect());
+        // Pipelined: the clock costs no round trip of its own.
+        let (found, now) = futures::try_join!(journal::find(&tx, id), settles::now(&tx))?;
+        let found = found.ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
+        Ok(transitions::as_read(found, now))
     }
 
     /// Applies a linked group all or none: every account locked once, in id order, by one
@@ -310,7 +313,14 @@ impl Ledger {
         let client = self.client().await?;
         let tx = Tx::new(&client, self.store.dialect());
         accounts::read(&tx, id).await?;
-        journal::list(&tx, id, limit.clamp(1, MAX_LIST)).await
+        let (listed, now) = futures::try_join!(
+            journal::list(&tx, id, limit.clamp(1, MAX_LIST)),
+            settles::now(&tx)
+        )?;
+        Ok(listed
+            .into_iter()
+            .map(|t| transitions::as_read(t, now))
+            .collect())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, Error> {

@@ -16,6 +16,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::domain::{Amount, TransferStatus};
+use crate::ledger::types::Transfer;
 
 /// What is asked of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +154,19 @@ pub fn is_due(expires_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
     expires_at.is_some_and(|deadline| deadline <= now)
 }
 
+/// A transfer as a read answers it at `now` (the database's clock): a hold still stored
+/// pending but past its deadline is expired for every operation, so it reads `expired` (with
+/// no `settled_at` yet), as a lapsed reservation reads on the stock side. Its amount stays in
+/// the accounts' `held` and `pending_credits` until a post, a void or the sweeper settles it
+/// (that write is what `transfer.expired` and `settled_at` record).
+pub fn as_read(mut t: Transfer, now: DateTime<Utc>) -> Transfer {
+    if t.status == TransferStatus::Pending && is_due(t.expires_at, now) {
+        t.status = TransferStatus::Expired;
+        t.posted_amount = effective_posted(t.status, t.amount, t.posted_amount);
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +268,40 @@ mod tests {
         assert_eq!(effective_posted(Posted, 2500, Some(10)), Some(10));
         for status in [Pending, Voided, Expired] {
             assert_eq!(effective_posted(status, 2500, None), None);
+        }
+    }
+
+    /// A read at or after the deadline says expired, and only of a pending hold.
+    #[test]
+    fn a_read_past_the_deadline_says_expired() {
+        let now = Utc::now();
+        let hold = |status, expires_at| Transfer {
+            id: crate::domain::TransferId::new("h").expect("id"),
+            from: crate::domain::AccountId::new(1).expect("account"),
+            to: crate::domain::AccountId::new(2).expect("account"),
+            amount: 10,
+            kind: crate::ledger::types::TransferKind::Transfer,
+            created_at: now,
+            replayed: false,
+            status,
+            posted_amount: None,
+            timeout_s: Some(1),
+            expires_at,
+            settled_at: None,
+            group_id: None,
+        };
+        let second = chrono::Duration::seconds(1);
+        assert_eq!(as_read(hold(Pending, Some(now)), now).status, Expired);
+        assert_eq!(
+            as_read(hold(Pending, Some(now + second)), now).status,
+            Pending
+        );
+        assert_eq!(as_read(hold(Pending, None), now).status, Pending);
+        for settled in [Posted, Voided, Expired] {
+            assert_eq!(
+                as_read(hold(settled, Some(now - second)), now).status,
+                settled
+            );
         }
     }
 

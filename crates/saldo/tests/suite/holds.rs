@@ -478,8 +478,8 @@ async fn simultaneous_copies_of_a_transfer_taking_all_funds_replay_not_refuse() 
     clean(&db).await;
 }
 
-/// The deadline is exact: a hold of one second, waited out, is expired for a post and for a
-/// void though no sweeper ran. The post that finds it due expires it (committed: the funds are
+/// The deadline is exact: a hold of one second, waited out, is expired for a read, a post and
+/// a void though no sweeper ran. The post that finds it due expires it (committed: the funds are
 /// free, `settled_at` is set) and is refused naming `expired`; the sweeper then has nothing
 /// left to do.
 #[tokio::test]
@@ -495,6 +495,18 @@ async fn a_post_or_void_past_the_deadline_expires_the_hold_without_the_sweeper()
     }
     assert_eq!(state(&ledger, 1).await, (100, 60, 40, 0));
     tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    // Before anything settles them, reads already say expired (not yet settled: no
+    // `settled_at`, the amounts still held until a write settles them).
+    let read = ledger.get_transfer(&tid("late-post")).await.expect("get");
+    assert_eq!(
+        (read.status, read.settled_at),
+        (TransferStatus::Expired, None)
+    );
+    let listed = ledger.transfers_of(acc(1), 10).await.expect("list");
+    let holds: Vec<_> = listed.iter().filter(|t| t.expires_at.is_some()).collect();
+    assert_eq!(holds.len(), 2, "{listed:?}");
+    assert!(holds.iter().all(|t| t.status == TransferStatus::Expired));
+    assert_eq!(state(&ledger, 1).await, (100, 60, 40, 0));
     let answers = [
         ("late-post", ledger.post(&tid("late-post"), None).await),
         ("late-void", ledger.void(&tid("late-void")).await),
