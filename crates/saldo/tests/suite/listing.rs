@@ -207,11 +207,6 @@ async fn collect_orders(
 
 #[tokio::test]
 async fn account_pages_leave_the_system_account_out() {
-    // Accounts are the ledger's: on Citus the ledger's own suites cover them (the stock binary,
-    // `tests/citus_stock.rs`, runs this suite for its order and product lists).
-    if crate::harness::CITUS {
-        return;
-    }
     let db = test_db().await;
     let ledger = Ledger::new(db.store());
     for id in 1..=5 {
