@@ -1,10 +1,11 @@
 //! The delivery worker `saldo serve` runs: every poll interval it claims due subscriptions
 //! (leases, [`saldo::webhooks::lease`]; at most [`MAX_IN_FLIGHT`] at once per service) and, for
-//! each, sends the feed after its cursor in batches of at most 500 events, one batch at a time:
-//! the next batch is read only after the previous one was answered 2xx and its cursor moved.
-//! A failure gives the lease back with the attempt counted and a full-jitter backoff; at the
-//! last attempt the subscription turns `failing`. It stops with the service: no new batch
-//! starts after the stop signal, and a request in flight is waited for (bounded).
+//! each, sends the feed after its cursor in batches of at most 500 events and 1 MiB ([`body`]),
+//! one batch at a time: the next batch is read only after the previous one was answered 2xx
+//! and its cursor moved. A failure gives the lease back with the attempt counted and a
+//! full-jitter backoff; at the last attempt the subscription turns `failing`. It stops with the
+//! service: no new batch starts after the stop signal, and a request in flight is waited for
+//! (bounded).
 //!
 //! The poll interval bounds how late an idle subscription notices new events, never how fast a
 //! busy one drains: a delivery that used up its batches while still behind claims again at
@@ -20,11 +21,11 @@ use std::time::Duration;
 use saldo::stock::Store;
 use saldo::webhooks::lease::{self, AfterFailure, Attempt, Lease};
 use saldo::webhooks::target::redacted;
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use uuid::Uuid;
 
+use super::body;
 use super::client::{Sender, Sent, DELIVERY_ID, SIGNATURE, WEBHOOK_ID};
 use super::key::signature;
 use super::settings::WebhookSettings;
@@ -232,12 +233,6 @@ enum Step {
     BackingOff(Duration),
 }
 
-/// The body of a delivery.
-#[derive(Serialize)]
-struct Body<'a> {
-    events: &'a [saldo::events::Event],
-}
-
 async fn deliver_one(shared: &Shared, held: &mut Lease) -> Result<Step, saldo::Error> {
     let store = &shared.store;
     let batch = match lease::next_batch(store, held).await {
@@ -248,19 +243,29 @@ async fn deliver_one(shared: &Shared, held: &mut Lease) -> Result<Step, saldo::E
         }
         Err(e) => return Err(e),
     };
-    let (Some(first), Some(last)) = (batch.events.first(), batch.events.last()) else {
+    if batch.events.is_empty() {
         if batch.next != held.cursor {
             lease::skip(store, held, batch.next).await?;
         }
         return Ok(Step::Done);
-    };
+    }
     if !lease::renew(store, held, LEASE).await? {
         return Ok(Step::Gone);
     }
-    let body = serde_json::to_vec(&Body {
-        events: &batch.events,
-    })
-    .map_err(|e| saldo::Error::Invariant(format!("a webhook body did not serialise: {e}")))?;
+    let (body, count) = body::within_limit(&batch.events)
+        .map_err(|e| saldo::Error::Invariant(format!("a webhook body did not serialise: {e}")))?;
+    let sent_events = &batch.events[..count];
+    let (Some(first), Some(last)) = (sent_events.first(), sent_events.last()) else {
+        return Err(saldo::Error::Invariant(
+            "a webhook body carried no event".to_owned(),
+        ));
+    };
+    // Cut by the byte bound: the cursor moves past what was sent, not past the whole read.
+    let next = if count < batch.events.len() {
+        last.cursor.parse()?
+    } else {
+        batch.next
+    };
     let delivery_id = Uuid::new_v4();
     let secret = shared.settings.key.secret(&held.id);
     let t = chrono::Utc::now().timestamp();
@@ -274,7 +279,7 @@ async fn deliver_one(shared: &Shared, held: &mut Lease) -> Result<Step, saldo::E
         delivery_id,
         first: first.cursor.parse()?,
         last: last.cursor.parse()?,
-        events: i32::try_from(batch.events.len()).unwrap_or(i32::MAX),
+        events: i32::try_from(count).unwrap_or(i32::MAX),
         outcome: sent.outcome,
         http_status: sent.status.map(i32::from),
         duration: sent.duration,
@@ -283,10 +288,10 @@ async fn deliver_one(shared: &Shared, held: &mut Lease) -> Result<Step, saldo::E
     if !sent.ok() {
         return record_failure(shared, held, &attempt, Some(&sent)).await;
     }
-    if !lease::delivered(store, held, batch.next, &attempt).await? {
+    if !lease::delivered(store, held, next, &attempt).await? {
         return Ok(Step::Gone);
     }
-    held.cursor = batch.next;
+    held.cursor = next;
     held.attempts = 0;
     Ok(Step::More)
 }
