@@ -312,8 +312,9 @@ impl Ledger {
     pub async fn transfers_of(&self, id: AccountId, limit: i64) -> Result<Vec<Transfer>, Error> {
         let client = self.client().await?;
         let tx = Tx::new(&client, self.store.dialect());
-        accounts::read(&tx, id).await?;
-        let (listed, now) = futures::try_join!(
+        // Pipelined: the account's existence (404 otherwise), its list and the clock.
+        let (_, listed, now) = futures::try_join!(
+            accounts::read(&tx, id),
             journal::list(&tx, id, limit.clamp(1, MAX_LIST)),
             settles::now(&tx)
         )?;

@@ -196,8 +196,8 @@ impl CommitFailure {
 /// error at COMMIT may come after the commit record was written: on Citus the coordinator
 /// commits locally before it tells the workers, and an error raised then still reaches us.
 pub(crate) fn refused_at_commit(code: &tokio_postgres::error::SqlState) -> bool {
-    let class = &code.code()[..2.min(code.code().len())];
-    class == "40" || class == "23"
+    let code = code.code();
+    code.starts_with("40") || code.starts_with("23")
 }
 
 /// Appends `events` (in the order pushed, one statement) and commits, pipelined: the INSERT and
