@@ -286,7 +286,8 @@ impl Ledger {
     /// ([`Error::GroupRefused`] names it). Idempotent by group id ([`Error::GroupConflict`] for
     /// another payload).
     pub async fn transfer_group(&self, request: &GroupRequest) -> Result<Group, Error> {
-        let result = group::transfer_group(&self.store, request).await;
+        let result =
+            expire::reclaiming(&self.store, || group::transfer_group(&self.store, request)).await;
         observe("group", &result.as_ref().map(|g| g.replayed));
         result
     }
@@ -352,10 +353,16 @@ impl Ledger {
         t: NewTransfer<'_>,
     ) -> Result<Transfer, Error> {
         apply::validate(&t.movement)?;
-        match strategy {
-            TransferStrategy::Ordered => place::place_alone(&self.store, t.operation(), t).await,
-            TransferStrategy::Batched => self.engine.place(&t).await,
-        }
+        // A hold past its deadline frees its money before the refusal is the answer.
+        expire::reclaiming(&self.store, || async {
+            match strategy {
+                TransferStrategy::Ordered => {
+                    place::place_alone(&self.store, t.operation(), t).await
+                }
+                TransferStrategy::Batched => self.engine.place(&t).await,
+            }
+        })
+        .await
     }
 
     /// A transfer, deposit or withdrawal, posted at once.

@@ -278,6 +278,15 @@ pub(crate) const DUE: Sql = Sql::pair(
      WHERE status = 'pending' AND expires_at <= $2 AND account_id = from_account \
      ORDER BY expires_at LIMIT $1",
 );
+/// [`DUE`] of the holds one account (`$3`) is a side of: what a refused movement reclaims.
+pub(crate) const DUE_OF: Sql = Sql::pair(
+    "SELECT id, from_account, to_account FROM transfers \
+     WHERE status = 'pending' AND expires_at <= $2 AND (from_account = $3 OR to_account = $3) \
+     ORDER BY expires_at LIMIT $1",
+    "SELECT id, from_account, to_account FROM transfers \
+     WHERE status = 'pending' AND expires_at <= $2 AND account_id = $3 \
+     ORDER BY expires_at LIMIT $1",
+);
 /// Those of `$1` still pending and due at `$2` expire; on Citus both sides of each, returned
 /// with their account.
 pub(crate) const EXPIRE: Sql = Sql::pair(

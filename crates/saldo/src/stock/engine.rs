@@ -4,13 +4,19 @@
 //! The engine asks its strategy only what differs between strategies (how an order is reserved
 //! and confirmed); everything else is the shared flows. It counts every reservation's outcome
 //! once, whatever the strategy did inside.
+//!
+//! Expiry is exact for capacity too: an operation refused with `InsufficientStock` is tried
+//! again after the refused product's lapsed reservations are expired ([`reclaiming`]), so units
+//! held past their expiry go to the buyer who asks, not to whoever comes after the sweeper.
 
+use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 
-use crate::domain::{MaxHold, OrderId, Ttl};
+use crate::domain::{MaxHold, OrderId, ProductId, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
-use crate::stock::flows::{extend, reserve, sales, settle};
+use crate::stock::flows::{extend, reserve, sales, settle, sweeper};
 use crate::stock::model::{
     ConfirmOutcome, ExtendOutcome, Placement, ReleaseOutcome, RereserveRequest, Reservation,
     ReserveRequest, ReservedItem, Sale, SaleRequest, StrategyName,
@@ -83,7 +89,7 @@ impl StockEngine {
     /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
     /// the order's current state, whatever happened to it since; other items are a conflict.
     pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        let result = self.strategy.reserve(&self.store, request).await;
+        let result = reclaiming(&self.store, || self.strategy.reserve(&self.store, request)).await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
     }
@@ -98,9 +104,11 @@ impl StockEngine {
         if placement.is_default() {
             return self.reserve(request).await;
         }
-        let intent = Intent::Reserve(request);
         let taker = self.strategy.taker();
-        let result = reserve::reserve(&self.store, taker, intent, placement).await;
+        let result = reclaiming(&self.store, || {
+            reserve::reserve(&self.store, taker, Intent::Reserve(request), placement)
+        })
+        .await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
     }
@@ -108,9 +116,12 @@ impl StockEngine {
     /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
     /// `rereserve_id`. Same refusals as `reserve`.
     pub async fn rereserve(&self, request: &RereserveRequest) -> Result<Reservation, Error> {
-        let intent = Intent::Rereserve(request);
         let taker = self.strategy.taker();
-        let result = reserve::reserve(&self.store, taker, intent, &Placement::default()).await;
+        let placement = Placement::default();
+        let result = reclaiming(&self.store, || {
+            reserve::reserve(&self.store, taker, Intent::Rereserve(request), &placement)
+        })
+        .await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
     }
@@ -158,6 +169,41 @@ impl StockEngine {
 
     /// Sells every item straight from `available`, or none; idempotent by `sale_id`.
     pub async fn sell(&self, request: &SaleRequest) -> Result<Sale, Error> {
-        sales::sell(&self.store, request).await
+        reclaiming(&self.store, || sales::sell(&self.store, request)).await
+    }
+}
+
+/// Runs `operation`; while it is refused for want of stock on a product not reclaimed yet, and
+/// expiring that product's lapsed reservations frees something, runs it again. Bounded: each
+/// product at most once, at most [`MAX_ITEMS_PER_ORDER`] of them. The refusal is the answer
+/// when nothing lapsed (the common case: one indexed read), or when reclaiming fails (logged).
+/// Running again is safe: a refused reserve or sale wrote nothing, so the next attempt is the
+/// same request as a client's retry.
+async fn reclaiming<T, F, Fut>(store: &Store, operation: F) -> Result<T, Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let mut reclaimed: HashSet<ProductId> = HashSet::new();
+    loop {
+        let result = operation().await;
+        let Err(Error::InsufficientStock { product_id, .. }) = &result else {
+            return result;
+        };
+        let product_id = *product_id;
+        if reclaimed.len() >= MAX_ITEMS_PER_ORDER || !reclaimed.insert(product_id) {
+            return result;
+        }
+        match sweeper::reclaim(store, &[product_id]).await {
+            Ok(0) => return result,
+            Ok(expired) => {
+                tracing::debug!(%product_id, expired, "expired lapsed reservations of a refused take");
+                telemetry::settled("expired", expired);
+            }
+            Err(e) => {
+                tracing::warn!(%product_id, error = %e, "could not expire lapsed reservations");
+                return result;
+            }
+        }
     }
 }

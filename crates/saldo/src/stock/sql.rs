@@ -134,13 +134,20 @@ pub(crate) const CITUS_ORDER_ROWS: Sql = Sql::same(select_reservations!(
 pub(crate) const CITUS_PRODUCT_ORDERS_ROWS_FOR_UPDATE: Sql = Sql::same(select_reservations!(
     "WHERE product_id = $1 AND order_id = ANY($2) ORDER BY order_id, created_at FOR UPDATE"
 ));
+/// Whether one of `$1`'s reservations is due, unlocked: the probe before a reclaim, so that a
+/// refusal with nothing lapsed costs one indexed read and no transaction.
+pub(crate) const ANY_DUE_OF: Sql = Sql::same(
+    "SELECT EXISTS (SELECT 1 FROM reservations \
+      WHERE product_id = ANY($1) AND status = 'active' AND expires_at <= now()) AS due",
+);
 /// Products with due rows, unlocked (the sweeper's first step on Citus).
 pub(crate) const CITUS_DUE_PRODUCTS: Sql = Sql::same(
     "SELECT DISTINCT product_id FROM reservations \
      WHERE status = 'active' AND expires_at <= now() ORDER BY product_id LIMIT $1",
 );
-/// [`DUE_ROWS`] of one product.
-pub(crate) const CITUS_PRODUCT_DUE_ROWS: Sql = Sql::same(select_reservations!(
+/// [`DUE_ROWS`] of one product: the sweeper's step per product on Citus, and what a refused
+/// take reclaims on either layout.
+pub(crate) const PRODUCT_DUE_ROWS: Sql = Sql::same(select_reservations!(
     "WHERE product_id = $1 AND status = 'active' AND expires_at <= now() \
      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
 ));

@@ -11,12 +11,12 @@
 
 use std::time::Duration;
 
-use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, Ttl};
+use saldo::domain::{OrderId, OrderItems, ProductId, Reason, RequestKey, SaleId, Ttl};
 use saldo::retry::RetryPolicy;
 use saldo::stock::optimistic::OptimisticConfig;
 use saldo::stock::{
-    admin, build, sweeper, RereserveRequest, ReserveRequest, Status, StockEngine, Store,
-    StrategyConfig, StrategyName,
+    admin, build, sweeper, RereserveRequest, ReserveRequest, SaleRequest, Status, StockEngine,
+    Store, StrategyConfig, StrategyName,
 };
 use saldo::Error;
 use saldo_lab::race::buyers::{buy_all, one_unit_each, Tally};
@@ -492,6 +492,69 @@ async fn past_its_expiry_a_reservation_is_expired_without_the_sweeper() {
         );
         let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
         assert_eq!((s1.available, s1.reserved), (4, 1), "{name}");
+        assert_eq!(
+            sweeper::sweep(engine.store()).await.expect("sweep"),
+            0,
+            "{name}"
+        );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// Capacity is exact too: units held by reservations past their expiry go to the next buyer
+/// who asks, for a reserve, a multi-item reserve (each product's lapsed holds reclaimed in
+/// turn) and a sale alike, though no sweeper ran. What is truly gone is still refused. (Before,
+/// every one of these was refused with `InsufficientStock` until the sweeper came round.)
+#[tokio::test]
+async fn units_held_past_their_expiry_go_to_the_next_buyer_without_the_sweeper() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let stock = &[(1, 2), (2, 1), (3, 1)];
+        let engine = engine_with_stock(&db, name, &StrategyConfig::default(), stock).await;
+        let short = Ttl::from_millis(1).expect("ttl");
+        engine
+            .reserve(&request("o-lapsed", &[(1, 2), (2, 1), (3, 1)], short))
+            .await
+            .expect("reserve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+
+        let next = engine
+            .reserve(&request("o-next", &[(1, 1)], Ttl::default()))
+            .await;
+        assert!(
+            next.is_ok(),
+            "{name}: the lapsed units were refused: {next:?}"
+        );
+        let multi = request("o-multi", &[(1, 1), (2, 1)], Ttl::default());
+        let multi = engine.reserve(&multi).await;
+        assert!(
+            multi.is_ok(),
+            "{name}: a multi-item order was refused: {multi:?}"
+        );
+        let sale = SaleRequest {
+            sale_id: SaleId::new("s-1").expect("sale id"),
+            items: OrderItems::new([(3, 1)]).expect("items"),
+        };
+        let sold = engine.sell(&sale).await;
+        assert!(sold.is_ok(), "{name}: a sale was refused: {sold:?}");
+
+        let gone = engine
+            .reserve(&request("o-short", &[(1, 1)], Ttl::default()))
+            .await;
+        assert!(
+            matches!(gone, Err(Error::InsufficientStock { available: 0, .. })),
+            "{name}: {gone:?}"
+        );
+        let lapsed = engine
+            .order(&OrderId::new("o-lapsed").expect("id"))
+            .await
+            .expect("order");
+        assert!(
+            lapsed.iter().all(|i| i.status == Status::Expired),
+            "{name}: {lapsed:?}"
+        );
+        let s1 = admin::get(engine.store(), pid(1)).await.expect("stock");
+        assert_eq!((s1.available, s1.reserved), (0, 2), "{name}");
         assert_eq!(
             sweeper::sweep(engine.store()).await.expect("sweep"),
             0,

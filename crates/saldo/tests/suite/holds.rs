@@ -541,6 +541,75 @@ async fn a_post_or_void_past_the_deadline_expires_the_hold_without_the_sweeper()
     clean(&db).await;
 }
 
+/// Money is exact too: what a hold past its deadline held goes to the next movement that asks,
+/// on the debit side (funds), the credit side (room under `max_balance`) and in a group, though
+/// no sweeper ran; what is truly missing is still refused. (Before, each of these was refused
+/// until the sweeper came round.)
+#[tokio::test]
+async fn money_held_past_its_deadline_goes_to_the_next_movement_without_the_sweeper() {
+    let db = test_db().await;
+    let ledger = two_accounts(&db, 100).await;
+    let capped = BalanceLimits::new(0, Some(100)).expect("limits");
+    ledger
+        .open_account_with_limits(acc(3), 0, capped)
+        .await
+        .expect("open 3");
+    ledger.open_account(acc(4), 100).await.expect("open 4");
+    for (id, from, to) in [("h-funds", 1, 2), ("h-room", 4, 3)] {
+        ledger
+            .hold(&request(id, from, to, 100), timeout())
+            .await
+            .expect("hold");
+    }
+    assert_eq!(
+        make_holds_due(&db.pool, &["h-funds", "h-room"])
+            .await
+            .expect("due"),
+        2
+    );
+
+    let funds = ledger
+        .transfer(TRANSFER, &request("t-funds", 1, 2, 60))
+        .await;
+    assert!(
+        funds.is_ok(),
+        "the due hold's funds were refused: {funds:?}"
+    );
+    let room = ledger.deposit(tid("d-room"), acc(3), amount(100)).await;
+    assert!(room.is_ok(), "the due hold's room was refused: {room:?}");
+    ledger
+        .hold(&request("h-group", 3, 2, 100), timeout())
+        .await
+        .expect("hold");
+    make_holds_due(&db.pool, &["h-group"]).await.expect("due");
+    let linked = group(
+        "g-1",
+        vec![
+            (request("g-1a", 3, 2, 70), false),
+            (request("g-1b", 2, 1, 10), false),
+        ],
+    );
+    let grouped = ledger.transfer_group(&linked).await;
+    assert!(grouped.is_ok(), "the group was refused: {grouped:?}");
+
+    let short = ledger
+        .transfer(TRANSFER, &request("t-short", 1, 2, 1_000))
+        .await;
+    assert!(
+        matches!(short, Err(Error::InsufficientFunds { .. })),
+        "{short:?}"
+    );
+    for id in ["h-funds", "h-room", "h-group"] {
+        let t = ledger.get_transfer(&tid(id)).await.expect("get");
+        assert_eq!(t.status, TransferStatus::Expired, "{id}");
+        assert!(t.settled_at.is_some(), "{id}: not settled");
+    }
+    assert_eq!(state(&ledger, 1).await, (50, 0, 50, 0));
+    assert_eq!(state(&ledger, 3).await, (30, 0, 30, 0));
+    assert_eq!(ledger.expire_due().await.expect("sweep"), 0);
+    clean(&db).await;
+}
+
 /// A refusal says what moved: voiding (or posting) a one-shot transfer of 2500 names it posted
 /// with 2500, as a read of it does, not with no amount.
 #[tokio::test]

@@ -185,13 +185,18 @@ pub(crate) async fn settle_many(
     Ok(())
 }
 
-/// Up to `limit` holds due at `now`, oldest deadline first: (id, from, to), unlocked.
+/// Up to `limit` holds due at `now`, oldest deadline first: (id, from, to), unlocked. With
+/// `account`, only the holds it is a side of.
 pub(crate) async fn due(
     tx: &Tx<'_>,
     limit: i64,
     now: DateTime<Utc>,
+    account: Option<AccountId>,
 ) -> Result<Vec<(String, AccountId, AccountId)>, Error> {
-    let rows = tx.query(&sql::DUE, &[&limit, &now]).await?;
+    let rows = match account {
+        None => tx.query(&sql::DUE, &[&limit, &now]).await?,
+        Some(a) => tx.query(&sql::DUE_OF, &[&limit, &now, &a.get()]).await?,
+    };
     rows.iter()
         .map(|r| {
             Ok((

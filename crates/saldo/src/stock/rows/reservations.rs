@@ -158,15 +158,29 @@ pub(crate) async fn lock_due(tx: &Tx<'_>, batch: i64) -> Result<Vec<Row>, Error>
         .iter()
         .map(|r| r.try_get("product_id"))
         .collect::<Result<_, _>>()?;
+    lock_due_of(tx, &products, batch).await
+}
+
+/// Whether any reservation of `products` is due (unlocked; see [`sql::ANY_DUE_OF`]).
+pub(crate) async fn any_due_of(tx: &Tx<'_>, products: &[i64]) -> Result<bool, Error> {
+    let row = tx.query_one(&sql::ANY_DUE_OF, &[&products]).await?;
+    Ok(row.try_get("due")?)
+}
+
+/// Up to `batch` due rows of `products` (ascending), locked with SKIP LOCKED, product by
+/// product: never waits, so it may run after other locks are taken.
+pub(crate) async fn lock_due_of(
+    tx: &Tx<'_>,
+    products: &[i64],
+    batch: i64,
+) -> Result<Vec<Row>, Error> {
     let mut rows = Vec::new();
     for product in products {
         let left = batch - rows.len() as i64;
         if left <= 0 {
             break;
         }
-        let due = tx
-            .query(&sql::CITUS_PRODUCT_DUE_ROWS, &[&product, &left])
-            .await?;
+        let due = tx.query(&sql::PRODUCT_DUE_ROWS, &[product, &left]).await?;
         rows.extend(parse(&due)?);
     }
     Ok(rows)
