@@ -6,8 +6,6 @@
 //!   (`citus/race.rs`);
 //! - the event feed followed exactly while a writer commits late, and the naive id reader
 //!   missing it (`suite/events_follow.rs`);
-//! - the harness's own promise that a test database is dropped with its test
-//!   (`citus/test_db.rs`).
 
 /// Where this binary's suites get a fresh database: the Citus cluster.
 mod harness {
@@ -30,6 +28,3 @@ mod race;
 
 #[path = "suite/events_follow.rs"]
 mod events_follow;
-
-#[path = "citus/test_db.rs"]
-mod test_db;

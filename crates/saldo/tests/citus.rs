@@ -1,5 +1,5 @@
 //! Everything on the local Citus test cluster, one test binary so the cluster starts
-//! once (each test still gets a fresh distributed database, `saldo_lab::testing::citus_db`):
+//! once (each test still gets a distributed database as migrated, `saldo_lab::testing::citus_db`):
 //! - the distributed schema: the migrations lay the tables out by product and by account, and
 //!   every constraint Citus refuses is replaced by one that refuses the same bad write, shown
 //!   here by running that write on one node and on Citus (this file);

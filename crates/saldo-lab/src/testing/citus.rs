@@ -3,9 +3,10 @@
 //! says), and a fresh distributed database for every test, migrated in the Citus layout.
 //!
 //! A Citus database cannot be cloned from a template (its shards live on the workers, named by
-//! the coordinator's metadata), so each test database is made distributed and migrated anew:
-//! about a second, against tens of milliseconds on one node. It is dropped on every node when
-//! its [`TestDb`] is ([`DroppedAtEnd`]).
+//! the coordinator's metadata), so a test database is made distributed and migrated anew
+//! (seconds, against tens of milliseconds on one node), or a spare one a finished test handed
+//! back is emptied to how it was migrated (about a second; `citus_reuse` says when it is not
+//! reused). Spares beyond a few are dropped on every node.
 //!
 //! Without Citus, every test using it fails with pg-local's one-line "Citus not found" error,
 //! which says what to install: it is not skipped.
@@ -16,7 +17,8 @@ use std::sync::{Arc, OnceLock};
 use saldo::db::{self, Layout};
 use saldo::retry::TxOptions;
 
-use super::db::{DroppedAtEnd, TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
+use super::citus_reuse;
+use super::db::{TestDb, NEXT_DB, TEST_DEADLOCK_TIMEOUT};
 
 /// Connections per node: the coordinator opens its own to the workers for every session that
 /// runs a distributed statement, so the workers need as many as the coordinator (and more: the
@@ -73,8 +75,42 @@ pub async fn citus_db() -> TestDb {
     citus_db_with_pool(16).await
 }
 
-/// Like [`citus_db`] with a pool of `max_size` connections.
+/// Like [`citus_db`] with a pool of `max_size` connections: a spare emptied back to how it was
+/// migrated when one waits ([`citus_reuse`]), otherwise a new one.
 pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
+    let cluster = started();
+    let (name, baseline) = match citus_reuse::take(cluster).await {
+        Some(spare) => (spare.name, Some(spare.baseline)),
+        None => {
+            let name = created().await;
+            let baseline = match citus_reuse::Baseline::capture(cluster, &name).await {
+                Ok(baseline) => Some(Arc::new(baseline)),
+                Err(why) => {
+                    eprintln!("Citus test database {name} will not be reused ({why})");
+                    None
+                }
+            };
+            (name, baseline)
+        }
+    };
+    let url = cluster.url(&name);
+    TestDb {
+        pool: citus_pool(&url, max_size),
+        url,
+        tx: TxOptions::default()
+            .with_lock_timeout_ms(CITUS_WAIT_MS)
+            .with_statement_timeout_ms(CITUS_WAIT_MS),
+        layout: Layout::Citus,
+        _at_end: Some(Box::new(citus_reuse::Returned {
+            cluster: cluster.clone(),
+            name,
+            baseline,
+        })),
+    }
+}
+
+/// A new database distributed over the cluster's workers and migrated (Citus layout): its name.
+async fn created() -> String {
     let name = format!(
         "c_{}_{}",
         std::process::id(),
@@ -85,8 +121,8 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         .await
         .expect("create_database panicked")
         .unwrap_or_else(|e| panic!("create Citus test database {name}: {e}"));
-    let url = citus_cluster().url(&name);
-    let pool = citus_pool(&url, max_size);
+    // The migration's own pool, closed before the test's opens.
+    let pool = citus_pool(&citus_cluster().url(&name), 1);
     let layout = db::migrate(&pool)
         .await
         .unwrap_or_else(|e| panic!("migrate {name}: {e}"));
@@ -95,18 +131,7 @@ pub async fn citus_db_with_pool(max_size: usize) -> TestDb {
         Layout::Citus,
         "a Citus database migrates distributed"
     );
-    TestDb {
-        pool,
-        url,
-        tx: TxOptions::default()
-            .with_lock_timeout_ms(CITUS_WAIT_MS)
-            .with_statement_timeout_ms(CITUS_WAIT_MS),
-        layout: Layout::Citus,
-        _dropped_at_end: Some(DroppedAtEnd {
-            cluster: started().clone(),
-            name,
-        }),
-    }
+    name
 }
 
 /// How long a Citus test transaction may wait for a lock or a statement, and a caller for a

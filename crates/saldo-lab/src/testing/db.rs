@@ -4,7 +4,6 @@
 //! nothing else of the harness.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use saldo::db::{self, PoolOptions};
@@ -25,9 +24,10 @@ pub struct TestDb {
     pub tx: TxOptions,
     /// Single, or Citus for a database from [`super::citus_db`].
     pub layout: db::Layout,
-    /// Drops a Citus test database when the test is done with it (`None` on one node, where a
-    /// database left behind costs nothing until the cluster stops).
-    pub(super) _dropped_at_end: Option<DroppedAtEnd>,
+    /// What becomes of a Citus test database when the test is done with it (kept as a spare
+    /// or dropped: `citus_reuse`); `None` on one node, where a database left behind costs
+    /// nothing until the cluster stops.
+    pub(super) _at_end: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl TestDb {
@@ -177,26 +177,5 @@ fn pool_with(url: &str, max_size: usize, wait_timeout_ms: u64) -> Pool {
     match db::connect(url, &options) {
         Ok(pool) => pool,
         Err(e) => panic!("test pool for {}: {e}", pg_local::redact(url)),
-    }
-}
-
-/// A Citus test database, dropped on every node when its [`TestDb`] is (at the end of the test,
-/// passed or panicked). Left behind, each database keeps a Citus maintenance daemon on every
-/// node, and the coordinator's polls every node for lock waits each `2 × deadlock_timeout`
-/// (100 ms here): a hundred forgotten databases kept about a thousand backends busy and the
-/// load of a 2-core machine past 100.
-pub(super) struct DroppedAtEnd {
-    pub(super) cluster: Arc<pg_local::CitusCluster>,
-    pub(super) name: String,
-}
-
-impl Drop for DroppedAtEnd {
-    fn drop(&mut self) {
-        // `WITH (FORCE)` ends the sessions still open (the pool's, a worker task's) and waits
-        // at most 5 s for them to exit before failing: the drop is bounded. A failure only
-        // leaves the database behind, so it is reported and not raised.
-        if let Err(e) = self.cluster.drop_database(&self.name) {
-            eprintln!("dropping Citus test database {}: {e}", self.name);
-        }
     }
 }

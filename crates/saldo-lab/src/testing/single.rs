@@ -126,7 +126,7 @@ async fn fresh_db(shared: &Shared, max_size: usize) -> TestDb {
         url,
         tx: shared.tx.clone(),
         layout: db::Layout::Single,
-        _dropped_at_end: None,
+        _at_end: None,
     }
 }
 
