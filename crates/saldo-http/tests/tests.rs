@@ -29,6 +29,8 @@ mod auth;
 mod connections;
 #[path = "suite/contract.rs"]
 mod contract;
+#[path = "suite/currencies.rs"]
+mod currencies;
 #[path = "suite/errors.rs"]
 mod errors;
 #[path = "suite/events.rs"]

@@ -11,7 +11,10 @@
 //! [`audit_ledger`] checks the ledger the same way: all balances sum to zero and all `held`
 //! equal all `pending_credits` (the double entry, for posted and pending amounts separately),
 //! each balance equals its posted credits minus its posted debits in the transfers journal, and
-//! each `held` / `pending_credits` equals the sum of its live pending debits / credits.
+//! each `held` / `pending_credits` equals the sum of its live pending debits / credits. With
+//! currencies (migration V12): every currency sums to zero on its own (its accounts' balances
+//! and the system account's position in it, from the journal), its `held` equals its
+//! `pending_credits`, and every journal row is in its accounts' currency.
 //!
 //! Each audit reads one consistent snapshot (REPEATABLE READ, read only). A divergence means some
 //! path wrote stock or balances without going through the engine.
@@ -25,6 +28,7 @@ use serde::Serialize;
 
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
+use crate::ledger::currency::Currency;
 use crate::operation::Operation;
 use crate::store::retry::checkout;
 use crate::store::schema::Layout;
@@ -264,22 +268,31 @@ pub enum LedgerInvariant {
     /// account, the system one included, starts at zero; opening balances are journal rows).
     /// Only posted transfers count, with what they posted.
     BalanceMatchesJournal,
-    /// The sum of all `held` differs from the sum of all `pending_credits`: a pending amount
-    /// has one side only.
+    /// In one currency (`currency`), the sum of its accounts' balances and the system account's
+    /// position in it is not zero: money crossed currencies outside an exchange's legs.
+    CurrencyTotalIsZero,
+    /// In one currency (`currency`), the sum of `held` differs from the sum of
+    /// `pending_credits`: a pending amount has one side only (or crossed currencies).
     PendingTotalsMatch,
+    /// An account has journal rows in another currency than its own (expected 0, actual how
+    /// many; `currency` is the account's).
+    JournalInAccountCurrency,
     /// An account's `held` differs from the sum of its live pending debits.
     HeldMatchesPending,
     /// An account's `pending_credits` differs from the sum of its live pending credits.
     PendingCreditsMatchPending,
 }
 
-/// One broken ledger invariant; `account` is `None` for the total.
+/// One broken ledger invariant; `account` is `None` for a total; `currency` names the currency
+/// of a per-currency total, and the account's of [`LedgerInvariant::JournalInAccountCurrency`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LedgerDivergence {
     pub account: Option<AccountId>,
     pub invariant: LedgerInvariant,
     pub expected: i64,
     pub actual: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<Currency>,
 }
 
 /// A numeric sum read as text, as an `i128` (exact: a sum of bigints over any table saldo can
@@ -305,6 +318,10 @@ pub struct AccountState {
     pub pending_credits: i64,
     pub min_balance: Option<i64>,
     pub max_balance: Option<i64>,
+    /// `None` for the system account.
+    pub currency: Option<Currency>,
+    /// How many of its journal rows are in another currency than its own (0 when sound).
+    pub foreign_rows: i64,
     /// Its posted credits minus its posted debits.
     pub expected_balance: i128,
     /// The sum of its live pending debits.
@@ -324,6 +341,11 @@ impl AccountState {
             pending_credits: exact("pending_credits")?,
             min_balance: r.try_get("min_balance")?,
             max_balance: r.try_get("max_balance")?,
+            currency: r
+                .try_get::<_, Option<String>>("currency")?
+                .map(|c| crate::ledger::types::currency_from_db(&c))
+                .transpose()?,
+            foreign_rows: r.try_get("foreign_rows")?,
             expected_balance: sum_i128(r, "expected")?,
             expected_held: sum_i128(r, "expected_held")?,
             expected_pending_credits: sum_i128(r, "expected_pending_credits")?,
@@ -332,6 +354,13 @@ impl AccountState {
 
     /// The broken invariants, if any.
     pub fn divergences(&self) -> Vec<LedgerDivergence> {
+        let foreign = (self.foreign_rows != 0).then_some(LedgerDivergence {
+            account: Some(self.account),
+            invariant: LedgerInvariant::JournalInAccountCurrency,
+            expected: 0,
+            actual: self.foreign_rows,
+            currency: self.currency,
+        });
         [
             (
                 LedgerInvariant::BalanceMatchesJournal,
@@ -356,7 +385,9 @@ impl AccountState {
             invariant,
             expected: saturated(expected),
             actual,
+            currency: None,
         })
+        .chain(foreign)
         .collect()
     }
 }
@@ -438,12 +469,37 @@ pub async fn divergent_accounts_of(
     }
 }
 
+/// One currency's totals ([`sql::LEDGER_CURRENCY_TOTALS`]): its sum with the system account's
+/// position in it is zero, its `held` equals its `pending_credits`.
+fn currency_totals(r: &tokio_postgres::Row) -> Result<Vec<LedgerDivergence>, Error> {
+    let currency = crate::ledger::types::currency_from_db(&r.try_get::<_, String>("currency")?)?;
+    let total = saturated(sum_i128(r, "total")?);
+    let (held, credits) = (
+        saturated(sum_i128(r, "held")?),
+        saturated(sum_i128(r, "pending_credits")?),
+    );
+    let total = (total != 0).then_some((LedgerInvariant::CurrencyTotalIsZero, 0, total));
+    let pending = (held != credits).then_some((LedgerInvariant::PendingTotalsMatch, credits, held));
+    Ok([total, pending]
+        .into_iter()
+        .flatten()
+        .map(|(invariant, expected, actual)| LedgerDivergence {
+            account: None,
+            invariant,
+            expected,
+            actual,
+            currency: Some(currency),
+        })
+        .collect())
+}
+
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
 /// zero and every balance equals its journal.
 pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let mut client = checkout(pool, Operation::AuditLedger).await?;
     let tx = snapshot(&mut client).await?;
     let totals = tx.query_one(sql::LEDGER_TOTAL, &[]).await?;
+    let currencies = tx.query(sql::LEDGER_CURRENCY_TOTALS, &[]).await?;
     let rows = tx.query(sql::LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
     tx.commit().await?;
     let mut out = Vec::new();
@@ -454,19 +510,11 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
             invariant: LedgerInvariant::TotalIsZero,
             expected: 0,
             actual: total,
+            currency: None,
         });
     }
-    let (held, credits) = (
-        saturated(sum_i128(&totals, "held")?),
-        saturated(sum_i128(&totals, "pending_credits")?),
-    );
-    if held != credits {
-        out.push(LedgerDivergence {
-            account: None,
-            invariant: LedgerInvariant::PendingTotalsMatch,
-            expected: credits,
-            actual: held,
-        });
+    for r in &currencies {
+        out.extend(currency_totals(r)?);
     }
     for r in &rows {
         out.extend(AccountState::from_row(r)?.divergences());

@@ -85,6 +85,12 @@ pub enum InputError {
         min_balance: i64,
         max_balance: Option<i64>,
     },
+    /// A currency code not of the shape `^[A-Z][A-Z0-9_]{2,11}$` (names what was sent, cut to
+    /// 32 characters).
+    #[error("currency {0:?} is not an ISO 4217 or asset code (^[A-Z][A-Z0-9_]{{2,11}}$)")]
+    CurrencyInvalid(String),
+    #[error("scale {scale} is outside 0..={max}")]
+    ScaleOutOfRange { scale: i64, max: u8 },
     #[error("sale id must be 1-64 characters from [A-Za-z0-9._:-]")]
     SaleIdInvalid,
     #[error("location id must be 1-64 characters from [A-Za-z0-9._:-]")]

@@ -10,6 +10,7 @@ use crate::domain::{
     AccountId, GroupId, LocationId, OrderId, ProductId, ReservationStatus, SaleId, TransferId,
     TransferStatus,
 };
+use crate::ledger::currency::{Currency, Scale};
 use crate::operation::Operation;
 
 /// Everything a library operation can return.
@@ -199,6 +200,18 @@ pub enum Error {
     /// Decided on the locked balances before anything is written.
     #[error("the movement would take the balance of account {account} out of range")]
     BalanceOutOfRange { account: AccountId },
+    /// A transfer, hold, post or group leg between accounts of two currencies: money moves
+    /// only within one currency (an exchange is a group with one leg per currency). Decided on
+    /// the locked rows; nothing was written.
+    #[error("account {from} is in {from_currency} (scale {from_scale}) and account {to} in {to_currency} (scale {to_scale}): money moves only within one currency")]
+    CurrencyMismatch {
+        from: AccountId,
+        to: AccountId,
+        from_currency: Currency,
+        to_currency: Currency,
+        from_scale: Scale,
+        to_scale: Scale,
+    },
     #[error("transfer {0} was already made with a different payload")]
     TransferConflict(TransferId),
     #[error("unknown transfer {0}")]

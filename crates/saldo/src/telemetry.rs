@@ -120,6 +120,7 @@ pub const TRANSFER_OUTCOMES: &[&str] = &[
     "account_exists",
     "conflict",
     "out_of_range",
+    "currency_mismatch",
     "max_balance",
     "not_pending",
     "unknown_transfer",

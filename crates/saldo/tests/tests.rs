@@ -26,6 +26,8 @@ mod stock;
 
 #[path = "suite/batched.rs"]
 mod batched;
+#[path = "suite/currencies.rs"]
+mod currencies;
 #[path = "suite/holds.rs"]
 mod holds;
 #[path = "suite/ledger.rs"]

@@ -233,6 +233,20 @@ fn money(e: &Error) -> Option<Parts> {
         Error::BalanceOutOfRange { account } => {
             Parts::conflict("balance-out-of-range", "Balance out of range").with("account", account)
         }
+        Error::CurrencyMismatch {
+            from,
+            to,
+            from_currency,
+            to_currency,
+            from_scale,
+            to_scale,
+        } => Parts::conflict("currency-mismatch", "Currency mismatch")
+            .with("from", from)
+            .with("to", to)
+            .with("from_currency", from_currency)
+            .with("to_currency", to_currency)
+            .with("from_scale", from_scale)
+            .with("to_scale", to_scale),
         _ => return None,
     })
 }

@@ -534,6 +534,19 @@ mod tests {
                 Some("account"),
             ),
             (
+                Error::CurrencyMismatch {
+                    from: a,
+                    to: a,
+                    from_currency: saldo::ledger::Currency::DEFAULT,
+                    to_currency: saldo::ledger::Currency::new("USD").expect("code"),
+                    from_scale: saldo::ledger::Scale::DEFAULT,
+                    to_scale: saldo::ledger::Scale::DEFAULT,
+                },
+                409,
+                "currency-mismatch",
+                Some("to_currency"),
+            ),
+            (
                 Error::ReservationExpired {
                     order_id: OrderId::new("o-2").expect("id"),
                     product_id: p,

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use saldo::domain::{AccountId, Amount, BalanceLimits, TransferId};
-use saldo::ledger::{Transfer, MAX_LIST};
+use saldo::ledger::{Denomination, Transfer, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -47,6 +47,20 @@ pub struct OpenAccount {
     #[serde(default, deserialize_with = "super::numbers::opt_i64")]
     #[schema(schema_with = schema::max_balance)]
     pub max_balance: Option<i64>,
+    /// What its amounts are in, fixed for good: an ISO 4217 code (`EUR`, `JPY`) or an asset
+    /// code of the same shape. Default `EUR`.
+    #[schema(
+        example = "USD",
+        pattern = "^[A-Z][A-Z0-9_]{2,11}$",
+        min_length = 3,
+        max_length = 12
+    )]
+    pub currency: Option<String>,
+    /// Minor-unit digits (0..=18). Default: the currency's ISO 4217 minor unit (JPY 0; KWD,
+    /// BHD, JOD, OMR, TND 3; any other code 2).
+    #[serde(default, deserialize_with = "super::numbers::opt_i64")]
+    #[schema(example = 2, minimum = 0, maximum = 18)]
+    pub scale: Option<i64>,
 }
 
 /// Money entering or leaving the ledger through the system account.
@@ -84,7 +98,7 @@ pub struct ListQuery {
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 409, description = "The account exists (`account`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid id, opening balance or limits", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id, opening balance, limits, currency or scale", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn open_account(
     _: Admin,
@@ -93,10 +107,11 @@ pub async fn open_account(
 ) -> Result<(StatusCode, Json<AccountView>), ApiError> {
     let id = AccountId::new(body.id)?;
     let limits = BalanceLimits::new(body.min_balance, body.max_balance)?;
+    let denomination = Denomination::parse(body.currency.as_deref(), body.scale)?;
     let ledger = state.ledger.clone();
     let account = detached(async move {
         ledger
-            .open_account_with_limits(id, body.opening_balance, limits)
+            .open_account_in(id, body.opening_balance, limits, denomination)
             .await
     })
     .await?;
@@ -169,7 +184,7 @@ pub async fn list_transfers(
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown account (`account`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "A limit refused it (`insufficient-funds` / `max-balance-exceeded`: `account`, `limit`, the amounts), the balance would leave 64 bits (`balance-out-of-range`), or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "A limit refused it (`insufficient-funds` / `max-balance-exceeded`: `account`, `limit`, the amounts), the accounts are in two currencies (`currency-mismatch`: `from`, `to`, `from_currency`, `to_currency`, `from_scale`, `to_scale`; nothing written), the balance would leave 64 bits (`balance-out-of-range`), or idempotency conflict (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Same account, bad amount, id or timeout", body = Problem, content_type = PROBLEM_JSON),
         (status = 503, description = "Contention or database unavailable; retry with the same id", body = Problem, content_type = PROBLEM_JSON),
     ))]

@@ -75,11 +75,17 @@ impl From<&TransferDivergence> for TransferDivergenceView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LedgerDivergenceView {
     pub account: Option<i64>,
-    /// `total_is_zero`, `balance_matches_journal`, `pending_totals_match`,
-    /// `held_matches_pending` or `pending_credits_match_pending`.
+    /// `total_is_zero`, `currency_total_is_zero`, `balance_matches_journal`,
+    /// `pending_totals_match`, `held_matches_pending`, `pending_credits_match_pending` or
+    /// `journal_in_account_currency`.
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
+    /// The currency of a per-currency total (`currency_total_is_zero`,
+    /// `pending_totals_match`), or the account's (`journal_in_account_currency`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "EUR")]
+    pub currency: Option<String>,
 }
 
 impl From<&LedgerDivergence> for LedgerDivergenceView {
@@ -92,10 +98,13 @@ impl From<&LedgerDivergence> for LedgerDivergenceView {
                 LedgerInvariant::PendingTotalsMatch => "pending_totals_match",
                 LedgerInvariant::HeldMatchesPending => "held_matches_pending",
                 LedgerInvariant::PendingCreditsMatchPending => "pending_credits_match_pending",
+                LedgerInvariant::CurrencyTotalIsZero => "currency_total_is_zero",
+                LedgerInvariant::JournalInAccountCurrency => "journal_in_account_currency",
             }
             .to_owned(),
             expected: d.expected,
             actual: d.actual,
+            currency: d.currency.map(|c| c.to_string()),
         }
     }
 }

@@ -81,7 +81,7 @@ impl From<Group> for GroupView {
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "`transfer-not-pending`: voided, expired or posted otherwise (`transfer_status`, `posted_amount`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`transfer-not-pending`: voided, expired or posted otherwise (`transfer_status`, `posted_amount`); `currency-mismatch` for a hold whose accounts are in two currencies", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Bad id or amount, or more than the hold (`post-exceeds-hold`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 503, description = "Contention or database unavailable; retry", body = Problem, content_type = PROBLEM_JSON),
     ))]
@@ -159,7 +159,7 @@ pub async fn get_transfer(
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "A transfer names an unknown account (`failed_index`, `failed_transfer_id`, `account`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Refused as a whole: the first transfer that failed (`failed_index`, `failed_transfer_id`) and why (limits, a transfer id already used), or the group id was used with another payload (`group_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Refused as a whole: the first transfer that failed (`failed_index`, `failed_transfer_id`) and why (limits, `currency-mismatch`: a leg between accounts of two currencies, a transfer id already used), or the group id was used with another payload (`group_id`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Empty, over 100 transfers, a repeated transfer id, or a bad transfer (`failed_index`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 503, description = "Contention or database unavailable; retry with the same group id", body = Problem, content_type = PROBLEM_JSON),
     ))]

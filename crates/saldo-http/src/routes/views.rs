@@ -85,6 +85,15 @@ impl From<Stock> for StockView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AccountView {
     pub id: i64,
+    /// What its amounts are in: an ISO 4217 code or an asset code
+    /// (`^[A-Z][A-Z0-9_]{2,11}$`), fixed when it was opened. Null only for the system account
+    /// (the other side in every currency).
+    #[schema(example = "EUR")]
+    pub currency: Option<String>,
+    /// Minor-unit digits of its amounts (0..=18; EUR 2, JPY 0): every amount is an integer of
+    /// minor units. Null only for the system account.
+    #[schema(example = 2, minimum = 0, maximum = 18)]
+    pub scale: Option<u8>,
     /// Posted money.
     pub balance: i64,
     /// The sum of the account's live pending debits (holds against it).
@@ -102,6 +111,8 @@ impl From<Account> for AccountView {
     fn from(a: Account) -> Self {
         AccountView {
             id: a.id.get(),
+            currency: a.currency.map(|c| c.to_string()),
+            scale: a.scale.map(|s| s.get()),
             balance: a.balance,
             held: a.held,
             available: a.available,
@@ -148,6 +159,9 @@ pub struct TransferView {
     pub from: i64,
     pub to: i64,
     pub amount: i64,
+    /// The currency it moved: its accounts' (money moves only within one currency).
+    #[schema(example = "EUR")]
+    pub currency: String,
     pub kind: KindView,
     pub created_at: DateTime<Utc>,
     /// True when this id was already journalled with the same payload (for a post or void:
@@ -175,6 +189,7 @@ impl From<Transfer> for TransferView {
             from: t.from.get(),
             to: t.to.get(),
             amount: t.amount,
+            currency: t.currency.to_string(),
             kind: match t.kind {
                 TransferKind::Transfer => KindView::Transfer,
                 TransferKind::Opening => KindView::Opening,

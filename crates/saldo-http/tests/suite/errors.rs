@@ -364,6 +364,7 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::InsufficientFunds { .. } => "InsufficientFunds",
         E::MaxBalanceExceeded { .. } => "MaxBalanceExceeded",
         E::BalanceOutOfRange { .. } => "BalanceOutOfRange",
+        E::CurrencyMismatch { .. } => "CurrencyMismatch",
         E::TransferConflict(_) => "TransferConflict",
         E::UnknownTransfer(_) => "UnknownTransfer",
         E::TransferNotPending { .. } => "TransferNotPending",
@@ -379,7 +380,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 47;
+const LIBRARY_VARIANTS: usize = 48;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -496,6 +497,14 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             max_balance: 3,
         },
         E::BalanceOutOfRange { account: a },
+        E::CurrencyMismatch {
+            from: a,
+            to: a,
+            from_currency: saldo::ledger::Currency::DEFAULT,
+            to_currency: saldo::ledger::Currency::new("JPY").expect("code"),
+            from_scale: saldo::ledger::Scale::DEFAULT,
+            to_scale: saldo::ledger::Scale::new(0).expect("scale"),
+        },
         E::TransferConflict(t()),
         E::UnknownTransfer(t()),
         E::TransferNotPending {

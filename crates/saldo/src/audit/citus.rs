@@ -19,7 +19,11 @@
 //!
 //! No global sum is read: with every account equal to its journal and every transfer's two
 //! sides present and equal, the balances sum to zero and `held` sums to `pending_credits` by
-//! construction, which is the single node's `TotalIsZero` / `PendingTotalsMatch` rule.
+//! construction, which is the single node's `TotalIsZero` / `PendingTotalsMatch` rule. The
+//! same holds per currency: every account's rows are in its currency (checked with the
+//! account, on its shard: `JournalInAccountCurrency`) and a transfer's two sides agree on
+//! theirs (`SidesAgree`), so each transfer moves one currency between two accounts of it, and
+//! each currency sums to zero on its own (`CurrencyTotalIsZero`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -95,7 +99,7 @@ pub enum TransferInvariant {
     CreditSideExists,
     /// A side names other accounts than the id's row, or there are more than two sides.
     SidesMatchRoute,
-    /// The two sides differ in amount, kind, status or posted amount.
+    /// The two sides differ in amount, currency, kind, status or posted amount.
     SidesAgree,
 }
 
@@ -109,6 +113,7 @@ pub struct Side {
     pub kind: String,
     pub status: String,
     pub posted_amount: Option<i64>,
+    pub currency: String,
 }
 
 /// Everything stored about one transfer id: its router row and its sides.
@@ -139,7 +144,15 @@ impl TransferState {
         if self.sides.len() != 2 || !routed(debit) || !routed(credit) {
             return Some(TransferInvariant::SidesMatchRoute);
         }
-        let terms = |s: &Side| (s.amount, s.kind.clone(), s.status.clone(), s.posted_amount);
+        let terms = |s: &Side| {
+            (
+                s.amount,
+                s.kind.clone(),
+                s.status.clone(),
+                s.posted_amount,
+                s.currency.clone(),
+            )
+        };
         (terms(debit) != terms(credit)).then_some(TransferInvariant::SidesAgree)
     }
 }
@@ -408,6 +421,7 @@ async fn read_transfer(
                 kind: r.try_get(4)?,
                 status: r.try_get(5)?,
                 posted_amount: r.try_get(6)?,
+                currency: r.try_get(7)?,
             })
         })
         .collect::<Result<_, Error>>()?;
@@ -429,6 +443,7 @@ mod tests {
             to_account: 2,
             amount,
             kind: "transfer".into(),
+            currency: "EUR".into(),
             status: "posted".into(),
             posted_amount: None,
         }

@@ -217,19 +217,46 @@ pub(crate) const LEDGER_TOTAL: &str = "SELECT coalesce(sum(balance), 0)::text AS
      coalesce(sum(held), 0)::text AS held, \
      coalesce(sum(pending_credits), 0)::text AS pending_credits FROM accounts";
 
-/// The columns of an account's state (`AccountState::from_row`): its counters and limits, and
-/// what its journal says the counters should be (sums as text, see [`LEDGER_TOTAL`]).
+/// Per currency (one node): its customer accounts' balances plus the system account's
+/// position in it (what its posted journal rows in that currency moved), and its customer
+/// accounts' `held` and `pending_credits` (the system account holds nothing). Each must be
+/// zero, and equal, on its own: money never changes currency, it is exchanged by one leg per
+/// currency. Sums as text, see [`LEDGER_TOTAL`].
+pub(crate) const LEDGER_CURRENCY_TOTALS: &str = "
+WITH system AS (
+    SELECT currency,
+           sum(CASE WHEN to_account = 0 THEN coalesce(posted_amount, amount)
+                    ELSE -coalesce(posted_amount, amount) END) AS net
+      FROM transfers WHERE status = 'posted' AND (from_account = 0 OR to_account = 0)
+     GROUP BY currency),
+customers AS (
+    SELECT currency, sum(balance) AS total, sum(held) AS held,
+           sum(pending_credits) AS credits
+      FROM accounts WHERE id <> 0 GROUP BY currency)
+SELECT coalesce(c.currency, s.currency) AS currency,
+       (coalesce(c.total, 0) + coalesce(s.net, 0))::text AS total,
+       coalesce(c.held, 0)::text AS held,
+       coalesce(c.credits, 0)::text AS pending_credits
+  FROM customers c FULL JOIN system s USING (currency)
+ ORDER BY 1";
+
+/// The columns of an account's state (`AccountState::from_row`): its counters, limits and
+/// currency, what its journal says the counters should be (sums as text, see
+/// [`LEDGER_TOTAL`]), and how many of its journal rows are in another currency than its own.
 macro_rules! account_state_columns {
-    ($balance:literal, $held:literal, $credits:literal) => {
+    ($balance:literal, $held:literal, $credits:literal, $foreign:literal) => {
         concat!(
             "a.id, a.balance::text AS balance, a.held::text AS held, \
-             a.pending_credits::text AS pending_credits, a.min_balance, a.max_balance, ",
+             a.pending_credits::text AS pending_credits, a.min_balance, a.max_balance, \
+             a.currency, ",
             $balance,
             "::text AS expected, ",
             $held,
             "::text AS expected_held, ",
             $credits,
-            "::text AS expected_pending_credits"
+            "::text AS expected_pending_credits, ",
+            $foreign,
+            "::bigint AS foreign_rows"
         )
     };
 }
@@ -252,21 +279,31 @@ held AS (
       FROM transfers WHERE status = 'pending' GROUP BY from_account),
 credits AS (
     SELECT to_account AS id, sum(amount) AS credits
-      FROM transfers WHERE status = 'pending' GROUP BY to_account)
+      FROM transfers WHERE status = 'pending' GROUP BY to_account),
+foreign_rows AS (
+    SELECT x.id, count(*) AS n
+      FROM (SELECT from_account AS id, currency FROM transfers
+            UNION ALL
+            SELECT to_account, currency FROM transfers) x
+      JOIN accounts a ON a.id = x.id AND x.currency <> a.currency
+     GROUP BY x.id)
 SELECT ",
     account_state_columns!(
         "coalesce(j.net, 0)",
         "coalesce(h.held, 0)",
-        "coalesce(c.credits, 0)"
+        "coalesce(c.credits, 0)",
+        "coalesce(f.n, 0)"
     ),
     "
   FROM accounts a
   LEFT JOIN journal j USING (id)
   LEFT JOIN held h USING (id)
   LEFT JOIN credits c USING (id)
+  LEFT JOIN foreign_rows f USING (id)
  WHERE a.balance <> coalesce(j.net, 0)
     OR a.held <> coalesce(h.held, 0)
     OR a.pending_credits <> coalesce(c.credits, 0)
+    OR coalesce(f.n, 0) <> 0
  ORDER BY a.id
  LIMIT $1"
 );
@@ -281,13 +318,15 @@ macro_rules! account_sums {
             "coalesce(sum(CASE WHEN t.status = 'pending' AND t.from_account = a.id
                          THEN t.amount ELSE 0 END), 0)",
             "coalesce(sum(CASE WHEN t.status = 'pending' AND t.to_account = a.id
-                         THEN t.amount ELSE 0 END), 0)"
+                         THEN t.amount ELSE 0 END), 0)",
+            "coalesce(sum(CASE WHEN t.currency <> a.currency THEN 1 ELSE 0 END), 0)"
         )
     };
 }
 
 /// One account (`$1`) against its own journal rows: on one node every row naming it; on Citus
-/// its own side of each, all on its shard (`$1` on both tables, so it is routed whole).
+/// its own side of each, all on its shard (`$1` on both tables, so it is routed whole): the
+/// co-located check that each of its rows is in its currency.
 pub const ACCOUNT_STATE: Sql = Sql::pair(
     concat!(
         "SELECT ",
@@ -296,7 +335,8 @@ pub const ACCOUNT_STATE: Sql = Sql::pair(
   FROM accounts a
   LEFT JOIN transfers t ON t.from_account = a.id OR t.to_account = a.id
  WHERE a.id = $1
- GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance"
+ GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance,
+          a.currency"
     ),
     concat!(
         "SELECT ",
@@ -305,7 +345,8 @@ pub const ACCOUNT_STATE: Sql = Sql::pair(
   FROM accounts a
   LEFT JOIN transfers t ON t.account_id = a.id AND t.account_id = $1
  WHERE a.id = $1
- GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance"
+ GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance,
+          a.currency"
     ),
 );
 
@@ -329,6 +370,7 @@ WITH sides AS MATERIALIZED (
            min(amount) AS amount_min, max(amount) AS amount_max,
            min(kind) AS kind_min, max(kind) AS kind_max,
            min(status) AS status_min, max(status) AS status_max,
+           min(currency) AS currency_min, max(currency) AS currency_max,
            count(posted_amount) AS posted_n,
            min(posted_amount) AS posted_min, max(posted_amount) AS posted_max
       FROM transfers GROUP BY id),
@@ -341,7 +383,7 @@ SELECT coalesce(s.id, r.id) AS id
     OR s.from_min <> r.from_account OR s.from_max <> r.from_account
     OR s.to_min <> r.to_account OR s.to_max <> r.to_account
     OR s.amount_min <> s.amount_max OR s.kind_min <> s.kind_max
-    OR s.status_min <> s.status_max
+    OR s.status_min <> s.status_max OR s.currency_min <> s.currency_max
     OR s.posted_n NOT IN (0, 2) OR s.posted_min <> s.posted_max
  ORDER BY 1
  LIMIT $1";
@@ -386,8 +428,8 @@ pub(crate) const TRANSFER_ROUTE: &str =
     "SELECT from_account, to_account FROM transfer_ids WHERE id = $1";
 /// Citus: every side of an id (every shard of the journal, through its index on `id`).
 pub(crate) const TRANSFER_SIDES: &str =
-    "SELECT account_id, from_account, to_account, amount, kind, status, posted_amount \
-       FROM transfers WHERE id = $1 ORDER BY account_id";
+    "SELECT account_id, from_account, to_account, amount, kind, status, posted_amount, \
+            currency FROM transfers WHERE id = $1 ORDER BY account_id";
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,11 @@
 //! moves the books. The idempotency decision of a new transfer (the same request again is a
 //! replay, another under its id a conflict) is made here too, on the journal row found.
 //!
+//! Currencies: money moves only between two accounts of one denomination (currency and scale);
+//! the system account, which has none, takes the other side's. [`currency`] decides it on the
+//! locked rows, first, for a placement (a transfer, a hold, each leg of a group, each placement
+//! of a batch) and for a post; a refusal ([`Error::CurrencyMismatch`]) writes nothing.
+//!
 //! Arithmetic: limits are compared in `i128`, so no comparison can overflow; new stored values
 //! are checked `i64` and refused with [`Error::BalanceOutOfRange`] (a 4xx) when they would not
 //! fit, before anything is written.
@@ -22,6 +27,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
 use crate::error::{Error, InputError};
+use crate::ledger::currency::{Currency, Denomination};
 use crate::ledger::transitions::{self, Seen, Settle, Step};
 use crate::ledger::types::{checked_balance, Movement, Transfer, TransferKind};
 use crate::operation::Operation;
@@ -36,6 +42,8 @@ pub struct AccountRow {
     /// `None` only for the system account: no limits.
     pub min_balance: Option<i64>,
     pub max_balance: Option<i64>,
+    /// `None` only for the system account: it is the other side in every currency.
+    pub denomination: Option<Denomination>,
 }
 
 /// The account rows one transaction holds locked, and which of them an operation changed.
@@ -150,6 +158,8 @@ pub struct TransferState {
     pub was_pending: bool,
     /// A hold's deadline.
     pub expires_at: Option<DateTime<Utc>>,
+    /// The currency it was placed in.
+    pub currency: Currency,
 }
 
 impl TransferState {
@@ -217,15 +227,44 @@ pub fn validate(m: &Movement<'_>) -> Result<(), InputError> {
     Ok(())
 }
 
+/// The currency a movement between `from` and `to` moves: both accounts' when they agree (the
+/// same currency and scale), the customer's when the other is the system account, else
+/// [`Error::CurrencyMismatch`] naming both accounts and both denominations.
+pub fn currency(from: &AccountRow, to: &AccountRow) -> Result<Currency, Error> {
+    match (from.denomination, to.denomination) {
+        (Some(f), Some(t)) if f != t => Err(Error::CurrencyMismatch {
+            from: from.id,
+            to: to.id,
+            from_currency: f.currency,
+            to_currency: t.currency,
+            from_scale: f.scale,
+            to_scale: t.scale,
+        }),
+        (Some(d), _) | (None, Some(d)) => Ok(d.currency),
+        (None, None) => Err(Error::invariant(format!(
+            "a movement between accounts {} and {} that have no currency",
+            from.id, to.id
+        ))),
+    }
+}
+
+/// [`currency`] of a movement's two accounts, as `locked` holds them.
+pub fn currency_of(locked: &Locked, m: &Movement<'_>) -> Result<Currency, Error> {
+    currency(locked.get(m.from)?, locked.get(m.to)?)
+}
+
 /// Places a new transfer on locked rows: a posted one moves `balance` on both sides, a pending
 /// one adds to the source's `held` and the destination's `pending_credits`. Either way the
 /// debit counts against the source's `min_balance` with what it already holds, and the credit
-/// against the destination's `max_balance` with what is already pending to it.
-pub fn place(locked: &mut Locked, t: &NewTransfer<'_>) -> Result<(), Error> {
+/// against the destination's `max_balance` with what is already pending to it. The two
+/// accounts' currencies are checked first ([`currency`]); returns the currency it moved, which
+/// its journal row records.
+pub fn place(locked: &mut Locked, t: &NewTransfer<'_>) -> Result<Currency, Error> {
     let m = &t.movement;
     let amount = m.amount.get();
     let mut from = *locked.get(m.from)?;
     let mut to = *locked.get(m.to)?;
+    let moved = currency(&from, &to)?;
     if let Some(min_balance) = from.min_balance {
         let after = i128::from(from.balance) - i128::from(from.held) - i128::from(amount);
         if after < i128::from(min_balance) {
@@ -258,7 +297,7 @@ pub fn place(locked: &mut Locked, t: &NewTransfer<'_>) -> Result<(), Error> {
         to.balance = checked_balance(to.id, to.balance.checked_add(amount))?;
     }
     locked.commit(from, to);
-    Ok(())
+    Ok(moved)
 }
 
 /// Settles a hold on locked rows, as the state machine says ([`transitions::step`], at `now`,
@@ -267,7 +306,9 @@ pub fn place(locked: &mut Locked, t: &NewTransfer<'_>) -> Result<(), Error> {
 /// void repeated, which answers [`Settled::Replayed`]; a post or void of a hold past its
 /// deadline expires it ([`Settled::Expired`]). A post moves `amount` (at most the hold) and
 /// releases the whole hold; void and expiry release it. Releasing can break no limit (it only
-/// lowers `held` and `pending_credits`), so only the posted balances are range-checked.
+/// lowers `held` and `pending_credits`), so only the posted balances are range-checked. A post
+/// moves money, so its accounts' currencies are checked as a placement's are (they are fixed
+/// when an account is opened: a mismatch here means a hold written around the engine).
 pub fn settle(
     locked: &mut Locked,
     t: &mut TransferState,
@@ -302,6 +343,15 @@ pub fn settle(
     };
     let mut from = *locked.get(t.from)?;
     let mut to = *locked.get(t.to)?;
+    if posted > 0 {
+        let moved = currency(&from, &to)?;
+        if moved != t.currency {
+            return Err(Error::invariant(format!(
+                "hold {} was placed in {} between accounts in {moved}",
+                t.id, t.currency
+            )));
+        }
+    }
     if from.held < t.amount || to.pending_credits < t.amount {
         return Err(Error::invariant(format!(
             "pending transfer {} of {} is not covered by held {} of account {} and pending \
@@ -335,6 +385,7 @@ mod tests {
             pending_credits: 0,
             min_balance: Some(min),
             max_balance: max,
+            denomination: Some(Denomination::DEFAULT),
         }
     }
 
@@ -378,6 +429,7 @@ mod tests {
             posted_amount: None,
             was_pending: true,
             expires_at: Some(deadline),
+            currency: Currency::DEFAULT,
         }
     }
 
@@ -617,6 +669,7 @@ mod tests {
             pending_credits: 0,
             min_balance: None,
             max_balance: None,
+            denomination: None,
         };
         let mut locked = Locked::new([system, row(1, 0, 0, None)]);
         let mut deposit = new(&id, 1, 1, 6, false);
@@ -626,5 +679,52 @@ mod tests {
             Err(Error::BalanceOutOfRange { account }) if account == AccountId::SYSTEM
         ));
         assert_eq!(locked.changed().count(), 0);
+    }
+
+    #[test]
+    fn money_moves_only_within_one_denomination_and_a_mismatch_moves_nothing() {
+        let id = TransferId::new("fx").expect("id");
+        let usd = Denomination::new(Currency::new("USD").expect("usd"), None);
+        let eur3 = Denomination {
+            scale: crate::ledger::currency::Scale::new(3).expect("scale"),
+            ..Denomination::DEFAULT
+        };
+        for other in [usd, eur3] {
+            let dollars = AccountRow {
+                denomination: Some(other),
+                ..row(2, 0, 0, None)
+            };
+            let mut locked = Locked::new([row(1, 100, 0, None), dollars]);
+            for pending in [false, true] {
+                assert!(matches!(
+                    place(&mut locked, &new(&id, 1, 2, 10, pending)),
+                    Err(Error::CurrencyMismatch { from, to, from_currency, to_currency, .. })
+                        if from == acc(1) && to == acc(2)
+                            && from_currency == Currency::DEFAULT
+                            && to_currency == other.currency
+                ));
+            }
+            assert_eq!(locked.changed().count(), 0, "nothing moved");
+        }
+        // The system account takes the customer's currency; two customers of one agree.
+        let system = AccountRow {
+            id: AccountId::SYSTEM,
+            balance: 0,
+            held: 0,
+            pending_credits: 0,
+            min_balance: None,
+            max_balance: None,
+            denomination: None,
+        };
+        let dollars = AccountRow {
+            denomination: Some(usd),
+            ..row(2, 0, 0, None)
+        };
+        assert_eq!(currency(&system, &dollars).ok(), Some(usd.currency));
+        let mut locked = Locked::new([row(1, 100, 0, None), row(3, 0, 0, None)]);
+        assert_eq!(
+            place(&mut locked, &new(&id, 1, 3, 10, false)).ok(),
+            Some(Currency::DEFAULT)
+        );
     }
 }

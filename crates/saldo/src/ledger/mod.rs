@@ -21,6 +21,10 @@
 //!   then and is refused, whether or not the sweeper has run.
 //! - `transfer_groups(id, size)`: a linked group, applied all or none, idempotent by its id.
 //! - `account_repairs` (migration V10): the trace of every repair of an account's counters.
+//! - `accounts.currency`, `accounts.scale`, `transfers.currency` (migration V12): what an
+//!   account is denominated in, fixed when it is opened (NULL for the system account, the
+//!   other side in every currency), and the currency each journal row moved. Money moves only
+//!   between accounts of one denomination ([`currency`], decided by [`apply`]).
 //!
 //! `held` and `pending_credits` are columns of the account row, changed in the same
 //! transaction as the transfer row whose status they follow (never recomputed on the hot path);
@@ -43,7 +47,7 @@
 //!
 //! Each importing only the ones below it:
 //!
-//! - [`types`]: the vocabulary, a leaf;
+//! - [`types`]: the vocabulary, and [`currency`]: currencies and scales, both leaves;
 //! - `sql`: every statement, pairs where Citus needs its own form;
 //! - `rows`: data access through the store's dialect (the only place that asks the layout);
 //! - [`transitions`] and [`apply`]: pure decisions: the transfer state machine, and ONE
@@ -60,6 +64,7 @@
 
 pub mod apply;
 pub mod batched;
+pub mod currency;
 mod flows;
 mod ordered;
 pub(crate) mod rows;
@@ -68,6 +73,7 @@ pub mod transitions;
 pub mod types;
 
 pub use apply::{NewTransfer, OPENING_PREFIX};
+pub use currency::{Currency, Denomination, Scale};
 pub use flows::expire::{EXPIRE_BATCH, MAX_EXPIRE_BATCHES_PER_ROUND};
 pub use flows::repair;
 pub use transitions::Settle;
@@ -144,11 +150,25 @@ impl Ledger {
     }
 
     /// [`Ledger::open_account`] with balance limits; the opening balance must be within them.
+    /// The account is in [`Denomination::DEFAULT`] (EUR, scale 2).
     pub async fn open_account_with_limits(
         &self,
         id: AccountId,
         opening_balance: i64,
         limits: BalanceLimits,
+    ) -> Result<Account, Error> {
+        self.open_account_in(id, opening_balance, limits, Denomination::DEFAULT)
+            .await
+    }
+
+    /// [`Ledger::open_account_with_limits`] in `denomination`: its currency and scale, fixed
+    /// for good (money moves only between accounts of one denomination).
+    pub async fn open_account_in(
+        &self,
+        id: AccountId,
+        opening_balance: i64,
+        limits: BalanceLimits,
+        denomination: Denomination,
     ) -> Result<Account, Error> {
         if id == AccountId::SYSTEM {
             return Err(InputError::AccountIdNotPositive(id.get()).into());
@@ -173,7 +193,14 @@ impl Ledger {
             .into());
         }
         let opening_id = TransferId::new(format!("{OPENING_PREFIX}{id}"))?;
-        let result = open::open(&self.store, id, opening_balance, limits, &opening_id).await;
+        let opening = open::Opening {
+            id,
+            balance: opening_balance,
+            limits,
+            denomination,
+            transfer: &opening_id,
+        };
+        let result = open::open(&self.store, &opening).await;
         observe("opening", &result.as_ref().map(|_| false));
         result
     }
@@ -393,6 +420,7 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
         Err(Error::AccountExists(_)) => "account_exists",
         Err(Error::TransferConflict(_)) => "conflict",
         Err(Error::BalanceOutOfRange { .. }) => "out_of_range",
+        Err(Error::CurrencyMismatch { .. }) => "currency_mismatch",
         Err(Error::Input(_)) => "invalid",
         Err(_) => "error",
     };

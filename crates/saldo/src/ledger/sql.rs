@@ -21,8 +21,8 @@ use crate::store::values::{Col, Values};
 /// returns one.
 macro_rules! transfer_columns {
     () => {
-        "id, from_account, to_account, amount, kind, created_at, status, posted_amount, \
-         timeout_s, expires_at, settled_at, group_id"
+        "id, from_account, to_account, amount, currency, kind, created_at, status, \
+         posted_amount, timeout_s, expires_at, settled_at, group_id"
     };
 }
 
@@ -37,14 +37,14 @@ macro_rules! select_transfers {
 macro_rules! state_columns {
     () => {
         "id, from_account, to_account, amount, status, posted_amount, \
-         timeout_s IS NOT NULL AS was_pending, expires_at"
+         timeout_s IS NOT NULL AS was_pending, expires_at, currency"
     };
 }
 
 /// The columns of an account row as `rows::accounts` reads them.
 macro_rules! account_columns {
     () => {
-        "id, balance, held, pending_credits, min_balance, max_balance"
+        "id, balance, held, pending_credits, min_balance, max_balance, currency, scale"
     };
 }
 
@@ -101,7 +101,7 @@ pub(crate) const WRITE_ACCOUNTS: Sql = Sql::same(
          event_position = a.event_position + 1 \
      FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) \
           AS d(id, balance, held, pending_credits) WHERE a.id = d.id \
-     RETURNING a.id, a.balance, a.held, a.pending_credits, a.event_position",
+     RETURNING a.id, a.balance, a.held, a.pending_credits, a.event_position, a.currency",
 );
 pub(crate) const ACCOUNT: Sql = Sql::same(concat!(
     "SELECT ",
@@ -112,13 +112,13 @@ pub(crate) const ACCOUNT: Sql = Sql::same(concat!(
 pub(crate) const LOCK_SYSTEM: Sql =
     Sql::same("SELECT balance FROM accounts WHERE id = 0 FOR UPDATE");
 pub(crate) const CREATE_ACCOUNT: Sql = Sql::same(
-    "INSERT INTO accounts (id, balance, min_balance, max_balance, event_position) \
-     VALUES ($1, $2, $3, $4, 1) ON CONFLICT (id) DO NOTHING \
-     RETURNING id, balance, held, pending_credits, event_position",
+    "INSERT INTO accounts (id, balance, min_balance, max_balance, currency, scale, \
+     event_position) VALUES ($1, $2, $3, $4, $5, $6, 1) ON CONFLICT (id) DO NOTHING \
+     RETURNING id, balance, held, pending_credits, event_position, currency",
 );
 pub(crate) const DEBIT_SYSTEM: Sql = Sql::same(
     "UPDATE accounts SET balance = balance - $1, event_position = event_position + 1 \
-         WHERE id = 0 RETURNING id, balance, held, pending_credits, event_position",
+         WHERE id = 0 RETURNING id, balance, held, pending_credits, event_position, currency",
 );
 /// Citus: a transaction that writes reference tables (a group, its positions) after reading
 /// every journal shard must use one connection per node.
@@ -169,12 +169,13 @@ pub(crate) const LIST: Sql = Sql::pair(
 /// plus its timeout, like every other timestamp of the journal.
 pub(crate) const INSERT_TRANSFERS: Sql = Sql::same(concat!(
     "INSERT INTO transfers (id, from_account, to_account, amount, kind, status, timeout_s, \
-     expires_at, group_id, group_position) \
+     expires_at, group_id, group_position, currency) \
      SELECT t.id, t.from_account, t.to_account, t.amount, t.kind, t.status, t.timeout_s, \
-            now() + make_interval(secs => t.timeout_s), $9, t.group_position \
+            now() + make_interval(secs => t.timeout_s), $9, t.group_position, t.currency \
        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], \
-                   $6::text[], $7::int[], $8::smallint[]) \
-            AS t(id, from_account, to_account, amount, kind, status, timeout_s, group_position) \
+                   $6::text[], $7::int[], $8::smallint[], $10::text[]) \
+            AS t(id, from_account, to_account, amount, kind, status, timeout_s, group_position, \
+                 currency) \
      RETURNING ",
     transfer_columns!()
 ));
@@ -190,24 +191,25 @@ pub(crate) const CITUS_INSERT_POSITIONS: Sql = Sql::same(
     "INSERT INTO transfer_group_positions (group_id, group_position, transfer_id) \
      SELECT $1, p, id FROM unnest($2::smallint[], $3::text[]) AS t(p, id)",
 );
-/// Side rows per [`CITUS_INSERT_SIDES`] statement at most: 11 parameters each, far under
+/// Side rows per [`CITUS_INSERT_SIDES`] statement at most: 12 parameters each, far under
 /// PostgreSQL's 65,535, and a bounded number of statement texts per process.
 pub(crate) const CITUS_SIDES_CHUNK: usize = 64;
 /// Citus: side rows as multi-row `VALUES`, per row its account, id, from, to, amount, kind,
-/// status, timeout (twice: the column and the deadline), group and group position. Citus routes
+/// status, currency, timeout (twice: the column and the deadline), group and group position. Citus routes
 /// each row to its account's shard (an `INSERT … SELECT FROM unnest` runs through the
 /// coordinator, the slow path) and evaluates `now()` on the coordinator, so both sides carry
 /// one `created_at` and one deadline (the last column's text closes with `created_at`'s
 /// `now()`, which takes no parameter).
 pub(crate) static CITUS_INSERT_SIDES: Values = Values::new(
     "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind, status, \
-     timeout_s, expires_at, group_id, group_position, created_at)",
+     currency, timeout_s, expires_at, group_id, group_position, created_at)",
     &[
         Col::cast("::bigint"),
         Col::cast("::text"),
         Col::cast("::bigint"),
         Col::cast("::bigint"),
         Col::cast("::bigint"),
+        Col::cast("::text"),
         Col::cast("::text"),
         Col::cast("::text"),
         Col::cast("::int"),
@@ -292,10 +294,10 @@ pub(crate) const DUE_OF: Sql = Sql::pair(
 pub(crate) const EXPIRE: Sql = Sql::pair(
     "UPDATE transfers SET status = 'expired', settled_at = $2 \
      WHERE id = ANY($1) AND status = 'pending' AND expires_at <= $2 \
-     RETURNING id, from_account, to_account, amount, expires_at",
+     RETURNING id, from_account, to_account, amount, expires_at, currency",
     "UPDATE transfers SET status = 'expired', settled_at = $2 \
      WHERE id = ANY($1) AND status = 'pending' AND expires_at <= $2 \
-     RETURNING account_id, id, from_account, to_account, amount, expires_at",
+     RETURNING account_id, id, from_account, to_account, amount, expires_at, currency",
 );
 
 // ---- Repair -----------------------------------------------------------------------------------
@@ -304,7 +306,8 @@ pub(crate) const EXPIRE: Sql = Sql::pair(
 pub(crate) const REPAIR_ACCOUNT: Sql = Sql::same(
     "UPDATE accounts SET balance = $2, held = $3, pending_credits = $4, \
          event_position = event_position + 1 \
-         WHERE id = $1 RETURNING id, balance, held, pending_credits, event_position",
+         WHERE id = $1 \
+         RETURNING id, balance, held, pending_credits, event_position, currency",
 );
 /// The trace of a repair: what the counters were, what they became, and why.
 pub(crate) const RECORD_REPAIR: Sql = Sql::same(
@@ -318,19 +321,19 @@ mod tests {
     use super::*;
 
     /// The Citus sides write the columns the single node's INSERT writes, plus the side's
-    /// account and `created_at`; row `i` takes parameters 1 + 11i ..= 11 + 11i.
+    /// account and `created_at`; row `i` takes parameters 1 + 12i ..= 12 + 12i.
     #[test]
     fn the_citus_sides_number_their_parameters_per_row() {
         let two = CITUS_INSERT_SIDES.statement(2);
         assert!(two.starts_with("INSERT INTO transfers (account_id, id, from_account"));
         assert!(two.contains("VALUES ($1::bigint, $2::text,"));
         assert!(two.contains(
-            "$8::int, now() + make_interval(secs => $9::int), $10::text, $11::smallint, now()), \
-             ($12::bigint, $13::text,"
+            "$8::text, $9::int, now() + make_interval(secs => $10::int), $11::text, \
+             $12::smallint, now()), ($13::bigint, $14::text,"
         ));
-        assert!(two.contains("$22::smallint, now()) RETURNING account_id, "));
-        assert!(!two.contains("$23"));
-        assert_eq!(CITUS_INSERT_SIDES.width(), 11);
+        assert!(two.contains("$24::smallint, now()) RETURNING account_id, "));
+        assert!(!two.contains("$25"));
+        assert_eq!(CITUS_INSERT_SIDES.width(), 12);
     }
 
     #[test]

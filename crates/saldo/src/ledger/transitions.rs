@@ -280,6 +280,7 @@ mod tests {
             from: crate::domain::AccountId::new(1).expect("account"),
             to: crate::domain::AccountId::new(2).expect("account"),
             amount: 10,
+            currency: crate::ledger::currency::Currency::DEFAULT,
             kind: crate::ledger::types::TransferKind::Transfer,
             created_at: now,
             replayed: false,

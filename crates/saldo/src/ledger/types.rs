@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
 use crate::error::Error;
+use crate::ledger::currency::{Currency, Denomination, Scale};
 
 /// How a transfer takes its two account locks: the strategies the service runs. The race lab
 /// (`saldo-lab`) adds its naive one through [`MoveFunds`] and `Ledger::transfer_with`.
@@ -153,6 +154,8 @@ pub struct Transfer {
     /// [`AccountId::SYSTEM`] for withdrawals.
     pub to: AccountId,
     pub amount: i64,
+    /// The currency it moved (its accounts'), recorded when it was placed.
+    pub currency: Currency,
     pub kind: TransferKind,
     pub created_at: DateTime<Utc>,
     /// True when the id was already journalled with this payload and nothing changed now (for a
@@ -171,10 +174,15 @@ pub struct Transfer {
 }
 
 /// An account: its posted balance, what pending transfers hold against it and credit to it,
-/// and its limits (minor units).
+/// and its limits (minor units of its currency).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Account {
     pub id: AccountId,
+    /// What its amounts are in; `None` for the system account only (every currency's other
+    /// side).
+    pub currency: Option<Currency>,
+    /// Minor-unit digits of its amounts; `None` for the system account only.
+    pub scale: Option<Scale>,
     /// Posted: the sum of its posted journal.
     pub balance: i64,
     /// The sum of its live pending debits.
@@ -209,6 +217,31 @@ pub struct Movement<'r> {
 /// A balance after a movement, or [`Error::BalanceOutOfRange`] when `i64` arithmetic overflowed.
 pub(crate) fn checked_balance(account: AccountId, next: Option<i64>) -> Result<i64, Error> {
     next.ok_or(Error::BalanceOutOfRange { account })
+}
+
+/// An account's `currency` and `scale` columns (NULL for the system account only): a value
+/// the schema's CHECKs cannot produce is an error, never a guess.
+pub(crate) fn denomination_from_db(
+    row: &tokio_postgres::Row,
+) -> Result<Option<Denomination>, Error> {
+    let currency: Option<String> = row.try_get("currency")?;
+    let scale: Option<i16> = row.try_get("scale")?;
+    match (currency, scale) {
+        (None, None) => Ok(None),
+        (Some(c), Some(s)) => Ok(Some(Denomination {
+            currency: currency_from_db(&c)?,
+            scale: Scale::new(i64::from(s))
+                .map_err(|e| Error::invariant(format!("stored scale: {e}")))?,
+        })),
+        _ => Err(Error::invariant(
+            "an account with a currency but no scale, or a scale alone",
+        )),
+    }
+}
+
+/// A currency code read from the database (its CHECK allows only valid ones).
+pub(crate) fn currency_from_db(code: &str) -> Result<Currency, Error> {
+    Currency::new(code).map_err(|e| Error::invariant(format!("stored currency: {e}")))
 }
 
 /// An account id read from the database: 0 is the system account, anything else a customer.

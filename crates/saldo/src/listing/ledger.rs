@@ -10,8 +10,8 @@ use crate::operation::Operation;
 use crate::store::handle::Store;
 
 /// `$1` is 0 on the first page, so the system account never shows.
-const ACCOUNTS: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance \
-     FROM accounts WHERE id > $1 ORDER BY id LIMIT $2";
+const ACCOUNTS: &str = "SELECT id, balance, held, pending_credits, min_balance, max_balance, \
+     currency, scale FROM accounts WHERE id > $1 ORDER BY id LIMIT $2";
 
 /// Accounts by ascending id, after `cursor` (a [`ListKind::Accounts`] cursor).
 pub async fn accounts(

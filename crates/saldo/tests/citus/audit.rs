@@ -415,3 +415,40 @@ fn found(audit: &citus::CitusAudit) -> Vec<(&str, TransferInvariant)> {
         .map(|d| (d.state.transfer_id.as_str(), d.invariant))
         .collect()
 }
+
+/// Currencies on Citus: the credit side of `b`'s opening rewritten in USD on `b`'s shard is
+/// found twice over: with the account, on its shard (a row not in the account's currency,
+/// co-located), and by the per-transfer double entry (its two sides name two currencies).
+#[tokio::test]
+async fn a_side_in_another_currency_is_found_on_its_shard_and_across_the_sides() {
+    let db = citus_db().await;
+    let (_, b) = setup(&db).await;
+    let client = db.pool.get().await.expect("client");
+    client
+        .execute(
+            "UPDATE transfers SET currency = 'USD' WHERE account_id = $1 AND id = 'open-b'",
+            &[&b],
+        )
+        .await
+        .expect("rewrite one side");
+    let audit = citus::audit(&db.pool, PATIENT).await.expect("audit");
+    assert!(audit.stock.is_empty(), "{audit:?}");
+    assert_eq!(audit.ledger.len(), 1, "{audit:?}");
+    let found = &audit.ledger[0];
+    assert_eq!(
+        (
+            found.account.map(|a| a.get()),
+            found.invariant,
+            found.actual
+        ),
+        (Some(b), LedgerInvariant::JournalInAccountCurrency, 1)
+    );
+    assert_eq!(
+        found.currency.map(|c| c.to_string()),
+        Some("EUR".to_owned())
+    );
+    assert_eq!(audit.transfers.len(), 1, "{audit:?}");
+    assert_eq!(audit.transfers[0].invariant, TransferInvariant::SidesAgree);
+    assert_eq!(audit.transfers[0].state.transfer_id, "open-b");
+    assert!(audit.unresolved.is_empty(), "{audit:?}");
+}

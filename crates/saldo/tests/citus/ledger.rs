@@ -254,3 +254,72 @@ async fn a_drifted_account_is_repaired_on_its_shard_and_a_broken_transfer_is_rep
     assert_eq!(ledger.account(acc(c)).await.expect("c").balance, 100);
     assert_eq!(ledger.account(acc(b)).await.expect("b").balance, 110);
 }
+
+/// Currencies across workers: a transfer and a hold between a EUR and a USD account are
+/// refused with `CurrencyMismatch` by both strategies, on the rows locked on their two
+/// workers, and nothing is written; a deposit to the USD account is journalled in USD on both
+/// of its sides. The Citus audit is clean.
+#[tokio::test]
+async fn a_currency_mismatch_across_workers_is_refused_and_writes_nothing() {
+    use saldo::domain::BalanceLimits;
+    use saldo::ledger::{Currency, Denomination};
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let ledger = Ledger::new(db.store());
+    let usd = Denomination::new(Currency::new("USD").expect("code"), None);
+    ledger.open_account(acc(a), 100).await.expect("open a");
+    ledger
+        .open_account_in(acc(b), 0, BalanceLimits::default(), usd)
+        .await
+        .expect("open b");
+    let timeout = TransferTimeout::from_secs(60).expect("timeout");
+    for &strategy in TransferStrategy::ALL {
+        let ledger = Ledger::serving(db.store(), strategy, &BatchedConfig::default());
+        let transfer = ledger
+            .transfer(strategy, &request(&format!("t-{strategy}"), a, b, 10))
+            .await;
+        let hold = ledger
+            .hold(&request(&format!("h-{strategy}"), a, b, 10), timeout)
+            .await;
+        for refused in [transfer, hold] {
+            assert!(
+                matches!(&refused, Err(Error::CurrencyMismatch { from, to, to_currency, .. })
+                    if from.get() == a && to.get() == b && to_currency.as_str() == "USD"),
+                "{strategy}: {refused:?}"
+            );
+        }
+    }
+    let client = db.pool.get().await.expect("client");
+    let ids: i64 = client
+        .query_one("SELECT count(*) FROM transfer_ids", &[])
+        .await
+        .expect("ids")
+        .get(0);
+    assert_eq!(ids, 1, "only a's opening");
+    let (ra, rb) = (
+        ledger.account(acc(a)).await.expect("a"),
+        ledger.account(acc(b)).await.expect("b"),
+    );
+    assert_eq!(
+        (ra.balance, ra.held, rb.balance, rb.pending_credits),
+        (100, 0, 0, 0)
+    );
+    let deposit = ledger
+        .deposit(
+            TransferId::new("d").expect("id"),
+            acc(b),
+            Amount::new(5).expect("amount"),
+        )
+        .await
+        .expect("deposit");
+    assert_eq!(deposit.currency.as_str(), "USD");
+    let sides: Vec<String> = client
+        .query("SELECT currency FROM transfers WHERE id = 'd'", &[])
+        .await
+        .expect("sides")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(sides, ["USD", "USD"]);
+    assert_clean(&db).await;
+}

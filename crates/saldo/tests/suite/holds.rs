@@ -379,11 +379,15 @@ async fn the_audit_catches_a_planted_divergence_of_each_kind() {
         async move { client.batch_execute(sql).await.expect("plant") }
     };
     let audit = || async { audit_ledger(&db.pool).await.expect("audit") };
+    // A total (no account) is per currency: both accounts are in EUR.
     let d = |account: Option<i64>, invariant, expected, actual| LedgerDivergence {
         account: account.map(acc),
         invariant,
         expected,
         actual,
+        currency: account
+            .is_none()
+            .then_some(saldo::ledger::Currency::DEFAULT),
     };
     // held behind the ledger's back: the account's held and the pending totals diverge.
     plant("UPDATE accounts SET held = held + 5 WHERE id = 1").await;

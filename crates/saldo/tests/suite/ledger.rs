@@ -449,12 +449,22 @@ async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
                 invariant: LedgerInvariant::TotalIsZero,
                 expected: 0,
                 actual: 5,
+                currency: None,
+            },
+            // The account's currency, on its own, is off by as much.
+            LedgerDivergence {
+                account: None,
+                invariant: LedgerInvariant::CurrencyTotalIsZero,
+                expected: 0,
+                actual: 5,
+                currency: Some(saldo::ledger::Currency::DEFAULT),
             },
             LedgerDivergence {
                 account: Some(acc(1)),
                 invariant: LedgerInvariant::BalanceMatchesJournal,
                 expected: 500,
                 actual: 505,
+                currency: None,
             },
         ]
     );

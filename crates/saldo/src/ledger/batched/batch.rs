@@ -119,7 +119,7 @@ async fn write(
             if placed.is_empty() {
                 Ok(Vec::new())
             } else {
-                journal::insert_many(tx, &placed, None).await
+                journal::insert_many(tx, &placed, &plan.currencies, None).await
             }
         },
         accounts::write(tx, locked)

@@ -13,6 +13,7 @@ use super::job::Op;
 use crate::domain::TransferStatus;
 use crate::error::Error;
 use crate::ledger::apply::{self, Locked, NewTransfer, Settled, TransferState};
+use crate::ledger::currency::Currency;
 use crate::ledger::types::Transfer;
 
 /// What one operation of the batch came to, before the writes tell the rows.
@@ -37,6 +38,8 @@ pub(super) type States = HashMap<String, TransferState>;
 pub(super) struct Plan {
     pub decisions: Vec<Decision>,
     pub placed: Vec<usize>,
+    /// The currency of each placement of `placed`, in the same order.
+    pub currencies: Vec<Currency>,
     pub settled: BTreeMap<String, (TransferStatus, Option<i64>)>,
 }
 
@@ -52,6 +55,7 @@ pub(super) fn decide(
     let mut plan = Plan {
         decisions: Vec::with_capacity(ops.len()),
         placed: Vec::new(),
+        currencies: Vec::new(),
         settled: BTreeMap::new(),
     };
     // Ids placed earlier in this batch → their new row number.
@@ -97,10 +101,11 @@ fn place(
     }
     match apply::place(locked, t) {
         Err(refusal) => Decision::Done(Err(refusal)),
-        Ok(()) => {
+        Ok(currency) => {
             in_batch.insert(id.to_owned(), plan.placed.len());
-            states.insert(id.to_owned(), placed_state(t));
+            states.insert(id.to_owned(), placed_state(t, currency));
             plan.placed.push(i);
+            plan.currencies.push(currency);
             Decision::Placed {
                 n: plan.placed.len() - 1,
                 replayed: false,
@@ -155,7 +160,7 @@ fn same_as_placed(ops: &[&Op], placed: &[usize], n: usize, t: &NewTransfer<'_>) 
 
 /// The settle state of a transfer this batch placed (as the journal would read it back): a
 /// hold placed now is not due (its timeout is at least a second).
-fn placed_state(t: &NewTransfer<'_>) -> TransferState {
+fn placed_state(t: &NewTransfer<'_>, currency: Currency) -> TransferState {
     TransferState {
         id: t.movement.id.clone(),
         from: t.movement.from,
@@ -165,6 +170,7 @@ fn placed_state(t: &NewTransfer<'_>) -> TransferState {
         posted_amount: None,
         was_pending: t.pending.is_some(),
         expires_at: None,
+        currency,
     }
 }
 
@@ -192,6 +198,7 @@ mod tests {
             pending_credits: 0,
             min_balance: (n != 0).then_some(0),
             max_balance: None,
+            denomination: (n != 0).then_some(crate::ledger::currency::Denomination::DEFAULT),
         }
     }
 
@@ -320,6 +327,7 @@ mod tests {
                 posted_amount: None,
                 was_pending: true,
                 expires_at: Some(now - chrono::Duration::seconds(1)),
+                currency: Currency::DEFAULT,
             },
         );
         let ops = [

@@ -1,7 +1,7 @@
 //! A linked group, all or none: every account of every transfer locked once, in ascending id,
 //! by one statement; the group id and then the transfer ids looked up under those locks; the
-//! transfers placed in request order on the locked rows ([`apply::place`]); the first refusal
-//! refuses the group ([`Error::GroupRefused`] names it) and nothing is written. Idempotent by
+//! transfers placed in request order on the locked rows ([`apply::place`]: each leg within one
+//! currency; an exchange is one leg per currency); the first refusal refuses the group ([`Error::GroupRefused`] names it) and nothing is written. Idempotent by
 //! group id ([`Error::GroupConflict`] for another payload).
 
 use std::collections::BTreeSet;
@@ -103,11 +103,12 @@ async fn place_group(tx: Tx<'_>, group: &GroupId, ts: &[NewTransfer<'_>]) -> Res
         let id = ts[index].movement.id.clone();
         return Err(refused(group, ts, index, Error::TransferConflict(id)));
     }
+    let mut currencies = Vec::with_capacity(ts.len());
     for (index, t) in ts.iter().enumerate() {
-        apply::place(&mut locked, t).map_err(|e| refused(group, ts, index, e))?;
+        currencies.push(apply::place(&mut locked, t).map_err(|e| refused(group, ts, index, e))?);
     }
     journal::insert_group(&tx, group, ts.len()).await?;
-    let transfers = journal::insert_many(&tx, ts, Some(group)).await?;
+    let transfers = journal::insert_many(&tx, ts, &currencies, Some(group)).await?;
     accounts::write(&tx, &locked).await?;
     Ok(Group {
         id: group.clone(),

@@ -1,10 +1,12 @@
 //! Opening an account: the system account (id 0, first in the lock order) locked, the account
-//! created with its limits, and its opening balance moved from the system account and
-//! journalled as transfer `opening:<id>`, like every other movement.
+//! created with its limits and its denomination (currency and scale, fixed for good), and its
+//! opening balance moved from the system account and journalled as transfer `opening:<id>` in
+//! the account's currency, like every other movement.
 
 use crate::domain::{AccountId, Amount, BalanceLimits, TransferId};
 use crate::error::Error;
 use crate::ledger::apply::NewTransfer;
+use crate::ledger::currency::Denomination;
 use crate::ledger::rows::{accounts, journal};
 use crate::ledger::types::{checked_balance, Account, Movement, TransferKind};
 use crate::operation::Operation;
@@ -12,57 +14,58 @@ use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
 
-/// Opens account `id` (the caller checked the id, the amount and that the opening balance is
-/// within the limits); [`Error::AccountExists`] if it exists.
-pub(crate) async fn open(
-    store: &Store,
-    id: AccountId,
-    opening_balance: i64,
-    limits: BalanceLimits,
-    opening_id: &TransferId,
-) -> Result<Account, Error> {
+/// An account to open, checked by the caller (the id, the amount, the opening balance within
+/// the limits).
+pub(crate) struct Opening<'r> {
+    pub id: AccountId,
+    pub balance: i64,
+    pub limits: BalanceLimits,
+    pub denomination: Denomination,
+    /// `opening:<id>`.
+    pub transfer: &'r TransferId,
+}
+
+/// Opens the account; [`Error::AccountExists`] if it exists.
+pub(crate) async fn open(store: &Store, opening: &Opening<'_>) -> Result<Account, Error> {
     let writer = store.writer();
-    in_transaction(&store.pool, &store.tx, Operation::OpenAccount, |client| {
-        crate::write_tx!(client, writer => |tx| open_one(tx.clone(), id, opening_balance, limits, opening_id))
-    })
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        Operation::OpenAccount,
+        |client| crate::write_tx!(client, writer => |tx| open_one(tx.clone(), opening)),
+    )
     .await
 }
 
-async fn open_one(
-    tx: Tx<'_>,
-    id: AccountId,
-    opening_balance: i64,
-    limits: BalanceLimits,
-    opening_id: &TransferId,
-) -> Result<Account, Error> {
+async fn open_one(tx: Tx<'_>, o: &Opening<'_>) -> Result<Account, Error> {
     let system_balance = accounts::lock_system(&tx).await?;
     // Decided on the locked system balance before the account row exists, so a refusal leaves
     // nothing behind (the UPDATE would otherwise fail with 22003 after the INSERT).
-    checked_balance(
-        AccountId::SYSTEM,
-        system_balance.checked_sub(opening_balance),
-    )?;
-    if !accounts::create(&tx, id, opening_balance, limits).await? {
-        return Err(Error::AccountExists(id));
+    checked_balance(AccountId::SYSTEM, system_balance.checked_sub(o.balance))?;
+    if !accounts::create(&tx, o.id, o.balance, o.limits, o.denomination).await? {
+        return Err(Error::AccountExists(o.id));
     }
-    if opening_balance > 0 {
-        accounts::debit_system(&tx, opening_balance).await?;
+    if o.balance > 0 {
+        accounts::debit_system(&tx, o.balance).await?;
         let movement = Movement {
-            id: opening_id,
+            id: o.transfer,
             from: AccountId::SYSTEM,
-            to: id,
-            amount: Amount::new(opening_balance)?,
+            to: o.id,
+            amount: Amount::new(o.balance)?,
             kind: TransferKind::Opening,
         };
-        journal::insert_many(&tx, &[NewTransfer::posted(movement)], None).await?;
+        let currency = [o.denomination.currency];
+        journal::insert_many(&tx, &[NewTransfer::posted(movement)], &currency, None).await?;
     }
     Ok(Account {
-        id,
-        balance: opening_balance,
+        id: o.id,
+        currency: Some(o.denomination.currency),
+        scale: Some(o.denomination.scale),
+        balance: o.balance,
         held: 0,
-        available: opening_balance,
+        available: o.balance,
         pending_credits: 0,
-        min_balance: Some(limits.min_balance()),
-        max_balance: limits.max_balance(),
+        min_balance: Some(o.limits.min_balance()),
+        max_balance: o.limits.max_balance(),
     })
 }

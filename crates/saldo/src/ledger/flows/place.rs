@@ -37,9 +37,9 @@ async fn place_one(tx: Tx<'_>, t: NewTransfer<'_>) -> Result<Transfer, Error> {
     if let Some(existing) = journal::find(&tx, t.movement.id).await? {
         return apply::replay(existing, &t);
     }
-    apply::place(&mut locked, &t)?;
+    let currency = apply::place(&mut locked, &t)?;
     accounts::write(&tx, &locked).await?;
-    journal::insert_many(&tx, &[t], None)
+    journal::insert_many(&tx, &[t], &[currency], None)
         .await?
         .pop()
         .ok_or_else(|| Error::invariant("INSERT … RETURNING gave no row"))
@@ -78,7 +78,10 @@ async fn move_one(
     strategy
         .move_funds(tx.client(), tx.dialect().layout(), &m)
         .await?;
-    journal::insert_many(&tx, &[t], None)
+    // The strategy wrote both rows in this transaction, so it holds them: locking them again
+    // waits for nobody. Their currencies are checked whatever the strategy did.
+    let currency = apply::currency_of(&accounts::lock(&tx, &[m.from, m.to]).await?, &m)?;
+    journal::insert_many(&tx, &[t], &[currency], None)
         .await?
         .pop()
         .ok_or_else(|| Error::invariant("INSERT … RETURNING gave no row"))

@@ -103,6 +103,13 @@ pub struct LedgerRepairReport {
 /// schema's own checks (`held`, `pending_credits` ≥ 0, `balance − held ≥ min_balance`,
 /// `balance + pending_credits ≤ max_balance`), decided here before anything is written.
 pub(crate) fn target(state: &AccountState) -> Result<Counters, String> {
+    if state.foreign_rows != 0 {
+        // The journal itself is wrong: no counters can be brought back to it.
+        return Err(format!(
+            "its journal has {} rows in another currency than its own",
+            state.foreign_rows
+        ));
+    }
     let fits = |v: i128| i64::try_from(v).ok();
     let (Some(balance), Some(held), Some(pending_credits)) = (
         fits(state.expected_balance),
@@ -329,6 +336,8 @@ mod tests {
             pending_credits: 0,
             min_balance: min,
             max_balance: max,
+            currency: Some(crate::ledger::currency::Currency::DEFAULT),
+            foreign_rows: 0,
             expected_balance: expected.0,
             expected_held: expected.1,
             expected_pending_credits: expected.2,

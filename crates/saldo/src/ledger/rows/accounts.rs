@@ -8,9 +8,10 @@
 use crate::domain::{AccountId, BalanceLimits};
 use crate::error::Error;
 use crate::ledger::apply::{AccountRow, Locked};
+use crate::ledger::currency::Denomination;
 use crate::ledger::rows::events;
 use crate::ledger::sql;
-use crate::ledger::types::{account_from_db, Account, Counters};
+use crate::ledger::types::{account_from_db, denomination_from_db, Account, Counters};
 use crate::store::dialect::Tx;
 
 /// `ids` (any order, repeats allowed) as the lock order wants them: ascending, each once.
@@ -47,6 +48,7 @@ fn locked(rows: &[tokio_postgres::Row]) -> Result<Locked, Error> {
             pending_credits: r.try_get("pending_credits")?,
             min_balance: r.try_get("min_balance")?,
             max_balance: r.try_get("max_balance")?,
+            denomination: denomination_from_db(r)?,
         });
     }
     Ok(Locked::new(out))
@@ -72,8 +74,11 @@ pub(crate) async fn write(tx: &Tx<'_>, locked: &Locked) -> Result<(), Error> {
 pub(crate) fn account_from_row(id: AccountId, row: &tokio_postgres::Row) -> Result<Account, Error> {
     let balance: i64 = row.try_get("balance")?;
     let held: i64 = row.try_get("held")?;
+    let denomination = denomination_from_db(row)?;
     Ok(Account {
         id,
+        currency: denomination.map(|d| d.currency),
+        scale: denomination.map(|d| d.scale),
         balance,
         held,
         // In range: the schema keeps `balance - held >= min_balance >= -MAX_LIMIT` for
@@ -103,18 +108,22 @@ pub(crate) async fn lock_system(tx: &Tx<'_>) -> Result<i64, Error> {
         .try_get("balance")?)
 }
 
-/// Creates the account; false when it exists.
+/// Creates the account in `denomination`; false when it exists.
 pub(crate) async fn create(
     tx: &Tx<'_>,
     id: AccountId,
     balance: i64,
     limits: BalanceLimits,
+    denomination: Denomination,
 ) -> Result<bool, Error> {
-    let params: [crate::store::dialect::Param<'_>; 4] = [
+    let scale = i16::from(denomination.scale.get());
+    let params: [crate::store::dialect::Param<'_>; 6] = [
         &id.get(),
         &balance,
         &limits.min_balance(),
         &limits.max_balance(),
+        &denomination.currency.as_str(),
+        &scale,
     ];
     let Some(created) = tx.query_opt(&sql::CREATE_ACCOUNT, &params).await? else {
         return Ok(false);

@@ -30,7 +30,7 @@ pub const LEDGER_EVENT_TYPES: &[&str] = &[
 ];
 
 /// Records `account.changed` for each account row a write returned (columns `id`, `balance`,
-/// `held`, `pending_credits`, `event_position`).
+/// `held`, `pending_credits`, `event_position`, `currency`: NULL for the system account).
 pub(crate) fn accounts_changed(tx: &Tx<'_>, rows: &[tokio_postgres::Row]) -> Result<(), Error> {
     if !tx.records_events() {
         return Ok(());
@@ -45,6 +45,7 @@ pub(crate) fn accounts_changed(tx: &Tx<'_>, rows: &[tokio_postgres::Row]) -> Res
             "held": held,
             "available": balance.checked_sub(held),
             "pending_credits": row.try_get::<_, i64>("pending_credits")?,
+            "currency": row.try_get::<_, Option<String>>("currency")?,
         });
         tx.emit(NewEvent {
             stream_type: StreamType::Account,
@@ -96,6 +97,7 @@ pub(crate) fn transfer_settled(tx: &Tx<'_>, t: &TransferState, at: DateTime<Utc>
             "from": t.from.get(),
             "to": t.to.get(),
             "amount": t.amount,
+            "currency": t.currency,
             "status": t.status.as_str(),
             "posted_amount": t.posted_amount,
             "settled_at": at,

@@ -12,9 +12,10 @@ use crate::domain::AccountId;
 use crate::domain::{GroupId, TransferId, TransferStatus};
 use crate::error::Error;
 use crate::ledger::apply::NewTransfer;
+use crate::ledger::currency::Currency;
 use crate::ledger::rows::events;
 use crate::ledger::sql;
-use crate::ledger::types::{account_from_db, Transfer, TransferKind};
+use crate::ledger::types::{account_from_db, currency_from_db, Transfer, TransferKind};
 use crate::store::dialect::{Param, Tx};
 
 /// A [`Transfer`] from a row with the transfer columns.
@@ -40,6 +41,7 @@ pub(crate) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfe
         from: account_from_db(row.try_get("from_account")?)?,
         to: account_from_db(row.try_get("to_account")?)?,
         amount,
+        currency: currency_from_db(&row.try_get::<_, String>("currency")?)?,
         kind,
         created_at: row.try_get("created_at")?,
         replayed,
@@ -131,12 +133,18 @@ struct Columns<'t> {
     statuses: Vec<&'static str>,
     timeouts: Vec<Option<i32>>,
     positions: Vec<Option<i16>>,
+    currencies: Vec<&'t str>,
     group: Option<&'t str>,
 }
 
 impl<'t> Columns<'t> {
-    fn of(ts: &'t [NewTransfer<'t>], group: Option<&'t GroupId>) -> Self {
+    fn of(
+        ts: &'t [NewTransfer<'t>],
+        currencies: &'t [Currency],
+        group: Option<&'t GroupId>,
+    ) -> Self {
         Columns {
+            currencies: currencies.iter().map(Currency::as_str).collect(),
             ids: ts.iter().map(|t| t.movement.id.as_str()).collect(),
             from: ts.iter().map(|t| t.movement.from.get()).collect(),
             to: ts.iter().map(|t| t.movement.to.get()).collect(),
@@ -160,18 +168,27 @@ impl<'t> Columns<'t> {
     }
 }
 
-/// Journals transfers placed in this transaction (pending or posted), with their group and
-/// position in it if any; returned in the order given.
+/// Journals transfers placed in this transaction (pending or posted), each in its currency
+/// (`currencies[i]` is `ts[i]`'s, as [`crate::ledger::apply::place`] decided it), with their
+/// group and position in it if any; returned in the order given.
 pub(crate) async fn insert_many(
     tx: &Tx<'_>,
     ts: &[NewTransfer<'_>],
+    currencies: &[Currency],
     group: Option<&GroupId>,
 ) -> Result<Vec<Transfer>, Error> {
-    let c = Columns::of(ts, group);
+    if currencies.len() != ts.len() {
+        return Err(Error::invariant(format!(
+            "{} transfers to journal with {} currencies",
+            ts.len(),
+            currencies.len()
+        )));
+    }
+    let c = Columns::of(ts, currencies, group);
     let rows = if tx.dialect().is_citus() {
         insert_citus(tx, &c).await?
     } else {
-        let params: [Param<'_>; 9] = [
+        let params: [Param<'_>; 10] = [
             &c.ids,
             &c.from,
             &c.to,
@@ -181,6 +198,7 @@ pub(crate) async fn insert_many(
             &c.timeouts,
             &c.positions,
             &c.group,
+            &c.currencies,
         ];
         tx.query(&sql::INSERT_TRANSFERS, &params).await?
     };
@@ -228,6 +246,7 @@ async fn insert_citus(tx: &Tx<'_>, c: &Columns<'_>) -> Result<Vec<tokio_postgres
                 &c.amounts[t],
                 &c.kinds[t],
                 &c.statuses[t],
+                &c.currencies[t],
                 &c.timeouts[t],
                 &c.timeouts[t],
                 &c.group,

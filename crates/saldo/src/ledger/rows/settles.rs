@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::ledger::apply::TransferState;
 use crate::ledger::rows::{events, journal};
 use crate::ledger::sql;
-use crate::ledger::types::account_from_db;
+use crate::ledger::types::{account_from_db, currency_from_db};
 use crate::store::dialect::{Param, Tx};
 
 /// The transaction's time (the coordinator's on Citus): what "due" is decided against and what
@@ -77,6 +77,7 @@ fn state_of(row: &tokio_postgres::Row) -> Result<TransferState, Error> {
         posted_amount: row.try_get("posted_amount")?,
         was_pending: row.try_get("was_pending")?,
         expires_at: row.try_get("expires_at")?,
+        currency: currency_from_db(&row.try_get::<_, String>("currency")?)?,
     })
 }
 
@@ -228,6 +229,7 @@ pub(crate) async fn expire(
                 posted_amount: None,
                 was_pending: true,
                 expires_at: r.try_get("expires_at")?,
+                currency: currency_from_db(&r.try_get::<_, String>("currency")?)?,
             })
         })
         .collect::<Result<Vec<TransferState>, Error>>()?;
