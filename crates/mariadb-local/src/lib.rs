@@ -19,4 +19,5 @@ mod server;
 
 pub use binaries::{Binaries, BIN_ENV};
 pub use error::Error;
-pub use server::{Config, MariaDb, SHUTDOWN_TIMEOUT, STARTUP_TIMEOUT, USER};
+pub use process::SHUTDOWN_TIMEOUT;
+pub use server::{Config, MariaDb, STARTUP_TIMEOUT, USER};

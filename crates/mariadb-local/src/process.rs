@@ -23,6 +23,9 @@ use nix::unistd::{Gid, Pid, Uid, User};
 
 use crate::error::{io, Error};
 
+/// Grace after SIGTERM before SIGKILL.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// The identity MariaDB's programs run under.
 #[derive(Debug, Clone)]
 pub(crate) enum RunAs {
@@ -112,7 +115,7 @@ impl Guarded {
 
 impl Drop for Guarded {
     fn drop(&mut self) {
-        self.stop(crate::server::SHUTDOWN_TIMEOUT);
+        self.stop(SHUTDOWN_TIMEOUT);
     }
 }
 

@@ -16,14 +16,12 @@ use std::time::{Duration, Instant};
 
 use crate::binaries::Binaries;
 use crate::error::{io, Error};
-use crate::process::{spawn_guarded, Guarded, RunAs};
+use crate::process::{spawn_guarded, Guarded, RunAs, SHUTDOWN_TIMEOUT};
 
 /// The one user created, with every privilege (`'saldo'@'localhost'`, and `@'127.0.0.1'` when TCP).
 pub const USER: &str = "saldo";
 /// Longest wait for `mariadb-install-db` and then for the server to accept connections.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-/// Grace after SIGTERM before SIGKILL.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 const PREFIX: &str = "mariadb-local-";
 /// Bytes of a log's end quoted in an error.
 const TAIL_BYTES: u64 = 600;

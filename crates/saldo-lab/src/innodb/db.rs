@@ -281,6 +281,41 @@ mod tests {
         assert!(!is_retryable(&timeout));
     }
 
+    fn server_error(code: u16) -> InnoDbError {
+        InnoDbError::Sql(mysql_async::Error::Server(mysql_async::ServerError {
+            code,
+            message: "test".into(),
+            state: "40001".into(),
+        }))
+    }
+
+    #[tokio::test]
+    async fn the_retry_reruns_deadlocks_and_lock_timeouts_only_and_is_bounded() {
+        // Two retryable failures, then success: three attempts, both counted by code.
+        let mut codes = vec![ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT].into_iter();
+        let (result, retries) = with_retry(true, || {
+            let next = codes.next();
+            async move { next.map_or(Ok(()), |code| Err(server_error(code))) }
+        })
+        .await;
+        assert!(result.is_ok());
+        assert_eq!((retries.deadlocks, retries.lock_timeouts), (1, 1));
+        // A duplicate key is returned at once.
+        let (result, retries) =
+            with_retry(true, || async { Err::<(), _>(server_error(1062)) }).await;
+        assert_eq!(result.as_ref().err().and_then(server_code), Some(1062));
+        assert_eq!(retries, Retries::default());
+        // Without the retry the deadlock reaches the caller.
+        let (result, _) = with_retry(false, || async {
+            Err::<(), _>(server_error(ER_LOCK_DEADLOCK))
+        })
+        .await;
+        assert_eq!(
+            result.as_ref().err().and_then(server_code),
+            Some(ER_LOCK_DEADLOCK)
+        );
+    }
+
     #[test]
     fn isolation_levels_parse_from_their_names() {
         for &level in Isolation::ALL {
