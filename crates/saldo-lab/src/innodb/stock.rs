@@ -357,7 +357,8 @@ pub async fn run(
             report.add_retries(outcome.retries);
             report.oversold += outcome.oversold(race.stock);
             report.runs_oversold += u32::from(outcome.oversold(race.stock) > 0);
-            report.violations += u32::from(outcome.violated(race.stock));
+            // An error that reached a buyer (a CHECK violated, retries exhausted) breaks the run too.
+            report.violations += u32::from(outcome.violated(race.stock) || outcome.errors > 0);
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         reports.push(report);
