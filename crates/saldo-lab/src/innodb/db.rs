@@ -317,6 +317,19 @@ mod tests {
     }
 
     #[test]
+    fn a_url_may_name_a_unix_socket() {
+        let opts = Lab::opts_from_url("mysql://u:p@localhost:3306/?socket=/tmp/x.sock")
+            .map(mysql_async::Opts::from)
+            .expect("url");
+        assert_eq!(opts.socket(), Some("/tmp/x.sock"));
+        assert!(
+            !opts.client_found_rows(),
+            "rows affected count changed rows"
+        );
+        assert!(Lab::opts_from_url("postgres://x").is_err());
+    }
+
+    #[test]
     fn isolation_levels_parse_from_their_names() {
         for &level in Isolation::ALL {
             assert_eq!(Isolation::parse(level.as_str()).ok(), Some(level));
