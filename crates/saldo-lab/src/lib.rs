@@ -44,6 +44,7 @@
 pub mod bench;
 pub mod checks;
 pub mod faults;
+pub mod innodb;
 pub mod naive;
 pub mod race;
 pub mod scratch;

@@ -9,6 +9,7 @@
 //! Exit status: non-zero when a SAFE strategy breaks an invariant; zero when only the naive
 //! ones do — their failure is the expected demonstration and is printed as such.
 
+mod innodb;
 mod table;
 
 use std::process::ExitCode;
@@ -74,6 +75,8 @@ pub struct Args {
     /// Print the interleaving of the first run: who read which balance and what each wrote.
     #[arg(long)]
     explain: bool,
+    #[command(flatten)]
+    innodb: innodb::InnoArgs,
 }
 
 /// `--runs`'s help: `Runs per strategy, each from a fresh state (default 5; crossed-transfers
@@ -144,6 +147,19 @@ impl Options {
 
 /// Validates, finds the server (only its scratch database is touched), races and prints.
 pub async fn run(args: Args, global: Global) -> Result<ExitCode> {
+    if args.innodb.wanted() {
+        let plan = innodb::Plan {
+            scenario: args.scenario,
+            strategy: args.strategy,
+            runs: args.runs,
+            size: args.buyers.or(args.transfers),
+            stock: args.stock,
+            think_ms: args.think_ms,
+            no_retry: args.no_retry,
+            json: args.json,
+        };
+        return innodb::run(args.innodb, plan).await;
+    }
     let options = Options::from_args(args)?;
     // Kept until the race is over: an embedded cluster lives as long as its `Database`.
     let (server, _database) = server(global).await?;
