@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::binaries::Binaries;
 use crate::error::{io, Error};
-use crate::process::{spawn_guarded, Guarded, RunAs, SHUTDOWN_TIMEOUT};
+use crate::process::{RunAs, MARIADBD, SHUTDOWN_TIMEOUT};
+use pg_local::{spawn_guarded, Guarded};
 
 /// The one user created, with every privilege (`'saldo'@'localhost'`, and `@'127.0.0.1'` when TCP).
 pub const USER: &str = "saldo";
@@ -74,7 +75,8 @@ impl MariaDb {
         run_as.hand_over(&init)?;
         let socket = run.join("mysqld.sock");
         let cmd = server_command(&binaries, &run_as, config, &data, &run);
-        let process = spawn_guarded(cmd)?;
+        let process =
+            spawn_guarded(cmd, MARIADBD, SHUTDOWN_TIMEOUT).map_err(io("starting mariadbd"))?;
         let server = MariaDb {
             process,
             socket,

@@ -179,7 +179,7 @@ impl Cluster {
 
     /// Stops the server now (fast shutdown, then SIGKILL after [`SHUTDOWN_TIMEOUT`]).
     pub fn stop(&mut self) {
-        if let Some(server) = self.server.take() {
+        if let Some(mut server) = self.server.take() {
             server.stop(SHUTDOWN_TIMEOUT);
         }
     }
@@ -212,7 +212,8 @@ impl Cluster {
         }
         cmd.stdout(log).stderr(log_err);
 
-        let server = process::spawn_guarded(cmd)?;
+        let mut server = process::spawn_guarded(cmd, process::POSTMASTER, SHUTDOWN_TIMEOUT)
+            .map_err(io("starting postgres"))?;
         // Who owns this postmaster, for a later start that finds it still shutting down.
         owner::claim(&self.data_dir.join(OWNER_FILE))
             .map_err(io("recording the postmaster's owner"))?;

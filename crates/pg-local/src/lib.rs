@@ -42,7 +42,7 @@ pub use config::{
 pub use error::Error;
 pub use log::{LogLimit, MAX_LINE_BYTES};
 pub use owner::Owner;
-pub use process::{kept_env, KEPT_ENV};
+pub use process::{kept_env, spawn_guarded, Guarded, Leash, KEPT_ENV};
 pub use record::Record;
 
 #[cfg(test)]

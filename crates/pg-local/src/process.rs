@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Gid, Pid, Uid, User};
 
-use crate::config::SHUTDOWN_TIMEOUT;
 use crate::error::{io, Error};
 
 /// The identity PostgreSQL's programs run under.
@@ -102,41 +101,67 @@ pub(crate) fn clean_command(program: &Path) -> Command {
     cmd
 }
 
+/// How a [`Guarded`] child is leashed: the signal the kernel sends it when its parent dies,
+/// the one [`Guarded::stop`] sends first (SIGKILL follows after the grace), and the names its
+/// thread and log lines use. pg-local's postmaster uses [`POSTMASTER`]; other crates starting a
+/// throwaway server of their own (mariadb-local) bring theirs.
+#[derive(Debug, Clone, Copy)]
+pub struct Leash {
+    pub on_parent_death: Signal,
+    pub stop_with: Signal,
+    /// The name of the thread that forks and waits for the child.
+    pub thread_name: &'static str,
+    /// The program, as warnings name it.
+    pub program: &'static str,
+}
+
+/// The postmaster's leash: SIGINT (fast shutdown) both when its parent dies and to stop it.
+pub(crate) const POSTMASTER: Leash = Leash {
+    on_parent_death: Signal::SIGINT,
+    stop_with: Signal::SIGINT,
+    thread_name: "pg-local-postmaster",
+    program: "postgres",
+};
+
 /// A child process that the kernel stops if this process dies, and that [`Guarded::stop`] (or
 /// drop) stops otherwise.
 #[derive(Debug)]
-pub(crate) struct Guarded {
+pub struct Guarded {
     pid: u32,
     waiter: Option<JoinHandle<std::io::Result<ExitStatus>>>,
+    leash: Leash,
+    grace: Duration,
 }
 
 impl Guarded {
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.pid
     }
 
-    pub(crate) fn has_exited(&self) -> bool {
+    pub fn has_exited(&self) -> bool {
         self.waiter.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    /// Fast shutdown (SIGINT); SIGKILL if it is still running after `grace`.
-    pub(crate) fn stop(mut self, grace: Duration) {
-        self.stop_inner(grace);
-    }
-
-    fn stop_inner(&mut self, grace: Duration) {
+    /// The leash's stop signal; SIGKILL if it is still running after `grace`. Returns once the
+    /// child is reaped.
+    pub fn stop(&mut self, grace: Duration) {
         let Some(waiter) = self.waiter.take() else {
             return;
         };
+        // A pid is at most i32::MAX on Linux (`pid_max` ≤ 2^22).
         let pid = Pid::from_raw(self.pid as i32);
         if !waiter.is_finished() {
-            let _ = kill(pid, Signal::SIGINT);
+            let _ = kill(pid, self.leash.stop_with);
             let deadline = Instant::now() + grace;
             while !waiter.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
             if !waiter.is_finished() {
-                tracing::warn!(pid = self.pid, "postgres ignored fast shutdown; killing it");
+                tracing::warn!(
+                    pid = self.pid,
+                    program = self.leash.program,
+                    "the server ignored its stop signal; killing it"
+                );
                 let _ = kill(pid, Signal::SIGKILL);
             }
         }
@@ -148,20 +173,21 @@ impl Guarded {
 
 impl Drop for Guarded {
     fn drop(&mut self) {
-        self.stop_inner(SHUTDOWN_TIMEOUT);
+        self.stop(self.grace);
     }
 }
 
-/// Spawns `cmd` with a parent-death signal, from a thread that lives as long as the child.
-pub(crate) fn spawn_guarded(mut cmd: Command) -> Result<Guarded, Error> {
-    set_parent_death_signal(&mut cmd);
+/// Spawns `cmd` on `leash`, from a thread that lives as long as the child; a drop stops it,
+/// waiting up to `grace` before SIGKILL.
+pub fn spawn_guarded(mut cmd: Command, leash: Leash, grace: Duration) -> std::io::Result<Guarded> {
+    set_parent_death_signal(&mut cmd, leash.on_parent_death);
     // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and
     // the server must outlive its parent's graceful shutdown (in-flight requests still need
     // it); the parent stops it afterwards, or the parent-death signal does.
     cmd.process_group(0);
     let (pid_tx, pid_rx) = mpsc::channel();
     let waiter = std::thread::Builder::new()
-        .name("pg-local-postmaster".into())
+        .name(leash.thread_name.into())
         .spawn(move || match cmd.spawn() {
             Ok(mut child) => {
                 let _ = pid_tx.send(Ok(child.id()));
@@ -171,33 +197,27 @@ pub(crate) fn spawn_guarded(mut cmd: Command) -> Result<Guarded, Error> {
                 let _ = pid_tx.send(Err(e));
                 Err(std::io::Error::other("spawn failed"))
             }
-        })
-        .map_err(io("starting the postmaster thread"))?;
+        })?;
     let pid = match pid_rx.recv() {
-        Ok(Ok(pid)) => pid,
-        Ok(Err(e)) => return Err(io("starting postgres")(e)),
-        Err(_) => {
-            return Err(io("starting postgres")(std::io::Error::other(
-                "thread died",
-            )))
-        }
+        Ok(pid) => pid?,
+        Err(_) => return Err(std::io::Error::other("the spawning thread died")),
     };
     Ok(Guarded {
         pid,
         waiter: Some(waiter),
+        leash,
+        grace,
     })
 }
 
 #[allow(unsafe_code)]
-fn set_parent_death_signal(cmd: &mut Command) {
+fn set_parent_death_signal(cmd: &mut Command, signal: Signal) {
     // SAFETY: `pre_exec` runs in the forked child before exec, where only async-signal-safe
     // operations are allowed. The closure performs exactly one `prctl(2)` system call, which
     // allocates nothing, takes no locks and touches no memory shared with the parent. Std runs
     // this closure after it has applied `uid`/`gid`, which matters because a credential change
     // clears the parent-death signal.
     unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGINT).map_err(std::io::Error::from)
-        });
+        cmd.pre_exec(move || nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from));
     }
 }
