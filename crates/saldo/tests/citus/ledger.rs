@@ -88,6 +88,7 @@ fn request(id: &str, from: i64, to: i64, amount: i64) -> TransferRequest {
         from: acc(from),
         to: acc(to),
         amount: Amount::new(amount).expect("amount"),
+        tags: Default::default(),
     }
 }
 
