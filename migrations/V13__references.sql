@@ -9,7 +9,8 @@
 -- change. On Citus both sides of a transfer carry them.
 --
 -- Existing rows have neither (NULL). Columns are added bare (no default, no rewrite) and each
--- constraint in its own ALTER TABLE, so Citus propagates the file as it is.
+-- constraint in its own ALTER TABLE, so Citus propagates the file as it is (its twin only runs
+-- it in sequential mode: a foreign key joins transfers to the reference table transfer_groups).
 ALTER TABLE transfers ADD COLUMN reference text;
 ALTER TABLE transfers ADD COLUMN metadata jsonb;
 ALTER TABLE transfers
