@@ -45,6 +45,8 @@ mod live;
 mod ops;
 #[path = "suite/orders.rs"]
 mod orders;
+#[path = "suite/references.rs"]
+mod references;
 #[path = "suite/stock.rs"]
 mod stock;
 #[path = "suite/telemetry.rs"]

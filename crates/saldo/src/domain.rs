@@ -117,6 +117,13 @@ pub enum InputError {
     WebhookTooManyTypes { max: usize },
     #[error("webhook id {0:?} is not a UUID")]
     WebhookIdInvalid(String),
+    #[error("reference must be 1..={max} characters", max = MAX_REFERENCE_LEN)]
+    ReferenceLength,
+    #[error("reference must not contain control characters (NUL, newline, tab, escape…)")]
+    ReferenceControlCharacter,
+    /// Metadata past one of its bounds; the text says which.
+    #[error("metadata: {0}")]
+    MetadataInvalid(String),
 }
 
 /// Most distinct items one order may hold.
@@ -165,6 +172,8 @@ deserialize_via!(Quantity, i64, Quantity::new);
 deserialize_via!(AccountId, i64, AccountId::new);
 deserialize_via!(TransferId, String, TransferId::new);
 deserialize_via!(Amount, i64, Amount::new);
+deserialize_via!(Reference, String, Reference::new);
+deserialize_via!(Metadata, BTreeMap<String, String>, Metadata::new);
 
 /// A product: a positive 64-bit integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -800,6 +809,140 @@ impl Reason {
     }
 }
 
+/// Longest reference, in characters.
+pub const MAX_REFERENCE_LEN: usize = 128;
+/// Most keys of one metadata object.
+pub const MAX_METADATA_KEYS: usize = 16;
+/// Longest metadata key, in characters (at least 1).
+pub const MAX_METADATA_KEY_LEN: usize = 64;
+/// Longest metadata value, in characters.
+pub const MAX_METADATA_VALUE_LEN: usize = 256;
+/// Largest metadata object, in bytes of its compact JSON.
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// The caller's own id for a transfer, hold, group or account (a payment, an invoice, a cart):
+/// 1..=[`MAX_REFERENCE_LEN`] characters, none of them a control character (a NUL would be a
+/// 500 from PostgreSQL, a newline forges lines in logs). Not unique: many rows may share one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Reference(String);
+
+impl Reference {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        let len = raw.chars().count();
+        if len == 0 || len > MAX_REFERENCE_LEN {
+            Err(InputError::ReferenceLength)
+        } else if raw.chars().any(char::is_control) {
+            Err(InputError::ReferenceControlCharacter)
+        } else {
+            Ok(Reference(raw))
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A small JSON object of string values the caller attaches: at most [`MAX_METADATA_KEYS`]
+/// keys of 1..=[`MAX_METADATA_KEY_LEN`] characters, values of at most
+/// [`MAX_METADATA_VALUE_LEN`], no control character in either, and at most
+/// [`MAX_METADATA_BYTES`] as compact JSON. Keys are kept sorted, so two objects with the same
+/// pairs are equal whatever order they were sent in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Metadata(BTreeMap<String, String>);
+
+impl Metadata {
+    pub fn new(pairs: BTreeMap<String, String>) -> Result<Self, InputError> {
+        let bad = |why: String| Err(InputError::MetadataInvalid(why));
+        if pairs.len() > MAX_METADATA_KEYS {
+            return bad(format!(
+                "at most {MAX_METADATA_KEYS} keys, got {}",
+                pairs.len()
+            ));
+        }
+        for (k, v) in &pairs {
+            let klen = k.chars().count();
+            if klen == 0 || klen > MAX_METADATA_KEY_LEN {
+                return bad(format!(
+                    "a key must be 1..={MAX_METADATA_KEY_LEN} characters"
+                ));
+            }
+            if v.chars().count() > MAX_METADATA_VALUE_LEN {
+                return bad(format!(
+                    "the value of {k:?} is over {MAX_METADATA_VALUE_LEN} characters"
+                ));
+            }
+            if k.chars().chain(v.chars()).any(char::is_control) {
+                return bad("keys and values must not contain control characters".into());
+            }
+        }
+        let bytes = serde_json::to_vec(&pairs).map_or(usize::MAX, |b| b.len());
+        if bytes > MAX_METADATA_BYTES {
+            return bad(format!("{bytes} bytes as JSON, over {MAX_METADATA_BYTES}"));
+        }
+        Ok(Metadata(pairs))
+    }
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+    pub fn pairs(&self) -> &BTreeMap<String, String> {
+        &self.0
+    }
+    /// As a JSON object (what the `metadata` jsonb columns hold).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect(),
+        )
+    }
+    /// From a JSON value: an object of string values within the bounds, else
+    /// [`InputError::MetadataInvalid`].
+    pub fn from_json(value: serde_json::Value) -> Result<Self, InputError> {
+        let serde_json::Value::Object(object) = value else {
+            return Err(InputError::MetadataInvalid("must be a JSON object".into()));
+        };
+        let mut pairs = BTreeMap::new();
+        for (k, v) in object {
+            let serde_json::Value::String(v) = v else {
+                return Err(InputError::MetadataInvalid(format!(
+                    "the value of {:?} is not a string",
+                    k.chars().take(64).collect::<String>()
+                )));
+            };
+            pairs.insert(k, v);
+        }
+        Metadata::new(pairs)
+    }
+}
+
+/// The optional reference and metadata a caller attaches to a ledger row (a transfer, hold,
+/// group or account): stored with it, returned with it, and part of its idempotency comparison.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Tags {
+    pub reference: Option<Reference>,
+    pub metadata: Option<Metadata>,
+}
+
+impl Tags {
+    /// Neither.
+    pub const NONE: Tags = Tags {
+        reference: None,
+        metadata: None,
+    };
+
+    /// The `metadata` column's value.
+    pub fn metadata_json(&self) -> Option<serde_json::Value> {
+        self.metadata.as_ref().map(Metadata::to_json)
+    }
+}
+
+/// No tags, for the paths that take none (deposits, withdrawals, openings).
+pub static NO_TAGS: Tags = Tags::NONE;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -930,5 +1073,33 @@ mod tests {
         assert!(Ttl::from_secs(0).is_err());
         assert!(Ttl::from_secs(MAX_TTL_S + 1).is_err());
         assert!(Ttl::from_secs(900).is_ok());
+    }
+
+    #[test]
+    fn references_and_metadata_are_bounded() {
+        assert!(Reference::new("pay_123").is_ok());
+        assert_eq!(Reference::new(""), Err(InputError::ReferenceLength));
+        assert_eq!(
+            Reference::new("x".repeat(MAX_REFERENCE_LEN + 1)),
+            Err(InputError::ReferenceLength)
+        );
+        assert_eq!(
+            Reference::new("a\nb"),
+            Err(InputError::ReferenceControlCharacter)
+        );
+        let of = |n: usize, k: usize, v: usize| -> BTreeMap<String, String> {
+            (0..n)
+                .map(|i| (format!("{i:0k$}"), "v".repeat(v)))
+                .collect()
+        };
+        assert!(Metadata::new(of(16, 2, 200)).is_ok());
+        for bad in [of(17, 2, 1), of(1, 65, 1), of(1, 1, 257), of(16, 64, 250)] {
+            assert!(matches!(
+                Metadata::new(bad),
+                Err(InputError::MetadataInvalid(_))
+            ));
+        }
+        let empty_key: BTreeMap<String, String> = [(String::new(), "v".into())].into();
+        assert!(Metadata::new(empty_key).is_err());
     }
 }

@@ -36,6 +36,8 @@ mod ledger;
 mod ledger_model;
 #[path = "suite/ledger_repair.rs"]
 mod ledger_repair;
+#[path = "suite/references.rs"]
+mod references;
 
 #[path = "suite/listing.rs"]
 mod listing;

@@ -1,7 +1,9 @@
 //! Request shapes more than one route takes: an order line (a re-reserve and a direct sale)
 //! and a transfer (one on its own and each of a linked group).
 
-use saldo::domain::{AccountId, Amount, OrderItems, TransferId, TransferTimeout};
+use saldo::domain::{
+    AccountId, Amount, Metadata, OrderItems, Reference, Tags, TransferId, TransferTimeout,
+};
 use saldo::ledger::{LinkedTransfer, TransferRequest};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -52,6 +54,24 @@ pub struct TransferBody {
     #[serde(default, deserialize_with = "super::numbers::opt_i64")]
     #[schema(schema_with = schema::transfer_timeout_s)]
     pub timeout_s: Option<i64>,
+    #[serde(default)]
+    #[schema(schema_with = schema::reference)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = schema::metadata)]
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// The optional `reference` and `metadata` of a body, checked (422 `invalid-input` past a
+/// bound).
+pub(crate) fn tags(
+    reference: Option<String>,
+    metadata: Option<serde_json::Value>,
+) -> Result<Tags, ApiError> {
+    Ok(Tags {
+        reference: reference.map(Reference::new).transpose()?,
+        metadata: metadata.map(Metadata::from_json).transpose()?,
+    })
 }
 
 impl TransferBody {
@@ -73,6 +93,7 @@ impl TransferBody {
                 from: AccountId::new(self.from)?,
                 to: AccountId::new(self.to)?,
                 amount: Amount::new(self.amount)?,
+                tags: tags(self.reference, self.metadata)?,
             },
             pending,
         })

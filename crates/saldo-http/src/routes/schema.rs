@@ -3,9 +3,10 @@
 //! document cannot drift from the checks. The request types name them with `schema_with`.
 
 use saldo::domain::{
-    MAX_AMOUNT, MAX_BACKORDER_LIMIT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_ORDER_ID_LEN,
-    MAX_PRIORITY, MAX_QUANTITY, MAX_REASON_LEN, MAX_STOCK_COUNT, MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S,
-    MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
+    MAX_AMOUNT, MAX_BACKORDER_LIMIT, MAX_ITEMS_PER_ORDER, MAX_LIMIT, MAX_METADATA_BYTES,
+    MAX_METADATA_KEYS, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN, MAX_ORDER_ID_LEN,
+    MAX_PRIORITY, MAX_QUANTITY, MAX_REASON_LEN, MAX_REFERENCE_LEN, MAX_STOCK_COUNT,
+    MAX_TRANSFER_TIMEOUT_S, MAX_TTL_S, MIN_TRANSFER_TIMEOUT_S, MIN_TTL_S,
 };
 use saldo::ledger::{MAX_LIST, OPENING_PREFIX};
 use saldo::listing::{ListKind, MAX_PAGE_LIMIT};
@@ -58,6 +59,41 @@ fn string_of(
 
 // Examples name the fixtures `.ci/contract` creates (product 1, accounts 1 and 2), so
 // schemathesis's example phase reaches past "unknown product" into the real work.
+
+/// A caller's reference: 1..=128 characters, no control character.
+pub fn reference() -> Schema {
+    let mut schema = string_of(
+        format!("^[^\\u0000-\\u001F\\u007F-\\u009F]{{1,{MAX_REFERENCE_LEN}}}$"),
+        1,
+        MAX_REFERENCE_LEN,
+        "The caller's own id for it (a payment, an invoice, a cart); not unique. Part of the \
+         idempotency comparison.",
+        Some("inv-2026-0042"),
+    );
+    if let Schema::Object(o) = &mut schema {
+        o.schema_type = SchemaType::from_iter([Type::String, Type::Null]);
+    }
+    schema
+}
+
+/// Metadata: an object of string values within its bounds.
+pub fn metadata() -> Schema {
+    let value = Object::builder()
+        .schema_type(Type::String)
+        .max_length(Some(MAX_METADATA_VALUE_LEN));
+    Object::builder()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .max_properties(Some(MAX_METADATA_KEYS))
+        .additional_properties(Some(value))
+        .description(Some(format!(
+            "String values the caller attaches: at most {MAX_METADATA_KEYS} keys of \
+             1..={MAX_METADATA_KEY_LEN} characters, values of at most \
+             {MAX_METADATA_VALUE_LEN}, no control characters, at most {MAX_METADATA_BYTES} \
+             bytes as compact JSON. Part of the idempotency comparison."
+        )))
+        .build()
+        .into()
+}
 
 pub fn product_id() -> Schema {
     integer(1, i64::MAX, false, "Product id (> 0)")

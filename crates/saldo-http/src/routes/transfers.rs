@@ -50,6 +50,13 @@ pub struct GroupBody {
     /// in this order.
     #[schema(min_items = 1, max_items = 100)]
     pub transfers: Vec<TransferBody>,
+    /// The group's own reference (each transfer may carry its own too).
+    #[serde(default)]
+    #[schema(schema_with = super::schema::reference)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = super::schema::metadata)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -59,6 +66,11 @@ pub struct GroupView {
     pub transfers: Vec<TransferView>,
     /// True when this group id was already applied with the same payload.
     pub replayed: bool,
+    /// The group's own reference, as given.
+    pub reference: Option<String>,
+    /// The group's own metadata, as given.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl From<Group> for GroupView {
@@ -67,6 +79,12 @@ impl From<Group> for GroupView {
             id: g.id.as_str().to_owned(),
             transfers: g.transfers.into_iter().map(Into::into).collect(),
             replayed: g.replayed,
+            reference: g.tags.reference.map(|r| r.as_str().to_owned()),
+            metadata: g
+                .tags
+                .metadata
+                .as_ref()
+                .map(saldo::domain::Metadata::to_json),
         }
     }
 }
@@ -176,6 +194,7 @@ pub async fn transfer_group(
         })
         .into());
     }
+    let tags = super::bodies::tags(body.reference, body.metadata)?;
     let default_timeout = state.settings.default_transfer_timeout;
     let mut transfers = Vec::with_capacity(body.transfers.len());
     for (index, t) in body.transfers.into_iter().enumerate() {
@@ -191,7 +210,11 @@ pub async fn transfer_group(
             other => other,
         })?);
     }
-    let request = GroupRequest { id, transfers };
+    let request = GroupRequest {
+        id,
+        transfers,
+        tags,
+    };
     let ledger = state.ledger.clone();
     let group = detached(async move { ledger.transfer_group(&request).await }).await?;
     let code = if group.replayed {

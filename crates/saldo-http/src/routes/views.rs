@@ -180,6 +180,11 @@ pub struct TransferView {
     pub settled_at: Option<DateTime<Utc>>,
     /// The linked group it was applied in.
     pub group_id: Option<String>,
+    /// The caller's reference, as given.
+    pub reference: Option<String>,
+    /// The caller's metadata, as given.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl From<Transfer> for TransferView {
@@ -204,6 +209,12 @@ impl From<Transfer> for TransferView {
             expires_at: t.expires_at,
             settled_at: t.settled_at,
             group_id: t.group_id.map(|g| g.as_str().to_owned()),
+            reference: t.tags.reference.map(|r| r.as_str().to_owned()),
+            metadata: t
+                .tags
+                .metadata
+                .as_ref()
+                .map(saldo::domain::Metadata::to_json),
         }
     }
 }

@@ -237,6 +237,7 @@ impl Shared {
             from: AccountId::new(from)?,
             to: AccountId::new(to)?,
             amount: Amount::new(1)?,
+            tags: Default::default(),
         })
     }
 

@@ -112,6 +112,7 @@ fn request(id: String, from: i64, to: i64, amount: i64) -> Result<TransferReques
         from: account(from)?,
         to: account(to)?,
         amount: Amount::new(amount)?,
+        tags: Default::default(),
     })
 }
 
@@ -467,6 +468,7 @@ async fn crossed_groups(
                                 pending: None,
                             })
                             .collect(),
+                        tags: Default::default(),
                     };
                     ledger.transfer_group(&request).await.map(|_| ())
                 }

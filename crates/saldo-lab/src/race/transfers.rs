@@ -64,6 +64,7 @@ pub async fn crossed_between(
             from,
             to,
             amount,
+            tags: Default::default(),
         };
         let ledger = ledger.clone();
         tasks.push(tokio::spawn(async move {

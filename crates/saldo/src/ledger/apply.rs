@@ -25,7 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
+use crate::domain::{
+    AccountId, Amount, GroupId, Tags, TransferId, TransferStatus, TransferTimeout, NO_TAGS,
+};
 use crate::error::{Error, InputError};
 use crate::ledger::currency::{Currency, Denomination};
 use crate::ledger::transitions::{self, Seen, Settle, Step};
@@ -86,6 +88,8 @@ impl Locked {
 pub struct NewTransfer<'r> {
     pub movement: Movement<'r>,
     pub pending: Option<TransferTimeout>,
+    /// Its reference and metadata (stored with it, compared on a replay).
+    pub tags: &'r Tags,
 }
 
 impl<'r> NewTransfer<'r> {
@@ -94,6 +98,7 @@ impl<'r> NewTransfer<'r> {
         NewTransfer {
             movement,
             pending: None,
+            tags: &NO_TAGS,
         }
     }
 
@@ -118,7 +123,8 @@ impl<'r> NewTransfer<'r> {
     }
 
     /// True when a journalled transfer is what this asks for: same accounts, amount, kind, the
-    /// same timeout (or none) and the same group (or none).
+    /// same timeout (or none), the same group (or none) and the same reference and metadata
+    /// (or none).
     pub fn same_as(&self, existing: &Transfer, group: Option<&GroupId>) -> bool {
         let m = &self.movement;
         existing.from == m.from
@@ -127,6 +133,7 @@ impl<'r> NewTransfer<'r> {
             && existing.kind == m.kind
             && existing.timeout_s == self.pending.map(|p| p.secs())
             && existing.group_id.as_ref() == group
+            && existing.tags == *self.tags
     }
 }
 
@@ -405,6 +412,7 @@ mod tests {
                 kind: TransferKind::Transfer,
             },
             pending: pending.then(TransferTimeout::default),
+            tags: &crate::domain::NO_TAGS,
         }
     }
 

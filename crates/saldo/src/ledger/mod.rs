@@ -245,8 +245,14 @@ impl Ledger {
         strategy: TransferStrategy,
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
-        let movement = request.movement();
-        self.apply(strategy, movement).await
+        let t = NewTransfer {
+            movement: request.movement(),
+            pending: None,
+            tags: &request.tags,
+        };
+        let result = self.place(strategy, t).await;
+        observe("transfer", &result.as_ref().map(|t| t.replayed));
+        result
     }
 
     /// [`Ledger::transfer`] with any [`MoveFunds`]: for the race lab's naive strategy. The
@@ -257,8 +263,13 @@ impl Ledger {
         request: &TransferRequest,
     ) -> Result<Transfer, Error> {
         let movement = request.movement();
+        let t = NewTransfer {
+            movement,
+            pending: None,
+            tags: &request.tags,
+        };
         let result = match apply::validate(&movement) {
-            Ok(()) => place::move_alone(&self.store, strategy, Operation::Transfer, movement).await,
+            Ok(()) => place::move_alone(&self.store, strategy, Operation::Transfer, t).await,
             Err(e) => Err(e.into()),
         };
         observe(movement.kind.as_str(), &result.as_ref().map(|t| t.replayed));
@@ -276,6 +287,7 @@ impl Ledger {
         let t = NewTransfer {
             movement: request.movement(),
             pending: Some(timeout),
+            tags: &request.tags,
         };
         let result = self.place(self.strategy, t).await;
         observe("hold", &result.as_ref().map(|t| t.replayed));

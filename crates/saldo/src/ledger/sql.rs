@@ -22,7 +22,7 @@ use crate::store::values::{Col, Values};
 macro_rules! transfer_columns {
     () => {
         "id, from_account, to_account, amount, currency, kind, created_at, status, \
-         posted_amount, timeout_s, expires_at, settled_at, group_id"
+         posted_amount, timeout_s, expires_at, settled_at, group_id, reference, metadata"
     };
 }
 
@@ -155,9 +155,11 @@ pub(crate) const OF_GROUP: Sql = Sql::pair(
     select_transfers!("WHERE group_id = $1 ORDER BY group_position"),
     select_transfers!("WHERE group_id = $1 AND account_id = from_account ORDER BY group_position"),
 );
-pub(crate) const FIND_GROUP: Sql = Sql::same("SELECT size FROM transfer_groups WHERE id = $1");
-pub(crate) const INSERT_GROUP: Sql =
-    Sql::same("INSERT INTO transfer_groups (id, size) VALUES ($1, $2)");
+pub(crate) const FIND_GROUP: Sql =
+    Sql::same("SELECT size, reference, metadata FROM transfer_groups WHERE id = $1");
+pub(crate) const INSERT_GROUP: Sql = Sql::same(
+    "INSERT INTO transfer_groups (id, size, reference, metadata) VALUES ($1, $2, $3, $4)",
+);
 /// An account's latest transfers; on Citus its side of each is on its own shard.
 pub(crate) const LIST: Sql = Sql::pair(
     select_transfers!(
@@ -169,13 +171,15 @@ pub(crate) const LIST: Sql = Sql::pair(
 /// plus its timeout, like every other timestamp of the journal.
 pub(crate) const INSERT_TRANSFERS: Sql = Sql::same(concat!(
     "INSERT INTO transfers (id, from_account, to_account, amount, kind, status, timeout_s, \
-     expires_at, group_id, group_position, currency) \
+     expires_at, group_id, group_position, currency, reference, metadata) \
      SELECT t.id, t.from_account, t.to_account, t.amount, t.kind, t.status, t.timeout_s, \
-            now() + make_interval(secs => t.timeout_s), $9, t.group_position, t.currency \
+            now() + make_interval(secs => t.timeout_s), $9, t.group_position, t.currency, \
+            t.reference, t.metadata \
        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], \
-                   $6::text[], $7::int[], $8::smallint[], $10::text[]) \
+                   $6::text[], $7::int[], $8::smallint[], $10::text[], $11::text[], \
+                   $12::jsonb[]) \
             AS t(id, from_account, to_account, amount, kind, status, timeout_s, group_position, \
-                 currency) \
+                 currency, reference, metadata) \
      RETURNING ",
     transfer_columns!()
 ));
@@ -191,18 +195,19 @@ pub(crate) const CITUS_INSERT_POSITIONS: Sql = Sql::same(
     "INSERT INTO transfer_group_positions (group_id, group_position, transfer_id) \
      SELECT $1, p, id FROM unnest($2::smallint[], $3::text[]) AS t(p, id)",
 );
-/// Side rows per [`CITUS_INSERT_SIDES`] statement at most: 12 parameters each, far under
+/// Side rows per [`CITUS_INSERT_SIDES`] statement at most: 14 parameters each, far under
 /// PostgreSQL's 65,535, and a bounded number of statement texts per process.
 pub(crate) const CITUS_SIDES_CHUNK: usize = 64;
 /// Citus: side rows as multi-row `VALUES`, per row its account, id, from, to, amount, kind,
-/// status, currency, timeout (twice: the column and the deadline), group and group position. Citus routes
+/// status, currency, reference, metadata, timeout (twice: the column and the deadline), group and group position. Citus routes
 /// each row to its account's shard (an `INSERT … SELECT FROM unnest` runs through the
 /// coordinator, the slow path) and evaluates `now()` on the coordinator, so both sides carry
 /// one `created_at` and one deadline (the last column's text closes with `created_at`'s
 /// `now()`, which takes no parameter).
 pub(crate) static CITUS_INSERT_SIDES: Values = Values::new(
     "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind, status, \
-     currency, timeout_s, expires_at, group_id, group_position, created_at)",
+     currency, reference, metadata, timeout_s, expires_at, group_id, group_position, \
+     created_at)",
     &[
         Col::cast("::bigint"),
         Col::cast("::text"),
@@ -212,6 +217,8 @@ pub(crate) static CITUS_INSERT_SIDES: Values = Values::new(
         Col::cast("::text"),
         Col::cast("::text"),
         Col::cast("::text"),
+        Col::cast("::text"),
+        Col::cast("::jsonb"),
         Col::cast("::int"),
         Col::wrapped("now() + make_interval(secs => ", "::int)"),
         Col::cast("::text"),

@@ -290,6 +290,7 @@ mod tests {
             expires_at,
             settled_at: None,
             group_id: None,
+            tags: crate::domain::Tags::NONE,
         };
         let second = chrono::Duration::seconds(1);
         assert_eq!(as_read(hold(Pending, Some(now)), now).status, Expired);

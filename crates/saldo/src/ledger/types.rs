@@ -6,7 +6,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
+use crate::domain::{
+    AccountId, Amount, GroupId, InputError, Metadata, Reference, Tags, TransferId, TransferStatus,
+    TransferTimeout,
+};
 use crate::error::Error;
 use crate::ledger::currency::{Currency, Denomination, Scale};
 
@@ -106,6 +109,8 @@ pub struct TransferRequest {
     pub from: AccountId,
     pub to: AccountId,
     pub amount: Amount,
+    /// The caller's reference and metadata, if any (part of the idempotency comparison).
+    pub tags: Tags,
 }
 
 impl TransferRequest {
@@ -134,6 +139,8 @@ pub struct LinkedTransfer {
 pub struct GroupRequest {
     pub id: GroupId,
     pub transfers: Vec<LinkedTransfer>,
+    /// The group's own reference and metadata (each transfer carries its own).
+    pub tags: Tags,
 }
 
 /// A group as applied (or found by a replay): its transfers in request order.
@@ -143,6 +150,9 @@ pub struct Group {
     pub transfers: Vec<Transfer>,
     /// True when the group id was already applied with this payload and nothing changed now.
     pub replayed: bool,
+    /// The group's own reference and metadata, as stored.
+    #[serde(flatten)]
+    pub tags: Tags,
 }
 
 /// One journal row, as applied or as found by a replay.
@@ -171,6 +181,9 @@ pub struct Transfer {
     pub settled_at: Option<DateTime<Utc>>,
     /// The linked group it was applied in, if any.
     pub group_id: Option<GroupId>,
+    /// Its reference and metadata, as stored.
+    #[serde(flatten)]
+    pub tags: Tags,
 }
 
 /// An account: its posted balance, what pending transfers hold against it and credit to it,
@@ -237,6 +250,24 @@ pub(crate) fn denomination_from_db(
             "an account with a currency but no scale, or a scale alone",
         )),
     }
+}
+
+/// The `reference` and `metadata` columns of a row (the schema's CHECKs admit only valid
+/// ones: anything else is an error, never a guess).
+pub(crate) fn tags_from_db(row: &tokio_postgres::Row) -> Result<Tags, Error> {
+    let stored = |e: InputError| Error::invariant(format!("stored tags: {e}"));
+    let reference = row
+        .try_get::<_, Option<String>>("reference")?
+        .map(|r| Reference::new(r).map_err(stored))
+        .transpose()?;
+    let metadata = row
+        .try_get::<_, Option<serde_json::Value>>("metadata")?
+        .map(|m| Metadata::from_json(m).map_err(stored))
+        .transpose()?;
+    Ok(Tags {
+        reference,
+        metadata,
+    })
 }
 
 /// A currency code read from the database (its CHECK allows only valid ones).

@@ -88,6 +88,7 @@ fn request(id: &str, from: i64, to: i64, amount: i64) -> TransferRequest {
         from: acc(from),
         to: acc(to),
         amount: Amount::new(amount).expect("amount"),
+        tags: Default::default(),
     }
 }
 
@@ -322,4 +323,95 @@ async fn a_currency_mismatch_across_workers_is_refused_and_writes_nothing() {
         .collect();
     assert_eq!(sides, ["USD", "USD"]);
     assert_clean(&db).await;
+}
+
+/// A transfer and a group between accounts on two workers carry their reference and
+/// metadata on both journal sides (each on its own shard); a replay with other tags is the
+/// idempotency conflict with nothing written, with every strategy.
+#[tokio::test]
+async fn references_and_metadata_ride_on_both_sides_and_are_compared_on_replay() {
+    use saldo::domain::{GroupId, Metadata, Reference, Tags};
+    use saldo::ledger::{GroupRequest, LinkedTransfer};
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let tags = Tags {
+        reference: Some(Reference::new("pay_9").expect("reference")),
+        metadata: Some(Metadata::new([("invoice".into(), "INV-9".into())].into()).expect("md")),
+    };
+    for strategy in TransferStrategy::ALL {
+        let ledger = Ledger::serving(db.store(), *strategy, &BatchedConfig::default());
+        if strategy == &TransferStrategy::Ordered {
+            ledger.open_account(acc(a), 100).await.expect("open a");
+            ledger.open_account(acc(b), 100).await.expect("open b");
+        }
+        let id = format!("r-{strategy}");
+        let tagged = TransferRequest {
+            tags: tags.clone(),
+            ..request(&id, a, b, 5)
+        };
+        let t = ledger.transfer(*strategy, &tagged).await.expect("transfer");
+        assert_eq!(t.tags, tags);
+        let client = db.pool.get().await.expect("client");
+        let stored: Vec<(i64, Option<String>, Option<serde_json::Value>)> = client
+            .query(
+                "SELECT account_id, reference, metadata FROM transfers WHERE id = $1 \
+                 ORDER BY account_id",
+                &[&id],
+            )
+            .await
+            .expect("sides")
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let md = serde_json::json!({"invoice": "INV-9"});
+        let side = |acct| (acct, Some("pay_9".to_owned()), Some(md.clone()));
+        let mut expected = vec![side(a), side(b)];
+        expected.sort_by_key(|s| s.0);
+        assert_eq!(stored, expected);
+        let other = TransferRequest {
+            tags: Tags::NONE,
+            ..tagged.clone()
+        };
+        let refused = ledger.transfer(*strategy, &other).await;
+        assert!(
+            matches!(refused, Err(Error::TransferConflict(_))),
+            "{refused:?}"
+        );
+        let group = GroupRequest {
+            id: GroupId::new(format!("g-{strategy}")).expect("group"),
+            transfers: vec![LinkedTransfer {
+                transfer: TransferRequest {
+                    id: TransferId::new(format!("g-{strategy}-0")).expect("id"),
+                    ..tagged.clone()
+                },
+                pending: None,
+            }],
+            tags: tags.clone(),
+        };
+        let applied = ledger.transfer_group(&group).await.expect("group");
+        assert_eq!((&applied.tags, &applied.transfers[0].tags), (&tags, &tags));
+        let refused = ledger
+            .transfer_group(&GroupRequest {
+                tags: Tags::NONE,
+                ..group.clone()
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(Error::GroupConflict(_))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(
+        ledger_balance(&db, a).await + ledger_balance(&db, b).await,
+        200
+    );
+    assert_clean(&db).await;
+}
+
+async fn ledger_balance(db: &TestDb, id: i64) -> i64 {
+    Ledger::new(db.store())
+        .account(acc(id))
+        .await
+        .expect("account")
+        .balance
 }

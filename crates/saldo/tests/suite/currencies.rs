@@ -181,6 +181,7 @@ fn group_of(group: &str, legs: &[(i64, i64)]) -> GroupRequest {
                 pending: None,
             })
             .collect(),
+        tags: Default::default(),
     }
 }
 

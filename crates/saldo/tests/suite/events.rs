@@ -407,6 +407,7 @@ async fn every_ledger_change_writes_its_events_and_a_refusal_none() {
         from: acc(from),
         to: acc(to),
         amount: Amount::new(n).expect("amount"),
+        tags: Default::default(),
     };
     for strategy in [TransferStrategy::Ordered, TransferStrategy::Batched] {
         let db = test_db().await;

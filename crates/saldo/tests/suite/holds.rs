@@ -266,6 +266,7 @@ fn group(id: &str, transfers: Vec<(TransferRequest, bool)>) -> GroupRequest {
                 pending: pending.then(timeout),
             })
             .collect(),
+        tags: Default::default(),
     }
 }
 

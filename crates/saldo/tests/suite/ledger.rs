@@ -35,6 +35,7 @@ pub(crate) fn request(id: &str, from: i64, to: i64, n: i64) -> TransferRequest {
         from: acc(from),
         to: acc(to),
         amount: amount(n),
+        tags: Default::default(),
     }
 }
 

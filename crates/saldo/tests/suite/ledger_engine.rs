@@ -91,6 +91,7 @@ fn spawn_move(ledger: &Ledger, id: &str, from: i64, to: i64, n: i64) -> Answer {
                     from: acc(from),
                     to: acc(to),
                     amount: amount(n),
+                    tags: Default::default(),
                 };
                 ledger.transfer(TransferStrategy::Batched, &request).await
             }

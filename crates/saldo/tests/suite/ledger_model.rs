@@ -116,6 +116,7 @@ fn linked(d: &Draw) -> LinkedTransfer {
             from: account(d.1),
             to: account(d.2),
             amount: Amount::new(d.3).expect("amount"),
+            tags: Default::default(),
         },
         pending: d
             .4
@@ -427,6 +428,7 @@ async fn apply_real<A: Applier>(applier: &A, ledger: &Ledger, op: &Op) -> Outcom
             let request = GroupRequest {
                 id: GroupId::new(format!("g{id}")).expect("group id"),
                 transfers: transfers.iter().map(linked).collect(),
+                tags: Default::default(),
             };
             applier
                 .group(ledger, &request)

@@ -556,6 +556,7 @@ impl Engine {
                     from: account(*from),
                     to: account(*to),
                     amount: Amount::new(*amount).expect("amount"),
+                    tags: Default::default(),
                 };
                 self.ledger
                     .transfer(TRANSFER, &request)

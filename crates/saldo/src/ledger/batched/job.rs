@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::batch::schedule::Batchable;
 use crate::batch::worker::Queued;
 use crate::batch::Ticket;
-use crate::domain::{AccountId, Amount, TransferId, TransferTimeout};
+use crate::domain::{AccountId, Amount, Tags, TransferId, TransferTimeout};
 use crate::error::Error;
 use crate::ledger::apply::NewTransfer;
 use crate::ledger::transitions::Settle;
@@ -29,6 +29,7 @@ pub(crate) enum Op {
         amount: Amount,
         kind: TransferKind,
         pending: Option<TransferTimeout>,
+        tags: Tags,
     },
     /// The post or void of a hold; `sides` are its two accounts when the engine placed the hold
     /// (transfer rows never change accounts), so it can queue and lock with them.
@@ -49,6 +50,7 @@ impl Op {
             amount: m.amount,
             kind: m.kind,
             pending: t.pending,
+            tags: t.tags.clone(),
         }
     }
 
@@ -68,6 +70,7 @@ impl Op {
                 amount,
                 kind,
                 pending,
+                tags,
             } => Some(NewTransfer {
                 movement: Movement {
                     id,
@@ -77,6 +80,7 @@ impl Op {
                     kind: *kind,
                 },
                 pending: *pending,
+                tags,
             }),
             Op::Settle { .. } => None,
         }

@@ -150,6 +150,7 @@ fn same_as_placed(ops: &[&Op], placed: &[usize], n: usize, t: &NewTransfer<'_>) 
         let (a, b) = (&f.movement, &t.movement);
         (a.from, a.to, a.amount, a.kind) == (b.from, b.to, b.amount, b.kind)
             && f.pending.map(|p| p.secs()) == t.pending.map(|p| p.secs())
+            && f.tags == t.tags
     });
     if same {
         Decision::Placed { n, replayed: true }
@@ -215,6 +216,7 @@ mod tests {
             amount: Amount::new(amount).expect("amount"),
             kind,
             pending: pending.then(TransferTimeout::default),
+            tags: crate::domain::Tags::NONE,
         }
     }
 

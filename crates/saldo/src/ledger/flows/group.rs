@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::domain::{AccountId, GroupId, InputError as In, MAX_GROUP_TRANSFERS};
+use crate::domain::{AccountId, GroupId, InputError as In, Tags, MAX_GROUP_TRANSFERS};
 use crate::error::Error;
 use crate::ledger::apply::{self, NewTransfer};
 use crate::ledger::rows::{accounts, journal};
@@ -33,6 +33,7 @@ pub(crate) async fn transfer_group(store: &Store, request: &GroupRequest) -> Res
         .map(|l| NewTransfer {
             movement: l.transfer.movement(),
             pending: l.pending,
+            tags: &l.transfer.tags,
         })
         .collect();
     let mut seen = BTreeSet::new();
@@ -42,7 +43,7 @@ pub(crate) async fn transfer_group(store: &Store, request: &GroupRequest) -> Res
         }
         apply::validate(&t.movement).map_err(|e| refused(&request.id, &ts, index, e.into()))?;
     }
-    apply_group(store, &request.id, &ts).await
+    apply_group(store, &request.id, &request.tags, &ts).await
 }
 
 /// The group as one transaction, rerun as a replay when a concurrent copy of it committed
@@ -50,6 +51,7 @@ pub(crate) async fn transfer_group(store: &Store, request: &GroupRequest) -> Res
 async fn apply_group(
     store: &Store,
     group: &GroupId,
+    tags: &Tags,
     ts: &[NewTransfer<'_>],
 ) -> Result<Group, Error> {
     let dialect = store.dialect();
@@ -61,7 +63,7 @@ async fn apply_group(
             &store.tx,
             Operation::TransferGroup,
             sql::GROUPS_KEY,
-            |client| crate::write_tx!(client, writer => |tx| place_group(tx.clone(), group, ts)),
+            |client| crate::write_tx!(client, writer => |tx| place_group(tx.clone(), group, tags, ts)),
         )
         .await;
         match result {
@@ -85,7 +87,12 @@ fn refused(group: &GroupId, ts: &[NewTransfer<'_>], index: usize, source: Error)
     }
 }
 
-async fn place_group(tx: Tx<'_>, group: &GroupId, ts: &[NewTransfer<'_>]) -> Result<Group, Error> {
+async fn place_group(
+    tx: Tx<'_>,
+    group: &GroupId,
+    tags: &Tags,
+    ts: &[NewTransfer<'_>],
+) -> Result<Group, Error> {
     let accounts: Vec<AccountId> = ts
         .iter()
         .flat_map(|t| [t.movement.from, t.movement.to])
@@ -94,8 +101,11 @@ async fn place_group(tx: Tx<'_>, group: &GroupId, ts: &[NewTransfer<'_>]) -> Res
     // journal shard; Citus allows that only over one connection per node.
     tx.batch(&sql::SEQUENTIAL).await?;
     let mut locked = accounts::lock(&tx, &accounts).await?;
-    if let Some(existing) = journal::find_group(&tx, group).await? {
-        return replay(group, existing, ts);
+    if let Some((stored, existing)) = journal::find_group(&tx, group).await? {
+        if stored != *tags {
+            return Err(Error::GroupConflict(group.clone()));
+        }
+        return replay(group, stored, existing, ts);
     }
     let ids: Vec<&str> = ts.iter().map(|t| t.movement.id.as_str()).collect();
     let taken = journal::find_many(&tx, &ids).await?;
@@ -107,20 +117,22 @@ async fn place_group(tx: Tx<'_>, group: &GroupId, ts: &[NewTransfer<'_>]) -> Res
     for (index, t) in ts.iter().enumerate() {
         currencies.push(apply::place(&mut locked, t).map_err(|e| refused(group, ts, index, e))?);
     }
-    journal::insert_group(&tx, group, ts.len()).await?;
+    journal::insert_group(&tx, group, ts.len(), tags).await?;
     let transfers = journal::insert_many(&tx, ts, &currencies, Some(group)).await?;
     accounts::write(&tx, &locked).await?;
     Ok(Group {
         id: group.clone(),
         transfers,
         replayed: false,
+        tags: tags.clone(),
     })
 }
 
-/// The group id is taken: the same transfers answer the group as it was, anything else is a
+/// The group id is taken (with the same reference and metadata): the same transfers answer the group as it was, anything else is a
 /// conflict.
 fn replay(
     group: &GroupId,
+    tags: Tags,
     existing: Vec<Transfer>,
     ts: &[NewTransfer<'_>],
 ) -> Result<Group, Error> {
@@ -142,5 +154,6 @@ fn replay(
             })
             .collect(),
         replayed: true,
+        tags,
     })
 }

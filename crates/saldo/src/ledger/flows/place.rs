@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::ledger::apply::{self, NewTransfer};
 use crate::ledger::rows::{accounts, journal};
 use crate::ledger::sql;
-use crate::ledger::types::{MoveFunds, Movement, Transfer};
+use crate::ledger::types::{MoveFunds, Transfer};
 use crate::operation::Operation;
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -52,7 +52,7 @@ pub(crate) async fn move_alone(
     store: &Store,
     strategy: &dyn MoveFunds,
     operation: Operation,
-    m: Movement<'_>,
+    t: NewTransfer<'_>,
 ) -> Result<Transfer, Error> {
     let dialect = store.dialect();
     let writer = store.writer();
@@ -61,7 +61,7 @@ pub(crate) async fn move_alone(
         &store.tx,
         operation,
         sql::transfers_key(dialect),
-        |client| crate::write_tx!(client, writer => |tx| move_one(tx.clone(), strategy, m)),
+        |client| crate::write_tx!(client, writer => |tx| move_one(tx.clone(), strategy, t)),
     )
     .await
 }
@@ -69,9 +69,9 @@ pub(crate) async fn move_alone(
 async fn move_one(
     tx: Tx<'_>,
     strategy: &dyn MoveFunds,
-    m: Movement<'_>,
+    t: NewTransfer<'_>,
 ) -> Result<Transfer, Error> {
-    let t = NewTransfer::posted(m);
+    let m = t.movement;
     if let Some(existing) = journal::find(&tx, m.id).await? {
         return apply::replay(existing, &t);
     }

@@ -9,13 +9,15 @@
 use std::collections::HashMap;
 
 use crate::domain::AccountId;
-use crate::domain::{GroupId, TransferId, TransferStatus};
+use crate::domain::{GroupId, Tags, TransferId, TransferStatus};
 use crate::error::Error;
 use crate::ledger::apply::NewTransfer;
 use crate::ledger::currency::Currency;
 use crate::ledger::rows::events;
 use crate::ledger::sql;
-use crate::ledger::types::{account_from_db, currency_from_db, Transfer, TransferKind};
+use crate::ledger::types::{
+    account_from_db, currency_from_db, tags_from_db, Transfer, TransferKind,
+};
 use crate::store::dialect::{Param, Tx};
 
 /// A [`Transfer`] from a row with the transfer columns.
@@ -57,6 +59,7 @@ pub(crate) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfe
             .try_get::<_, Option<String>>("group_id")?
             .map(GroupId::new)
             .transpose()?,
+        tags: tags_from_db(row)?,
     })
 }
 
@@ -95,25 +98,35 @@ pub(crate) async fn find_many(
         .collect())
 }
 
-/// The group's transfers in request order, if the group exists.
-pub(crate) async fn find_group(tx: &Tx<'_>, id: &GroupId) -> Result<Option<Vec<Transfer>>, Error> {
-    if tx
-        .query_opt(&sql::FIND_GROUP, &[&id.as_str()])
-        .await?
-        .is_none()
-    {
+/// The group's own reference and metadata and its transfers in request order, if the group
+/// exists.
+pub(crate) async fn find_group(
+    tx: &Tx<'_>,
+    id: &GroupId,
+) -> Result<Option<(Tags, Vec<Transfer>)>, Error> {
+    let Some(group) = tx.query_opt(&sql::FIND_GROUP, &[&id.as_str()]).await? else {
         return Ok(None);
-    }
+    };
     let rows = tx.query(&sql::OF_GROUP, &[&id.as_str()]).await?;
-    Ok(Some(parse_all(&rows, false)?))
+    Ok(Some((tags_from_db(&group)?, parse_all(&rows, false)?)))
 }
 
 /// Records a linked group's id (its transfers carry it).
-pub(crate) async fn insert_group(tx: &Tx<'_>, id: &GroupId, size: usize) -> Result<(), Error> {
+pub(crate) async fn insert_group(
+    tx: &Tx<'_>,
+    id: &GroupId,
+    size: usize,
+    tags: &Tags,
+) -> Result<(), Error> {
     // Bounded by MAX_GROUP_TRANSFERS (100).
     let size = i16::try_from(size).unwrap_or(i16::MAX);
-    tx.execute(&sql::INSERT_GROUP, &[&id.as_str(), &size])
-        .await?;
+    let reference = tags.reference.as_ref().map(|r| r.as_str());
+    let metadata = tags.metadata_json();
+    tx.execute(
+        &sql::INSERT_GROUP,
+        &[&id.as_str(), &size, &reference, &metadata],
+    )
+    .await?;
     Ok(())
 }
 
@@ -134,6 +147,8 @@ struct Columns<'t> {
     timeouts: Vec<Option<i32>>,
     positions: Vec<Option<i16>>,
     currencies: Vec<&'t str>,
+    references: Vec<Option<&'t str>>,
+    metadata: Vec<Option<serde_json::Value>>,
     group: Option<&'t str>,
 }
 
@@ -163,6 +178,11 @@ impl<'t> Columns<'t> {
             positions: (0..ts.len())
                 .map(|i| group.map(|_| i16::try_from(i).unwrap_or(i16::MAX)))
                 .collect(),
+            references: ts
+                .iter()
+                .map(|t| t.tags.reference.as_ref().map(|r| r.as_str()))
+                .collect(),
+            metadata: ts.iter().map(|t| t.tags.metadata_json()).collect(),
             group: group.map(GroupId::as_str),
         }
     }
@@ -188,7 +208,7 @@ pub(crate) async fn insert_many(
     let rows = if tx.dialect().is_citus() {
         insert_citus(tx, &c).await?
     } else {
-        let params: [Param<'_>; 10] = [
+        let params: [Param<'_>; 12] = [
             &c.ids,
             &c.from,
             &c.to,
@@ -199,6 +219,8 @@ pub(crate) async fn insert_many(
             &c.positions,
             &c.group,
             &c.currencies,
+            &c.references,
+            &c.metadata,
         ];
         tx.query(&sql::INSERT_TRANSFERS, &params).await?
     };
@@ -247,6 +269,8 @@ async fn insert_citus(tx: &Tx<'_>, c: &Columns<'_>) -> Result<Vec<tokio_postgres
                 &c.kinds[t],
                 &c.statuses[t],
                 &c.currencies[t],
+                &c.references[t],
+                &c.metadata[t],
                 &c.timeouts[t],
                 &c.timeouts[t],
                 &c.group,
