@@ -1,7 +1,7 @@
 -- References and metadata (issue 26, part 2): a transfer, hold, group and account may carry the
 -- caller's own id for it (`reference`: a payment, an invoice, a cart; 1..=128 characters, not
 -- unique) and `metadata` (a JSON object of at most 16 string values; keys 1..=64 characters,
--- values at most 256, at most 4 KiB as JSON). The service validates both before they get here
+-- values at most 256, so at most about 20 KiB as JSON). The service validates both before they get here
 -- (`domain::Reference`, `domain::Metadata`); the CHECKs keep the shape for any other writer.
 --
 -- Both are part of a transfer's and a group's idempotency comparison (the same id with another

@@ -78,12 +78,22 @@ pub fn reference() -> Schema {
 
 /// Metadata: an object of string values within its bounds.
 pub fn metadata() -> Schema {
+    // The same rules `Metadata::new` keeps, so a generator of valid bodies never meets a 422.
+    let no_control =
+        |max: usize, min: usize| format!("^[^\\u0000-\\u001F\\u007F-\\u009F]{{{min},{max}}}$");
     let value = Object::builder()
         .schema_type(Type::String)
-        .max_length(Some(MAX_METADATA_VALUE_LEN));
+        .max_length(Some(MAX_METADATA_VALUE_LEN))
+        .pattern(Some(no_control(MAX_METADATA_VALUE_LEN, 0)));
+    let key = Object::builder()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_METADATA_KEY_LEN))
+        .pattern(Some(no_control(MAX_METADATA_KEY_LEN, 1)));
     Object::builder()
         .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
         .max_properties(Some(MAX_METADATA_KEYS))
+        .property_names(Some(key))
         .additional_properties(Some(value))
         .description(Some(format!(
             "String values the caller attaches: at most {MAX_METADATA_KEYS} keys of \

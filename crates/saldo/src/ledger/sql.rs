@@ -199,7 +199,8 @@ pub(crate) const CITUS_INSERT_POSITIONS: Sql = Sql::same(
 /// PostgreSQL's 65,535, and a bounded number of statement texts per process.
 pub(crate) const CITUS_SIDES_CHUNK: usize = 64;
 /// Citus: side rows as multi-row `VALUES`, per row its account, id, from, to, amount, kind,
-/// status, currency, reference, metadata, timeout (twice: the column and the deadline), group and group position. Citus routes
+/// status, currency, reference, metadata, timeout (twice: the column and the deadline), group
+/// and group position. Citus routes
 /// each row to its account's shard (an `INSERT … SELECT FROM unnest` runs through the
 /// coordinator, the slow path) and evaluates `now()` on the coordinator, so both sides carry
 /// one `created_at` and one deadline (the last column's text closes with `created_at`'s
@@ -328,19 +329,19 @@ mod tests {
     use super::*;
 
     /// The Citus sides write the columns the single node's INSERT writes, plus the side's
-    /// account and `created_at`; row `i` takes parameters 1 + 12i ..= 12 + 12i.
+    /// account and `created_at`; row `i` takes parameters 1 + 14i ..= 14 + 14i.
     #[test]
     fn the_citus_sides_number_their_parameters_per_row() {
         let two = CITUS_INSERT_SIDES.statement(2);
         assert!(two.starts_with("INSERT INTO transfers (account_id, id, from_account"));
         assert!(two.contains("VALUES ($1::bigint, $2::text,"));
         assert!(two.contains(
-            "$8::text, $9::int, now() + make_interval(secs => $10::int), $11::text, \
-             $12::smallint, now()), ($13::bigint, $14::text,"
+            "$8::text, $9::text, $10::jsonb, $11::int, now() + make_interval(secs => $12::int), \
+             $13::text, $14::smallint, now()), ($15::bigint, $16::text,"
         ));
-        assert!(two.contains("$24::smallint, now()) RETURNING account_id, "));
-        assert!(!two.contains("$25"));
-        assert_eq!(CITUS_INSERT_SIDES.width(), 12);
+        assert!(two.contains("$28::smallint, now()) RETURNING account_id, "));
+        assert!(!two.contains("$29"));
+        assert_eq!(CITUS_INSERT_SIDES.width(), 14);
     }
 
     #[test]
