@@ -98,7 +98,9 @@ async fn request_timeout_answers_503_problem() {
     let state = state_with(
         db.pool.clone(),
         RawSettings {
-            request_timeout_ms: 200,
+            // Long enough for the setup's own requests on a loaded machine (200 ms was not, in
+            // CI's two lanes); the held lock keeps the request under test waiting past it.
+            request_timeout_ms: DEADLINE_MS,
             ..RawSettings::default()
         },
     );
@@ -188,7 +190,9 @@ async fn timed_out_request_leaves_no_half_transaction_behind() {
     let state = state_with(
         db.pool.clone(),
         RawSettings {
-            request_timeout_ms: 200,
+            // Long enough for the setup's own requests on a loaded machine (200 ms was not, in
+            // CI's two lanes); the held lock keeps the request under test waiting past it.
+            request_timeout_ms: DEADLINE_MS,
             ..RawSettings::default()
         },
     );
@@ -206,7 +210,7 @@ async fn timed_out_request_leaves_no_half_transaction_behind() {
     tx.execute("SELECT 1 FROM stock WHERE product_id = 1 FOR UPDATE", &[])
         .await
         .expect("lock");
-    // The deadline (200 ms) caps the lock timeout: the answer says "not applied", and it is
+    // The deadline caps the lock timeout: the answer says "not applied", and it is
     // true. (It used to be a bare 503 `timeout` while the reservation committed later.)
     let timed_out = app.reserve("o-abandoned", &[(1, 1)]).await;
     assert_not_applied(&timed_out);
@@ -221,6 +225,9 @@ async fn timed_out_request_leaves_no_half_transaction_behind() {
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text);
     assert_eq!(retry.body["replayed"], false);
 }
+
+/// The request deadline of the tests whose request outwaits a held lock.
+const DEADLINE_MS: u64 = 1_500;
 
 /// A 503 that says the write was not applied.
 #[track_caller]
@@ -250,7 +257,7 @@ async fn batched_requests_past_their_deadline_are_not_applied_later() {
     let state = state_with_strategy(
         db.pool.clone(),
         RawSettings {
-            request_timeout_ms: 300,
+            request_timeout_ms: DEADLINE_MS,
             ..RawSettings::default()
         },
         StrategyName::Batched,
