@@ -43,6 +43,9 @@ pub enum InnoDbError {
     Timeout { what: &'static str },
     #[error("{0}")]
     Input(String),
+    /// A race parameter outside its bound (the same check as the PostgreSQL lab's).
+    #[error(transparent)]
+    OutOfRange(#[from] crate::race::types::OutOfRange),
     #[error("a task of the race failed: {0}")]
     Join(#[from] tokio::task::JoinError),
 }

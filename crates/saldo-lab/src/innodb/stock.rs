@@ -23,13 +23,20 @@ use rand::Rng;
 
 use crate::innodb::db::{with_retry, InnoDbError, Isolation, Lab, Retries, OP_TIMEOUT};
 use crate::innodb::report::InnoReport;
+use crate::race::types::StockBounds;
 
 /// Attempts of one optimistic buyer before it gives up with a conflict.
 pub const OPTIMISTIC_ATTEMPTS: u32 = 200;
-pub const MAX_BUYERS: u32 = 5_000;
-pub const MAX_STOCK: u32 = 1_000_000;
+/// Tighter than PostgreSQL's (`race::types::STOCK_BOUNDS`): one private server, a connection
+/// per buyer.
+pub const INNODB_STOCK_BOUNDS: StockBounds = StockBounds {
+    buyers: 5_000,
+    stock: 1_000_000,
+    runs: MAX_RUNS,
+    think_ms: 1_000,
+};
+/// Most runs of an InnoDB race, stock or transfers.
 pub const MAX_RUNS: u32 = 100;
-pub const MAX_THINK_MS: u64 = 1_000;
 
 /// The stock strategies of the InnoDB lab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,19 +114,7 @@ impl StockRace {
         think_ms: u64,
         isolation: Isolation,
     ) -> Result<StockRace, InnoDbError> {
-        let within = |name: &str, v: u64, max: u64| {
-            if (1..=max).contains(&v) {
-                Ok(())
-            } else {
-                Err(InnoDbError::Input(format!(
-                    "{name} {v}: expected 1..={max}"
-                )))
-            }
-        };
-        within("buyers", buyers.into(), MAX_BUYERS.into())?;
-        within("stock", stock.into(), MAX_STOCK.into())?;
-        within("runs", runs.into(), MAX_RUNS.into())?;
-        within("think-ms", think_ms.max(1), MAX_THINK_MS)?;
+        INNODB_STOCK_BOUNDS.check(buyers, stock, runs, think_ms)?;
         Ok(StockRace {
             scenario,
             buyers,

@@ -20,6 +20,8 @@ use mysql_async::prelude::Queryable;
 
 use crate::innodb::db::{with_retry, InnoDbError, Isolation, Lab, Retries, OP_TIMEOUT};
 use crate::innodb::report::InnoReport;
+use crate::innodb::stock::MAX_RUNS;
+use crate::race::types::bounded;
 
 pub const OPENING_BALANCE: i64 = 100_000;
 pub const TRANSFER_AMOUNT: i64 = 10;
@@ -77,11 +79,8 @@ impl TransferRace {
         retry: bool,
         isolation: Isolation,
     ) -> Result<TransferRace, InnoDbError> {
-        if !(2..=MAX_TRANSFERS).contains(&transfers) || !(1..=100).contains(&runs) {
-            return Err(InnoDbError::Input(format!(
-                "transfers {transfers} (2..={MAX_TRANSFERS}), runs {runs} (1..=100)"
-            )));
-        }
+        bounded("transfers", transfers.into(), 2, MAX_TRANSFERS.into())?;
+        bounded("runs", runs.into(), 1, MAX_RUNS.into())?;
         Ok(TransferRace {
             transfers,
             runs,

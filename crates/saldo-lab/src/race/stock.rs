@@ -19,9 +19,7 @@ use saldo::stock::{admin, ReserveRequest, StrategyConfig};
 use crate::checks;
 pub use crate::race::buyers::{buy_all, Tally};
 use crate::race::types::RunDone;
-use crate::race::types::{
-    bounded, LabError, OutOfRange, Report, Scenario, MAX_BUYERS, MAX_RUNS, MAX_STOCK, MAX_THINK_MS,
-};
+use crate::race::types::{LabError, OutOfRange, Report, Scenario, STOCK_BOUNDS};
 use crate::scratch::Scratch;
 use crate::strategy::LabStrategy;
 
@@ -56,10 +54,7 @@ impl StockRace {
         think_ms: u64,
         seed: u64,
     ) -> Result<StockRace, OutOfRange> {
-        bounded("buyers", buyers.into(), 1, MAX_BUYERS.into())?;
-        bounded("stock", stock.into(), 1, MAX_STOCK.into())?;
-        bounded("runs", runs.into(), 1, MAX_RUNS.into())?;
-        bounded("think-ms", think_ms, 0, MAX_THINK_MS)?;
+        STOCK_BOUNDS.check(buyers, stock, runs, think_ms)?;
         Ok(StockRace {
             scenario,
             buyers,
@@ -103,6 +98,7 @@ impl StockRace {
                     order_id: OrderId::new(format!("race-{run}-{i}"))?,
                     items: OrderItems::new(items)?,
                     ttl: Ttl::default(),
+                    tags: saldo::domain::Tags::NONE,
                 })
             })
             .collect()

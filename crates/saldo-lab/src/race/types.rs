@@ -19,6 +19,40 @@ pub const MAX_STOCK: u32 = 1_000_000;
 pub const MAX_THINK_MS: u64 = 1_000;
 /// Most transfers per run (the crossed-transfers race uses 200).
 pub const MAX_TRANSFERS: u32 = 10_000;
+/// The bounds of a stock race's parameters, one set per lab (the InnoDB lab's are tighter).
+#[derive(Debug, Clone, Copy)]
+pub struct StockBounds {
+    pub buyers: u32,
+    pub stock: u32,
+    pub runs: u32,
+    pub think_ms: u64,
+}
+
+/// The PostgreSQL lab's stock bounds.
+pub const STOCK_BOUNDS: StockBounds = StockBounds {
+    buyers: MAX_BUYERS,
+    stock: MAX_STOCK,
+    runs: MAX_RUNS,
+    think_ms: MAX_THINK_MS,
+};
+
+impl StockBounds {
+    /// Checks a race's buyers, stock and runs (each at least 1) and think time (0 allowed).
+    pub fn check(
+        &self,
+        buyers: u32,
+        stock: u32,
+        runs: u32,
+        think_ms: u64,
+    ) -> Result<(), OutOfRange> {
+        bounded("buyers", buyers.into(), 1, self.buyers.into())?;
+        bounded("stock", stock.into(), 1, self.stock.into())?;
+        bounded("runs", runs.into(), 1, self.runs.into())?;
+        bounded("think-ms", think_ms, 0, self.think_ms)?;
+        Ok(())
+    }
+}
+
 /// A run that has not finished after this long is abandoned with an error.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 pub use crate::scratch::{LAB_POOL_SIZE, LAB_POOL_WAIT_MS};

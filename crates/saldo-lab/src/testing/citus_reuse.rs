@@ -26,6 +26,9 @@ pub const MAX_SPARES: usize = 4;
 
 /// How long emptying a spare may wait for a lock or a statement before the spare is dropped.
 const RESET_LIMIT_MS: u64 = 30_000;
+/// How long a connection to a node may take: a node that does not answer in this time makes
+/// the spare a refusal (it is dropped), never a test that hangs.
+const CONNECT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A node's catalogs in one digest: everything a test could change besides rows.
 const CATALOG_DIGEST: &str = "\
@@ -122,9 +125,10 @@ async fn connect(
     node: &pg_local::Cluster,
     database: &str,
 ) -> Result<tokio_postgres::Client, Refusal> {
-    let (client, connection) = tokio_postgres::connect(&node.url(database), NoTls)
-        .await
-        .map_err(failed("connect"))?;
+    let mut config: tokio_postgres::Config =
+        node.url(database).parse().map_err(failed("connect"))?;
+    config.connect_timeout(CONNECT_LIMIT);
+    let (client, connection) = config.connect(NoTls).await.map_err(failed("connect"))?;
     tokio::spawn(connection);
     Ok(client)
 }

@@ -24,13 +24,23 @@ pub struct InnoArgs {
     #[arg(long, env = "SALDO_MARIADB_URL", hide_env_values = true)]
     pub mariadb_url: Option<String>,
     /// With --mariadb/--mariadb-url: repeatable-read (InnoDB's default) or read-committed.
-    #[arg(long, default_value = "repeatable-read")]
-    pub isolation: String,
+    /// (On PostgreSQL each lab strategy sets its own level, so the flag is refused there.)
+    #[arg(long)]
+    pub isolation: Option<String>,
 }
 
 impl InnoArgs {
-    pub fn wanted(&self) -> bool {
-        self.mariadb || self.mariadb_url.is_some()
+    /// Whether the race runs on InnoDB; `--isolation` without a MariaDB to apply it to is an
+    /// error rather than a flag silently ignored.
+    pub fn wanted(&self) -> Result<bool> {
+        let wanted = self.mariadb || self.mariadb_url.is_some();
+        if !wanted && self.isolation.is_some() {
+            bail!(
+                "--isolation applies to the InnoDB races only (with --mariadb or --mariadb-url); \
+                 on PostgreSQL each lab strategy sets its own isolation level"
+            );
+        }
+        Ok(wanted)
     }
 }
 
@@ -49,7 +59,7 @@ pub struct Plan {
 
 /// Validates, starts (or reaches) the server, races, prints.
 pub async fn run(inno: InnoArgs, plan: Plan) -> Result<ExitCode> {
-    let isolation = Isolation::parse(&inno.isolation)?;
+    let isolation = Isolation::parse(inno.isolation.as_deref().unwrap_or("repeatable-read"))?;
     let race = Race::new(&plan, isolation)?;
     let (opts, server) = match inno.mariadb_url {
         Some(url) => (Lab::opts_from_url(&url)?, None),
@@ -128,4 +138,29 @@ fn print(reports: &[InnoReport], json: bool) -> Result<()> {
         println!("{report}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InnoArgs;
+
+    fn args(mariadb: bool, isolation: Option<&str>) -> InnoArgs {
+        InnoArgs {
+            mariadb,
+            mariadb_url: None,
+            isolation: isolation.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn isolation_without_a_mariadb_is_refused_not_ignored() {
+        let refused = args(false, Some("read-committed")).wanted();
+        assert!(
+            matches!(&refused, Err(e) if e.to_string().contains("--mariadb")),
+            "{refused:?}"
+        );
+        assert!(matches!(args(false, None).wanted(), Ok(false)));
+        assert!(matches!(args(true, Some("read-committed")).wanted(), Ok(true)));
+        assert!(matches!(args(true, None).wanted(), Ok(true)));
+    }
 }

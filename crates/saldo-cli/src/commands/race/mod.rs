@@ -147,7 +147,7 @@ impl Options {
 
 /// Validates, finds the server (only its scratch database is touched), races and prints.
 pub async fn run(args: Args, global: Global) -> Result<ExitCode> {
-    if args.innodb.wanted() {
+    if args.innodb.wanted()? {
         let plan = innodb::Plan {
             scenario: args.scenario,
             strategy: args.strategy,
