@@ -17,7 +17,7 @@
 //!
 //! ```no_run
 //! use saldo::db::{self, PoolOptions};
-//! use saldo::domain::{OrderId, OrderItems, ProductId, Ttl};
+//! use saldo::domain::{OrderId, OrderItems, ProductId, Tags, Ttl};
 //! use saldo::retry::TxOptions;
 //! use saldo::stock::{admin, build, ReserveRequest, StrategyConfig, StrategyName, Store};
 //!
@@ -32,6 +32,7 @@
 //!     order_id: OrderId::new("order-1")?,
 //!     items: OrderItems::new([(42, 1)])?,
 //!     ttl: Ttl::default(),
+//!     tags: Tags::NONE,
 //! };
 //! match stock.reserve(&request).await {
 //!     Ok(reservation) => println!("reserved until {}", reservation.items[0].expires_at),

@@ -74,6 +74,14 @@ pub(crate) fn tags(
     })
 }
 
+/// `tags` as an answer shows them: the reference as a string, the metadata as a JSON object.
+pub(crate) fn shown_tags(tags: Tags) -> (Option<String>, Option<serde_json::Value>) {
+    (
+        tags.reference.map(|r| r.as_str().to_owned()),
+        tags.metadata.as_ref().map(Metadata::to_json),
+    )
+}
+
 impl TransferBody {
     /// The validated transfer; `default_timeout` for a hold that names none.
     pub fn parse(self, default_timeout: TransferTimeout) -> Result<LinkedTransfer, ApiError> {

@@ -5,6 +5,7 @@
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
+use saldo::domain::Reference;
 use saldo::listing::{self, Cursor, ListKind, PageLimit};
 use saldo::stock::Status;
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,9 @@ impl From<StatusFilter> for Status {
 pub struct OrdersQuery {
     /// Only orders with this status (see `ReservationView.status`).
     pub status: Option<StatusFilter>,
+    /// Only orders whose reserve request carried this reference.
+    #[param(schema_with = schema::reference)]
+    pub reference: Option<String>,
     #[param(schema_with = schema::page_limit)]
     pub limit: Option<i64>,
     #[param(schema_with = schema::orders_cursor)]
@@ -145,13 +149,13 @@ pub async fn list_products(
     }))
 }
 
-/// Orders by ascending id, optionally only those with one status.
+/// Orders by ascending id, optionally only those with one status or one reference.
 #[utoipa::path(get, path = "/v1/orders", tag = "orders",
     params(OrdersQuery),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "One page of orders", body = OrdersPage),
-        (status = 422, description = "Unknown status, `limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Unknown status, a reference out of its bounds, `limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn list_orders(
     _: Client,
@@ -160,12 +164,16 @@ pub async fn list_orders(
 ) -> Result<Json<OrdersPage>, ApiError> {
     let (limit, cursor) = page(ListKind::Orders, query.limit, query.cursor.as_deref())?;
     let status = query.status.map(Status::from);
+    let reference = query.reference.map(Reference::new).transpose()?;
     let store = state.store().clone();
-    let page =
-        detached(
-            async move { listing::stock::orders(&store, status, limit, cursor.as_ref()).await },
-        )
-        .await?;
+    let page = detached(async move {
+        let cursor = cursor.as_ref();
+        match reference {
+            Some(r) => listing::stock::orders_by_reference(&store, &r, status, limit, cursor).await,
+            None => listing::stock::orders(&store, status, limit, cursor).await,
+        }
+    })
+    .await?;
     Ok(Json(OrdersPage {
         orders: page
             .items

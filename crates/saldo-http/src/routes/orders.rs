@@ -17,7 +17,7 @@ use saldo::stock::{Placement, RereserveRequest, Reservation, ReserveRequest, Res
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::bodies::{order_items, ItemRequest};
+use super::bodies::{order_items, shown_tags, tags, ItemRequest};
 use super::extract::{ApiJson, ApiPath};
 use super::params::OrderPath;
 use super::schema;
@@ -68,6 +68,15 @@ pub struct ReserveBody {
     #[serde(default, deserialize_with = "super::numbers::opt_u64")]
     #[schema(schema_with = schema::ttl_s)]
     pub ttl_s: Option<u64>,
+    /// The caller's id for the order (a cart, a checkout, a payment): kept with the order,
+    /// shown in every answer about it, searchable (`GET /v1/orders?reference=`) and part of the
+    /// idempotency comparison.
+    #[serde(default)]
+    #[schema(schema_with = schema::reference)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = schema::metadata)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// Take again what an order lost (expired or released before payment), all or nothing.
@@ -163,6 +172,11 @@ pub struct ReservationView {
     pub expires_at: DateTime<Utc>,
     /// True when this request had been made before: nothing was taken now.
     pub replayed: bool,
+    /// The order's reference, as its first request gave it.
+    pub reference: Option<String>,
+    /// The order's metadata, as its first request gave it.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// What a confirm did.
@@ -193,6 +207,11 @@ pub struct OrderView {
     /// `released` if any was released; else `expired`. What `GET /v1/orders` says of the order.
     pub status: ItemStatus,
     pub items: Vec<ItemView>,
+    /// The order's reference, as its first request gave it.
+    pub reference: Option<String>,
+    /// The order's metadata, as its first request gave it.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// The reservation's items and where they may come from. A product named twice is summed (as
@@ -247,7 +266,7 @@ fn order_id(raw: String) -> Result<OrderId, ApiError> {
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown product (`unknown-product`, `product_id`) or a location the product is not stocked at (`unknown-location`, `product_id`, `location_id`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Insufficient stock (`product_id`; at the named location, in one location for `single`, in all for `split`) or idempotency conflict (the order was reserved with other items)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient stock (`product_id`; at the named location, in one location for `single`, in all for `split`) or idempotency conflict (the order was reserved with other items, reference or metadata)", body = Problem, content_type = PROBLEM_JSON),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid input (a product named with two different locations included)", body = Problem, content_type = PROBLEM_JSON),
@@ -266,6 +285,7 @@ pub async fn reserve(
         order_id,
         items,
         ttl,
+        tags: tags(body.reference, body.metadata)?,
     };
     let stock = state.stock.clone();
     let reservation =
@@ -300,6 +320,7 @@ fn reservation_response(
     } else {
         StatusCode::CREATED
     };
+    let (reference, metadata) = shown_tags(reservation.tags);
     Ok((
         code,
         Json(ReservationView {
@@ -308,6 +329,8 @@ fn reservation_response(
             items,
             expires_at,
             replayed: reservation.replayed,
+            reference,
+            metadata,
         }),
     ))
 }
@@ -473,10 +496,14 @@ pub async fn get_order(
 ) -> Result<Json<OrderView>, ApiError> {
     let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
     let id = order_id.clone();
-    let items = views(&detached(async move { stock.order(&id).await }).await?);
+    let (items, tags) = detached(async move { stock.order_with_tags(&id).await }).await?;
+    let items = views(&items);
+    let (reference, metadata) = shown_tags(tags);
     Ok(Json(OrderView {
         order_id: order_id.as_str().to_owned(),
         status: ItemStatus::of_order(items.iter().map(|i| i.status)),
         items,
+        reference,
+        metadata,
     }))
 }

@@ -1,7 +1,8 @@
 //! Direct sales: `POST /v1/sales` takes units from available straight to sold, all
 //! items or none, for payment methods that clear too late to hold a reservation.
 //! 201 when sold now; 200 with the original result and `"replayed": true` when the same sale
-//! id comes again with the same items; 409 `idempotency-conflict` with other items. Refusals
+//! id comes again with the same items, reference and metadata; 409 `idempotency-conflict` with
+//! anything else. Refusals
 //! are a reservation's (409 `insufficient-stock`, 404 `unknown-product`), counted alike.
 
 use axum::extract::State;
@@ -13,7 +14,7 @@ use saldo::stock::{Sale, SaleRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::bodies::{order_items, ItemRequest};
+use super::bodies::{order_items, shown_tags, tags, ItemRequest};
 use super::extract::ApiJson;
 use super::schema;
 use super::task::detached;
@@ -29,6 +30,14 @@ pub struct SaleBody {
     pub sale_id: String,
     #[schema(schema_with = schema::items)]
     pub items: Vec<ItemRequest>,
+    /// The caller's id for the sale (a payment, an invoice, a cart); part of the idempotency
+    /// comparison.
+    #[serde(default)]
+    #[schema(schema_with = schema::reference)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = schema::metadata)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// One product of a sale.
@@ -47,10 +56,16 @@ pub struct SaleView {
     pub sold_at: DateTime<Utc>,
     /// True when this sale had been made before: nothing was taken now.
     pub replayed: bool,
+    /// The caller's reference, as given.
+    pub reference: Option<String>,
+    /// The caller's metadata, as given.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl From<Sale> for SaleView {
     fn from(s: Sale) -> Self {
+        let (reference, metadata) = shown_tags(s.tags);
         SaleView {
             sale_id: s.sale_id.as_str().to_owned(),
             items: s
@@ -63,6 +78,8 @@ impl From<Sale> for SaleView {
                 .collect(),
             sold_at: s.sold_at,
             replayed: s.replayed,
+            reference,
+            metadata,
         }
     }
 }
@@ -78,7 +95,7 @@ impl From<Sale> for SaleView {
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the sale id was used with other items)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the sale id was used with other items, reference or metadata)", body = Problem, content_type = PROBLEM_JSON),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM_JSON),
@@ -92,7 +109,12 @@ pub async fn sell(
     let sale_id = SaleId::new(body.sale_id)?;
     crate::access_log::note_sale_id(&sale_id);
     let items = order_items(&body.items)?;
-    let request = SaleRequest { sale_id, items };
+    let tags = tags(body.reference, body.metadata)?;
+    let request = SaleRequest {
+        sale_id,
+        items,
+        tags,
+    };
     let stock = state.stock.clone();
     let sale = detached(async move { stock.sell(&request).await })
         .await

@@ -1,7 +1,8 @@
 //! The shop routes: `POST /v1/orders/{id}/extend` (200, 409 `reservation-expired` whether or
 //! not the sweeper ran, 409 `nothing-to-extend`, 422 `hold-limit` and bad `ttl_s`, 404) and
 //! `POST /v1/sales` (201, replay 200, 409 conflict and stock, 404, 422; the audit stays clean)
-//! and `POST /v1/admin/repair` (dry run by default, `{"apply": true}` fixes, admin only).
+//! and `POST /v1/admin/repair` (dry run by default, `{"apply": true}` fixes, admin only); an
+//! order's and a sale's `reference` and `metadata` (shown, compared on replay, searchable).
 //! Run on `atomic` (tests.rs) and `batched` (batched.rs).
 
 use std::time::Duration;
@@ -144,10 +145,12 @@ async fn a_direct_sale_sells_once_and_replays() {
     app.stock(2, 1).await;
     let body = json!({"sale_id": "sale-1", "items": [
         {"product_id": 2, "quantity": 1}, {"product_id": 1, "quantity": 1}, {"product_id": 1, "quantity": 1}
-    ]});
+    ], "reference": "pay_9x2", "metadata": {"channel": "pos"}});
     let first = app.post("/v1/sales", body.clone()).await;
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
     assert_eq!(first.body["sale_id"], "sale-1");
+    assert_eq!(first.body["reference"], "pay_9x2");
+    assert_eq!(first.body["metadata"], json!({"channel": "pos"}));
     assert_eq!(first.body["replayed"], false);
     assert_eq!(
         first.body["items"],
@@ -164,6 +167,18 @@ async fn a_direct_sale_sells_once_and_replays() {
     )
     .await
     .assert_problem(409, "idempotency-conflict");
+    // The same items under another reference are another request.
+    let mut other_reference = first.body.clone();
+    other_reference["reference"] = json!("pay_other");
+    for key in ["sold_at", "replayed"] {
+        other_reference.as_object_mut().expect("object").remove(key);
+    }
+    other_reference["items"] = json!([
+        {"product_id": 2, "quantity": 1}, {"product_id": 1, "quantity": 2}
+    ]);
+    app.post("/v1/sales", other_reference)
+        .await
+        .assert_problem(409, "idempotency-conflict");
     // Sold units left available, never passed through reserved.
     let s = app.get("/v1/products/1/stock").await;
     assert_eq!(
@@ -173,6 +188,63 @@ async fn a_direct_sale_sells_once_and_replays() {
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.status, StatusCode::OK, "{}", audit.text);
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
+}
+
+#[tokio::test]
+async fn an_order_keeps_its_reference_and_is_found_by_it() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    let body = json!({"order_id": "o-ref-1", "items": [{"product_id": 1, "quantity": 1}],
+        "reference": "cart-42", "metadata": {"channel": "web"}});
+    let first = app.post("/v1/reservations", body.clone()).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text);
+    assert_eq!(
+        (&first.body["reference"], &first.body["metadata"]),
+        (&json!("cart-42"), &json!({"channel": "web"}))
+    );
+    let replay = app.post("/v1/reservations", body).await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text);
+    assert_eq!(replay.body["reference"], "cart-42");
+    app.post(
+        "/v1/reservations",
+        json!({"order_id": "o-ref-1", "items": [{"product_id": 1, "quantity": 1}],
+            "reference": "cart-43"}),
+    )
+    .await
+    .assert_problem(409, "idempotency-conflict");
+    app.post(
+        "/v1/reservations",
+        json!({"order_id": "o-ref-2", "items": [{"product_id": 1, "quantity": 1}]}),
+    )
+    .await;
+    let order = app.get("/v1/orders/o-ref-1").await;
+    assert_eq!(order.status, StatusCode::OK, "{}", order.text);
+    assert_eq!(order.body["metadata"], json!({"channel": "web"}));
+    let found = app.get("/v1/orders?reference=cart-42").await;
+    assert_eq!(found.status, StatusCode::OK, "{}", found.text);
+    let ids: Vec<&str> = found.body["orders"]
+        .as_array()
+        .expect("orders")
+        .iter()
+        .filter_map(|o| o["order_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["o-ref-1"], "{}", found.text);
+    assert_eq!(found.body["next_cursor"], json!(null));
+    let long = "r".repeat(129);
+    app.get(&format!("/v1/orders?reference={long}"))
+        .await
+        .assert_problem(422, "invalid-input");
+    let bad = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "o-ref-3", "items": [{"product_id": 1, "quantity": 1}],
+                "metadata": {"k": ["not a string"]}}),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.text);
+    // Two orders took a unit each; the refused requests took nothing.
+    let s = app.get("/v1/products/1/stock").await;
+    assert_eq!(s.body["available"].as_i64(), Some(3), "{}", s.text);
 }
 
 #[tokio::test]
@@ -199,6 +271,8 @@ async fn direct_sale_refusals_are_a_reservations() {
         json!({"sale_id": "s", "items": [{"product_id": 1, "quantity": 0}]}),
         json!({"sale_id": "s", "items": [{"product_id": 1, "quantity": 1}], "ttl_s": 5}),
         json!({"items": [{"product_id": 1, "quantity": 1}]}),
+        json!({"sale_id": "s", "items": [{"product_id": 1, "quantity": 1}], "reference": ""}),
+        json!({"sale_id": "s", "items": [{"product_id": 1, "quantity": 1}], "metadata": {"k": 1}}),
     ] {
         let a = app.post("/v1/sales", bad.clone()).await;
         assert_eq!(

@@ -260,6 +260,7 @@ impl Shared {
             order_id,
             items,
             ttl: Ttl::default(),
+            tags: saldo::domain::Tags::NONE,
         };
         let outcome = match engine.reserve(&request).await {
             Ok(_) => Outcome::Ok(units),

@@ -74,6 +74,7 @@ fn one_unit(order_id: String) -> Result<ReserveRequest, Error> {
         order_id: OrderId::new(order_id)?,
         items: OrderItems::new([(PRODUCT, 1)])?,
         ttl: Ttl::default(),
+        tags: saldo::domain::Tags::NONE,
     })
 }
 

@@ -87,6 +87,7 @@ pub async fn one_unit_each(engine: &StockEngine, buyers: usize) -> Result<Tally,
             order_id: OrderId::new(format!("buyer-{i}")).map_err(Error::from)?,
             items: OrderItems::new([(1, 1)]).map_err(Error::from)?,
             ttl: Ttl::default(),
+            tags: saldo::domain::Tags::NONE,
         });
     }
     let results = buy_all(engine, &orders).await?;

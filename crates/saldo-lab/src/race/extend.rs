@@ -82,6 +82,7 @@ async fn hold_each(engine: &StockEngine, orders: u32, run: u32) -> Result<(), Er
             order_id: order_id(run, i)?,
             items: OrderItems::new([(1, 1)])?,
             ttl: hold,
+            tags: saldo::domain::Tags::NONE,
         };
         engine.reserve(&request).await?;
     }

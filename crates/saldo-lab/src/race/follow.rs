@@ -150,6 +150,7 @@ pub async fn run_on(
                 order_id: OrderId::new(format!("follow-{run}-{b}"))?,
                 items: OrderItems::new([(1, 1)])?,
                 ttl: Ttl::default(),
+                tags: saldo::domain::Tags::NONE,
             })
         })
         .collect::<Result<_, Error>>()?;

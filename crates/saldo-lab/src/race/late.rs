@@ -49,6 +49,7 @@ fn order(run: u32, buyer: u32, ttl: Ttl) -> Result<ReserveRequest, Error> {
         order_id: OrderId::new(format!("late-{run}-{buyer}"))?,
         items: OrderItems::new([(1, 1)])?,
         ttl,
+        tags: saldo::domain::Tags::NONE,
     })
 }
 

@@ -97,6 +97,7 @@ async fn ready(
             order_id: OrderId::new(order_of(run, i))?,
             items: OrderItems::new(items_of(i).iter().copied())?,
             ttl: Ttl::default(),
+            tags: saldo::domain::Tags::NONE,
         }),
         Contender::Naive(_) => {
             Ready::Naive(order_of(run, i), naive::decide(pool, items_of(i)).await?)

@@ -65,11 +65,13 @@ async fn ready(
             order_id: OrderId::new(format!("sr-{run}-{i}"))?,
             items: one,
             ttl: Ttl::default(),
+            tags: saldo::domain::Tags::NONE,
         }));
     }
     let request = SaleRequest {
         sale_id: SaleId::new(format!("ss-{run}-{i}"))?,
         items: one,
+        tags: saldo::domain::Tags::NONE,
     };
     Ok(match seller {
         Contender::Served(_) => Ready::Sell(request),

@@ -6,27 +6,47 @@
 use chrono::{DateTime, Utc};
 
 use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, ProductId, Reference};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::{Status, Stock};
 use crate::store::handle::Store;
+use crate::store::retry::checkout;
 
 const PRODUCTS: &str = "SELECT product_id, available, reserved, version, backorder_limit, \
                         backordered FROM stock \
                         WHERE product_id > $1 ORDER BY product_id LIMIT $2";
 
+/// `SELECT <each order's summary> FROM reservations WHERE <cond> GROUP BY order_id ORDER BY
+/// order_id LIMIT $2`: an order's status is what its rows add up to.
+macro_rules! order_summaries {
+    ($cond:literal) => {
+        concat!(
+            "SELECT order_id, \
+                CASE WHEN bool_or(status = 'active') THEN 'active' \
+                     WHEN bool_or(status = 'confirmed') THEN 'confirmed' \
+                     WHEN bool_or(status = 'released') THEN 'released' \
+                     ELSE 'expired' END AS status, \
+                count(DISTINCT product_id) AS products, \
+                min(created_at) AS created_at \
+            FROM reservations WHERE ",
+            $cond,
+            " GROUP BY order_id ORDER BY order_id LIMIT $2"
+        )
+    };
+}
+
 /// Aggregated per order, in order id order: the index gives the groups already sorted, so the
 /// LIMIT stops the scan after that many orders.
-const ORDERS: &str = "SELECT order_id, \
-        CASE WHEN bool_or(status = 'active') THEN 'active' \
-             WHEN bool_or(status = 'confirmed') THEN 'confirmed' \
-             WHEN bool_or(status = 'released') THEN 'released' \
-             ELSE 'expired' END AS status, \
-        count(DISTINCT product_id) AS products, \
-        min(created_at) AS created_at \
-    FROM reservations WHERE order_id > $1 \
-    GROUP BY order_id ORDER BY order_id LIMIT $2";
+const ORDERS: &str = order_summaries!("order_id > $1");
+
+/// [`ORDERS`] for the orders carrying a reference (`$3`): the first `$2` such order ids after
+/// the cursor, distinct, along `reservations_by_reference` (only the rows of an order's first
+/// request carry it), then those orders' rows summed up as [`ORDERS`] does.
+const ORDERS_BY_REFERENCE: &str = order_summaries!(
+    "order_id IN (SELECT DISTINCT order_id FROM reservations \
+                   WHERE reference = $3 AND order_id > $1 ORDER BY order_id LIMIT $2)"
+);
 
 /// Orders read per page with a status filter, per row the page may hold: a filter that matches
 /// few orders answers a short page (with a cursor) instead of reading the whole table.
@@ -84,33 +104,70 @@ pub async fn orders(
     limit: PageLimit,
     cursor: Option<&Cursor>,
 ) -> Result<Page<OrderSummary>, Error> {
-    let rows_wanted = limit.get() as usize + 1;
-    let read_rows = match status {
-        None => rows_wanted,
-        Some(_) => (rows_wanted * ORDERS_READ_PER_ROW).clamp(rows_wanted, MAX_ORDERS_READ),
-    };
+    let read_rows = orders_read(status, limit);
     let orders = read(
         store,
         Operation::ListOrders,
         ORDERS,
         Cursor::text_key(cursor),
         read_rows,
-        |row| {
-            Ok(OrderSummary {
-                order_id: OrderId::new(row.try_get::<_, String>("order_id")?)
-                    .map_err(|e| corrupt("reservations", e))?,
-                status: crate::stock::model::parse_status(row.try_get("status")?)?,
-                products: row.try_get("products")?,
-                created_at: row.try_get("created_at")?,
-            })
-        },
+        order_summary,
     )
     .await?;
-    Ok(paginate(
+    Ok(order_page(orders, status, limit, read_rows))
+}
+
+/// The orders whose first request carried `reference`, by ascending id after `cursor` (a
+/// [`ListKind::Orders`] cursor: the same positions as [`orders`]), only those whose status is
+/// `status` when given; paged as [`orders`] pages.
+pub async fn orders_by_reference(
+    store: &Store,
+    reference: &Reference,
+    status: Option<Status>,
+    limit: PageLimit,
+    cursor: Option<&Cursor>,
+) -> Result<Page<OrderSummary>, Error> {
+    let read_rows = orders_read(status, limit);
+    let client = checkout(&store.pool, Operation::ListOrders).await?;
+    let rows = i64::try_from(read_rows).unwrap_or(i64::MAX);
+    let after = Cursor::text_key(cursor);
+    let read = client
+        .query(ORDERS_BY_REFERENCE, &[&after, &rows, &reference.as_str()])
+        .await?;
+    let orders = read.iter().map(order_summary).collect::<Result<_, _>>()?;
+    Ok(order_page(orders, status, limit, read_rows))
+}
+
+/// Rows a page of orders reads: one more than it holds, many more with a status filter.
+fn orders_read(status: Option<Status>, limit: PageLimit) -> usize {
+    let rows_wanted = limit.get() as usize + 1;
+    match status {
+        None => rows_wanted,
+        Some(_) => (rows_wanted * ORDERS_READ_PER_ROW).clamp(rows_wanted, MAX_ORDERS_READ),
+    }
+}
+
+fn order_summary(row: &tokio_postgres::Row) -> Result<OrderSummary, Error> {
+    Ok(OrderSummary {
+        order_id: OrderId::new(row.try_get::<_, String>("order_id")?)
+            .map_err(|e| corrupt("reservations", e))?,
+        status: crate::stock::model::parse_status(row.try_get("status")?)?,
+        products: row.try_get("products")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn order_page(
+    orders: Vec<OrderSummary>,
+    status: Option<Status>,
+    limit: PageLimit,
+    read_rows: usize,
+) -> Page<OrderSummary> {
+    paginate(
         orders,
         limit,
         read_rows,
         |o| status.is_none_or(|s| o.status == s),
         |o| Cursor::Text(ListKind::Orders, o.order_id.as_str().to_owned()),
-    ))
+    )
 }

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::domain::{MaxHold, OrderId, ProductId, Ttl, MAX_ITEMS_PER_ORDER};
+use crate::domain::{MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
 use crate::stock::flows::{extend, reserve, sales, settle, sweeper};
@@ -152,6 +152,15 @@ impl StockEngine {
 
     /// Every reservation row of an order.
     pub async fn order(&self, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
+        Ok(settle::order(&self.store, order_id).await?.0)
+    }
+
+    /// Every reservation row of an order, with the order's reference and metadata (its first
+    /// request's).
+    pub async fn order_with_tags(
+        &self,
+        order_id: &OrderId,
+    ) -> Result<(Vec<ReservedItem>, Tags), Error> {
         settle::order(&self.store, order_id).await
     }
 

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use crate::audit::Finding;
 use crate::domain::{
-    AllocationMode, LocationId, OrderId, OrderItems, Priority, ProductId, RequestKey, SaleId, Ttl,
+    AllocationMode, LocationId, OrderId, OrderItems, Priority, ProductId, RequestKey, SaleId, Tags,
+    Ttl,
 };
 use crate::error::Error;
 use crate::ledger::repair::LedgerRepairReport;
@@ -23,6 +24,9 @@ pub struct ReserveRequest {
     pub order_id: OrderId,
     pub items: OrderItems,
     pub ttl: Ttl,
+    /// The caller's reference and metadata for the order, if any (part of the idempotency
+    /// comparison; the order keeps them for good).
+    pub tags: Tags,
 }
 
 /// Where a reservation's units may come from: per item a pinned location (only there), else
@@ -123,6 +127,9 @@ pub struct Reservation {
     /// True when the request had been made before and changed nothing now (its items show what
     /// became of it since: active, confirmed, released or expired).
     pub replayed: bool,
+    /// The order's reference and metadata, as its first request gave them.
+    #[serde(flatten)]
+    pub tags: Tags,
 }
 
 /// What `confirm` did: what the order now holds as sold, and what it lost before payment.
@@ -216,6 +223,8 @@ pub struct StockRow {
 pub struct SaleRequest {
     pub sale_id: SaleId,
     pub items: OrderItems,
+    /// The caller's reference and metadata, if any (part of the idempotency comparison).
+    pub tags: Tags,
 }
 
 /// One product of a sale.
@@ -234,6 +243,9 @@ pub struct Sale {
     pub sold_at: DateTime<Utc>,
     /// True when the sale had been made before: nothing was taken now.
     pub replayed: bool,
+    /// Its reference and metadata, as stored.
+    #[serde(flatten)]
+    pub tags: Tags,
 }
 
 /// What an extension did: the order's current items, the extended ones with their new expiry.
@@ -351,6 +363,8 @@ pub(crate) struct Row {
     /// The order's event position when this row was last written (the greatest over an order's
     /// rows is the position of its latest event).
     pub order_position: i64,
+    /// The order's reference and metadata on the rows of its first request; none on others.
+    pub tags: Tags,
     pub item: ReservedItem,
 }
 

@@ -17,7 +17,7 @@ use crate::store::values::{Col, Values};
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, (status = 'active' AND expires_at <= now()) AS lapsed"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, reference, metadata, (status = 'active' AND expires_at <= now()) AS lapsed"
     };
 }
 
@@ -92,15 +92,17 @@ pub(crate) const SETTLE: Sql = Sql::same(
 /// measurably: BENCHMARKS.md). Every reserve, re-reserve and batch inserts through this.
 pub(crate) const INSERT_RESERVATIONS: Sql = Sql::same(
     "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key, \
-                               allocated, order_position) \
+                               allocated, order_position, reference, metadata) \
      SELECT g.id, g.order_id, g.product_id, g.quantity, \
-            now() + make_interval(secs => g.ttl_s), g.request_key, g.allocated, g.position \
+            now() + make_interval(secs => g.ttl_s), g.request_key, g.allocated, g.position, \
+            g.reference, g.metadata \
        FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[], \
-                   $7::bool[], $8::bigint[]) \
-            AS g(id, order_id, product_id, quantity, ttl_s, request_key, allocated, position) \
+                   $7::bool[], $8::bigint[], $9::text[], $10::jsonb[]) \
+            AS g(id, order_id, product_id, quantity, ttl_s, request_key, allocated, position, \
+                 reference, metadata) \
      RETURNING id, created_at, expires_at",
 );
-/// Rows per [`CITUS_INSERT_RESERVATIONS`] statement at most: 7 parameters each, far under
+/// Rows per [`CITUS_INSERT_RESERVATIONS`] statement at most: 9 parameters each, far under
 /// PostgreSQL's 65,535, and a bounded number of statement texts per connection.
 pub(crate) const RESERVATIONS_VALUES_CHUNK: usize = 128;
 /// [`INSERT_RESERVATIONS`] on Citus, as multi-row `VALUES` (Citus routes each row to its
@@ -108,7 +110,7 @@ pub(crate) const RESERVATIONS_VALUES_CHUNK: usize = 128;
 /// (stock per location is not offered on Citus).
 pub(crate) static CITUS_INSERT_RESERVATIONS: Values = Values::new(
     "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, request_key, \
-                               order_position)",
+                               order_position, reference, metadata)",
     &[
         Col::cast("::uuid"),
         Col::cast("::text"),
@@ -117,6 +119,8 @@ pub(crate) static CITUS_INSERT_RESERVATIONS: Values = Values::new(
         Col::wrapped("now() + make_interval(secs => ", "::float8)"),
         Col::cast("::text"),
         Col::cast("::bigint"),
+        Col::cast("::text"),
+        Col::cast("::jsonb"),
     ],
     "RETURNING id, created_at, expires_at",
 );
@@ -393,16 +397,19 @@ pub(crate) const STOCK_WITH_LOCATIONS: Sql = Sql::same(
 
 // ---- Sales ------------------------------------------------------------------------------------
 
+/// A sale's items with the sale's reference and metadata (on every row: one round trip).
 pub(crate) const SALE_ITEMS: Sql = Sql::same(
-    "SELECT product_id, quantity, sold_at FROM sale_items WHERE sale_id = $1 \
-     ORDER BY product_id",
+    "SELECT i.product_id, i.quantity, i.sold_at, s.reference, s.metadata \
+       FROM sale_items i JOIN sales s ON s.sale_id = i.sale_id \
+      WHERE i.sale_id = $1 ORDER BY i.product_id",
 );
 /// Citus: `sale_items` refers to `sales`, a reference table, which Citus writes only in a
 /// transaction that reached the shards over one connection per node; the multi-shard read of
 /// the sale's items would not do that in parallel mode. Nothing is sent on one node.
 pub(crate) const SALE_MODE: Sql =
     Sql::citus_only("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'");
-pub(crate) const INSERT_SALE: Sql = Sql::same("INSERT INTO sales (sale_id) VALUES ($1)");
+pub(crate) const INSERT_SALE: Sql =
+    Sql::same("INSERT INTO sales (sale_id, reference, metadata) VALUES ($1, $2, $3)");
 /// A sale's fast path: `available` only (sold units were never reserved), the condition inside
 /// the UPDATE; a product stocked per location is left to the locked path.
 pub(crate) const SELL_UNITS: Sql = Sql::same(crate::stock_update!(
@@ -429,12 +436,13 @@ mod tests {
         let two = CITUS_INSERT_RESERVATIONS.statement(2);
         assert!(two.starts_with(
             "INSERT INTO reservations (id, order_id, product_id, quantity, expires_at, \
-             request_key, order_position) VALUES ($1::uuid"
+             request_key, order_position, reference, metadata) VALUES ($1::uuid"
         ));
         assert!(two.contains(
-            "now() + make_interval(secs => $5::float8), $6::text, $7::bigint), ($8::uuid"
+            "now() + make_interval(secs => $5::float8), $6::text, $7::bigint, $8::text, \
+             $9::jsonb), ($10::uuid"
         ));
-        assert!(two.ends_with("$14::bigint) RETURNING id, created_at, expires_at"));
+        assert!(two.ends_with("$18::jsonb) RETURNING id, created_at, expires_at"));
         assert!(INSERT_RESERVATIONS
             .single()
             .contains("now() + make_interval(secs => g.ttl_s)"));

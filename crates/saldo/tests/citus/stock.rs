@@ -178,6 +178,7 @@ async fn a_direct_sale_across_workers_sells_once_or_not_at_all() {
     let sale = |id: &str, items: &[(i64, i64)]| SaleRequest {
         sale_id: SaleId::new(id).expect("sale id"),
         items: OrderItems::new(items.iter().copied()).expect("items"),
+        tags: saldo::domain::Tags::NONE,
     };
     let first = sell(&store, &sale("s1", &[(a, 2), (b, 1)]))
         .await

@@ -29,6 +29,7 @@ fn request(order: &str, items: &[(i64, i64)]) -> ReserveRequest {
         order_id: OrderId::new(order).expect("order id"),
         items: OrderItems::new(items.iter().copied()).expect("items"),
         ttl: Ttl::default(),
+        tags: saldo::domain::Tags::NONE,
     }
 }
 

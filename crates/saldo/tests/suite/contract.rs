@@ -50,6 +50,20 @@ pub(crate) fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveReq
         order_id: OrderId::new(order).expect("order id"),
         items: OrderItems::new(items.iter().copied()).expect("items"),
         ttl,
+        tags: saldo::domain::Tags::NONE,
+    }
+}
+
+/// A reference and string metadata, as a caller would attach them.
+#[allow(dead_code)] // not every binary that runs the contract runs the suites that tag
+pub(crate) fn tags(reference: &str, pairs: &[(&str, &str)]) -> saldo::domain::Tags {
+    let pairs = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    saldo::domain::Tags {
+        reference: Some(saldo::domain::Reference::new(reference).expect("reference")),
+        metadata: Some(saldo::domain::Metadata::new(pairs).expect("metadata")),
     }
 }
 
@@ -534,6 +548,7 @@ async fn units_held_past_their_expiry_go_to_the_next_buyer_without_the_sweeper()
         let sale = SaleRequest {
             sale_id: SaleId::new("s-1").expect("sale id"),
             items: OrderItems::new([(3, 1)]).expect("items"),
+            tags: saldo::domain::Tags::NONE,
         };
         let sold = engine.sell(&sale).await;
         assert!(sold.is_ok(), "{name}: a sale was refused: {sold:?}");

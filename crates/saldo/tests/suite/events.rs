@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use saldo::domain::{OrderId, OrderItems, Reason, SaleId, Ttl};
+use saldo::domain::{OrderId, OrderItems, Reason, Reference, SaleId, Tags, Ttl};
 use saldo::events::{self, Cursor, Filter};
 use saldo::stock::{
     admin, build, sweeper, ReserveRequest, SaleRequest, StrategyConfig, StrategyName,
@@ -21,6 +21,7 @@ fn request(order: &str, items: &[(i64, i64)], ttl: Ttl) -> ReserveRequest {
         order_id: OrderId::new(order).expect("order id"),
         items: OrderItems::new(items.iter().copied()).expect("items"),
         ttl,
+        tags: saldo::domain::Tags::NONE,
     }
 }
 
@@ -91,8 +92,16 @@ async fn every_change_writes_its_events_and_a_refusal_none() {
             .await
             .expect("count");
         let engine = build(name, store.clone(), &StrategyConfig::default());
+        // An order's and a sale's reference travel with their first events.
+        let cart = Tags {
+            reference: Some(Reference::new("cart-1").expect("reference")),
+            metadata: None,
+        };
         engine
-            .reserve(&request("o-1", &[(1, 2)], Ttl::default()))
+            .reserve(&ReserveRequest {
+                tags: cart.clone(),
+                ..request("o-1", &[(1, 2)], Ttl::default())
+            })
             .await
             .expect("reserve");
         let refused = engine
@@ -127,11 +136,22 @@ async fn every_change_writes_its_events_and_a_refusal_none() {
             .sell(&SaleRequest {
                 sale_id: SaleId::new("s-1").expect("id"),
                 items: OrderItems::new([(1, 1)]).expect("items"),
+                tags: cart.clone(),
             })
             .await
             .expect("sell");
 
         let feed = whole_feed(&db).await;
+        for (stream, kind) in [
+            ("order:o-1", "reservation.created"),
+            ("sale:s-1", "sale.created"),
+        ] {
+            let event = feed
+                .iter()
+                .find(|e| e.stream == stream && e.kind == kind)
+                .expect("event");
+            assert_eq!(event.data["reference"], "cart-1", "{name}: {stream}");
+        }
         let kinds: Vec<(&str, &str)> = feed
             .iter()
             .map(|e| (e.stream.as_str(), e.kind.as_str()))

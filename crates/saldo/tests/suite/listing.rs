@@ -1,17 +1,18 @@
 //! Lists a page at a time (`saldo::listing`): keyset pages hold every id that existed when the
 //! listing started exactly once, even with inserts going on between and during pages; the same
 //! check is shown failing for OFFSET paging. Status filters, the read bound of a filtered page,
-//! the system account kept out, and cursors of another list refused.
+//! the system account kept out, cursors of another list refused, and orders found by the
+//! reference their reserve request carried (which is also part of its idempotency).
 
 use std::collections::BTreeSet;
 
-use saldo::domain::{AccountId, OrderId, ProductId};
+use saldo::domain::{AccountId, OrderId, ProductId, Reference, Ttl};
 use saldo::ledger::Ledger;
 use saldo::listing::{self, Cursor, ListKind, PageLimit};
-use saldo::stock::{admin, Status, Store, StrategyConfig, StrategyName};
+use saldo::stock::{admin, ReserveRequest, Status, Store, StrategyConfig, StrategyName};
 use saldo::{Error, InputError};
 
-use crate::contract::{engine_with_stock, request};
+use crate::contract::{assert_audit_clean, engine_with_stock, request, safe_strategies, tags};
 use crate::harness::test_db;
 
 fn limit(n: i64) -> PageLimit {
@@ -243,4 +244,96 @@ fn a_cursor_of_another_list_is_a_typed_input_error() {
     assert_eq!(err, InputError::CursorInvalid { list: "accounts" });
     let as_error: Error = err.into();
     assert!(matches!(as_error, Error::Input(_)));
+}
+
+/// An order of one unit of products 1 and 2 whose request carries `reference` (and metadata).
+fn tagged(order: &str, reference: &str) -> ReserveRequest {
+    ReserveRequest {
+        tags: tags(reference, &[("cart", "c-1")]),
+        ..request(order, &[(1, 1), (2, 1)], Ttl::default())
+    }
+}
+
+#[tokio::test]
+async fn orders_carry_their_reference_are_found_by_it_and_replay_only_with_it() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine =
+            engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 10), (2, 10)]).await;
+        let first = engine.reserve(&tagged("o-1", "cart-7")).await.expect("o-1");
+        assert_eq!(
+            (first.replayed, &first.tags),
+            (false, &tagged("o-1", "cart-7").tags),
+            "{name}"
+        );
+        let replay = engine
+            .reserve(&tagged("o-1", "cart-7"))
+            .await
+            .expect("replay");
+        assert_eq!(
+            (replay.replayed, &replay.tags),
+            (true, &first.tags),
+            "{name}"
+        );
+        // The same items under another reference, or none: another request, refused.
+        for other in [
+            tagged("o-1", "cart-8"),
+            request("o-1", &[(1, 1), (2, 1)], Ttl::default()),
+        ] {
+            let refused = engine.reserve(&other).await;
+            assert!(
+                matches!(refused, Err(Error::IdempotencyConflict(_))),
+                "{name}: {refused:?}"
+            );
+        }
+        engine.reserve(&tagged("o-2", "cart-7")).await.expect("o-2");
+        engine.reserve(&tagged("o-3", "cart-9")).await.expect("o-3");
+        engine
+            .reserve(&request("o-4", &[(1, 1)], Ttl::default()))
+            .await
+            .expect("o-4");
+        // Four orders took a unit of product 1 each; the refused requests took nothing.
+        let stock = admin::get(engine.store(), ProductId::new(1).expect("id"))
+            .await
+            .expect("stock");
+        assert_eq!((stock.available, stock.reserved), (6, 4), "{name}");
+        let (_, tags) = engine
+            .order_with_tags(&OrderId::new("o-2").expect("id"))
+            .await
+            .expect("o-2");
+        assert_eq!(tags, first.tags, "{name}");
+
+        // Found by reference, a page at a time, each once.
+        let reference = Reference::new("cart-7").expect("reference");
+        let mut cursor: Option<Cursor> = None;
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let page = listing::stock::orders_by_reference(
+                engine.store(),
+                &reference,
+                None,
+                limit(1),
+                cursor.as_ref(),
+            )
+            .await
+            .expect("page");
+            seen.extend(page.items.iter().map(|o| o.order_id.as_str().to_owned()));
+            cursor = page.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(seen, ["o-1", "o-2"], "{name}");
+        let confirmed = listing::stock::orders_by_reference(
+            engine.store(),
+            &reference,
+            Some(Status::Confirmed),
+            limit(10),
+            None,
+        )
+        .await
+        .expect("filtered");
+        assert!(confirmed.items.is_empty(), "{name}: {:?}", confirmed.items);
+        assert_audit_clean(&db, name).await;
+    }
 }

@@ -404,6 +404,7 @@ async fn a_direct_sale_takes_from_locations() {
         let sale = SaleRequest {
             sale_id: SaleId::new("s-1").expect("id"),
             items: saldo::domain::OrderItems::new([(1, 2)]).expect("items"),
+            tags: saldo::domain::Tags::NONE,
         };
         let sold = engine.sell(&sale).await.expect("sell");
         assert_eq!(sold.items[0].quantity, 2);
@@ -421,6 +422,7 @@ async fn a_direct_sale_takes_from_locations() {
         let too_many = SaleRequest {
             sale_id: SaleId::new("s-2").expect("id"),
             items: saldo::domain::OrderItems::new([(1, 2)]).expect("items"),
+            tags: saldo::domain::Tags::NONE,
         };
         assert!(matches!(
             engine.sell(&too_many).await,

@@ -481,6 +481,7 @@ impl Engine {
                     order_id: order_id(*order),
                     items: OrderItems::new(items.iter().copied()).expect("items"),
                     ttl: Ttl::default(),
+                    tags: saldo::domain::Tags::NONE,
                 };
                 self.stock
                     .reserve(&request)

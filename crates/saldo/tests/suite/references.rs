@@ -13,19 +13,9 @@ use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, TransferRequest, Trans
 use saldo::stock::batched::BatchedConfig;
 use saldo::{Error, InputError};
 
+use super::contract::tags;
 use super::harness::{test_db, TestDb};
 use super::ledger::{acc, request, tid};
-
-fn tags(reference: &str, pairs: &[(&str, &str)]) -> Tags {
-    let pairs: BTreeMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    Tags {
-        reference: Some(Reference::new(reference).expect("reference")),
-        metadata: Some(Metadata::new(pairs).expect("metadata")),
-    }
-}
 
 fn tagged(id: &str, from: i64, to: i64, n: i64, t: &Tags) -> TransferRequest {
     TransferRequest {

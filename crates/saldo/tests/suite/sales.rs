@@ -3,17 +3,18 @@
 //! reservation's, and the audit counting sold units.
 
 use saldo::audit::Invariant;
-use saldo::domain::{OrderItems, SaleId, Ttl};
+use saldo::domain::{OrderItems, SaleId, Tags, Ttl};
 use saldo::stock::{admin, SaleRequest, StrategyConfig, StrategyName};
 use saldo::Error;
 
-use crate::contract::{assert_audit_clean, engine_with_stock, pid, request, safe_strategies};
+use crate::contract::{assert_audit_clean, engine_with_stock, pid, request, safe_strategies, tags};
 use crate::harness::test_db;
 
 fn sale(id: &str, items: &[(i64, i64)]) -> SaleRequest {
     SaleRequest {
         sale_id: SaleId::new(id).expect("sale id"),
         items: OrderItems::new(items.iter().copied()).expect("items"),
+        tags: Tags::NONE,
     }
 }
 
@@ -75,9 +76,39 @@ async fn a_sale_is_all_or_nothing_and_idempotent() {
             engine.sell(&sale("s-1", &[(1, 1)])).await,
             Err(Error::SaleConflict(_))
         ));
+        // The same items with a reference the sale was not made with: a conflict too.
+        let tagged = SaleRequest {
+            tags: tags("pay-1", &[("channel", "pos")]),
+            ..sale("s-1", &[(1, 2), (2, 1)])
+        };
+        assert!(matches!(
+            engine.sell(&tagged).await,
+            Err(Error::SaleConflict(_))
+        ));
+        // A tagged sale stores and answers its tags; a replay must carry the same ones.
+        let tagged_sale = SaleRequest {
+            tags: tagged.tags.clone(),
+            ..sale("s-2", &[(1, 1)])
+        };
+        let first = engine.sell(&tagged_sale).await.expect("tagged sale");
+        assert_eq!(
+            (first.replayed, &first.tags),
+            (false, &tagged.tags),
+            "{name}"
+        );
+        let again = engine.sell(&tagged_sale).await.expect("tagged replay");
+        assert_eq!(
+            (again.replayed, &again.tags),
+            (true, &tagged.tags),
+            "{name}"
+        );
+        assert!(matches!(
+            engine.sell(&sale("s-2", &[(1, 1)])).await,
+            Err(Error::SaleConflict(_))
+        ));
         assert_eq!(
             admin::get(&store, pid(1)).await.expect("stock").available,
-            3
+            2
         );
         assert_audit_clean(&db, name).await;
     }

@@ -83,6 +83,7 @@ mod tests {
             allocated: false,
             lapsed: false,
             order_position: 0,
+            tags: crate::domain::Tags::NONE,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity: 1,

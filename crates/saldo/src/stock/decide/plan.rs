@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Ttl};
+use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Tags, Ttl};
 use crate::error::Error;
 use crate::stock::model::{RereserveRequest, ReserveRequest, ReservedItem, Row};
 
@@ -37,6 +37,15 @@ impl Intent<'_> {
             Intent::Rereserve(r) => r.ttl,
         }
     }
+    /// The order's reference and metadata this request writes: a reserve's own; none for a
+    /// re-reserve (the order keeps its first request's).
+    pub fn tags(&self) -> &Tags {
+        static NONE: Tags = Tags::NONE;
+        match self {
+            Intent::Reserve(r) | Intent::ForgetfulReserve(r) => &r.tags,
+            Intent::Rereserve(_) => &NONE,
+        }
+    }
     pub fn request_key(&self) -> Option<&str> {
         match self {
             Intent::Reserve(_) | Intent::ForgetfulReserve(_) => None,
@@ -58,7 +67,7 @@ pub(crate) enum Plan {
 ///
 /// A request that already wrote rows is a replay whatever those rows became since (confirmed,
 /// released, expired): it answers the order's current state and takes nothing. The same key
-/// with other items is a conflict. Taking again what expired or was released is only done by a
+/// with other items, another reference or other metadata is a conflict. Taking again what expired or was released is only done by a
 /// re-reserve, which is a request of its own with its own key.
 pub(crate) fn plan(intent: Intent<'_>, existing: &[Row]) -> Result<Plan, Error> {
     match intent {
@@ -79,22 +88,38 @@ fn plan_reserve(request: &ReserveRequest, existing: &[Row]) -> Result<Plan, Erro
     if existing.is_empty() {
         return Ok(Plan::Take(request.items.iter().collect()));
     }
-    // The rows of the order's first request: no request key, the earliest transaction.
-    let first_at = existing
+    let first = first_request_rows(existing);
+    let original: BTreeMap<ProductId, i32> = first
         .iter()
-        .filter(|r| r.request_key.is_none())
-        .map(|r| r.created_at)
-        .min();
-    let original: BTreeMap<ProductId, i32> = existing
-        .iter()
-        .filter(|r| r.request_key.is_none() && Some(r.created_at) == first_at)
         .map(|r| (r.item.product_id, r.item.quantity))
         .collect();
-    if same_items(&original, &request.items) {
+    let same_tags = first.iter().all(|r| r.tags == request.tags);
+    if same_tags && same_items(&original, &request.items) {
         Ok(Plan::Replay)
     } else {
         Err(Error::IdempotencyConflict(request.order_id.clone()))
     }
+}
+
+/// The order's reference and metadata: those of its first request's rows (none when it has
+/// no rows or its first request gave none).
+pub(crate) fn order_tags(rows: &[Row]) -> Tags {
+    first_request_rows(rows)
+        .first()
+        .map(|r| r.tags.clone())
+        .unwrap_or_default()
+}
+
+/// The rows of the order's first request: no request key, the earliest transaction.
+fn first_request_rows(rows: &[Row]) -> Vec<&Row> {
+    let first_at = rows
+        .iter()
+        .filter(|r| r.request_key.is_none())
+        .map(|r| r.created_at)
+        .min();
+    rows.iter()
+        .filter(|r| r.request_key.is_none() && Some(r.created_at) == first_at)
+        .collect()
 }
 
 fn plan_rereserve(request: &RereserveRequest, existing: &[Row]) -> Result<Plan, Error> {
@@ -193,6 +218,7 @@ mod tests {
             allocated: false,
             lapsed: false,
             order_position: 0,
+            tags: crate::domain::Tags::NONE,
             item: ReservedItem {
                 product_id: ProductId::new(product).expect("id"),
                 quantity,
@@ -209,6 +235,7 @@ mod tests {
             order_id: OrderId::new("o1").expect("id"),
             items: OrderItems::new(items.iter().copied()).expect("items"),
             ttl: Ttl::default(),
+            tags: Tags::NONE,
         }
     }
 

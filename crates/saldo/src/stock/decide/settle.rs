@@ -203,6 +203,7 @@ mod tests {
             allocated: false,
             lapsed,
             order_position: 0,
+            tags: crate::domain::Tags::NONE,
             item: ReservedItem {
                 product_id: ProductId::new(1).expect("id"),
                 quantity: 1,

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use crate::domain::Tags;
 use crate::stock::model::{Fill, ReservedItem, Row};
 use crate::store::dialect::Tx;
 use crate::store::outbox::{NewEvent, StreamType};
@@ -67,16 +68,44 @@ pub(crate) fn emit<'a>(
     kind: &'static str,
     items: impl IntoIterator<Item = &'a ReservedItem>,
 ) {
+    emit_with(tx, order_id, position, kind, items, |_| {});
+}
+
+/// Records `reservation.created` for new lines of `order_id`, with the order's reference and
+/// metadata (its first request's), so a follower can tie the order to its cart or payment.
+pub(crate) fn emit_created<'a>(
+    tx: &Tx<'_>,
+    order_id: &str,
+    position: i64,
+    items: impl IntoIterator<Item = &'a ReservedItem>,
+    tags: &Tags,
+) {
+    emit_with(tx, order_id, position, CREATED, items, |data| {
+        data["reference"] = json!(tags.reference);
+        data["metadata"] = json!(tags.metadata);
+    });
+}
+
+fn emit_with<'a>(
+    tx: &Tx<'_>,
+    order_id: &str,
+    position: i64,
+    kind: &'static str,
+    items: impl IntoIterator<Item = &'a ReservedItem>,
+    more: impl FnOnce(&mut Value),
+) {
     if !tx.records_events() {
         return;
     }
     let lines: Vec<Value> = items.into_iter().map(line).collect();
+    let mut data = json!({ "order_id": order_id, "items": lines });
+    more(&mut data);
     tx.emit(NewEvent {
         stream_type: StreamType::Order,
         stream_id: order_id.to_owned(),
         position,
         kind,
-        data: json!({ "order_id": order_id, "items": lines }),
+        data,
     });
 }
 
@@ -109,6 +138,12 @@ pub(crate) fn emit_sale(tx: &Tx<'_>, sale: &crate::stock::model::Sale) {
         stream_id: sale.sale_id.as_str().to_owned(),
         position: 1,
         kind: SALE_CREATED,
-        data: json!({ "sale_id": sale.sale_id, "items": sale.items, "sold_at": sale.sold_at }),
+        data: json!({
+            "sale_id": sale.sale_id,
+            "items": sale.items,
+            "sold_at": sale.sold_at,
+            "reference": sale.tags.reference,
+            "metadata": sale.tags.metadata,
+        }),
     });
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::decide::plan::{current_items, plan, Intent, Plan};
+use crate::stock::decide::plan::{current_items, order_tags, plan, Intent, Plan};
 use crate::stock::decide::settle::{apply, moves, Settling};
 use crate::stock::flows::order_events;
 use crate::stock::flows::settle::{lock_order, settle};
@@ -71,6 +71,7 @@ async fn reserve_tx(
                 order_id: order_id.clone(),
                 items: current_items(&rows),
                 replayed: true,
+                tags: order_tags(&rows),
             });
         }
         Plan::Take(take) => take,
@@ -97,6 +98,7 @@ async fn reserve_tx(
         ttl: intent.ttl(),
         request_key: intent.request_key(),
         position,
+        tags: intent.tags(),
     };
     let new_rows = new_rows(&lines, &take, &taken);
     let mut written = reservations::insert(tx, &new_rows).await?;
@@ -104,13 +106,13 @@ async fn reserve_tx(
     backorders::mark(tx, &mut written, &backordered).await?;
     write_allocations(tx, &mut written, &taken).await?;
     let created = written.iter().map(|r| &r.item);
-    order_events::emit(
-        tx,
-        order_id.as_str(),
-        position,
-        order_events::CREATED,
-        created,
-    );
+    // The order's reference and metadata: this request's when it is the order's first.
+    let tags = if rows.is_empty() {
+        intent.tags().clone()
+    } else {
+        order_tags(&rows)
+    };
+    order_events::emit_created(tx, order_id.as_str(), position, created, &tags);
     // The router after the ordered stock locks (a no-op on one node).
     let known = HashMap::from([(
         order_id.as_str(),
@@ -123,6 +125,7 @@ async fn reserve_tx(
         order_id: order_id.clone(),
         items: current_items(&rows),
         replayed: false,
+        tags: order_tags(&rows),
     })
 }
 
@@ -222,6 +225,7 @@ pub(crate) async fn replay_of_concurrent_copy(
             order_id: order_id.clone(),
             items: current_items(&rows),
             replayed: true,
+            tags: order_tags(&rows),
         }),
         _ => Err(refusal),
     }

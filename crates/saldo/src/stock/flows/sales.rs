@@ -1,7 +1,8 @@
 //! Direct sales (the path for slow payment methods): nothing is reserved, and when the money
 //! clears the units go from `available` straight to sold, all items or none, if they are still
-//! there. Idempotent by `sale_id`: the same items again answer the original result and take
-//! nothing; other items under the same id are [`Error::SaleConflict`].
+//! there. Idempotent by `sale_id`: the same items (and the same reference and metadata) again
+//! answer the original result and take nothing; anything else under the same id is
+//! [`Error::SaleConflict`].
 //!
 //! One transaction: the `sales` row first (the idempotency key: a concurrent copy of the same
 //! sale waits on its unique index and, once the first commits, reruns as a replay), then the
@@ -48,6 +49,11 @@ impl UnitTaker for SellUnits {
     }
 }
 
+/// Whether `request` asks for what `sale` did: the same items and the same tags.
+fn same_request(sale: &Sale, request: &SaleRequest) -> bool {
+    sale.tags == request.tags && same_items(sale, &request.items)
+}
+
 fn same_items(sale: &Sale, items: &OrderItems) -> bool {
     let sold: BTreeMap<ProductId, i32> = sale
         .items
@@ -87,17 +93,17 @@ async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest) -> Result<Sale, Error> {
     sales::begin(tx).await?;
     let sale_id = &request.sale_id;
     if let Some(sale) = sales::find(tx, sale_id).await? {
-        return if same_items(&sale, &request.items) {
+        return if same_request(&sale, request) {
             Ok(sale)
         } else {
             Err(Error::SaleConflict(sale_id.clone()))
         };
     }
-    sales::insert(tx, sale_id).await?;
+    sales::insert(tx, sale_id, &request.tags).await?;
     let items: Vec<(ProductId, Quantity)> = request.items.iter().collect();
     let placement = Placement::default();
     let taken = take_items(tx, &SellUnits, &items, &placement, Destination::Sold).await?;
-    let sale = sales::insert_items(tx, sale_id, &items).await?;
+    let sale = sales::insert_items(tx, sale_id, &items, &request.tags).await?;
     order_events::emit_sale(tx, &sale);
     let located: BTreeMap<ProductId, Vec<_>> = items
         .iter()

@@ -5,11 +5,12 @@
 //! Lock order: the order's reservation rows first, then its stock rows in ascending product
 //! id, then the location rows of what was allocated at locations.
 
-use crate::domain::OrderId;
+use crate::domain::{OrderId, Tags};
 use crate::error::Error;
 use crate::operation::Operation;
 use std::collections::{BTreeMap, HashMap};
 
+use crate::stock::decide::plan::order_tags;
 use crate::stock::decide::settle::{self as decide, Move, Moved, Settling};
 use crate::stock::flows::order_events;
 use crate::stock::model::{ConfirmOutcome, ReleaseOutcome, ReservedItem, Row, Status};
@@ -186,8 +187,12 @@ pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<Release
     outcome
 }
 
-/// Every reservation row of an order (with its allocations).
-pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<ReservedItem>, Error> {
+/// Every reservation row of an order (with its allocations), and the order's reference and
+/// metadata.
+pub(crate) async fn order(
+    store: &Store,
+    order_id: &OrderId,
+) -> Result<(Vec<ReservedItem>, Tags), Error> {
     let client = checkout(&store.pool, Operation::Order).await?;
     let tx = Tx::new(&client, store.dialect());
     let mut rows = reservations::of_order(&tx, order_id).await?;
@@ -195,5 +200,6 @@ pub(crate) async fn order(store: &Store, order_id: &OrderId) -> Result<Vec<Reser
         return Err(Error::UnknownOrder(order_id.clone()));
     }
     locations::attach(&tx, &mut rows).await?;
-    Ok(rows.into_iter().map(|r| r.item).collect())
+    let tags = order_tags(&rows);
+    Ok((rows.into_iter().map(|r| r.item).collect(), tags))
 }

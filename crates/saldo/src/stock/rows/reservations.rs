@@ -13,8 +13,9 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::domain::{OrderId, ProductId, Quantity, Ttl};
+use crate::domain::{OrderId, ProductId, Quantity, Tags, Ttl};
 use crate::error::Error;
+use crate::ledger::types::tags_from_db;
 use crate::stock::model::{parse_status, ReservedItem, Row, Status, StockRow};
 use crate::stock::rows::stock;
 use crate::stock::sql;
@@ -40,6 +41,7 @@ pub(crate) fn parse(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
                 allocated: r.try_get("allocated")?,
                 lapsed,
                 order_position: r.try_get("order_position")?,
+                tags: tags_from_db(r)?,
                 item: ReservedItem {
                     product_id: ProductId::new(r.try_get("product_id")?)?,
                     quantity: r.try_get("quantity")?,
@@ -263,6 +265,8 @@ pub(crate) struct NewRows<'a> {
     allocated: Vec<bool>,
     /// The order's event position the row is written with (its `reservation.created` event).
     positions: Vec<i64>,
+    /// The order's reference and metadata (on the rows of its first request only).
+    tags: Vec<&'a Tags>,
 }
 
 /// What every row of one order's new lines shares.
@@ -273,6 +277,8 @@ pub(crate) struct OrderLines<'a> {
     pub request_key: Option<&'a str>,
     /// The order's event position the rows are written with (its `reservation.created`).
     pub position: i64,
+    /// The order's reference and metadata: its first request's; none for a re-reserve.
+    pub tags: &'a Tags,
 }
 
 impl<'a> NewRows<'a> {
@@ -291,6 +297,7 @@ impl<'a> NewRows<'a> {
         self.ttls_s.push(order.ttl.as_duration().as_secs_f64());
         self.request_keys.push(order.request_key);
         self.allocated.push(false);
+        self.tags.push(order.tags);
     }
 
     /// Marks the row just pushed as one with allocations.
@@ -310,6 +317,19 @@ impl<'a> NewRows<'a> {
 
     /// The row pushed `i`-th, as the engine will hold it once written (with the database's
     /// `created_at` and `expires_at`).
+    /// The rows' references and metadata as the INSERT binds them (one element per row).
+    fn tag_columns(&self) -> (Vec<Option<&str>>, Vec<Option<serde_json::Value>>) {
+        self.tags
+            .iter()
+            .map(|t| {
+                (
+                    t.reference.as_ref().map(|r| r.as_str()),
+                    t.metadata.as_ref().map(|m| m.to_json()),
+                )
+            })
+            .unzip()
+    }
+
     fn written(
         &self,
         i: usize,
@@ -324,6 +344,7 @@ impl<'a> NewRows<'a> {
             allocated: self.allocated[i],
             lapsed: false,
             order_position: self.positions[i],
+            tags: self.tags[i].clone(),
             item: ReservedItem {
                 product_id: ProductId::new(self.products[i])?,
                 quantity: self.quantities[i],
@@ -341,10 +362,11 @@ impl<'a> NewRows<'a> {
 /// of at most [`sql::RESERVATIONS_VALUES_CHUNK`] rows each. Every row must come back: anything
 /// else is an invariant failure, never a shorter answer.
 pub(crate) async fn insert(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<Row>, Error> {
+    let (references, metadata) = rows.tag_columns();
     let returned = if tx.dialect().is_citus() {
-        insert_values(tx, rows).await?
+        insert_values(tx, rows, (&references, &metadata)).await?
     } else {
-        let params: [Param<'_>; 8] = [
+        let params: [Param<'_>; 10] = [
             &rows.ids,
             &rows.orders,
             &rows.products,
@@ -353,6 +375,8 @@ pub(crate) async fn insert(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<Row>, 
             &rows.request_keys,
             &rows.allocated,
             &rows.positions,
+            &references,
+            &metadata,
         ];
         tx.query(&sql::INSERT_RESERVATIONS, &params).await?
     };
@@ -380,7 +404,11 @@ pub(crate) async fn insert(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<Row>, 
 }
 
 /// The Citus form of [`insert`]: multi-row `VALUES`, chunked.
-async fn insert_values(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<tokio_postgres::Row>, Error> {
+async fn insert_values(
+    tx: &Tx<'_>,
+    rows: &NewRows<'_>,
+    (references, metadata): (&[Option<&str>], &[Option<serde_json::Value>]),
+) -> Result<Vec<tokio_postgres::Row>, Error> {
     if rows.allocated.iter().any(|&a| a) {
         return Err(Error::invariant(
             "reservation rows with allocations on Citus (stock per location is not offered there)",
@@ -399,6 +427,8 @@ async fn insert_values(tx: &Tx<'_>, rows: &NewRows<'_>) -> Result<Vec<tokio_post
             params.push(&rows.ttls_s[i]);
             params.push(&rows.request_keys[i]);
             params.push(&rows.positions[i]);
+            params.push(&references[i]);
+            params.push(&metadata[i]);
         }
         let text = sql::CITUS_INSERT_RESERVATIONS.statement(end - start);
         let stmt = tx.client().prepare_cached(&text).await?;

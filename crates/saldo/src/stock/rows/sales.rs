@@ -3,8 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{ProductId, Quantity, SaleId};
+use crate::domain::{ProductId, Quantity, SaleId, Tags};
 use crate::error::Error;
+use crate::ledger::types::tags_from_db;
 use crate::stock::model::{Sale, SoldItem};
 use crate::stock::sql;
 use crate::store::dialect::Tx;
@@ -18,10 +19,16 @@ pub(crate) async fn find(tx: &Tx<'_>, sale_id: &SaleId) -> Result<Option<Sale>, 
     if rows.is_empty() {
         return Ok(None);
     }
-    sale_of(sale_id, &rows, true).map(Some)
+    let tags = tags_from_db(&rows[0])?;
+    sale_of(sale_id, &rows, tags, true).map(Some)
 }
 
-fn sale_of(sale_id: &SaleId, rows: &[tokio_postgres::Row], replayed: bool) -> Result<Sale, Error> {
+fn sale_of(
+    sale_id: &SaleId,
+    rows: &[tokio_postgres::Row],
+    tags: Tags,
+    replayed: bool,
+) -> Result<Sale, Error> {
     let mut items = Vec::with_capacity(rows.len());
     let mut sold_at: Option<DateTime<Utc>> = None;
     for r in rows {
@@ -40,6 +47,7 @@ fn sale_of(sale_id: &SaleId, rows: &[tokio_postgres::Row], replayed: bool) -> Re
         items,
         sold_at,
         replayed,
+        tags,
     })
 }
 
@@ -48,9 +56,15 @@ pub(crate) async fn begin(tx: &Tx<'_>) -> Result<(), Error> {
     tx.batch(&sql::SALE_MODE).await
 }
 
-/// Writes the `sales` row, the sale's idempotency key.
-pub(crate) async fn insert(tx: &Tx<'_>, sale_id: &SaleId) -> Result<(), Error> {
-    tx.execute(&sql::INSERT_SALE, &[&sale_id.as_str()]).await?;
+/// Writes the `sales` row, the sale's idempotency key, with its reference and metadata.
+pub(crate) async fn insert(tx: &Tx<'_>, sale_id: &SaleId, tags: &Tags) -> Result<(), Error> {
+    let reference = tags.reference.as_ref().map(|r| r.as_str());
+    let metadata = tags.metadata.as_ref().map(|m| m.to_json());
+    tx.execute(
+        &sql::INSERT_SALE,
+        &[&sale_id.as_str(), &reference, &metadata],
+    )
+    .await?;
     Ok(())
 }
 
@@ -67,11 +81,13 @@ pub(crate) async fn sell_units(
     Ok(rows.len() == 1)
 }
 
-/// Writes the sale's items and answers the sale.
+/// Writes the sale's items and answers the sale (with the `tags` its `sales` row was written
+/// with).
 pub(crate) async fn insert_items(
     tx: &Tx<'_>,
     sale_id: &SaleId,
     items: &[(ProductId, Quantity)],
+    tags: &Tags,
 ) -> Result<Sale, Error> {
     let (products, quantities): (Vec<i64>, Vec<i32>) =
         items.iter().map(|(p, q)| (p.get(), q.get())).unzip();
@@ -81,5 +97,5 @@ pub(crate) async fn insert_items(
             &[&sale_id.as_str(), &products, &quantities],
         )
         .await?;
-    sale_of(sale_id, &rows, false)
+    sale_of(sale_id, &rows, tags.clone(), false)
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::{AllocationMode, LocationId, OrderId, ProductId, Quantity};
+use crate::domain::{AllocationMode, LocationId, OrderId, ProductId, Quantity, Tags};
 use crate::error::Error;
 use crate::stock::decide::allocate::Source;
 use crate::stock::decide::plan::{plan, Intent, Plan};
@@ -146,6 +146,7 @@ fn grant_order<'a>(
             ttl: request.ttl,
             request_key: None,
             position: FIRST_POSITION,
+            tags: &request.tags,
         };
         grants.new_rows.push(id, &lines, product, quantity);
         if let Grant::Located(parts) = item {
@@ -196,6 +197,7 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
         allocated: false,
         lapsed: false,
         order_position: FIRST_POSITION,
+        tags: Tags::NONE,
         item: ReservedItem {
             product_id: product,
             quantity: quantity.get(),

@@ -22,7 +22,7 @@ use crate::batch::worker::Worker;
 use crate::domain::OrderId;
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::decide::plan::{current_items, Intent};
+use crate::stock::decide::plan::{current_items, order_tags, Intent};
 use crate::stock::decide::settle::{apply, confirmed, moves, Moved, Settling};
 use crate::stock::flows::order_events;
 use crate::stock::flows::{reserve, settle};
@@ -329,6 +329,7 @@ async fn grant_batch(
                     order_id: request.order_id.clone(),
                     items: current_items(all),
                     replayed,
+                    tags: order_tags(all),
                 }))
             }
         })
@@ -357,7 +358,7 @@ fn emit_created(
             .iter()
             .filter(|r| r.order_position == FIRST_POSITION)
             .map(|r| &r.item);
-        order_events::emit(tx, order, FIRST_POSITION, order_events::CREATED, items);
+        order_events::emit_created(tx, order, FIRST_POSITION, items, &request.tags);
     }
 }
 
