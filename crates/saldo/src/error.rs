@@ -48,6 +48,21 @@ pub enum Error {
         product_id: ProductId,
         location_id: LocationId,
     },
+    /// No location has this id.
+    #[error("unknown location {0}")]
+    NoSuchLocation(LocationId),
+    /// The location was retired: it takes no count, priority or stock any more.
+    #[error("location {0} is retired")]
+    LocationRetired(LocationId),
+    /// A location is retired only once it holds nothing: this is what it still holds.
+    #[error(
+        "location {location_id} still holds {available} available and {reserved} reserved units"
+    )]
+    LocationNotEmpty {
+        location_id: LocationId,
+        available: i64,
+        reserved: i64,
+    },
     /// The product is stocked per location: its total is the sum of its locations, so it is
     /// counted per location (not as a whole) and adjusted by counting a location.
     #[error("product {0} is stocked per location: count one of its locations instead")]

@@ -57,6 +57,7 @@ operations! {
         SetPolicy => "set_policy",
         SetLocationCount => "set_location_count",
         SetLocationPriority => "set_location_priority",
+        RetireLocation => "retire_location",
         StockRead => "stock",
         Repair => "repair",
         // Money.
@@ -78,6 +79,7 @@ operations! {
         Deadlocks => "deadlocks",
         ListProducts => "list_products",
         ListOrders => "list_orders",
+        ListLocations => "list_locations",
         ListAccounts => "list_accounts",
         // The event feed.
         Events => "events",

@@ -43,6 +43,9 @@ fn input_or_unknown(e: &Error) -> Option<Parts> {
         } => Parts::not_found("unknown-location", "Product not stocked at that location")
             .with("product_id", product_id)
             .with("location_id", location_id),
+        Error::NoSuchLocation(l) => {
+            Parts::not_found("unknown-location", "Unknown location").with("location_id", l)
+        }
         Error::UnknownOrder(o) => {
             Parts::not_found("unknown-order", "Unknown order").with("order_id", o)
         }
@@ -132,6 +135,17 @@ fn stock_layout(e: &Error) -> Option<Parts> {
             "Backorders and per-location stock cannot be combined",
         )
         .with("product_id", p),
+        Error::LocationRetired(l) => {
+            Parts::conflict("location-retired", "Location retired").with("location_id", l)
+        }
+        Error::LocationNotEmpty {
+            location_id,
+            available,
+            reserved,
+        } => Parts::conflict("location-not-empty", "Location still holds units")
+            .with("location_id", location_id)
+            .with("available", available)
+            .with("reserved", reserved),
         Error::UnsupportedOnCitus(operation) => {
             Parts::conflict("unsupported-on-citus", "Operation not supported on Citus")
                 .with("operation", operation)

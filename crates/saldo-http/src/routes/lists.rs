@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::extract::ApiQuery;
 use super::schema;
+use super::stock::LocationView;
 use super::task::detached;
 use super::views::{AccountView, ItemStatus, StockView};
 use crate::auth::Client;
@@ -28,6 +29,35 @@ pub struct ProductsQuery {
     pub limit: Option<i64>,
     #[param(schema_with = schema::products_cursor)]
     pub cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LocationsQuery {
+    #[param(schema_with = schema::page_limit)]
+    pub limit: Option<i64>,
+    #[param(schema_with = schema::locations_cursor)]
+    pub cursor: Option<String>,
+}
+
+/// A location and what it holds over all products.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocationSummaryView {
+    #[serde(flatten)]
+    pub location: LocationView,
+    /// Products with a row at it (stocked there now or before).
+    pub products: i64,
+    pub available: i64,
+    pub reserved: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocationsPage {
+    /// Ascending location id, retired ones included.
+    pub locations: Vec<LocationSummaryView>,
+    /// Pass as `cursor` for the next page; null when this page is the last.
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -183,6 +213,39 @@ pub async fn list_orders(
                 status: o.status.into(),
                 products: o.products,
                 created_at: o.created_at,
+            })
+            .collect(),
+        next_cursor: page.next.map(|c| c.to_string()),
+    }))
+}
+
+/// Locations by ascending id, with what each holds over all products.
+#[utoipa::path(get, path = "/v1/locations", tag = "stock",
+    params(LocationsQuery),
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of locations", body = LocationsPage),
+        (status = 422, description = "`limit` out of range or a cursor this list did not hand out", body = Problem, content_type = PROBLEM_JSON),
+    ))]
+pub async fn list_locations(
+    _: Client,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<LocationsQuery>,
+) -> Result<Json<LocationsPage>, ApiError> {
+    let (limit, cursor) = page(ListKind::Locations, query.limit, query.cursor.as_deref())?;
+    let store = state.store().clone();
+    let page =
+        detached(async move { listing::stock::locations(&store, limit, cursor.as_ref()).await })
+            .await?;
+    Ok(Json(LocationsPage {
+        locations: page
+            .items
+            .into_iter()
+            .map(|l| LocationSummaryView {
+                location: l.location.into(),
+                products: l.products,
+                available: l.available,
+                reserved: l.reserved,
             })
             .collect(),
         next_cursor: page.next.map(|c| c.to_string()),

@@ -413,7 +413,7 @@ pub fn page_limit() -> Schema {
 
 fn cursor(kind: ListKind) -> Schema {
     let min_len = match kind {
-        ListKind::Orders => 2,
+        ListKind::Orders | ListKind::Locations => 2,
         ListKind::Products | ListKind::Accounts => kind.cursor_max_len(),
     };
     string_of(
@@ -435,6 +435,10 @@ pub fn accounts_cursor() -> Schema {
 
 pub fn orders_cursor() -> Schema {
     cursor(ListKind::Orders)
+}
+
+pub fn locations_cursor() -> Schema {
+    cursor(ListKind::Locations)
 }
 
 pub fn transfers_limit() -> Schema {

@@ -3,6 +3,7 @@
 //! product, set a location's allocation priority (admin).
 
 use axum::Json;
+use chrono::{DateTime, Utc};
 use saldo::domain::{LocationId, Priority, ProductId, Reason};
 use saldo::stock::locations::{self, LocatedStock, Location};
 use saldo::stock::{admin as stock_admin, backorders};
@@ -112,6 +113,8 @@ pub struct SetPriority {
 pub struct LocationView {
     pub location_id: String,
     pub priority: i32,
+    /// When it was retired (it then takes no count, priority or stock); null while in use.
+    pub retired_at: Option<DateTime<Utc>>,
 }
 
 impl From<Location> for LocationView {
@@ -119,6 +122,7 @@ impl From<Location> for LocationView {
         LocationView {
             location_id: l.location_id.as_str().to_owned(),
             priority: l.priority.get(),
+            retired_at: l.retired_at,
         }
     }
 }
@@ -219,7 +223,7 @@ pub async fn set_policy(
     responses(
         (status = 200, description = "The product's stock after the count, with its locations", body = LocatedStockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`), or a retired location (`location-retired`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid id or count, or one location too many for the product", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_location_count(
@@ -246,7 +250,7 @@ pub async fn set_location_count(
     responses(
         (status = 200, description = "The location", body = LocationView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "A Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "A retired location (`location-retired`) or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid id or priority", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_priority(
@@ -261,6 +265,29 @@ pub async fn set_priority(
     let location =
         detached(async move { locations::set_priority(&store, &location_id, priority).await })
             .await?;
+    Ok(Json(location.into()))
+}
+
+/// Retire a location that holds nothing: it then takes no count, priority or stock (its history
+/// stays). Retiring a retired location answers it as it is.
+#[utoipa::path(delete, path = "/v1/locations/{location_id}", tag = "stock",
+    params(LocationPath),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The location, retired", body = LocationView),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown location (`unknown-location`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "It still holds units (`location-not-empty`, with `available` and `reserved` over all products: count them out first), or a Citus database (`unsupported-on-citus`); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM_JSON),
+    ))]
+pub async fn retire_location(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiPath(location_id): ApiPath<String>,
+) -> Result<Json<LocationView>, ApiError> {
+    let location_id = LocationId::new(location_id)?;
+    let store = state.store().clone();
+    let location = detached(async move { locations::retire(&store, &location_id).await }).await?;
     Ok(Json(location.into()))
 }
 

@@ -343,6 +343,9 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::NothingToRereserve(_) => "NothingToRereserve",
         E::NotRereservable { .. } => "NotRereservable",
         E::UnknownLocation { .. } => "UnknownLocation",
+        E::NoSuchLocation(_) => "NoSuchLocation",
+        E::LocationRetired(_) => "LocationRetired",
+        E::LocationNotEmpty { .. } => "LocationNotEmpty",
         E::StockedByLocation(_) => "StockedByLocation",
         E::SaleConflict(_) => "SaleConflict",
         E::ReservationExpired { .. } => "ReservationExpired",
@@ -387,7 +390,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 48;
+const LIBRARY_VARIANTS: usize = 51;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -422,6 +425,13 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
         E::UnknownLocation {
             product_id: p,
             location_id: LocationId::new("north").expect("id"),
+        },
+        E::NoSuchLocation(LocationId::new("north").expect("id")),
+        E::LocationRetired(LocationId::new("north").expect("id")),
+        E::LocationNotEmpty {
+            location_id: LocationId::new("north").expect("id"),
+            available: 2,
+            reserved: 1,
         },
         E::StockedByLocation(p),
         E::SaleConflict(SaleId::new("s-1").expect("id")),

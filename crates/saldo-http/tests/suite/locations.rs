@@ -4,6 +4,8 @@
 //! `allocations`, confirm and release per allocation, direct sales from the locations, refusals as problems (404
 //! `unknown-location`, 409 `insufficient-stock` and `stocked-by-location`, 422 for bad ids,
 //! priorities and a product named with two locations), the document describing all of it,
+//! `GET /v1/locations` and retiring one (`DELETE /v1/locations/{location}`: 409
+//! `location-not-empty` until it holds nothing, then 409 `location-retired` for a count),
 //! and products never given a location answering exactly as before. Run on `atomic`
 //! (tests.rs) and `batched` (batched.rs).
 
@@ -35,7 +37,7 @@ async fn priority(app: &TestApp, location: &str, priority: i64) {
     assert_eq!(a.status, StatusCode::OK, "{}", a.text);
     assert_eq!(
         a.body,
-        json!({"location_id": location, "priority": priority})
+        json!({"location_id": location, "priority": priority, "retired_at": null})
     );
 }
 
@@ -299,4 +301,63 @@ async fn the_document_describes_the_location_routes_and_fields() {
     assert!(!required.contains(&json!("allocations")), "{view}");
     let stock = &doc["components"]["schemas"]["LocatedStockView"]["properties"];
     assert!(stock["locations"].is_object(), "{stock}");
+}
+
+#[tokio::test]
+async fn locations_are_listed_and_retired_once_they_hold_nothing() {
+    let app = spawn_app().await;
+    count_at(&app, 1, "north", 2).await;
+    count_at(&app, 1, "south", 1).await;
+    let path = "/v1/locations/north";
+    let held = app.admin(Method::DELETE, path, None).await;
+    held.assert_problem(409, "location-not-empty");
+    assert_eq!(
+        (
+            held.body["available"].as_i64(),
+            held.body["reserved"].as_i64()
+        ),
+        (Some(2), Some(0))
+    );
+    app.admin(Method::DELETE, "/v1/locations/nowhere", None)
+        .await
+        .assert_problem(404, "unknown-location");
+    app.call(Method::DELETE, path, None, None)
+        .await
+        .assert_problem(401, "unauthorized");
+    count_at(&app, 1, "north", 0).await;
+    let retired = app.admin(Method::DELETE, path, None).await;
+    assert_eq!(retired.status, StatusCode::OK, "{}", retired.text);
+    assert!(retired.body["retired_at"].is_string(), "{}", retired.text);
+    app.admin(
+        Method::PUT,
+        "/v1/products/1/locations/north/stock",
+        Some(json!({ "count": 1 })),
+    )
+    .await
+    .assert_problem(409, "location-retired");
+
+    let first = app.get("/v1/locations?limit=1").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert_eq!(first.body["locations"][0]["location_id"], "north");
+    assert!(first.body["locations"][0]["retired_at"].is_string());
+    let cursor = first.body["next_cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_owned();
+    let second = app
+        .get(&format!("/v1/locations?limit=1&cursor={cursor}"))
+        .await;
+    assert_eq!(
+        (
+            &second.body["locations"][0]["location_id"],
+            &second.body["locations"][0]["available"],
+            &second.body["locations"][0]["retired_at"],
+        ),
+        (&json!("south"), &json!(1), &json!(null)),
+        "{}",
+        second.text
+    );
+    app.get("/v1/locations?cursor=o-1")
+        .await
+        .assert_problem(422, "invalid-input");
 }

@@ -60,6 +60,7 @@ pub enum ListKind {
     Products,
     Accounts,
     Orders,
+    Locations,
 }
 
 impl ListKind {
@@ -68,6 +69,7 @@ impl ListKind {
             ListKind::Products => 'p',
             ListKind::Accounts => 'a',
             ListKind::Orders => 'o',
+            ListKind::Locations => 'l',
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -75,6 +77,7 @@ impl ListKind {
             ListKind::Products => "products",
             ListKind::Accounts => "accounts",
             ListKind::Orders => "orders",
+            ListKind::Locations => "locations",
         }
     }
     /// The regular expression every cursor of this list matches (and every match is valid),
@@ -84,7 +87,7 @@ impl ListKind {
             ListKind::Products | ListKind::Accounts => {
                 format!("^{}[0-9a-f]{{{NUMERIC_CURSOR_DIGITS}}}$", self.tag())
             }
-            ListKind::Orders => format!(
+            ListKind::Orders | ListKind::Locations => format!(
                 "^{}[A-Za-z0-9._:-]{{1,{}}}$",
                 self.tag(),
                 crate::domain::MAX_ORDER_ID_LEN
@@ -95,7 +98,7 @@ impl ListKind {
     pub fn cursor_max_len(self) -> usize {
         1 + match self {
             ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
-            ListKind::Orders => crate::domain::MAX_ORDER_ID_LEN,
+            ListKind::Orders | ListKind::Locations => crate::domain::MAX_ORDER_ID_LEN,
         }
     }
 }
@@ -132,7 +135,8 @@ impl Cursor {
                     i64::try_from(key).unwrap_or(i64::MAX),
                 ))
             }
-            ListKind::Orders => {
+            // Order ids and location ids are both tokens of at most 64 characters.
+            ListKind::Orders | ListKind::Locations => {
                 if valid_token(rest) {
                     Ok(Cursor::Text(kind, rest.to_owned()))
                 } else {

@@ -9,6 +9,8 @@ use super::{corrupt, paginate, read, Cursor, ListKind, Page, PageLimit};
 use crate::domain::{OrderId, ProductId, Reference};
 use crate::error::Error;
 use crate::operation::Operation;
+use crate::stock::model::Location;
+use crate::stock::rows::locations::location_of;
 use crate::stock::{Status, Stock};
 use crate::store::handle::Store;
 use crate::store::retry::checkout;
@@ -48,6 +50,15 @@ const ORDERS_BY_REFERENCE: &str = order_summaries!(
                    WHERE reference = $3 AND order_id > $1 ORDER BY order_id LIMIT $2)"
 );
 
+/// Locations by id, each with what it holds over all products (its `stock_locations` rows).
+const LOCATIONS: &str = "SELECT l.location_id, l.priority, l.retired_at, \
+        count(s.product_id) AS products, \
+        coalesce(sum(s.available), 0)::bigint AS available, \
+        coalesce(sum(s.reserved), 0)::bigint AS reserved \
+    FROM locations l LEFT JOIN stock_locations s ON s.location_id = l.location_id \
+    WHERE l.location_id > $1 \
+    GROUP BY l.location_id ORDER BY l.location_id LIMIT $2";
+
 /// Orders read per page with a status filter, per row the page may hold: a filter that matches
 /// few orders answers a short page (with a cursor) instead of reading the whole table.
 pub const ORDERS_READ_PER_ROW: usize = 10;
@@ -63,6 +74,52 @@ pub struct OrderSummary {
     pub products: i64,
     /// When its first reservation row was written.
     pub created_at: DateTime<Utc>,
+}
+
+/// One location as the list shows it: the location and what it holds over all products.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocationSummary {
+    pub location: Location,
+    /// Products with a row at it (stocked there now or before).
+    pub products: i64,
+    pub available: i64,
+    pub reserved: i64,
+}
+
+/// Locations by ascending id, after `cursor` (a [`ListKind::Locations`] cursor), retired ones
+/// included (with `retired_at`).
+pub async fn locations(
+    store: &Store,
+    limit: PageLimit,
+    cursor: Option<&Cursor>,
+) -> Result<Page<LocationSummary>, Error> {
+    let read_rows = limit.get() as usize + 1;
+    let locations = read(
+        store,
+        Operation::ListLocations,
+        LOCATIONS,
+        Cursor::text_key(cursor),
+        read_rows,
+        |row| {
+            Ok(LocationSummary {
+                location: location_of(row)?,
+                products: row.try_get("products")?,
+                available: row.try_get("available")?,
+                reserved: row.try_get("reserved")?,
+            })
+        },
+    )
+    .await?;
+    Ok(paginate(
+        locations,
+        limit,
+        read_rows,
+        |_| true,
+        |l| {
+            let id = l.location.location_id.as_str().to_owned();
+            Cursor::Text(ListKind::Locations, id)
+        },
+    ))
 }
 
 /// Products by ascending id, after `cursor` (a [`ListKind::Products`] cursor).

@@ -268,6 +268,8 @@ pub struct LocatedStock {
 pub struct Location {
     pub location_id: LocationId,
     pub priority: Priority,
+    /// When it was retired (it then takes no count, priority or stock); `None` while in use.
+    pub retired_at: Option<DateTime<Utc>>,
 }
 
 /// A product's counters.

@@ -359,10 +359,31 @@ pub(crate) const ALLOCATIONS_OF: Sql = Sql::same(
 pub(crate) const ENSURE_LOCATION: Sql = Sql::same(
     "INSERT INTO locations (location_id) VALUES ($1) ON CONFLICT (location_id) DO NOTHING",
 );
+/// A location's retirement, read under a share lock: a count or a priority holds it until it
+/// commits, so a retirement waits for them and they for it (never a count into a location
+/// being retired). Taken before any stock row (the order retirement takes them in too).
+pub(crate) const LOCATION_FOR_SHARE: Sql =
+    Sql::same("SELECT retired_at FROM locations WHERE location_id = $1 FOR SHARE");
+/// A location locked for its retirement.
+pub(crate) const LOCATION_FOR_UPDATE: Sql = Sql::same(
+    "SELECT location_id, priority, retired_at FROM locations WHERE location_id = $1 FOR UPDATE",
+);
+/// What a location holds over all products, its rows locked (product order, as every taker
+/// locks them), so no take or count changes it before the retirement commits.
+pub(crate) const LOCATION_HOLDINGS: Sql = Sql::same(
+    "SELECT coalesce(sum(available), 0)::bigint AS available, \
+            coalesce(sum(reserved), 0)::bigint AS reserved \
+       FROM (SELECT available, reserved FROM stock_locations WHERE location_id = $1 \
+              ORDER BY product_id FOR UPDATE) held",
+);
+pub(crate) const RETIRE_LOCATION: Sql = Sql::same(
+    "UPDATE locations SET retired_at = now() WHERE location_id = $1 \
+     RETURNING location_id, priority, retired_at",
+);
 pub(crate) const UPSERT_PRIORITY: Sql = Sql::same(
     "INSERT INTO locations (location_id, priority) VALUES ($1, $2) \
      ON CONFLICT (location_id) DO UPDATE SET priority = EXCLUDED.priority \
-     RETURNING location_id, priority",
+     RETURNING location_id, priority, retired_at",
 );
 /// A product's first location count: what it held until now becomes the default location's.
 pub(crate) const ADOPT_DEFAULT: Sql = Sql::same(

@@ -588,3 +588,137 @@ async fn backorders_and_locations_are_not_combined() {
     assert_eq!((plain.stock.available, plain.stock.backorder_limit), (5, 3));
     assert_audit_clean(&db, StrategyName::Atomic).await;
 }
+
+#[tokio::test]
+async fn a_location_is_retired_only_once_empty_and_then_takes_nothing() {
+    let db = test_db().await;
+    let engine = located(
+        &db,
+        StrategyName::Atomic,
+        &[(1, "north", 3), (1, "south", 2)],
+        &[],
+    )
+    .await;
+    let store = engine.store();
+    engine
+        .reserve_placed(
+            &request("o-1", &[(1, 1)], Ttl::default()),
+            &placed(AllocationMode::Split, &[(1, "north")]),
+        )
+        .await
+        .expect("reserve at north");
+    let held = locations::retire(store, &loc("north")).await;
+    assert!(
+        matches!(
+            &held,
+            Err(Error::LocationNotEmpty {
+                available: 2,
+                reserved: 1,
+                ..
+            })
+        ),
+        "{held:?}"
+    );
+    assert!(matches!(
+        locations::retire(store, &loc("nowhere")).await,
+        Err(Error::NoSuchLocation(_))
+    ));
+    engine.release(&oid("o-1")).await.expect("release");
+    locations::set_count(store, pid(1), &loc("north"), 0)
+        .await
+        .expect("count out");
+    let retired = locations::retire(store, &loc("north"))
+        .await
+        .expect("retire");
+    assert!(retired.retired_at.is_some());
+    let again = locations::retire(store, &loc("north"))
+        .await
+        .expect("retire again");
+    assert_eq!(
+        again, retired,
+        "retiring a retired location answers it as it is"
+    );
+
+    // Retired: no count, no priority, nothing to take there.
+    assert!(matches!(
+        locations::set_count(store, pid(1), &loc("north"), 5).await,
+        Err(Error::LocationRetired(_))
+    ));
+    assert!(matches!(
+        locations::set_priority(store, &loc("north"), Priority::new(1).expect("p")).await,
+        Err(Error::LocationRetired(_))
+    ));
+    let pinned = engine
+        .reserve_placed(
+            &request("o-2", &[(1, 1)], Ttl::default()),
+            &placed(AllocationMode::Split, &[(1, "north")]),
+        )
+        .await;
+    assert!(
+        matches!(pinned, Err(Error::InsufficientStock { .. })),
+        "{pinned:?}"
+    );
+    assert_eq!(
+        at(&engine, 1).await,
+        [("north".to_owned(), 0, 0), ("south".to_owned(), 2, 0)]
+    );
+
+    // The list shows both, a page at a time, with what each holds and when it was retired.
+    let one = saldo::listing::PageLimit::new(1).expect("limit");
+    let first = saldo::listing::stock::locations(store, one, None)
+        .await
+        .expect("page");
+    let second = saldo::listing::stock::locations(store, one, first.next.as_ref())
+        .await
+        .expect("page");
+    let shown: Vec<_> = first
+        .items
+        .iter()
+        .chain(&second.items)
+        .map(|l| {
+            (
+                l.location.location_id.as_str().to_owned(),
+                l.location.retired_at.is_some(),
+                l.available,
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("north".to_owned(), true, 0),
+            ("south".to_owned(), false, 2)
+        ]
+    );
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}
+
+/// Rounds of a count and a retirement of one empty location sent at once.
+const RETIRE_ROUNDS: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retirement_racing_a_count_never_retires_a_location_that_holds_units() {
+    let db = test_db().await;
+    let engine = located(&db, StrategyName::Atomic, &[(1, "base", 1)], &[]).await;
+    for round in 0..RETIRE_ROUNDS {
+        let here = loc(&format!("r{round}"));
+        locations::set_priority(engine.store(), &here, Priority::new(0).expect("p"))
+            .await
+            .expect("location");
+        let (count, retire) = {
+            let (a, b) = (engine.store().clone(), engine.store().clone());
+            let (l1, l2) = (here.clone(), here.clone());
+            tokio::join!(
+                tokio::spawn(async move { locations::set_count(&a, pid(1), &l1, 1).await }),
+                tokio::spawn(async move { locations::retire(&b, &l2).await }),
+            )
+        };
+        let (count, retire) = (count.expect("join"), retire.expect("join"));
+        match (&count, &retire) {
+            (Ok(_), Err(Error::LocationNotEmpty { available: 1, .. }))
+            | (Err(Error::LocationRetired(_)), Ok(_)) => {}
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}

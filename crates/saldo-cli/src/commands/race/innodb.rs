@@ -160,7 +160,10 @@ mod tests {
             "{refused:?}"
         );
         assert!(matches!(args(false, None).wanted(), Ok(false)));
-        assert!(matches!(args(true, Some("read-committed")).wanted(), Ok(true)));
+        assert!(matches!(
+            args(true, Some("read-committed")).wanted(),
+            Ok(true)
+        ));
         assert!(matches!(args(true, None).wanted(), Ok(true)));
     }
 }

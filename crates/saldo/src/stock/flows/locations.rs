@@ -139,6 +139,8 @@ async fn lock_for_count(
 ) -> Result<Counted, Error> {
     stock::ensure(tx, product_id).await?;
     locations::ensure_location(tx, location_id).await?;
+    // Before the stock row: the order a retirement locks in (location, then its stock rows).
+    locations::refuse_retired(tx, location_id).await?;
     let row = stock::lock_one(tx, product_id)
         .await?
         .ok_or(Error::UnknownProduct(product_id))?;
@@ -150,6 +152,9 @@ async fn lock_for_count(
     if !row.located && (row.stock.available > 0 || row.stock.reserved > 0) {
         let default = LocationId::new(DEFAULT_LOCATION)?;
         locations::ensure_location(tx, &default).await?;
+        // After the stock row, unlike the counted location: a retirement holding the default's
+        // row waits for no stock row, so this wait closes no cycle.
+        locations::refuse_retired(tx, &default).await?;
         locations::adopt(
             tx,
             product_id,
@@ -193,6 +198,25 @@ pub async fn set_priority(
         move |client| {
             crate::write_tx!(client, writer => |tx| async {
                 locations::set_priority(&tx, location_id, priority).await
+            })
+        },
+    )
+    .await
+}
+
+/// Retires a location that holds nothing (see [`locations::retire`]): it then takes no count,
+/// priority or stock; its history stays. [`Error::LocationNotEmpty`] names what it still holds,
+/// [`Error::NoSuchLocation`] an id never used.
+pub async fn retire(store: &Store, location_id: &LocationId) -> Result<Location, Error> {
+    refuse_on_this_layout(store)?;
+    let writer = store.writer();
+    in_transaction(
+        &store.pool,
+        &store.tx,
+        Operation::RetireLocation,
+        move |client| {
+            crate::write_tx!(client, writer => |tx| async {
+                locations::retire(&tx, location_id).await
             })
         },
     )

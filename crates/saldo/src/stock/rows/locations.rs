@@ -276,14 +276,62 @@ pub(crate) async fn set_priority(
     location: &LocationId,
     priority: Priority,
 ) -> Result<Location, Error> {
+    refuse_retired(tx, location).await?;
     let row = tx
         .query_one(
             &sql::UPSERT_PRIORITY,
             &[&location.as_str(), &priority.get()],
         )
         .await?;
+    location_of(&row)
+}
+
+/// Refuses a retired location ([`Error::LocationRetired`]), holding a share lock on its row
+/// until the transaction ends (a retirement waits for it). A location not created yet passes.
+pub(crate) async fn refuse_retired(tx: &Tx<'_>, location: &LocationId) -> Result<(), Error> {
+    let row = tx
+        .query_opt(&sql::LOCATION_FOR_SHARE, &[&location.as_str()])
+        .await?;
+    match row {
+        Some(r)
+            if r.try_get::<_, Option<chrono::DateTime<chrono::Utc>>>("retired_at")?
+                .is_some() =>
+        {
+            Err(Error::LocationRetired(location.clone()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Retires `location` if it holds nothing: its row locked, then every product's row at it (see
+/// [`sql::LOCATION_HOLDINGS`]). Retiring a retired location answers it as it is.
+pub(crate) async fn retire(tx: &Tx<'_>, location: &LocationId) -> Result<Location, Error> {
+    let id = location.as_str();
+    let row = tx
+        .query_opt(&sql::LOCATION_FOR_UPDATE, &[&id])
+        .await?
+        .ok_or_else(|| Error::NoSuchLocation(location.clone()))?;
+    let current = location_of(&row)?;
+    if current.retired_at.is_some() {
+        return Ok(current);
+    }
+    let held = tx.query_one(&sql::LOCATION_HOLDINGS, &[&id]).await?;
+    let (available, reserved): (i64, i64) = (held.try_get("available")?, held.try_get("reserved")?);
+    if available != 0 || reserved != 0 {
+        return Err(Error::LocationNotEmpty {
+            location_id: location.clone(),
+            available,
+            reserved,
+        });
+    }
+    location_of(&tx.query_one(&sql::RETIRE_LOCATION, &[&id]).await?)
+}
+
+/// A `locations` row (`location_id`, `priority`, `retired_at`).
+pub(crate) fn location_of(row: &tokio_postgres::Row) -> Result<Location, Error> {
     Ok(Location {
         location_id: LocationId::new(row.try_get::<_, String>("location_id")?)?,
         priority: Priority::new(i64::from(row.try_get::<_, i32>("priority")?))?,
+        retired_at: row.try_get("retired_at")?,
     })
 }
