@@ -35,6 +35,9 @@ mod default_cluster {
 
     #[path = "ledger_engine.rs"]
     mod ledger_engine;
+
+    #[path = "reversals.rs"]
+    mod reversals;
 }
 
 #[path = "suite"]
