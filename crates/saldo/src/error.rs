@@ -234,7 +234,10 @@ pub enum Error {
     /// A reversal found its original not posted: a hold still pending (or past its deadline:
     /// `expired`), voided or expired. `status` is the state it is in, as a read says it.
     #[error("transfer {id} is not posted: it is {status}; only posted money can be reversed")]
-    TransferNotPosted { id: TransferId, status: TransferStatus },
+    TransferNotPosted {
+        id: TransferId,
+        status: TransferStatus,
+    },
     /// A reversal asked for more than is left of the original (`posted` minus what was
     /// `reversed` already); `requested` is `None` when it asked for the rest and nothing is
     /// left.

@@ -283,11 +283,14 @@ fn transfers(e: &Error) -> Option<Parts> {
             posted,
             reversed,
             requested,
-        } => Parts::conflict("reversal-exceeds-posted", "Reversal exceeds what was posted")
-            .with("transfer_id", id)
-            .with("posted_amount", posted)
-            .with("reversed_amount", reversed)
-            .with("requested", requested),
+        } => Parts::conflict(
+            "reversal-exceeds-posted",
+            "Reversal exceeds what was posted",
+        )
+        .with("transfer_id", id)
+        .with("posted_amount", posted)
+        .with("reversed_amount", reversed)
+        .with("requested", requested),
         // The group answers as its first failure does, naming the transfer and its position.
         Error::GroupRefused {
             group,

@@ -206,7 +206,6 @@ pub async fn transfer(
     Ok(created_or_replayed(transfer))
 }
 
-
 /// Deposit into an account (from the system account). Idempotent by `id`.
 #[utoipa::path(post, path = "/v1/accounts/{id}/deposits", tag = "accounts",
     params(AccountPath),

@@ -286,7 +286,11 @@ pub fn reversal_amount(
 /// Places a reversal of `original` on locked rows: `t` must move from its destination back to
 /// its source; the funds and limits are a transfer's ([`place`]: the reversing account needs
 /// the money), and it moves in the original's currency.
-pub fn reverse(locked: &mut Locked, original: &Original, t: &NewTransfer<'_>) -> Result<Currency, Error> {
+pub fn reverse(
+    locked: &mut Locked,
+    original: &Original,
+    t: &NewTransfer<'_>,
+) -> Result<Currency, Error> {
     let m = &t.movement;
     if m.kind != TransferKind::Reversal
         || (m.from, m.to) != (original.to, original.from)
@@ -793,6 +797,67 @@ mod tests {
             ));
         }
         assert_eq!(locked.changed().count(), 0);
+    }
+
+    /// A reversal takes what is asked, or the rest; never more than is left, never from a
+    /// transfer that is not posted (a hold past its deadline reads expired).
+    #[test]
+    fn a_reversal_takes_at_most_what_is_left_of_posted_money() {
+        let original = |status, posted_amount, reversed, due| Original {
+            id: TransferId::new("t").expect("id"),
+            from: acc(1),
+            to: acc(2),
+            amount: 100,
+            status,
+            posted_amount,
+            was_pending: posted_amount.is_some(),
+            expires_at: Some(if due {
+                now()
+            } else {
+                now() + chrono::Duration::minutes(1)
+            }),
+            currency: Currency::DEFAULT,
+            reversed,
+            reversals: i32::from(reversed > 0),
+        };
+        let n = |n: i64| Some(Amount::new(n).expect("amount"));
+        let left = |o: &Original, asked| reversal_amount(o, asked, now()).map(Amount::get);
+        let posted = original(TransferStatus::Posted, None, 30, false);
+        assert_eq!(left(&posted, None).ok(), Some(70));
+        assert_eq!(left(&posted, n(70)).ok(), Some(70));
+        assert!(matches!(
+            left(&posted, n(71)),
+            Err(Error::ReversalExceedsPosted {
+                posted: 100,
+                reversed: 30,
+                requested: Some(71),
+                ..
+            })
+        ));
+        let partly_posted = original(TransferStatus::Posted, Some(40), 40, true);
+        assert!(matches!(
+            left(&partly_posted, None),
+            Err(Error::ReversalExceedsPosted {
+                posted: 40,
+                reversed: 40,
+                requested: None,
+                ..
+            })
+        ));
+        for (status, due, named) in [
+            (TransferStatus::Pending, false, TransferStatus::Pending),
+            (TransferStatus::Pending, true, TransferStatus::Expired),
+            (TransferStatus::Voided, false, TransferStatus::Voided),
+            (TransferStatus::Expired, false, TransferStatus::Expired),
+        ] {
+            assert!(matches!(
+                left(&original(status, None, 0, due), n(1)),
+                Err(Error::TransferNotPosted { status, .. }) if status == named
+            ));
+        }
+        // The next reversal's event follows the creation, a hold's settle and earlier ones.
+        assert_eq!(posted.next_event_position(), 3);
+        assert_eq!(partly_posted.next_event_position(), 4);
     }
 
     #[test]

@@ -202,7 +202,11 @@ async fn holds_settle_both_sides_and_a_taken_id_answers_as_on_one_node() {
 async fn a_partial_reversal_across_workers_keeps_both_sides_in_step() {
     let db = citus_db().await;
     let (a, b) = two_workers(&db).await;
-    let ledger = Ledger::serving(db.store(), TransferStrategy::Batched, &BatchedConfig::default());
+    let ledger = Ledger::serving(
+        db.store(),
+        TransferStrategy::Batched,
+        &BatchedConfig::default(),
+    );
     ledger.open_account(acc(a), 100).await.expect("open a");
     ledger.open_account(acc(b), 0).await.expect("open b");
     ledger
@@ -215,11 +219,18 @@ async fn a_partial_reversal_across_workers_keeps_both_sides_in_step() {
         amount: n.map(|n| Amount::new(n).expect("amount")),
         tags: Default::default(),
     };
-    let r1 = ledger.reverse(&reverse("r1", Some(25))).await.expect("25 back");
+    let r1 = ledger
+        .reverse(&reverse("r1", Some(25)))
+        .await
+        .expect("25 back");
     assert_eq!((r1.from, r1.to, r1.amount), (acc(b), acc(a), 25));
     assert!(matches!(
         ledger.reverse(&reverse("r2", Some(36))).await,
-        Err(Error::ReversalExceedsPosted { posted: 60, reversed: 25, .. })
+        Err(Error::ReversalExceedsPosted {
+            posted: 60,
+            reversed: 25,
+            ..
+        })
     ));
     assert_eq!(sides(&db, "r2").await, []);
     let client = db.pool.get().await.expect("client");
@@ -242,7 +253,10 @@ async fn a_partial_reversal_across_workers_keeps_both_sides_in_step() {
     let t = Some("t".to_owned());
     assert_eq!(counted("r1").await, [(a, 0, t.clone()), (b, 0, t.clone())]);
     assert_eq!(counted("t").await, [(a, 25, None), (b, 25, None)]);
-    ledger.reverse(&reverse("r3", None)).await.expect("the rest");
+    ledger
+        .reverse(&reverse("r3", None))
+        .await
+        .expect("the rest");
     let original = ledger
         .get_transfer(&TransferId::new("t").expect("id"))
         .await
@@ -250,7 +264,10 @@ async fn a_partial_reversal_across_workers_keeps_both_sides_in_step() {
     assert_eq!(original.reversed_amount, 60);
     assert_eq!(
         original.reversals,
-        [TransferId::new("r1").expect("id"), TransferId::new("r3").expect("id")]
+        [
+            TransferId::new("r1").expect("id"),
+            TransferId::new("r3").expect("id")
+        ]
     );
     assert_eq!(ledger.account(acc(a)).await.expect("a").balance, 100);
     assert_clean(&db).await;

@@ -72,7 +72,13 @@ async fn partial_reversals_sum_to_the_posted_amount_then_are_refused() {
         .expect("reverse 30");
     assert_eq!(
         (r1.kind, r1.from, r1.to, r1.amount, r1.status),
-        (TransferKind::Reversal, acc(2), acc(1), 30, TransferStatus::Posted)
+        (
+            TransferKind::Reversal,
+            acc(2),
+            acc(1),
+            30,
+            TransferStatus::Posted
+        )
     );
     assert_eq!((r1.reverses, r1.replayed), (Some(tid("t")), false));
     assert_eq!(balances(&ledger).await, (930, 70));
@@ -87,10 +93,21 @@ async fn partial_reversals_sum_to_the_posted_amount_then_are_refused() {
     assert!(again.replayed);
     assert_eq!((again.id, again.amount), (tid("r1"), 30));
     let no_amount = ledger.reverse(&reversal("r1", "t", None)).await;
-    assert!(matches!(no_amount, Ok(Transfer { replayed: true, amount: 30, .. })));
+    assert!(matches!(
+        no_amount,
+        Ok(Transfer {
+            replayed: true,
+            amount: 30,
+            ..
+        })
+    ));
     let mut tagged = reversal("r1", "t", Some(30));
     tagged.tags.reference = Some(Reference::new("refund-1").expect("reference"));
-    for other in [reversal("r1", "t", Some(31)), tagged, reversal("t", "r1", None)] {
+    for other in [
+        reversal("r1", "t", Some(31)),
+        tagged,
+        reversal("t", "r1", None),
+    ] {
         let refused = ledger.reverse(&other).await;
         assert!(
             matches!(&refused, Err(Error::TransferConflict(id)) if *id == other.id),
@@ -118,7 +135,10 @@ async fn partial_reversals_sum_to_the_posted_amount_then_are_refused() {
     ));
 
     // The rest (no amount): 70; then nothing is left, with or without an amount.
-    let r2 = ledger.reverse(&reversal("r2", "t", None)).await.expect("rest");
+    let r2 = ledger
+        .reverse(&reversal("r2", "t", None))
+        .await
+        .expect("rest");
     assert_eq!(r2.amount, 70);
     assert_eq!(balances(&ledger).await, (1_000, 0));
     let before = written(&db).await;
@@ -316,7 +336,9 @@ async fn a_naive_check_then_write_reversal_exceeds_the_posted_amount() {
                 .await
                 .expect("read")
                 .get(0);
-            tx.execute("SELECT pg_sleep(0.1)", &[]).await.expect("pause");
+            tx.execute("SELECT pg_sleep(0.1)", &[])
+                .await
+                .expect("pause");
             if left < 1 {
                 return false;
             }

@@ -190,7 +190,10 @@ impl<'t> Columns<'t> {
                 .map(|t| t.tags.reference.as_ref().map(|r| r.as_str()))
                 .collect(),
             metadata: ts.iter().map(|t| t.tags.metadata_json()).collect(),
-            reverses: ts.iter().map(|t| t.reverses.map(TransferId::as_str)).collect(),
+            reverses: ts
+                .iter()
+                .map(|t| t.reverses.map(TransferId::as_str))
+                .collect(),
             group: group.map(GroupId::as_str),
         }
     }
