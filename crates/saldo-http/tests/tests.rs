@@ -47,6 +47,8 @@ mod ops;
 mod orders;
 #[path = "suite/references.rs"]
 mod references;
+#[path = "suite/reversals.rs"]
+mod reversals;
 #[path = "suite/stock.rs"]
 mod stock;
 #[path = "suite/telemetry.rs"]

@@ -246,6 +246,23 @@ pub enum Error {
         requested: i64,
         held: i64,
     },
+    /// A reversal found its original not posted: a hold still pending (or past its deadline:
+    /// `expired`), voided or expired. `status` is the state it is in, as a read says it.
+    #[error("transfer {id} is not posted: it is {status}; only posted money can be reversed")]
+    TransferNotPosted {
+        id: TransferId,
+        status: TransferStatus,
+    },
+    /// A reversal asked for more than is left of the original (`posted` minus what was
+    /// `reversed` already); `requested` is `None` when it asked for the rest and nothing is
+    /// left.
+    #[error("{}", reversal_exceeds(id, *posted, *reversed, *requested))]
+    ReversalExceedsPosted {
+        id: TransferId,
+        posted: i64,
+        reversed: i64,
+        requested: Option<i64>,
+    },
     #[error("transfer group {0} was already applied with a different payload")]
     GroupConflict(GroupId),
     /// A linked group was refused as a whole: nothing of it was written. `index` and `transfer`
@@ -282,6 +299,21 @@ pub enum Error {
     /// missing from a batch it was locked in). A bug, reported loudly instead of guessed around.
     #[error("internal invariant broken: {0}")]
     Invariant(String),
+}
+
+/// The message of [`Error::ReversalExceedsPosted`].
+fn reversal_exceeds(id: &TransferId, posted: i64, reversed: i64, requested: Option<i64>) -> String {
+    let left = posted.saturating_sub(reversed);
+    match requested {
+        Some(n) => format!(
+            "cannot reverse {n} of transfer {id}: it posted {posted}, {reversed} of it is \
+             reversed already, {left} is left"
+        ),
+        None => format!(
+            "transfer {id} is reversed in full: it posted {posted}, {reversed} of it is \
+             reversed already, nothing is left"
+        ),
+    }
 }
 
 /// The unique constraint of an event stream's positions (`migrations/V9__events.sql`).

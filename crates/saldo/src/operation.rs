@@ -68,6 +68,7 @@ operations! {
         Hold => "hold",
         Post => "post",
         Void => "void",
+        Reverse => "reverse",
         TransferGroup => "transfer_group",
         ExpireHolds => "expire_holds",
         LedgerBatch => "ledger_batch",

@@ -111,6 +111,7 @@ pub const TRANSFER_KINDS: &[&str] = &[
     "group",
     "post",
     "void",
+    "reverse",
 ];
 pub const TRANSFER_OUTCOMES: &[&str] = &[
     "applied",
@@ -123,6 +124,8 @@ pub const TRANSFER_OUTCOMES: &[&str] = &[
     "currency_mismatch",
     "max_balance",
     "not_pending",
+    "not_posted",
+    "exceeds_posted",
     "unknown_transfer",
     "group_refused",
     "invalid",

@@ -1,6 +1,7 @@
 //! The ledger, holds and model suites (the stock-and-money model and the ledger model) again on the batched ledger engine (`TransferStrategy::Batched`,
 //! deposits and withdrawals included), on the default cluster and on the SERIALIZABLE one, plus
-//! the engine's own suite (`suite/ledger_engine.rs`: batch-mates, overload, crossed race).
+//! the engine's own suite (`suite/ledger_engine.rs`: batch-mates, overload, crossed race) and
+//! the reversals (`suite/reversals.rs`: their race beside batched transfers).
 //!
 //! One binary, two clusters: each inline module brings its own `harness`, which the suites
 //! reach as `super::harness`.
@@ -35,6 +36,9 @@ mod default_cluster {
 
     #[path = "ledger_engine.rs"]
     mod ledger_engine;
+
+    #[path = "reversals.rs"]
+    mod reversals;
 }
 
 #[path = "suite"]
@@ -67,4 +71,7 @@ mod serializable {
 
     #[path = "ledger_engine.rs"]
     mod ledger_engine;
+
+    #[path = "reversals.rs"]
+    mod reversals;
 }

@@ -38,6 +38,8 @@ mod ledger_model;
 mod ledger_repair;
 #[path = "suite/references.rs"]
 mod references;
+#[path = "suite/reversals.rs"]
+mod reversals;
 
 #[path = "suite/listing.rs"]
 mod listing;

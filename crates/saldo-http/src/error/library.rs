@@ -286,6 +286,25 @@ fn transfers(e: &Error) -> Option<Parts> {
             .with("transfer_id", id)
             .with("requested", requested)
             .with("held", held),
+        Error::TransferNotPosted { id, status } => {
+            Parts::conflict("transfer-not-posted", "Transfer not posted")
+                .with("transfer_id", id)
+                .with("transfer_status", status)
+        }
+        // A conflict with the transfer's state (what earlier reversals left), not bad input.
+        Error::ReversalExceedsPosted {
+            id,
+            posted,
+            reversed,
+            requested,
+        } => Parts::conflict(
+            "reversal-exceeds-posted",
+            "Reversal exceeds what was posted",
+        )
+        .with("transfer_id", id)
+        .with("posted_amount", posted)
+        .with("reversed_amount", reversed)
+        .with("requested", requested),
         // The group answers as its first failure does, naming the transfer and its position.
         Error::GroupRefused {
             group,

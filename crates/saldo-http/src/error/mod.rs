@@ -511,6 +511,26 @@ mod tests {
                 Some("held"),
             ),
             (
+                Error::TransferNotPosted {
+                    id: t.clone(),
+                    status: saldo::domain::TransferStatus::Pending,
+                },
+                409,
+                "transfer-not-posted",
+                Some("transfer_status"),
+            ),
+            (
+                Error::ReversalExceedsPosted {
+                    id: t.clone(),
+                    posted: 10,
+                    reversed: 4,
+                    requested: Some(7),
+                },
+                409,
+                "reversal-exceeds-posted",
+                Some("reversed_amount"),
+            ),
+            (
                 Error::GroupRefused {
                     group: saldo::domain::GroupId::new("g").expect("group id"),
                     index: 3,

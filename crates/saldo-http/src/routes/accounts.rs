@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use saldo::domain::{AccountId, Amount, BalanceLimits, TransferId};
-use saldo::ledger::{Denomination, Transfer, MAX_LIST};
+use saldo::ledger::{Denomination, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -19,7 +19,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::params::AccountPath;
 use super::schema;
 use super::task::detached;
-use super::views::{AccountView, TransferView};
+use super::views::{created_or_replayed, AccountView, TransferView};
 use crate::auth::{Admin, Client};
 use crate::error::{ApiError, Problem, PROBLEM_JSON};
 use crate::state::AppState;
@@ -204,16 +204,6 @@ pub async fn transfer(
     })
     .await?;
     Ok(created_or_replayed(transfer))
-}
-
-/// 201 for a new journal row, 200 for a replay.
-pub(super) fn created_or_replayed(t: Transfer) -> (StatusCode, Json<TransferView>) {
-    let code = if t.replayed {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    (code, Json(t.into()))
 }
 
 /// Deposit into an account (from the system account). Idempotent by `id`.

@@ -57,6 +57,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(transfers::get_transfer))
         .routes(routes!(transfers::post_transfer))
         .routes(routes!(transfers::void_transfer))
+        .routes(routes!(transfers::reverse_transfer))
         .routes(routes!(transfers::transfer_group))
         .routes(routes!(admin::sweep))
         .routes(routes!(admin::audit))

@@ -353,6 +353,18 @@ pub fn post_amount() -> Schema {
     .into()
 }
 
+pub fn reverse_amount() -> Schema {
+    integer(
+        1,
+        MAX_AMOUNT,
+        true,
+        "Minor units to move back, at most what is left of the transfer (posted minus \
+         reversed); absent or null: all that is left",
+    )
+    .build()
+    .into()
+}
+
 pub fn count() -> Schema {
     integer(
         0,

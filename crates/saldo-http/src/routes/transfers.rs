@@ -1,5 +1,6 @@
-//! Holds and linked transfers: post a pending transfer (whole or partial), void it,
-//! read any transfer with its status, and apply a linked group of transfers all or none.
+//! Holds, reversals and linked transfers: post a pending transfer (whole or partial), void
+//! it, reverse a posted one (all or part, never more than it posted), read any transfer with
+//! its status, and apply a linked group of transfers all or none.
 //! Post, void and the sweeper's expiry race for a hold with exactly one winner; a loser gets 409
 //! `transfer-not-pending` naming the state the hold reached (`transfer_status`), and the
 //! winner's own call repeated answers 200 with the same transfer (`replayed: true`).
@@ -9,14 +10,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use saldo::domain::{Amount, GroupId, TransferId, MAX_GROUP_TRANSFERS};
-use saldo::ledger::{Group, GroupRequest};
+use saldo::ledger::{Group, GroupRequest, ReversalRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::bodies::TransferBody;
 use super::extract::{ApiJson, ApiPath};
 use super::task::detached;
-use super::views::TransferView;
+use super::views::{created_or_replayed, TransferView};
 use crate::auth::Client;
 use crate::error::{ApiError, Problem, PROBLEM_JSON};
 use crate::state::AppState;
@@ -37,6 +38,24 @@ pub struct PostBody {
     #[serde(default, deserialize_with = "super::numbers::opt_i64")]
     #[schema(schema_with = super::schema::post_amount)]
     pub amount: Option<i64>,
+}
+
+/// A reversal of a posted transfer: its own id, and how much of the transfer to move back.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReverseBody {
+    /// The reversal's own id: its idempotency key, as any transfer's.
+    #[schema(schema_with = super::schema::transfer_id)]
+    pub id: String,
+    #[serde(default, deserialize_with = "super::numbers::opt_i64")]
+    #[schema(schema_with = super::schema::reverse_amount)]
+    pub amount: Option<i64>,
+    #[serde(default)]
+    #[schema(schema_with = super::schema::reference)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = super::schema::metadata)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// Transfers applied all or none.
@@ -143,6 +162,42 @@ pub async fn void_transfer(
     let ledger = state.ledger.clone();
     let t = detached(async move { ledger.void(&id).await }).await?;
     Ok(Json(t.into()))
+}
+
+/// Reverse a posted transfer (a refund): `amount` of it (default: all that is left) moves back
+/// from its `to` to its `from` as a new transfer of kind `reversal` naming it (`reverses`).
+/// Never more in total than it posted; the original then shows `reversed_amount` and, read on
+/// its own, its `reversals`. Idempotent by the reversal's id.
+#[utoipa::path(post, path = "/v1/transfers/{id}/reverse", tag = "accounts",
+    params(TransferPath),
+    request_body = ReverseBody,
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 201, description = "Reversed: the reversal (`kind: reversal`, `reverses`, `status: posted`)", body = TransferView),
+        (status = 200, description = "Replay of the same reversal (`replayed: true`; without an amount it matches whatever the first one came to)", body = TransferView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown transfer (`transfer_id`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`transfer-not-posted`: a hold still pending, voided or expired (`transfer_status`); `reversal-exceeds-posted`: more than is left, or nothing left (`posted_amount`, `reversed_amount`, `requested`: null when the rest was asked); the reversing account's limits (`insufficient-funds`, `max-balance-exceeded`); the reversal id used for something else (`idempotency-conflict`, `transfer_id`). Nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Bad id, amount, reference or metadata", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Contention or database unavailable; retry with the same reversal id", body = Problem, content_type = PROBLEM_JSON),
+    ))]
+pub async fn reverse_transfer(
+    _: Client,
+    State(state): State<AppState>,
+    ApiPath(TransferPath { id }): ApiPath<TransferPath>,
+    ApiJson(body): ApiJson<ReverseBody>,
+) -> Result<(StatusCode, Json<TransferView>), ApiError> {
+    let request = ReversalRequest {
+        id: TransferId::new(body.id)?,
+        original: TransferId::new(id)?,
+        amount: body.amount.map(Amount::new).transpose()?,
+        tags: super::bodies::tags(body.reference, body.metadata)?,
+    };
+    crate::access_log::note_transfer_id(&request.id);
+    let ledger = state.ledger.clone();
+    let t = detached(async move { ledger.reverse(&request).await }).await?;
+    Ok(created_or_replayed(t))
 }
 
 /// Read a transfer with its status.

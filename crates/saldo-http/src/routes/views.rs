@@ -130,6 +130,8 @@ pub enum KindView {
     Opening,
     Deposit,
     Withdrawal,
+    /// Moves back (part of) a posted transfer (`reverses`), from its `to` to its `from`.
+    Reversal,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -185,6 +187,29 @@ pub struct TransferView {
     /// The caller's metadata, as given.
     #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
     pub metadata: Option<serde_json::Value>,
+    /// A reversal: the transfer it moves back. Present only on a reversal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverses: Option<String>,
+    /// What reversals moved back of it so far (never more than it posted). Present only once
+    /// it was reversed (absent: 0), so other transfers answer as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub reversed_amount: Option<i64>,
+    /// Its reversals' ids, oldest first, at most 100 (a transfer reversed more often lists
+    /// the rest in its `to` account's history, each naming it in `reverses`). Present on a
+    /// read of this one transfer once it was reversed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reversals: Option<Vec<String>>,
+}
+
+/// 201 for a new journal row, 200 for a replay.
+pub fn created_or_replayed(t: Transfer) -> (axum::http::StatusCode, axum::Json<TransferView>) {
+    let code = if t.replayed {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::CREATED
+    };
+    (code, axum::Json(t.into()))
 }
 
 impl From<Transfer> for TransferView {
@@ -200,6 +225,7 @@ impl From<Transfer> for TransferView {
                 TransferKind::Opening => KindView::Opening,
                 TransferKind::Deposit => KindView::Deposit,
                 TransferKind::Withdrawal => KindView::Withdrawal,
+                TransferKind::Reversal => KindView::Reversal,
             },
             created_at: t.created_at,
             replayed: t.replayed,
@@ -215,6 +241,10 @@ impl From<Transfer> for TransferView {
                 .metadata
                 .as_ref()
                 .map(saldo::domain::Metadata::to_json),
+            reverses: t.reverses.map(|r| r.as_str().to_owned()),
+            reversed_amount: (t.reversed_amount > 0).then_some(t.reversed_amount),
+            reversals: (!t.reversals.is_empty())
+                .then(|| t.reversals.iter().map(|r| r.as_str().to_owned()).collect()),
         }
     }
 }

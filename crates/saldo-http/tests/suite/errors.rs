@@ -379,6 +379,8 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::UnknownTransfer(_) => "UnknownTransfer",
         E::TransferNotPending { .. } => "TransferNotPending",
         E::PostExceedsHold { .. } => "PostExceedsHold",
+        E::TransferNotPosted { .. } => "TransferNotPosted",
+        E::ReversalExceedsPosted { .. } => "ReversalExceedsPosted",
         E::GroupConflict(_) => "GroupConflict",
         E::GroupRefused { .. } => "GroupRefused",
         E::Pool(_) => "Pool",
@@ -390,7 +392,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 51;
+const LIBRARY_VARIANTS: usize = 53;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -538,6 +540,16 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             id: t(),
             requested: 2,
             held: 1,
+        },
+        E::TransferNotPosted {
+            id: t(),
+            status: TransferStatus::Voided,
+        },
+        E::ReversalExceedsPosted {
+            id: t(),
+            posted: 10,
+            reversed: 10,
+            requested: None,
         },
         E::GroupConflict(g()),
         E::GroupRefused {

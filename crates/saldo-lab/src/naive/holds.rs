@@ -9,6 +9,10 @@
 //!   for the last funds all pass and the account is held beyond what it has.
 //! - [`group`]: a linked group that locks each transfer's accounts as it reaches them, in the
 //!   order the request names them: two groups that cross lock in opposite orders and deadlock.
+//! - [`reverse`]: read what is left of the original without a lock, decide, think, then write
+//!   the reversal, the balances and the original's counters as computed in the application
+//!   (`SET reversed = <value>, reversals = <value>`): concurrent reversals all read the same amount left and
+//!   together move back more than was posted.
 //!
 //! Like `naive::ledger`, their statements write the schema directly: the wrong SQL is the
 //! demonstration.
@@ -19,7 +23,7 @@ use deadpool_postgres::Pool;
 
 use saldo::domain::{TransferStatus, TransferTimeout};
 use saldo::error::Error;
-use saldo::ledger::{Settle, TransferRequest};
+use saldo::ledger::{ReversalRequest, Settle, TransferRequest};
 use saldo::retry::{in_transaction, TxOptions};
 
 use crate::naive::stock::MAX_THINK;
@@ -40,6 +44,12 @@ const ADD_PENDING_CREDIT: &str =
 const INSERT_HOLD: &str = "INSERT INTO transfers \
      (id, from_account, to_account, amount, kind, status, timeout_s, expires_at) \
      VALUES ($1, $2, $3, $4, 'transfer', 'pending', $5::int, now() + make_interval(secs => $5::int))";
+const READ_LEFT: &str =
+    "SELECT from_account, to_account, coalesce(posted_amount, amount) AS posted, \
+     reversed, reversals FROM transfers WHERE id = $1 AND status = 'posted'";
+const INSERT_REVERSAL: &str = "INSERT INTO transfers \
+     (id, from_account, to_account, amount, kind, reverses) VALUES ($1, $2, $3, $4, 'reversal', $5)";
+const OVERWRITE_REVERSED: &str = "UPDATE transfers SET reversed = $2, reversals = $3 WHERE id = $1";
 const LOCK_ONE: &str = "SELECT balance FROM accounts WHERE id = $1 FOR UPDATE";
 const MOVE: &str = "UPDATE accounts SET balance = balance + $2 WHERE id = $1";
 const INSERT_POSTED: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
@@ -182,6 +192,57 @@ pub async fn group(
                     )
                     .await?;
             }
+            Ok::<_, Error>(())
+        })
+    })
+    .await
+}
+
+/// A naive reversal: refused with [`Error::ReversalExceedsPosted`] when what it read is not
+/// left.
+pub async fn reverse(
+    pool: &Pool,
+    options: &TxOptions,
+    request: &ReversalRequest,
+    think: Duration,
+) -> Result<(), Error> {
+    let client = saldo::retry::checkout(pool, saldo::Operation::Lab).await?;
+    let original = request.original.as_str();
+    let Some(row) = client.query_opt(READ_LEFT, &[&original]).await? else {
+        return Err(Error::Invariant(format!("no posted transfer {original}")));
+    };
+    let (from, to, posted, reversed): (i64, i64, i64, i64) = (
+        row.try_get("from_account")?,
+        row.try_get("to_account")?,
+        row.try_get("posted")?,
+        row.try_get("reversed")?,
+    );
+    let reversals: i32 = row.try_get("reversals")?;
+    drop(client);
+    let amount = request.amount.map_or(posted - reversed, |a| a.get());
+    if amount < 1 || reversed + amount > posted {
+        return Err(Error::ReversalExceedsPosted {
+            id: request.original.clone(),
+            posted,
+            reversed,
+            requested: request.amount.map(|a| a.get()),
+        });
+    }
+    tokio::time::sleep(think.min(MAX_THINK)).await;
+    in_transaction(pool, options, saldo::Operation::Lab, |client| {
+        saldo::tx_body!(client => async {
+            let id = request.id.as_str();
+            client
+                .execute(INSERT_REVERSAL, &[&id, &to, &from, &amount, &original])
+                .await?;
+            client.execute(MOVE, &[&to, &-amount]).await?;
+            client.execute(MOVE, &[&from, &amount]).await?;
+            client
+                .execute(
+                    OVERWRITE_REVERSED,
+                    &[&original, &(reversed + amount), &(reversals + 1)],
+                )
+                .await?;
             Ok::<_, Error>(())
         })
     })

@@ -10,7 +10,9 @@ use crate::naive;
 use crate::race::backorders::{MAX_FILL_BUYERS, MIN_FILL_BUYERS};
 use crate::race::extend::{HOLD, MAX_EXTEND_ORDERS};
 use crate::race::follow::MAX_FOLLOW_BUYERS;
-use crate::race::holds::{DEADLINE_SPREAD, DEADLINE_TIMEOUT_S, HOLD_AMOUNT, LAST_FUNDS, MAX_HOLDS};
+use crate::race::holds::{
+    DEADLINE_SPREAD, DEADLINE_TIMEOUT_S, HOLD_AMOUNT, LAST_FUNDS, MAX_HOLDS, REVERSED,
+};
 use crate::race::locations::MAX_LOCATION_BUYERS;
 use crate::race::sales::MAX_SALE_BUYERS;
 use crate::race::stock::MULTI_ITEM_PRODUCTS;
@@ -95,7 +97,8 @@ impl Scenario {
             Scenario::HoldSettle
             | Scenario::HoldDeadline
             | Scenario::HoldLastFunds
-            | Scenario::CrossedGroups => return Racers::Holds,
+            | Scenario::CrossedGroups
+            | Scenario::ReversalRace => return Racers::Holds,
             Scenario::ExtendVsSweeper => naive::extend::NAME,
             Scenario::SalesVsReservations => naive::sales::NAME,
             Scenario::BackorderFill => naive::backorders::NAME,
@@ -133,7 +136,8 @@ impl Scenario {
             Scenario::HoldSettle
             | Scenario::HoldDeadline
             | Scenario::HoldLastFunds
-            | Scenario::CrossedGroups => (2, MAX_HOLDS),
+            | Scenario::CrossedGroups
+            | Scenario::ReversalRace => (2, MAX_HOLDS),
             Scenario::ExtendVsSweeper => (1, MAX_EXTEND_ORDERS),
             Scenario::SalesVsReservations => (2, MAX_SALE_BUYERS),
             Scenario::BackorderFill => (MIN_FILL_BUYERS, MAX_FILL_BUYERS),
@@ -165,7 +169,10 @@ impl Scenario {
             // The naive rule fails every run: two show it.
             Scenario::LateRetry => only(50, 2),
             Scenario::HoldDeadline => only(20, 3),
-            Scenario::HoldSettle | Scenario::HoldLastFunds | Scenario::CrossedGroups => Defaults {
+            Scenario::HoldSettle
+            | Scenario::HoldLastFunds
+            | Scenario::CrossedGroups
+            | Scenario::ReversalRace => Defaults {
                 think_ms: Some(HOLD_THINK_MS),
                 ..only(20, 3)
             },
@@ -215,6 +222,10 @@ impl Scenario {
             Scenario::CrossedGroups => {
                 format!("--holds ({n}) linked groups crossing between accounts 1 and 2, no retry")
             }
+            Scenario::ReversalRace => format!(
+                "--holds ({n}) reversals of 1 race for a posted transfer of {REVERSED}: never \
+                 more than it posted"
+            ),
             Scenario::ExtendVsSweeper => format!(
                 "--buyers ({n}) orders hold a unit for {} ms and are extended, some before and \
                  some after the hold lapses, while the sweeper runs: each answer must match the \

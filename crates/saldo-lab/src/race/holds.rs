@@ -13,13 +13,20 @@
 //!   status and never the deadline, posts the late half every run.
 //! - `crossed-groups`: `holds` linked groups of two transfers between accounts 1 and 2, half
 //!   naming 1 → 2 first and half 2 → 1 first, with no retry: no deadlock may reach a caller.
+//! - `reversal-race`: `holds` reversals of 1 each race for one posted transfer of [`REVERSED`]
+//!   from account 1 to 2: at most [`REVERSED`] of them may succeed, and the original counts
+//!   exactly what they moved back. The naive reversal reads what is left, thinks, then writes
+//!   the count it computed: concurrent copies all read the same amount left and together
+//!   reverse more than was posted.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use saldo::domain::{AccountId, Amount, GroupId, TransferId, TransferStatus, TransferTimeout};
 use saldo::error::Error;
-use saldo::ledger::{GroupRequest, Ledger, LinkedTransfer, Settle, TransferRequest};
+use saldo::ledger::{
+    GroupRequest, Ledger, LinkedTransfer, ReversalRequest, Settle, TransferRequest,
+};
 use saldo::retry::{RetryPolicy, TxOptions, TxStats};
 
 use crate::naive::holds as naive;
@@ -37,6 +44,8 @@ pub const LAST_FUNDS: i64 = 100;
 pub const SETTLE_OPENING: i64 = 1_000_000;
 /// Most holds (or groups) per run.
 pub const MAX_HOLDS: u32 = 1_000;
+/// The transfer `reversal-race` reverses, one unit per reversal.
+pub const REVERSED: i64 = 10;
 /// The holds' timeout in `hold-deadline`.
 pub const DEADLINE_TIMEOUT_S: u32 = 1;
 /// How far before and after its deadline the posts of `hold-deadline` are spread.
@@ -154,6 +163,7 @@ pub async fn one_run(
         Scenario::HoldLastFunds => last_funds(ledger, &tx, race, strategy, run).await?,
         Scenario::CrossedGroups => crossed_groups(ledger, &tx, race, strategy, run).await?,
         Scenario::HoldDeadline => deadline_race(ledger, &tx, race, strategy, run).await?,
+        Scenario::ReversalRace => reversal_race(ledger, &tx, race, strategy, run).await?,
         _ => settle_race(ledger, &tx, race, strategy, run).await?,
     };
     outcome.divergences = crate::checks::ledger_divergences(&ledger.store().pool).await?;
@@ -180,10 +190,10 @@ pub async fn run(
             safe: strategy.is_safe(),
             runs: race.runs,
             buyers_per_run: race.holds,
-            stock_per_run: if race.scenario == Scenario::HoldLastFunds {
-                LAST_FUNDS
-            } else {
-                SETTLE_OPENING
+            stock_per_run: match race.scenario {
+                Scenario::HoldLastFunds => LAST_FUNDS,
+                Scenario::ReversalRace => REVERSED,
+                _ => SETTLE_OPENING,
             },
             money_drift: Some(0),
             ..Report::default()
@@ -434,6 +444,62 @@ async fn last_funds(
     let room = a.balance - a.min_balance.unwrap_or(0);
     outcome.broken = live > room;
     outcome.excess = u64::try_from((live - room).max(0) / HOLD_AMOUNT).unwrap_or(0);
+    Ok(outcome)
+}
+
+/// `race.holds` reversals of 1 racing for transfer `t` of [`REVERSED`] from account 1 to 2
+/// (which holds enough for every copy: the excess is the point, not the funds).
+async fn reversal_race(
+    ledger: &Ledger,
+    tx: &TxOptions,
+    race: &HoldRace,
+    strategy: LabHolds,
+    run: u32,
+) -> Result<RunOutcome, LabError> {
+    two_accounts(ledger, SETTLE_OPENING).await?;
+    let original = format!("t-{run}");
+    ledger
+        .transfer(
+            saldo::ledger::TransferStrategy::Ordered,
+            &request(original.clone(), 1, 2, REVERSED)?,
+        )
+        .await?;
+    ledger
+        .deposit(
+            tid(format!("d-{run}"))?,
+            account(2)?,
+            Amount::new(SETTLE_OPENING).map_err(Error::from)?,
+        )
+        .await?;
+    let mut tasks = Vec::new();
+    for i in 0..race.holds {
+        let r = ReversalRequest {
+            id: tid(format!("r-{run}-{i}"))?,
+            original: tid(original.clone())?,
+            amount: Some(Amount::new(1).map_err(Error::from)?),
+            tags: Default::default(),
+        };
+        let (ledger, tx, think) = (ledger.clone(), tx.clone(), race.think);
+        tasks.push(tokio::spawn(async move {
+            match strategy {
+                LabHolds::Ordered => ledger.reverse(&r).await.map(|_| ()),
+                LabHolds::Naive => naive::reverse(&ledger.store().pool, &tx, &r, think).await,
+            }
+        }));
+    }
+    let mut outcome = RunOutcome::default();
+    for r in join_bounded(tasks).await? {
+        match r {
+            Ok(()) => outcome.done += 1,
+            Err(Error::ReversalExceedsPosted { .. }) => outcome.refused += 1,
+            Err(e) => outcome.errors.push(e),
+        }
+    }
+    // Never more than was posted, and the original counts exactly what moved back.
+    let t = ledger.get_transfer(&tid(original)?).await?;
+    let moved = i64::try_from(outcome.done).unwrap_or(i64::MAX);
+    outcome.broken = moved > REVERSED || t.reversed_amount != moved;
+    outcome.excess = u64::try_from(moved - REVERSED).unwrap_or(0);
     Ok(outcome)
 }
 

@@ -79,6 +79,8 @@ pub enum Scenario {
     HoldLastFunds,
     /// Linked groups crossing between two accounts; no deadlock reaches a caller.
     CrossedGroups,
+    /// Reversals of one unit each race for one posted transfer; never more than it posted.
+    ReversalRace,
     /// Hold extensions racing the sweeper; every answer matches the hold's fate.
     ExtendVsSweeper,
     /// Direct sales racing reservations for the last unit.
@@ -103,6 +105,7 @@ impl Scenario {
         Scenario::HoldDeadline,
         Scenario::HoldLastFunds,
         Scenario::CrossedGroups,
+        Scenario::ReversalRace,
         Scenario::ExtendVsSweeper,
         Scenario::SalesVsReservations,
         Scenario::BackorderFill,
@@ -121,6 +124,7 @@ impl Scenario {
             Scenario::HoldDeadline => "hold-deadline",
             Scenario::HoldLastFunds => "hold-last-funds",
             Scenario::CrossedGroups => "crossed-groups",
+            Scenario::ReversalRace => "reversal-race",
             Scenario::ExtendVsSweeper => "extend-vs-sweeper",
             Scenario::SalesVsReservations => "sales-vs-reservations",
             Scenario::BackorderFill => "backorder-fill",

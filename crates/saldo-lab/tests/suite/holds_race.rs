@@ -51,6 +51,21 @@ async fn holds_for_the_last_funds_never_go_below_min_balance() {
     .await;
 }
 
+/// Reversals of 1 racing for a transfer of 10: saldo's never move back more than it posted;
+/// the naive check-then-write does.
+#[tokio::test]
+async fn reversals_never_exceed_the_transfer_where_the_naive_ones_do() {
+    let ordered = race(Scenario::ReversalRace, 16, LabHolds::Ordered).await;
+    assert!(ordered.held(), "{ordered:?}");
+    assert_eq!((ordered.done, ordered.refused), (10, 6));
+    until_caught(
+        "naive reversals beyond the transfer",
+        |_| race(Scenario::ReversalRace, 16, LabHolds::Naive),
+        |naive| naive.broken && naive.excess > 0,
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn crossed_groups_never_deadlock_a_caller() {
     let ordered = race(Scenario::CrossedGroups, 20, LabHolds::Ordered).await;

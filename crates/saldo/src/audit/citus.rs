@@ -99,7 +99,8 @@ pub enum TransferInvariant {
     CreditSideExists,
     /// A side names other accounts than the id's row, or there are more than two sides.
     SidesMatchRoute,
-    /// The two sides differ in amount, currency, kind, status or posted amount.
+    /// The two sides differ in amount, currency, kind, status, posted amount, the transfer a
+    /// reversal names or what was reversed of it.
     SidesAgree,
 }
 
@@ -114,6 +115,10 @@ pub struct Side {
     pub status: String,
     pub posted_amount: Option<i64>,
     pub currency: String,
+    /// A reversal's original.
+    pub reverses: Option<String>,
+    /// What reversals moved back of it.
+    pub reversed: i64,
 }
 
 /// Everything stored about one transfer id: its router row and its sides.
@@ -151,6 +156,8 @@ impl TransferState {
                 s.status.clone(),
                 s.posted_amount,
                 s.currency.clone(),
+                s.reverses.clone(),
+                s.reversed,
             )
         };
         (terms(debit) != terms(credit)).then_some(TransferInvariant::SidesAgree)
@@ -422,6 +429,8 @@ async fn read_transfer(
                 status: r.try_get(5)?,
                 posted_amount: r.try_get(6)?,
                 currency: r.try_get(7)?,
+                reverses: r.try_get(8)?,
+                reversed: r.try_get(9)?,
             })
         })
         .collect::<Result<_, Error>>()?;
@@ -446,6 +455,8 @@ mod tests {
             currency: "EUR".into(),
             status: "posted".into(),
             posted_amount: None,
+            reverses: None,
+            reversed: 0,
         }
     }
 

@@ -359,7 +359,8 @@ pub(crate) const ACCOUNT_PAGE: &str = "SELECT id FROM accounts WHERE id > $1 ORD
 /// Citus: the one-shot read of the double entry over every shard, with no common snapshot: per
 /// transfer id, its sides summed up and its router row, kept when they disagree. Both inputs
 /// are materialised (read once each, by Citus, shard by shard) and joined on the coordinator.
-/// Min = max checks that both sides carry the same terms. `$1`: most ids returned.
+/// Min = max checks that both sides carry the same terms (a reversal's original and what was
+/// reversed of a transfer included). `$1`: most ids returned.
 pub(crate) const SUSPECTS: &str = "
 WITH sides AS MATERIALIZED (
     SELECT id, count(*) AS n,
@@ -372,7 +373,10 @@ WITH sides AS MATERIALIZED (
            min(status) AS status_min, max(status) AS status_max,
            min(currency) AS currency_min, max(currency) AS currency_max,
            count(posted_amount) AS posted_n,
-           min(posted_amount) AS posted_min, max(posted_amount) AS posted_max
+           min(posted_amount) AS posted_min, max(posted_amount) AS posted_max,
+           count(reverses) AS reverses_n,
+           min(reverses) AS reverses_min, max(reverses) AS reverses_max,
+           min(reversed) AS reversed_min, max(reversed) AS reversed_max
       FROM transfers GROUP BY id),
 routes AS MATERIALIZED (
     SELECT id, from_account, to_account FROM transfer_ids)
@@ -385,6 +389,8 @@ SELECT coalesce(s.id, r.id) AS id
     OR s.amount_min <> s.amount_max OR s.kind_min <> s.kind_max
     OR s.status_min <> s.status_max OR s.currency_min <> s.currency_max
     OR s.posted_n NOT IN (0, 2) OR s.posted_min <> s.posted_max
+    OR s.reverses_n NOT IN (0, 2) OR s.reverses_min <> s.reverses_max
+    OR s.reversed_min <> s.reversed_max
  ORDER BY 1
  LIMIT $1";
 
@@ -429,7 +435,7 @@ pub(crate) const TRANSFER_ROUTE: &str =
 /// Citus: every side of an id (every shard of the journal, through its index on `id`).
 pub(crate) const TRANSFER_SIDES: &str =
     "SELECT account_id, from_account, to_account, amount, kind, status, posted_amount, \
-            currency FROM transfers WHERE id = $1 ORDER BY account_id";
+            currency, reverses, reversed FROM transfers WHERE id = $1 ORDER BY account_id";
 
 #[cfg(test)]
 mod tests {

@@ -90,6 +90,8 @@ pub struct NewTransfer<'r> {
     pub pending: Option<TransferTimeout>,
     /// Its reference and metadata (stored with it, compared on a replay).
     pub tags: &'r Tags,
+    /// A reversal's original (kind [`TransferKind::Reversal`] only).
+    pub reverses: Option<&'r TransferId>,
 }
 
 impl<'r> NewTransfer<'r> {
@@ -99,6 +101,7 @@ impl<'r> NewTransfer<'r> {
             movement,
             pending: None,
             tags: &NO_TAGS,
+            reverses: None,
         }
     }
 
@@ -119,6 +122,7 @@ impl<'r> NewTransfer<'r> {
             (None, TransferKind::Withdrawal) => Operation::Withdraw,
             (None, TransferKind::Opening) => Operation::OpenAccount,
             (None, TransferKind::Transfer) => Operation::Transfer,
+            (None, TransferKind::Reversal) => Operation::Reverse,
         }
     }
 
@@ -134,6 +138,7 @@ impl<'r> NewTransfer<'r> {
             && existing.timeout_s == self.pending.map(|p| p.secs())
             && existing.group_id.as_ref() == group
             && existing.tags == *self.tags
+            && existing.reverses.as_ref() == self.reverses
     }
 }
 
@@ -208,6 +213,130 @@ pub enum Settled {
     Expired,
 }
 
+/// What a reversal needs of its original, read under the locks of the original's two accounts
+/// (every reversal of it takes the same two locks first, so none can move it meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Original {
+    pub id: TransferId,
+    pub from: AccountId,
+    pub to: AccountId,
+    pub amount: i64,
+    pub status: TransferStatus,
+    /// What a posted hold moved (`None` on a one-shot transfer: the whole amount).
+    pub posted_amount: Option<i64>,
+    /// Created pending (a hold): its `transfer.*` stream has its settle at position 2.
+    pub was_pending: bool,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub currency: Currency,
+    /// What reversals moved back of it so far, and how many they were.
+    pub reversed: i64,
+    pub reversals: i32,
+}
+
+impl Original {
+    /// What it moved: its posted amount once posted, 0 otherwise.
+    pub fn posted(&self) -> i64 {
+        transitions::effective_posted(self.status, self.amount, self.posted_amount).unwrap_or(0)
+    }
+
+    /// The position of the `transfer.reversed` event of its next reversal, in its own stream:
+    /// after its creation (1), its settle (2, a hold's) and each earlier reversal.
+    pub fn next_event_position(&self) -> i64 {
+        1 + i64::from(self.was_pending) + i64::from(self.reversals) + 1
+    }
+}
+
+/// How much a reversal of `original` moves, at `now` (the transaction's clock): `asked`, or
+/// all that is left of it when `None` (posted minus reversed already). Only a posted transfer
+/// is reversed ([`transitions::reversible`]: [`Error::TransferNotPosted`] names the state as a
+/// read says it); more than is left, or nothing left, is [`Error::ReversalExceedsPosted`].
+pub fn reversal_amount(
+    original: &Original,
+    asked: Option<Amount>,
+    now: DateTime<Utc>,
+) -> Result<Amount, Error> {
+    let due = transitions::is_due(original.expires_at, now);
+    transitions::reversible(original.status, due).map_err(|status| Error::TransferNotPosted {
+        id: original.id.clone(),
+        status,
+    })?;
+    let posted = original.posted();
+    // The schema keeps 0 <= reversed <= posted; a row outside it is an error, never a guess.
+    let left = posted
+        .checked_sub(original.reversed)
+        .filter(|left| (0..=posted).contains(left))
+        .ok_or_else(|| {
+            Error::invariant(format!(
+                "transfer {} reversed {} of the {posted} it posted",
+                original.id, original.reversed
+            ))
+        })?;
+    let n = asked.map_or(left, Amount::get);
+    if n > left || n < 1 {
+        return Err(Error::ReversalExceedsPosted {
+            id: original.id.clone(),
+            posted,
+            reversed: original.reversed,
+            requested: asked.map(Amount::get),
+        });
+    }
+    Ok(Amount::new(n)?)
+}
+
+/// Places a reversal of `original` on locked rows: `t` must move from its destination back to
+/// its source; the funds and limits are a transfer's ([`place`]: the reversing account needs
+/// the money), and it moves in the original's currency.
+pub fn reverse(
+    locked: &mut Locked,
+    original: &Original,
+    t: &NewTransfer<'_>,
+) -> Result<Currency, Error> {
+    let m = &t.movement;
+    if m.kind != TransferKind::Reversal
+        || (m.from, m.to) != (original.to, original.from)
+        || t.reverses != Some(&original.id)
+    {
+        return Err(Error::invariant(format!(
+            "reversal {} of transfer {} does not move it back",
+            m.id, original.id
+        )));
+    }
+    let before = locked.clone();
+    let moved = place(locked, t)?;
+    if moved != original.currency {
+        *locked = before;
+        return Err(Error::invariant(format!(
+            "transfer {} was placed in {} between accounts now in {moved}",
+            original.id, original.currency
+        )));
+    }
+    Ok(moved)
+}
+
+/// The idempotency decision of a reversal whose id is journalled: a reversal of the same
+/// original with the same reference and metadata, and the same amount when one is asked
+/// (without one it asked for "the rest", which the first answer resolved), answers as it was
+/// (marked as a replay); anything else under that id is a conflict.
+pub fn replay_reversal(
+    existing: Transfer,
+    original: &TransferId,
+    asked: Option<Amount>,
+    tags: &Tags,
+) -> Result<Transfer, Error> {
+    let same = existing.kind == TransferKind::Reversal
+        && existing.reverses.as_ref() == Some(original)
+        && asked.is_none_or(|a| a.get() == existing.amount)
+        && existing.tags == *tags;
+    if same {
+        Ok(Transfer {
+            replayed: true,
+            ..existing
+        })
+    } else {
+        Err(Error::TransferConflict(existing.id))
+    }
+}
+
 /// The reserved prefix of opening transfers' ids (`opening:<account>`): client transfer ids may
 /// not start with it, so they can never collide with one.
 pub const OPENING_PREFIX: &str = "opening:";
@@ -225,6 +354,8 @@ pub fn validate(m: &Movement<'_>) -> Result<(), InputError> {
         TransferKind::Deposit | TransferKind::Opening => m.from == AccountId::SYSTEM,
         TransferKind::Withdrawal => m.to == AccountId::SYSTEM,
         TransferKind::Transfer => false,
+        // The original's two sides, moved back: either may be the system account.
+        TransferKind::Reversal => true,
     };
     for side in [m.from, m.to] {
         if side == AccountId::SYSTEM && !system_ok {
@@ -413,6 +544,7 @@ mod tests {
             },
             pending: pending.then(TransferTimeout::default),
             tags: &crate::domain::NO_TAGS,
+            reverses: None,
         }
     }
 
@@ -665,6 +797,67 @@ mod tests {
             ));
         }
         assert_eq!(locked.changed().count(), 0);
+    }
+
+    /// A reversal takes what is asked, or the rest; never more than is left, never from a
+    /// transfer that is not posted (a hold past its deadline reads expired).
+    #[test]
+    fn a_reversal_takes_at_most_what_is_left_of_posted_money() {
+        let original = |status, posted_amount, reversed, due| Original {
+            id: TransferId::new("t").expect("id"),
+            from: acc(1),
+            to: acc(2),
+            amount: 100,
+            status,
+            posted_amount,
+            was_pending: posted_amount.is_some(),
+            expires_at: Some(if due {
+                now()
+            } else {
+                now() + chrono::Duration::minutes(1)
+            }),
+            currency: Currency::DEFAULT,
+            reversed,
+            reversals: i32::from(reversed > 0),
+        };
+        let n = |n: i64| Some(Amount::new(n).expect("amount"));
+        let left = |o: &Original, asked| reversal_amount(o, asked, now()).map(Amount::get);
+        let posted = original(TransferStatus::Posted, None, 30, false);
+        assert_eq!(left(&posted, None).ok(), Some(70));
+        assert_eq!(left(&posted, n(70)).ok(), Some(70));
+        assert!(matches!(
+            left(&posted, n(71)),
+            Err(Error::ReversalExceedsPosted {
+                posted: 100,
+                reversed: 30,
+                requested: Some(71),
+                ..
+            })
+        ));
+        let partly_posted = original(TransferStatus::Posted, Some(40), 40, true);
+        assert!(matches!(
+            left(&partly_posted, None),
+            Err(Error::ReversalExceedsPosted {
+                posted: 40,
+                reversed: 40,
+                requested: None,
+                ..
+            })
+        ));
+        for (status, due, named) in [
+            (TransferStatus::Pending, false, TransferStatus::Pending),
+            (TransferStatus::Pending, true, TransferStatus::Expired),
+            (TransferStatus::Voided, false, TransferStatus::Voided),
+            (TransferStatus::Expired, false, TransferStatus::Expired),
+        ] {
+            assert!(matches!(
+                left(&original(status, None, 0, due), n(1)),
+                Err(Error::TransferNotPosted { status, .. }) if status == named
+            ));
+        }
+        // The next reversal's event follows the creation, a hold's settle and earlier ones.
+        assert_eq!(posted.next_event_position(), 3);
+        assert_eq!(partly_posted.next_event_position(), 4);
     }
 
     #[test]

@@ -21,6 +21,10 @@
 //!   then and is refused, whether or not the sweeper has run.
 //! - `transfer_groups(id, size)`: a linked group, applied all or none, idempotent by its id.
 //! - `account_repairs` (migration V10): the trace of every repair of an account's counters.
+//! - `transfers.reverses`, `transfers.reversed`, `transfers.reversals` (migration V15): a
+//!   reversal is a transfer of kind `reversal` that names the posted transfer it moves back
+//!   (all or part, from its destination to its source); the original counts what its
+//!   reversals moved (`reversed`, never more than it posted: a CHECK) and how many they were.
 //! - `accounts.currency`, `accounts.scale`, `transfers.currency` (migration V12): what an
 //!   account is denominated in, fixed when it is opened (NULL for the system account, the
 //!   other side in every currency), and the currency each journal row moved. Money moves only
@@ -78,8 +82,8 @@ pub use flows::expire::{EXPIRE_BATCH, MAX_EXPIRE_BATCHES_PER_ROUND};
 pub use flows::repair;
 pub use transitions::Settle;
 pub use types::{
-    Account, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer,
-    TransferKind, TransferRequest, TransferStrategy,
+    Account, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, ReversalRequest,
+    Transfer, TransferKind, TransferRequest, TransferStrategy, MAX_LISTED_REVERSALS,
 };
 
 use crate::batch::config::BatchedConfig;
@@ -92,8 +96,8 @@ use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::checkout;
 use batched::BatchedLedger;
-use flows::{expire, group, open, place, settle};
-use rows::{accounts, journal, settles};
+use flows::{expire, group, open, place, reverse, settle};
+use rows::{accounts, journal, reversals, settles};
 
 /// Most transfers one [`Ledger::transfers_of`] call returns.
 pub const MAX_LIST: i64 = 1_000;
@@ -249,6 +253,7 @@ impl Ledger {
             movement: request.movement(),
             pending: None,
             tags: &request.tags,
+            reverses: None,
         };
         let result = self.place(strategy, t).await;
         observe("transfer", &result.as_ref().map(|t| t.replayed));
@@ -267,6 +272,7 @@ impl Ledger {
             movement,
             pending: None,
             tags: &request.tags,
+            reverses: None,
         };
         let result = match apply::validate(&movement) {
             Ok(()) => place::move_alone(&self.store, strategy, Operation::Transfer, t).await,
@@ -288,6 +294,7 @@ impl Ledger {
             movement: request.movement(),
             pending: Some(timeout),
             tags: &request.tags,
+            reverses: None,
         };
         let result = self.place(self.strategy, t).await;
         observe("hold", &result.as_ref().map(|t| t.replayed));
@@ -308,15 +315,42 @@ impl Ledger {
         self.settle(Operation::Void, id, Settle::Void).await
     }
 
+    /// Reverses a posted transfer, all or part: `request.amount` of it (all that is left when
+    /// `None`: posted minus what reversals moved back already) moves back from its destination
+    /// to its source as transfer `request.id` of kind `reversal`, naming it. Never more in
+    /// total than it posted: every reversal of one transfer locks its two accounts first and
+    /// counts itself on the original's row in the same transaction (a CHECK stands behind).
+    /// The reversing account needs the money as for any transfer ([`Error::InsufficientFunds`],
+    /// after its due holds are expired). Refused, with nothing written: an unknown original
+    /// ([`Error::UnknownTransfer`]); a hold still pending, voided or expired
+    /// ([`Error::TransferNotPosted`], naming the state as a read says it); more than is left
+    /// ([`Error::ReversalExceedsPosted`]). Idempotent by its id: the same request again answers
+    /// the reversal as it was (`replayed`; without an amount it matches whatever the first one
+    /// came to), another one under that id is [`Error::TransferConflict`]. Both strategies run
+    /// it as one transaction in the ledger's lock order (`flows::reverse`).
+    pub async fn reverse(&self, request: &ReversalRequest) -> Result<Transfer, Error> {
+        let result = if request.id.as_str().starts_with(OPENING_PREFIX) {
+            Err(InputError::TransferIdInvalid.into())
+        } else {
+            expire::reclaiming(&self.store, || reverse::reverse_alone(&self.store, request)).await
+        };
+        observe("reverse", &result.as_ref().map(|t| t.replayed));
+        result
+    }
+
     /// The transfer with this id, whatever its status; [`Error::UnknownTransfer`] if none. A
     /// hold past its deadline reads `expired` whether or not the sweeper has run
-    /// ([`transitions::as_read`]).
+    /// ([`transitions::as_read`]). A transfer that was reversed lists its reversals' ids,
+    /// oldest first (at most [`MAX_LISTED_REVERSALS`]).
     pub async fn get_transfer(&self, id: &TransferId) -> Result<Transfer, Error> {
         let client = self.client().await?;
         let tx = Tx::new(&client, self.store.dialect());
         // Pipelined: the clock costs no round trip of its own.
         let (found, now) = futures::try_join!(journal::find(&tx, id), settles::now(&tx))?;
-        let found = found.ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
+        let mut found = found.ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
+        if found.reversed_amount > 0 {
+            found.reversals = reversals::of(&tx, id, found.to, MAX_LISTED_REVERSALS).await?;
+        }
         Ok(transitions::as_read(found, now))
     }
 
@@ -424,6 +458,8 @@ fn observe(kind: &'static str, result: &Result<bool, &Error>) {
         Err(Error::InsufficientFunds { .. }) => "insufficient_funds",
         Err(Error::MaxBalanceExceeded { .. }) => "max_balance",
         Err(Error::TransferNotPending { .. }) => "not_pending",
+        Err(Error::TransferNotPosted { .. }) => "not_posted",
+        Err(Error::ReversalExceedsPosted { .. }) => "exceeds_posted",
         Err(Error::UnknownTransfer(_)) => "unknown_transfer",
         Err(Error::GroupRefused { .. }) => "group_refused",
         Err(Error::GroupConflict(_)) => "conflict",
@@ -449,7 +485,7 @@ mod tests {
         for s in TransferStrategy::ALL {
             assert_eq!(TransferStrategy::parse(s.as_str()), Some(*s));
         }
-        for k in ["transfer", "opening", "deposit", "withdrawal"] {
+        for k in ["transfer", "opening", "deposit", "withdrawal", "reversal"] {
             assert_eq!(TransferKind::parse(k).map(TransferKind::as_str), Some(k));
         }
     }

@@ -22,7 +22,8 @@ use crate::store::values::{Col, Values};
 macro_rules! transfer_columns {
     () => {
         "id, from_account, to_account, amount, currency, kind, created_at, status, \
-         posted_amount, timeout_s, expires_at, settled_at, group_id, reference, metadata"
+         posted_amount, timeout_s, expires_at, settled_at, group_id, reference, metadata, \
+         reverses, reversed"
     };
 }
 
@@ -171,15 +172,15 @@ pub(crate) const LIST: Sql = Sql::pair(
 /// plus its timeout, like every other timestamp of the journal.
 pub(crate) const INSERT_TRANSFERS: Sql = Sql::same(concat!(
     "INSERT INTO transfers (id, from_account, to_account, amount, kind, status, timeout_s, \
-     expires_at, group_id, group_position, currency, reference, metadata) \
+     expires_at, group_id, group_position, currency, reference, metadata, reverses) \
      SELECT t.id, t.from_account, t.to_account, t.amount, t.kind, t.status, t.timeout_s, \
             now() + make_interval(secs => t.timeout_s), $9, t.group_position, t.currency, \
-            t.reference, t.metadata \
+            t.reference, t.metadata, t.reverses \
        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], \
                    $6::text[], $7::int[], $8::smallint[], $10::text[], $11::text[], \
-                   $12::jsonb[]) \
+                   $12::jsonb[], $13::text[]) \
             AS t(id, from_account, to_account, amount, kind, status, timeout_s, group_position, \
-                 currency, reference, metadata) \
+                 currency, reference, metadata, reverses) \
      RETURNING ",
     transfer_columns!()
 ));
@@ -195,20 +196,20 @@ pub(crate) const CITUS_INSERT_POSITIONS: Sql = Sql::same(
     "INSERT INTO transfer_group_positions (group_id, group_position, transfer_id) \
      SELECT $1, p, id FROM unnest($2::smallint[], $3::text[]) AS t(p, id)",
 );
-/// Side rows per [`CITUS_INSERT_SIDES`] statement at most: 14 parameters each, far under
+/// Side rows per [`CITUS_INSERT_SIDES`] statement at most: 15 parameters each, far under
 /// PostgreSQL's 65,535, and a bounded number of statement texts per process.
 pub(crate) const CITUS_SIDES_CHUNK: usize = 64;
 /// Citus: side rows as multi-row `VALUES`, per row its account, id, from, to, amount, kind,
-/// status, currency, reference, metadata, timeout (twice: the column and the deadline), group
-/// and group position. Citus routes
+/// status, currency, reference, metadata, reverses, timeout (twice: the column and the
+/// deadline), group and group position. Citus routes
 /// each row to its account's shard (an `INSERT … SELECT FROM unnest` runs through the
 /// coordinator, the slow path) and evaluates `now()` on the coordinator, so both sides carry
 /// one `created_at` and one deadline (the last column's text closes with `created_at`'s
 /// `now()`, which takes no parameter).
 pub(crate) static CITUS_INSERT_SIDES: Values = Values::new(
     "INSERT INTO transfers (account_id, id, from_account, to_account, amount, kind, status, \
-     currency, reference, metadata, timeout_s, expires_at, group_id, group_position, \
-     created_at)",
+     currency, reference, metadata, reverses, timeout_s, expires_at, group_id, \
+     group_position, created_at)",
     &[
         Col::cast("::bigint"),
         Col::cast("::text"),
@@ -220,6 +221,7 @@ pub(crate) static CITUS_INSERT_SIDES: Values = Values::new(
         Col::cast("::text"),
         Col::cast("::text"),
         Col::cast("::jsonb"),
+        Col::cast("::text"),
         Col::cast("::int"),
         Col::wrapped("now() + make_interval(secs => ", "::int)"),
         Col::cast("::text"),
@@ -308,6 +310,44 @@ pub(crate) const EXPIRE: Sql = Sql::pair(
      RETURNING account_id, id, from_account, to_account, amount, expires_at, currency",
 );
 
+// ---- Reversals ---------------------------------------------------------------------------------
+
+/// What a reversal reads of its original (`$2` its `from_account`, from [`SIDES`]), under the
+/// locks of its two accounts: on Citus its debit side.
+pub(crate) const ORIGINAL: Sql = Sql::pair(
+    concat!(
+        "SELECT ",
+        state_columns!(),
+        ", reversed, reversals FROM transfers WHERE id = $1 AND from_account = $2"
+    ),
+    concat!(
+        "SELECT ",
+        state_columns!(),
+        ", reversed, reversals FROM transfers WHERE account_id = $2 AND id = $1"
+    ),
+);
+/// The original counts a reversal of `$2`: only a posted transfer with that much left moves
+/// (both of its sides on Citus, `$3`, `$4` its accounts); the CHECK `reversed_within_posted`
+/// stands behind it. Returns the counters after.
+pub(crate) const REVERSE_ORIGINAL: Sql = Sql::pair(
+    "UPDATE transfers SET reversed = reversed + $2, reversals = reversals + 1 \
+     WHERE id = $1 AND from_account = $3 AND to_account = $4 AND status = 'posted' \
+       AND reversed + $2 <= coalesce(posted_amount, amount) \
+     RETURNING reversed, reversals",
+    "UPDATE transfers SET reversed = reversed + $2, reversals = reversals + 1 \
+     WHERE account_id IN ($3, $4) AND id = $1 AND status = 'posted' \
+       AND reversed + $2 <= coalesce(posted_amount, amount) \
+     RETURNING reversed, reversals",
+);
+/// The ids of an original's (`$1`) reversals, oldest first, at most `$3`: each moved from the
+/// original's destination (`$2`), so on Citus one shard holds their debit sides.
+pub(crate) const REVERSALS_OF: Sql = Sql::pair(
+    "SELECT id FROM transfers WHERE reverses = $1 AND from_account = $2 \
+     ORDER BY created_at, id LIMIT $3",
+    "SELECT id FROM transfers WHERE account_id = $2 AND reverses = $1 \
+     ORDER BY created_at, id LIMIT $3",
+);
+
 // ---- Repair -----------------------------------------------------------------------------------
 
 /// An account's counters brought back to its journal, under its lock.
@@ -329,19 +369,20 @@ mod tests {
     use super::*;
 
     /// The Citus sides write the columns the single node's INSERT writes, plus the side's
-    /// account and `created_at`; row `i` takes parameters 1 + 14i ..= 14 + 14i.
+    /// account and `created_at`; row `i` takes parameters 1 + 15i ..= 15 + 15i.
     #[test]
     fn the_citus_sides_number_their_parameters_per_row() {
         let two = CITUS_INSERT_SIDES.statement(2);
         assert!(two.starts_with("INSERT INTO transfers (account_id, id, from_account"));
         assert!(two.contains("VALUES ($1::bigint, $2::text,"));
         assert!(two.contains(
-            "$8::text, $9::text, $10::jsonb, $11::int, now() + make_interval(secs => $12::int), \
-             $13::text, $14::smallint, now()), ($15::bigint, $16::text,"
+            "$8::text, $9::text, $10::jsonb, $11::text, $12::int, \
+             now() + make_interval(secs => $13::int), $14::text, $15::smallint, now()), \
+             ($16::bigint, $17::text,"
         ));
-        assert!(two.contains("$28::smallint, now()) RETURNING account_id, "));
-        assert!(!two.contains("$29"));
-        assert_eq!(CITUS_INSERT_SIDES.width(), 14);
+        assert!(two.contains("$30::smallint, now()) RETURNING account_id, "));
+        assert!(!two.contains("$31"));
+        assert_eq!(CITUS_INSERT_SIDES.width(), 15);
     }
 
     #[test]

@@ -142,6 +142,19 @@ pub fn step(seen: &Seen, asked: Settle) -> Step {
     }
 }
 
+/// Whether a transfer in `status` can be reversed, as a read at the reversal's clock says it
+/// (`due`: its deadline was reached, so a hold still stored pending reads `expired`): only a
+/// posted one. A reversal moves no status (it is a new transfer, and the original counts what
+/// was reversed of it), so it is not a move of [`MOVES`]; any other state is the refusal,
+/// naming the state as a read would.
+pub fn reversible(status: TransferStatus, due: bool) -> Result<(), TransferStatus> {
+    match status {
+        TransferStatus::Posted => Ok(()),
+        TransferStatus::Pending if due => Err(TransferStatus::Expired),
+        other => Err(other),
+    }
+}
+
 /// What moved for a transfer in `status`: the posted amount of a posted one (its whole amount
 /// when the journal leaves it NULL, as for every one-shot transfer), nothing otherwise. What a
 /// refusal and a read both say.
@@ -262,6 +275,21 @@ mod tests {
         }
     }
 
+    /// Only posted money is reversed; a refusal names the state as a read says it.
+    #[test]
+    fn only_a_posted_transfer_is_reversible() {
+        for status in [Pending, Posted, Voided, Expired] {
+            for due in [false, true] {
+                let expected = match (status, due) {
+                    (Posted, _) => Ok(()),
+                    (Pending, true) => Err(Expired),
+                    (other, _) => Err(other),
+                };
+                assert_eq!(reversible(status, due), expected, "{status:?} due {due}");
+            }
+        }
+    }
+
     #[test]
     fn a_refusal_says_what_moved() {
         assert_eq!(effective_posted(Posted, 2500, None), Some(2500));
@@ -291,6 +319,9 @@ mod tests {
             settled_at: None,
             group_id: None,
             tags: crate::domain::Tags::NONE,
+            reverses: None,
+            reversed_amount: 0,
+            reversals: Vec::new(),
         };
         let second = chrono::Duration::seconds(1);
         assert_eq!(as_read(hold(Pending, Some(now)), now).status, Expired);

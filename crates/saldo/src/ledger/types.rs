@@ -78,6 +78,9 @@ pub enum TransferKind {
     Deposit,
     /// To the system account.
     Withdrawal,
+    /// A posted transfer moved back, all or part: from its destination to its source (either
+    /// may be the system account), naming it (`reverses`).
+    Reversal,
 }
 
 impl TransferKind {
@@ -87,6 +90,7 @@ impl TransferKind {
             TransferKind::Opening => "opening",
             TransferKind::Deposit => "deposit",
             TransferKind::Withdrawal => "withdrawal",
+            TransferKind::Reversal => "reversal",
         }
     }
 
@@ -96,6 +100,7 @@ impl TransferKind {
             TransferKind::Opening,
             TransferKind::Deposit,
             TransferKind::Withdrawal,
+            TransferKind::Reversal,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -124,6 +129,19 @@ impl TransferRequest {
             kind: TransferKind::Transfer,
         }
     }
+}
+
+/// A reversal of posted transfer `original`: `amount` of it (what is left of it when `None`:
+/// posted minus already reversed) moves back from its destination to its source, as transfer
+/// `id` of kind [`TransferKind::Reversal`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReversalRequest {
+    /// The reversal's own id: its idempotency key, as any transfer's.
+    pub id: TransferId,
+    pub original: TransferId,
+    pub amount: Option<Amount>,
+    /// The reversal's reference and metadata (part of the idempotency comparison).
+    pub tags: Tags,
 }
 
 /// A transfer of a linked group, or a lone one: posted at once (`pending: None`) or held for
@@ -184,6 +202,25 @@ pub struct Transfer {
     /// Its reference and metadata, as stored.
     #[serde(flatten)]
     pub tags: Tags,
+    /// A reversal: the transfer it moved back (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverses: Option<TransferId>,
+    /// What reversals moved back of it so far (absent: 0, so a transfer never reversed reads
+    /// as before).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reversed_amount: i64,
+    /// Its reversals' ids, oldest first, at most [`MAX_LISTED_REVERSALS`]: filled by a read of
+    /// this one transfer (`Ledger::get_transfer`), empty (absent) elsewhere.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reversals: Vec<TransferId>,
+}
+
+/// Most reversal ids a read of one transfer lists (the rest are in its destination account's
+/// history, each naming it).
+pub const MAX_LISTED_REVERSALS: i64 = 100;
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// An account: its posted balance, what pending transfers hold against it and credit to it,

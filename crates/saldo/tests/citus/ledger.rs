@@ -194,6 +194,85 @@ async fn holds_settle_both_sides_and_a_taken_id_answers_as_on_one_node() {
     assert_clean(&db).await;
 }
 
+/// A reversal between two workers' accounts: both sides of the reversal name the original,
+/// both sides of the original count what was reversed (one statement each way), more than is
+/// left is refused with nothing written, the original lists its reversals, and the Citus
+/// audit (sides agree, accounts match their journal) stays clean.
+#[tokio::test]
+async fn a_partial_reversal_across_workers_keeps_both_sides_in_step() {
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let ledger = Ledger::serving(
+        db.store(),
+        TransferStrategy::Batched,
+        &BatchedConfig::default(),
+    );
+    ledger.open_account(acc(a), 100).await.expect("open a");
+    ledger.open_account(acc(b), 0).await.expect("open b");
+    ledger
+        .transfer(TransferStrategy::Batched, &request("t", a, b, 60))
+        .await
+        .expect("transfer");
+    let reverse = |id: &str, n: Option<i64>| saldo::ledger::ReversalRequest {
+        id: TransferId::new(id).expect("id"),
+        original: TransferId::new("t").expect("id"),
+        amount: n.map(|n| Amount::new(n).expect("amount")),
+        tags: Default::default(),
+    };
+    let r1 = ledger
+        .reverse(&reverse("r1", Some(25)))
+        .await
+        .expect("25 back");
+    assert_eq!((r1.from, r1.to, r1.amount), (acc(b), acc(a), 25));
+    assert!(matches!(
+        ledger.reverse(&reverse("r2", Some(36))).await,
+        Err(Error::ReversalExceedsPosted {
+            posted: 60,
+            reversed: 25,
+            ..
+        })
+    ));
+    assert_eq!(sides(&db, "r2").await, []);
+    let client = db.pool.get().await.expect("client");
+    let counted = |id: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query(
+                    "SELECT account_id, reversed, reverses FROM transfers WHERE id = $1 \
+                     ORDER BY account_id",
+                    &[&id],
+                )
+                .await
+                .expect("sides")
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect::<Vec<(i64, i64, Option<String>)>>()
+        }
+    };
+    let t = Some("t".to_owned());
+    assert_eq!(counted("r1").await, [(a, 0, t.clone()), (b, 0, t.clone())]);
+    assert_eq!(counted("t").await, [(a, 25, None), (b, 25, None)]);
+    ledger
+        .reverse(&reverse("r3", None))
+        .await
+        .expect("the rest");
+    let original = ledger
+        .get_transfer(&TransferId::new("t").expect("id"))
+        .await
+        .expect("get");
+    assert_eq!(original.reversed_amount, 60);
+    assert_eq!(
+        original.reversals,
+        [
+            TransferId::new("r1").expect("id"),
+            TransferId::new("r3").expect("id")
+        ]
+    );
+    assert_eq!(ledger.account(acc(a)).await.expect("a").balance, 100);
+    assert_clean(&db).await;
+}
+
 /// The ledger repair on Citus: an account that drifted is read and written on its own shard;
 /// a transfer whose two sides disagree (its credit side changed on its shard) is reported with
 /// why and `saldo audit`, and its accounts are left alone: which side is right is for a person

@@ -53,7 +53,8 @@ pub struct Args {
     /// Units stocked per product.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(lab::MAX_STOCK)))]
     stock: Option<u32>,
-    /// hold-settle, hold-deadline, hold-last-funds, crossed-groups: holds (or groups) per run.
+    /// hold-settle, hold-deadline, hold-last-funds, crossed-groups, reversal-race: holds (groups,
+    /// reversals) per run.
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=i64::from(lab::holds::MAX_HOLDS)))]
     holds: Option<u32>,
     /// crossed-transfers: transfers per run, half each way.

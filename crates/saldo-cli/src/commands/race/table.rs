@@ -64,6 +64,7 @@ fn title(first: &Report, scenario: Option<Scenario>, layout: Layout) -> String {
             let what = match scenario {
                 Some(Scenario::CrossedGroups) => "linked groups",
                 Some(Scenario::CrossedTransfers) => "transfers",
+                Some(Scenario::ReversalRace) => "reversals of 1",
                 _ => "holds",
             };
             format!("{name} — {n} {what} per run, {runs} run(s)")
@@ -285,6 +286,9 @@ fn oversold(r: &Report) -> String {
         Some(Scenario::HoldLastFunds) => format!(
             "{n} holds were placed beyond the funds (below min_balance) in {runs} of {of} runs"
         ),
+        Some(Scenario::ReversalRace) => format!(
+            "{n} units were reversed beyond what the transfer posted in {runs} of {of} runs"
+        ),
         _ => format!("oversold {n} units in {runs} of {of} runs"),
     }
 }
@@ -329,6 +333,7 @@ mod tests {
             Scenario::HoldDeadline,
             Scenario::HoldLastFunds,
             Scenario::CrossedGroups,
+            Scenario::ReversalRace,
         ];
         if ledger.contains(&scenario) {
             r.money_drift = Some(if broke { -20 } else { 0 });

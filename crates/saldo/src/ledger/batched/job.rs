@@ -81,6 +81,7 @@ impl Op {
                 },
                 pending: *pending,
                 tags,
+                reverses: None,
             }),
             Op::Settle { .. } => None,
         }

@@ -18,6 +18,9 @@ use crate::ledger::types::Transfer;
 
 /// What one operation of the batch came to, before the writes tell the rows.
 #[derive(Debug)]
+// One per operation of a batch (bounded by the batch), built once and moved once into the
+// answer: boxing the answer would cost an allocation per refusal for no gain.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Decision {
     /// Answered without writing: a replay of a journalled transfer, a conflict, a refusal (the
     /// refusal of a post or void that expired its hold too: the expiry is in the plan).

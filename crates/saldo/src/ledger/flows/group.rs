@@ -34,6 +34,7 @@ pub(crate) async fn transfer_group(store: &Store, request: &GroupRequest) -> Res
             movement: l.transfer.movement(),
             pending: l.pending,
             tags: &l.transfer.tags,
+            reverses: None,
         })
         .collect();
     let mut seen = BTreeSet::new();

@@ -7,6 +7,7 @@
 //!   movement through any [`crate::ledger::types::MoveFunds`] (the lab's naive strategy);
 //! - [`group`]: a linked group, all or none;
 //! - [`settle`]: the post or void of a hold (expiring it first when it is past its deadline);
+//! - [`reverse`]: a posted transfer moved back, all or part (both strategies);
 //! - [`expire`]: the sweeper's bounded rounds;
 //! - [`open`]: an account and its opening balance;
 //! - [`repair`]: accounts brought back to their journal.
@@ -21,4 +22,5 @@ pub(crate) mod group;
 pub(crate) mod open;
 pub(crate) mod place;
 pub mod repair;
+pub(crate) mod reverse;
 pub(crate) mod settle;

@@ -2,14 +2,17 @@
 //! account's `account.changed` (its state after the write, at the account's next position,
 //! counted by its row's `event_position` under the row lock), and a transfer's
 //! `transfer.created` (position 1) and `transfer.posted|voided|expired` (position 2: a hold
-//! settles once, the transition table sees to it).
+//! settles once, the transition table sees to it), and `transfer.reversed` for each reversal
+//! of a posted transfer (after those, counted by the original's `reversals` under the locks of
+//! its accounts). A reversal is a transfer itself: its own stream starts with its
+//! `transfer.created`, which names the original (`reverses`).
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::domain::TransferStatus;
+use crate::domain::{TransferId, TransferStatus};
 use crate::error::Error;
-use crate::ledger::apply::TransferState;
+use crate::ledger::apply::{Original, TransferState};
 use crate::ledger::types::Transfer;
 use crate::store::dialect::Tx;
 use crate::store::outbox::{NewEvent, StreamType};
@@ -19,6 +22,7 @@ pub(crate) const TRANSFER_CREATED: &str = "transfer.created";
 pub(crate) const TRANSFER_POSTED: &str = "transfer.posted";
 pub(crate) const TRANSFER_VOIDED: &str = "transfer.voided";
 pub(crate) const TRANSFER_EXPIRED: &str = "transfer.expired";
+pub(crate) const TRANSFER_REVERSED: &str = "transfer.reversed";
 
 /// Every event type the ledger writes.
 pub const LEDGER_EVENT_TYPES: &[&str] = &[
@@ -27,6 +31,7 @@ pub const LEDGER_EVENT_TYPES: &[&str] = &[
     TRANSFER_POSTED,
     TRANSFER_VOIDED,
     TRANSFER_EXPIRED,
+    TRANSFER_REVERSED,
 ];
 
 /// Records `account.changed` for each account row a write returned (columns `id`, `balance`,
@@ -101,6 +106,37 @@ pub(crate) fn transfer_settled(tx: &Tx<'_>, t: &TransferState, at: DateTime<Utc>
             "status": t.status.as_str(),
             "posted_amount": t.posted_amount,
             "settled_at": at,
+        }),
+    });
+}
+
+/// Records a reversal of `original` (as read before it: its position follows its earlier
+/// reversals) in the original's stream: this reversal's id and amount, and the total reversed
+/// after it.
+pub(crate) fn transfer_reversed(
+    tx: &Tx<'_>,
+    original: &Original,
+    reversal: &TransferId,
+    amount: i64,
+    reversed: i64,
+) {
+    if !tx.records_events() {
+        return;
+    }
+    tx.emit(NewEvent {
+        stream_type: StreamType::Transfer,
+        stream_id: original.id.as_str().to_owned(),
+        position: original.next_event_position(),
+        kind: TRANSFER_REVERSED,
+        data: json!({
+            "id": original.id.as_str(),
+            "from": original.from.get(),
+            "to": original.to.get(),
+            "currency": original.currency,
+            "posted_amount": original.posted(),
+            "reversal_id": reversal.as_str(),
+            "amount": amount,
+            "reversed_amount": reversed,
         }),
     });
 }

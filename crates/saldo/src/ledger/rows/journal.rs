@@ -60,6 +60,12 @@ pub(crate) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfe
             .map(GroupId::new)
             .transpose()?,
         tags: tags_from_db(row)?,
+        reverses: row
+            .try_get::<_, Option<String>>("reverses")?
+            .map(TransferId::new)
+            .transpose()?,
+        reversed_amount: row.try_get("reversed")?,
+        reversals: Vec::new(),
     })
 }
 
@@ -149,6 +155,7 @@ struct Columns<'t> {
     currencies: Vec<&'t str>,
     references: Vec<Option<&'t str>>,
     metadata: Vec<Option<serde_json::Value>>,
+    reverses: Vec<Option<&'t str>>,
     group: Option<&'t str>,
 }
 
@@ -183,6 +190,10 @@ impl<'t> Columns<'t> {
                 .map(|t| t.tags.reference.as_ref().map(|r| r.as_str()))
                 .collect(),
             metadata: ts.iter().map(|t| t.tags.metadata_json()).collect(),
+            reverses: ts
+                .iter()
+                .map(|t| t.reverses.map(TransferId::as_str))
+                .collect(),
             group: group.map(GroupId::as_str),
         }
     }
@@ -208,7 +219,7 @@ pub(crate) async fn insert_many(
     let rows = if tx.dialect().is_citus() {
         insert_citus(tx, &c).await?
     } else {
-        let params: [Param<'_>; 12] = [
+        let params: [Param<'_>; 13] = [
             &c.ids,
             &c.from,
             &c.to,
@@ -221,6 +232,7 @@ pub(crate) async fn insert_many(
             &c.currencies,
             &c.references,
             &c.metadata,
+            &c.reverses,
         ];
         tx.query(&sql::INSERT_TRANSFERS, &params).await?
     };
@@ -271,6 +283,7 @@ async fn insert_citus(tx: &Tx<'_>, c: &Columns<'_>) -> Result<Vec<tokio_postgres
                 &c.currencies[t],
                 &c.references[t],
                 &c.metadata[t],
+                &c.reverses[t],
                 &c.timeouts[t],
                 &c.timeouts[t],
                 &c.group,

@@ -8,9 +8,11 @@
 //! - [`journal`]: new transfers and groups, finding them, an account's history;
 //! - [`events`]: the events of those writes (`account.changed`, `transfer.*`), into the
 //!   transaction's outbox;
-//! - [`settles`]: the clock, what a post, void or expiry reads of a hold, and its writes.
+//! - [`settles`]: the clock, what a post, void or expiry reads of a hold, and its writes;
+//! - [`reversals`]: what a reversal reads and counts of its original, and its reversals' ids.
 
 pub(crate) mod accounts;
 pub(crate) mod events;
 pub(crate) mod journal;
+pub(crate) mod reversals;
 pub(crate) mod settles;

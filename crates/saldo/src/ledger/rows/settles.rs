@@ -24,7 +24,7 @@ pub(crate) async fn now(tx: &Tx<'_>) -> Result<DateTime<Utc>, Error> {
 }
 
 /// Journal rows written per transfer: one, or its two sides on Citus.
-fn rows_per_transfer(tx: &Tx<'_>) -> u64 {
+pub(crate) fn rows_per_transfer(tx: &Tx<'_>) -> u64 {
     if tx.dialect().is_citus() {
         2
     } else {
