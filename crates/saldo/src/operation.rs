@@ -79,6 +79,7 @@ operations! {
         ListProducts => "list_products",
         ListOrders => "list_orders",
         ListAccounts => "list_accounts",
+        ListTransfers => "list_transfers",
         // The event feed.
         Events => "events",
         PruneEvents => "prune_events",

@@ -78,13 +78,14 @@ pub use flows::expire::{EXPIRE_BATCH, MAX_EXPIRE_BATCHES_PER_ROUND};
 pub use flows::repair;
 pub use transitions::Settle;
 pub use types::{
-    Account, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, Transfer,
-    TransferKind, TransferRequest, TransferStrategy,
+    Account, AccountRequest, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement,
+    Transfer, TransferKind, TransferRequest, TransferStrategy,
 };
 
 use crate::batch::config::BatchedConfig;
 use crate::domain::{
-    AccountId, Amount, BalanceLimits, InputError as In, TransferId, TransferTimeout, MAX_AMOUNT,
+    AccountId, Amount, BalanceLimits, InputError as In, Tags, TransferId, TransferTimeout,
+    MAX_AMOUNT,
 };
 use crate::error::{Error, InputError};
 use crate::operation::Operation;
@@ -170,6 +171,28 @@ impl Ledger {
         limits: BalanceLimits,
         denomination: Denomination,
     ) -> Result<Account, Error> {
+        self.open(&AccountRequest {
+            id,
+            opening_balance,
+            limits,
+            denomination,
+            tags: Tags::NONE,
+        })
+        .await
+    }
+
+    /// Opens an account as `request` says: [`Ledger::open_account_in`] with the caller's
+    /// reference and metadata, stored with the account and answered by every read of it. Not
+    /// idempotent (an account opens once): [`Error::AccountExists`] if the id is taken, whatever
+    /// the tags.
+    pub async fn open(&self, request: &AccountRequest) -> Result<Account, Error> {
+        let AccountRequest {
+            id,
+            opening_balance,
+            limits,
+            denomination,
+            ref tags,
+        } = *request;
         if id == AccountId::SYSTEM {
             return Err(InputError::AccountIdNotPositive(id.get()).into());
         }
@@ -199,6 +222,7 @@ impl Ledger {
             limits,
             denomination,
             transfer: &opening_id,
+            tags,
         };
         let result = open::open(&self.store, &opening).await;
         observe("opening", &result.as_ref().map(|_| false));
