@@ -143,7 +143,9 @@ async fn the_transfer_search_answers_pages_and_refuses_bad_cursors_and_filters()
     assert_eq!(ids(&first.body), ["s-1"], "{}", first.text);
     let cursor = first.body["next_cursor"].as_str().expect("a next page");
     let second = app
-        .get(&format!("/v1/transfers?reference=inv-1&limit=1&cursor={cursor}"))
+        .get(&format!(
+            "/v1/transfers?reference=inv-1&limit=1&cursor={cursor}"
+        ))
         .await;
     assert_eq!(ids(&second.body), ["s-3"], "{}", second.text);
     for refused in [
@@ -205,6 +207,11 @@ async fn an_account_shows_its_reference_and_metadata() {
         let refused = app.admin(Method::POST, "/v1/accounts", Some(body)).await;
         refused.assert_problem(422, "invalid-input");
         let missing = app.get(&format!("/v1/accounts/{id}")).await;
-        assert_eq!(missing.status, StatusCode::NOT_FOUND, "{bad}: {}", missing.text);
+        assert_eq!(
+            missing.status,
+            StatusCode::NOT_FOUND,
+            "{bad}: {}",
+            missing.text
+        );
     }
 }

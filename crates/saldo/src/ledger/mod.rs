@@ -25,6 +25,9 @@
 //!   account is denominated in, fixed when it is opened (NULL for the system account, the
 //!   other side in every currency), and the currency each journal row moved. Money moves only
 //!   between accounts of one denomination ([`currency`], decided by [`apply`]).
+//! - `reference`, `metadata` on `accounts`, `transfers` and `transfer_groups` (migration V13):
+//!   the caller's own id and tags, written with the row and never changed; V14 indexes the
+//!   journal for the transfer search (`crate::listing::ledger`).
 //!
 //! `held` and `pending_credits` are columns of the account row, changed in the same
 //! transaction as the transfer row whose status they follow (never recomputed on the hot path);
