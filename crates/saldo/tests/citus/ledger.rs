@@ -539,3 +539,65 @@ async fn the_search_finds_each_transfer_once_across_workers() {
     }
     assert_clean(&db).await;
 }
+
+#[tokio::test]
+async fn tmp_explain_search() {
+    let db = citus_db().await;
+    let client = db.pool.get().await.expect("client");
+    for (name, sql, params) in [
+        (
+            "ref",
+            r#"SELECT id, from_account, to_account, amount, currency, kind, created_at, status, posted_amount, timeout_s, expires_at, settled_at, group_id, reference, CASE WHEN (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) THEN metadata END AS metadata, (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) AS hit FROM transfers WHERE reference = $6 AND id > $1 ORDER BY id, account_id <> COALESCE($5::bigint, from_account) LIMIT $2"#,
+            "'', 3, now(), NULL, NULL, 's-1'",
+        ),
+        (
+            "ref",
+            r#"SELECT id, from_account, to_account, amount, currency, kind, created_at, status, posted_amount, timeout_s, expires_at, settled_at, group_id, reference, CASE WHEN (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) THEN metadata END AS metadata, (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) AS hit FROM transfers WHERE reference = $6 AND id > $1 ORDER BY id, account_id <> COALESCE($5::bigint, from_account) LIMIT $2"#,
+            "'', 3, now(), 'posted', 1, 's-1'",
+        ),
+        (
+            "all",
+            r#"SELECT id, from_account, to_account, amount, currency, kind, created_at, status, posted_amount, timeout_s, expires_at, settled_at, group_id, reference, CASE WHEN (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) THEN metadata END AS metadata, (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) AS hit FROM transfers WHERE id > $1 ORDER BY id, account_id <> COALESCE($5::bigint, from_account) LIMIT $2"#,
+            "'', 3, now(), NULL, NULL, 's-1'",
+        ),
+        (
+            "all",
+            r#"SELECT id, from_account, to_account, amount, currency, kind, created_at, status, posted_amount, timeout_s, expires_at, settled_at, group_id, reference, CASE WHEN (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) THEN metadata END AS metadata, (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) AS hit FROM transfers WHERE id > $1 ORDER BY id, account_id <> COALESCE($5::bigint, from_account) LIMIT $2"#,
+            "'', 3, now(), 'posted', 1, 's-1'",
+        ),
+        (
+            "acc",
+            r#"SELECT id, from_account, to_account, amount, currency, kind, created_at, status, posted_amount, timeout_s, expires_at, settled_at, group_id, reference, CASE WHEN (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) THEN metadata END AS metadata, (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) AS hit FROM transfers WHERE account_id = $5 AND id > $1 ORDER BY id LIMIT $2"#,
+            "'', 3, now(), NULL, NULL, 's-1'",
+        ),
+        (
+            "acc",
+            r#"SELECT id, from_account, to_account, amount, currency, kind, created_at, status, posted_amount, timeout_s, expires_at, settled_at, group_id, reference, CASE WHEN (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) THEN metadata END AS metadata, (account_id = COALESCE($5::bigint, from_account) AND ($4::text IS NULL OR CASE WHEN status = 'pending' AND expires_at <= $3 THEN 'expired' ELSE status END = $4) AND ($6::text IS NULL OR reference = $6)) AS hit FROM transfers WHERE account_id = $5 AND id > $1 ORDER BY id LIMIT $2"#,
+            "'', 3, now(), 'posted', 1, 's-1'",
+        ),
+    ] {
+        client
+            .batch_execute("DEALLOCATE ALL")
+            .await
+            .expect("dealloc");
+        let prep = format!("PREPARE q(text, bigint, timestamptz, text, bigint, text) AS {sql}");
+        client.batch_execute(&prep).await.expect("prepare");
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            client
+                .batch_execute(&format!("SET plan_cache_mode = {mode}"))
+                .await
+                .expect("mode");
+            let rows = client
+                .query(
+                    &format!("EXPLAIN (VERBOSE, COSTS OFF) EXECUTE q({params})"),
+                    &[],
+                )
+                .await
+                .expect("explain");
+            println!("=== {name} {mode} {params}");
+            for r in rows {
+                println!("{}", r.get::<_, String>(0));
+            }
+        }
+    }
+}
