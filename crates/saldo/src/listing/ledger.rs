@@ -285,18 +285,11 @@ pub async fn transfers(
             Ok(Scanned { id, hit })
         })
         .collect::<Result<Vec<Scanned>, Error>>()?;
-    let mut read_bound = read_rows;
-    if sides == 2 && scanned.len() >= read_rows {
-        // The read may have stopped between the two sides of its last id, the kept one
-        // unread: that id is left to the next page. At most two rows share an id and at least
-        // four were read, so the page still moves on.
-        let last = scanned.last().map(|s| s.id.clone());
-        while scanned.len() > 1 && scanned.last().map(|s| &s.id) == last.as_ref() {
-            scanned.pop();
-        }
-        // Still a full read: the cursor goes after the rows left.
-        read_bound = scanned.len();
-    }
+    let read_bound = if sides == 2 {
+        leave_last_id(&mut scanned, read_rows)
+    } else {
+        read_rows
+    };
     let page = paginate(
         scanned,
         limit,
@@ -310,9 +303,49 @@ pub async fn transfers(
     })
 }
 
+/// A read of both sides of each id (by id alone) that stopped at its bound (`read_rows`) may
+/// have stopped between the two sides of its last id, the kept one unread: that id's rows are
+/// dropped, left to the next page. Returns the bound to paginate with: still a full read when
+/// it was one, so the cursor goes after the rows left. At most two rows share an id and at
+/// least four were read, so a page still moves on.
+fn leave_last_id(scanned: &mut Vec<Scanned>, read_rows: usize) -> usize {
+    if scanned.len() < read_rows {
+        return read_rows;
+    }
+    let last = scanned.last().map(|s| s.id.clone());
+    while scanned.len() > 1 && scanned.last().map(|s| &s.id) == last.as_ref() {
+        scanned.pop();
+    }
+    scanned.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_read_of_both_sides_leaves_its_last_id_to_the_next_page() {
+        let rows = |ids: &[&str]| -> Vec<Scanned> {
+            ids.iter()
+                .map(|id| Scanned {
+                    id: (*id).to_owned(),
+                    hit: None,
+                })
+                .collect()
+        };
+        let ids = |s: &[Scanned]| s.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+        // Stopped after one side of `c`: `c` is read again next page.
+        let mut read = rows(&["a", "a", "b", "c"]);
+        assert_eq!(leave_last_id(&mut read, 4), 3);
+        assert_eq!(ids(&read), ["a", "a", "b"]);
+        let mut read = rows(&["a", "b", "b", "c", "c"]);
+        assert_eq!(leave_last_id(&mut read, 5), 3);
+        assert_eq!(ids(&read), ["a", "b", "b"]);
+        // Not a full read: the end, nothing left out.
+        let mut read = rows(&["a", "a", "b"]);
+        assert_eq!(leave_last_id(&mut read, 4), 4);
+        assert_eq!(read.len(), 3);
+    }
 
     #[test]
     fn a_digest_tells_every_filter_apart() {
