@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use saldo::domain::{
-    AccountId, BalanceLimits, GroupId, Metadata, Reference, Tags, TransferStatus, TransferTimeout,
+    BalanceLimits, GroupId, Metadata, Reference, Tags, TransferStatus, TransferTimeout,
     MAX_METADATA_KEYS, MAX_REFERENCE_LEN,
 };
 use saldo::ledger::{
@@ -524,5 +524,4 @@ async fn an_account_keeps_its_reference_and_metadata() {
         ledger.account(acc(9)).await,
         Err(Error::UnknownAccount(_))
     ));
-    let _: AccountId = acc(9);
 }
