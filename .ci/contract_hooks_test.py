@@ -89,6 +89,7 @@ class WebhookRefusals(unittest.TestCase):
     def test_refusals_the_world_decides_are_dropped(self):
         self.assertFalse(kept_webhook(rejected(422), problem(422, "webhook-target-refused")))
         self.assertFalse(kept_webhook(rejected(422), problem(422, "invalid-input")))
+        self.assertFalse(kept_webhook(rejected(422), problem(422, "cursor-invalid")))
         self.assertFalse(kept_webhook(rejected(409), problem(409, "too-many-webhooks")))
 
     def test_anything_else_is_kept(self):
@@ -98,6 +99,26 @@ class WebhookRefusals(unittest.TestCase):
                                            defined_status_codes=["201"], allowed_status_codes=[201],
                                            message="undocumented")
         self.assertTrue(kept_webhook(undocumented, problem(422, "webhook-target-refused")))
+
+
+SEARCH = SimpleNamespace(method="get", path="/v1/transfers")
+
+
+def kept_search(failure, response):
+    return HOOKS.filter_failure(None, failure, SimpleNamespace(operation=SEARCH, body=None,
+                                                               query={"cursor": "t0"}), response)
+
+
+class SearchCursors(unittest.TestCase):
+    def test_a_cursor_of_other_filters_is_dropped(self):
+        self.assertFalse(kept_search(rejected(422), problem(422, "cursor-invalid")))
+
+    def test_anything_else_is_kept(self):
+        self.assertTrue(kept_search(rejected(422), problem(422, "invalid-input")))
+        self.assertTrue(kept_search(rejected(500), problem(500, "internal")))
+        # The same refusal of another operation on the same path is kept.
+        self.assertTrue(HOOKS.filter_failure(None, rejected(422), case(TWO_ACCOUNTS),
+                                             problem(422, "cursor-invalid")))
 
 
 if __name__ == "__main__":

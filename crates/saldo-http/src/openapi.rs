@@ -22,7 +22,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::{Problem, PROBLEM_JSON};
 use crate::routes::bodies::ItemRequest;
-use crate::routes::lists::StatusFilter;
+use crate::routes::lists::{StatusFilter, TransferStatusFilter};
 use crate::routes::orders::ReserveItemRequest;
 use crate::state::AppState;
 
@@ -33,7 +33,13 @@ use crate::state::AppState;
         description = "Sell the last unit exactly once and move money without deadlocks, on PostgreSQL. \
                        Errors are RFC 9457 problem documents with a stable `type` per kind."
     ),
-    components(schemas(Problem, ItemRequest, ReserveItemRequest, StatusFilter)),
+    components(schemas(
+        Problem,
+        ItemRequest,
+        ReserveItemRequest,
+        StatusFilter,
+        TransferStatusFilter
+    )),
     modifiers(&BearerSchemes),
     tags(
         (name = "stock", description = "Products and their stock"),

@@ -82,6 +82,7 @@ operations! {
         ListOrders => "list_orders",
         ListLocations => "list_locations",
         ListAccounts => "list_accounts",
+        ListTransfers => "list_transfers",
         // The event feed.
         Events => "events",
         PruneEvents => "prune_events",

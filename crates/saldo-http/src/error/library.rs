@@ -33,6 +33,11 @@ pub(super) fn parts(e: &Error) -> Parts {
 /// Input the domain refused, and names nothing has.
 fn input_or_unknown(e: &Error) -> Option<Parts> {
     Some(match e {
+        // A cursor of another list, shape or filters: its own type, so a client knows to
+        // start the list again without one.
+        Error::Input(saldo::InputError::CursorInvalid { list }) => {
+            Parts::invalid("cursor-invalid", "Cursor invalid").with("list", list)
+        }
         Error::Input(_) => Parts::invalid("invalid-input", "Invalid input"),
         Error::UnknownProduct(p) => {
             Parts::not_found("unknown-product", "Unknown product").with("product_id", p)

@@ -347,6 +347,12 @@ mod tests {
         let cases: Vec<(Error, u16, &str, Option<&str>)> = vec![
             (InputError::EmptyOrder.into(), 422, "invalid-input", None),
             (
+                InputError::CursorInvalid { list: "transfers" }.into(),
+                422,
+                "cursor-invalid",
+                Some("list"),
+            ),
+            (
                 Error::UnknownProduct(p),
                 404,
                 "unknown-product",

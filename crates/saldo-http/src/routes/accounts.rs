@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use saldo::domain::{AccountId, Amount, BalanceLimits, TransferId};
-use saldo::ledger::{Denomination, MAX_LIST};
+use saldo::ledger::{AccountRequest, Denomination, MAX_LIST};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -61,6 +61,14 @@ pub struct OpenAccount {
     #[serde(default, deserialize_with = "super::numbers::opt_i64")]
     #[schema(example = 2, minimum = 0, maximum = 18)]
     pub scale: Option<i64>,
+    /// Your own id for the account (a customer, a wallet); not unique. Stored with it and
+    /// shown in every answer about it.
+    #[serde(default)]
+    #[schema(schema_with = schema::account_reference)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = schema::metadata)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// Money entering or leaving the ledger through the system account.
@@ -98,7 +106,7 @@ pub struct ListQuery {
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 409, description = "The account exists (`account`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid id, opening balance, limits, currency or scale", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id, opening balance, limits, currency, scale, reference or metadata; nothing written", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn open_account(
     _: Admin,
@@ -108,13 +116,15 @@ pub async fn open_account(
     let id = AccountId::new(body.id)?;
     let limits = BalanceLimits::new(body.min_balance, body.max_balance)?;
     let denomination = Denomination::parse(body.currency.as_deref(), body.scale)?;
+    let request = AccountRequest {
+        id,
+        opening_balance: body.opening_balance,
+        limits,
+        denomination,
+        tags: super::bodies::tags(body.reference, body.metadata)?,
+    };
     let ledger = state.ledger.clone();
-    let account = detached(async move {
-        ledger
-            .open_account_in(id, body.opening_balance, limits, denomination)
-            .await
-    })
-    .await?;
+    let account = detached(async move { ledger.open(&request).await }).await?;
     Ok((StatusCode::CREATED, Json(account.into())))
 }
 

@@ -1,11 +1,13 @@
-//! List routes: products, orders (optionally by status) and accounts, a page at a time over
-//! `saldo::listing` (keyset by id; `next_cursor` is where the next page starts, null at the
-//! end). Same auth as the neighbouring reads: the API token (or the admin token).
+//! List routes: products, orders (optionally by status), accounts and the transfer search (by
+//! reference, account and status), a page at a time over `saldo::listing` (keyset by id;
+//! `next_cursor` is where the next page starts, null at the end). Same auth as the neighbouring
+//! reads: the API token (or the admin token).
 
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use saldo::domain::Reference;
+use saldo::domain::{AccountId, Reference, TransferStatus};
+use saldo::listing::ledger::TransferFilter;
 use saldo::listing::{self, Cursor, ListKind, PageLimit};
 use saldo::stock::Status;
 use serde::{Deserialize, Serialize};
@@ -15,7 +17,7 @@ use super::extract::ApiQuery;
 use super::schema;
 use super::stock::LocationView;
 use super::task::detached;
-use super::views::{AccountView, ItemStatus, StockView};
+use super::views::{AccountView, ItemStatus, StockView, TransferView};
 use crate::auth::Client;
 use crate::error::{ApiError, Problem, PROBLEM_JSON};
 use crate::state::AppState;
@@ -106,6 +108,46 @@ pub struct OrdersQuery {
     pub cursor: Option<String>,
 }
 
+/// A transfer's status, as a filter.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TransferStatusFilter {
+    Pending,
+    Posted,
+    Voided,
+    Expired,
+}
+
+impl From<TransferStatusFilter> for TransferStatus {
+    fn from(s: TransferStatusFilter) -> Self {
+        match s {
+            TransferStatusFilter::Pending => TransferStatus::Pending,
+            TransferStatusFilter::Posted => TransferStatus::Posted,
+            TransferStatusFilter::Voided => TransferStatus::Voided,
+            TransferStatusFilter::Expired => TransferStatus::Expired,
+        }
+    }
+}
+
+/// The transfer search's filters (each optional, combined) and its page.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TransfersQuery {
+    #[param(schema_with = schema::reference_filter)]
+    pub reference: Option<String>,
+    #[param(schema_with = schema::account_filter)]
+    pub account: Option<i64>,
+    /// Only transfers in this status, as `GET /v1/transfers/{id}` answers it (a hold past its
+    /// deadline is `expired`). One-shot transfers, deposits, withdrawals and openings are
+    /// `posted`.
+    pub status: Option<TransferStatusFilter>,
+    #[param(schema_with = schema::page_limit)]
+    pub limit: Option<i64>,
+    #[param(schema_with = schema::transfers_cursor)]
+    pub cursor: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProductsPage {
     /// Ascending product id.
@@ -141,6 +183,17 @@ pub struct OrdersPage {
     /// it may hold fewer than `limit` (even none) and still have a `next_cursor`.
     pub orders: Vec<OrderSummaryView>,
     /// Pass as `cursor` for the next page; null when this page is the last.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TransfersPage {
+    /// Ascending transfer id. With `status`, or `account` next to `reference`, a page reads a
+    /// bounded number of journal rows, so it may hold fewer than `limit` (even none) and still
+    /// have a `next_cursor`.
+    pub transfers: Vec<TransferView>,
+    /// Pass as `cursor` for the next page, with the same filters; null when this page is the
+    /// last.
     pub next_cursor: Option<String>,
 }
 
@@ -272,6 +325,39 @@ pub async fn list_accounts(
             .await?;
     Ok(Json(AccountsPage {
         accounts: page.items.into_iter().map(Into::into).collect(),
+        next_cursor: page.next.map(|c| c.to_string()),
+    }))
+}
+
+/// Search transfers by ascending id: by `reference`, by `account` (either side) and by
+/// `status`, each optional, combined. Without any filter every transfer is listed (the
+/// journal by id: an export or reconciliation read).
+#[utoipa::path(get, path = "/v1/transfers", tag = "accounts",
+    params(TransfersQuery),
+    security(("api_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "One page of transfers", body = TransfersPage),
+        (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "A bad filter (an unknown status, an account that is not a positive integer, an empty or too long reference: `invalid-input`), `limit` out of range, or a cursor handed out by another list or under other filters (`cursor-invalid`)", body = Problem, content_type = PROBLEM_JSON),
+    ))]
+pub async fn search_transfers(
+    _: Client,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<TransfersQuery>,
+) -> Result<Json<TransfersPage>, ApiError> {
+    let filter = TransferFilter {
+        reference: query.reference.map(Reference::new).transpose()?,
+        account: query.account.map(AccountId::new).transpose()?,
+        status: query.status.map(TransferStatus::from),
+    };
+    let (limit, cursor) = page(ListKind::Transfers, query.limit, query.cursor.as_deref())?;
+    let store = state.store().clone();
+    let page = detached(async move {
+        listing::ledger::transfers(&store, &filter, limit, cursor.as_ref()).await
+    })
+    .await?;
+    Ok(Json(TransfersPage {
+        transfers: page.items.into_iter().map(Into::into).collect(),
         next_cursor: page.next.map(|c| c.to_string()),
     }))
 }

@@ -53,7 +53,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::list_transfers))
         .routes(routes!(accounts::deposit))
         .routes(routes!(accounts::withdraw))
-        .routes(routes!(accounts::transfer))
+        .routes(routes!(accounts::transfer, lists::search_transfers))
         .routes(routes!(transfers::get_transfer))
         .routes(routes!(transfers::post_transfer))
         .routes(routes!(transfers::void_transfer))

@@ -62,13 +62,29 @@ fn string_of(
 
 /// A caller's reference: 1..=128 characters, no control character.
 pub fn reference() -> Schema {
+    nullable_reference(
+        "The caller's own id for it (a payment, an invoice, a cart); not unique. Part of the \
+         idempotency comparison.",
+        "inv-2026-0042",
+    )
+}
+
+/// An account's reference: the same rules as [`reference`]; an account opens once, so there
+/// is no idempotency comparison to take part in.
+pub fn account_reference() -> Schema {
+    nullable_reference(
+        "The caller's own id for the account (a customer, a wallet); not unique.",
+        "cust-42",
+    )
+}
+
+fn nullable_reference(description: &str, example: &str) -> Schema {
     let mut schema = string_of(
         format!("^[^\\u0000-\\u001F\\u007F-\\u009F]{{1,{MAX_REFERENCE_LEN}}}$"),
         1,
         MAX_REFERENCE_LEN,
-        "The caller's own id for it (a payment, an invoice, a cart); not unique. Part of the \
-         idempotency comparison.",
-        Some("inv-2026-0042"),
+        description,
+        Some(example),
     );
     if let Schema::Object(o) = &mut schema {
         o.schema_type = SchemaType::from_iter([Type::String, Type::Null]);
@@ -424,13 +440,9 @@ pub fn page_limit() -> Schema {
 }
 
 fn cursor(kind: ListKind) -> Schema {
-    let min_len = match kind {
-        ListKind::Orders | ListKind::Locations => 2,
-        ListKind::Products | ListKind::Accounts => kind.cursor_max_len(),
-    };
     string_of(
         kind.cursor_pattern(),
-        min_len,
+        kind.cursor_min_len(),
         kind.cursor_max_len(),
         "Opaque: the `next_cursor` of the previous page, unchanged",
         None,
@@ -451,6 +463,43 @@ pub fn orders_cursor() -> Schema {
 
 pub fn locations_cursor() -> Schema {
     cursor(ListKind::Locations)
+}
+
+/// The transfer search's cursor: it also carries the filters it was handed out under.
+pub fn transfers_cursor() -> Schema {
+    let mut schema = cursor(ListKind::Transfers);
+    if let Schema::Object(o) = &mut schema {
+        o.description = Some(
+            "Opaque: the `next_cursor` of the previous page, unchanged, with the same filters \
+             (a cursor of other filters or another list is 422 `cursor-invalid`)"
+                .to_owned(),
+        );
+    }
+    schema
+}
+
+/// The transfer search's `account`: either side.
+pub fn account_filter() -> Schema {
+    integer(
+        1,
+        i64::MAX,
+        false,
+        "Only transfers from or to this account (either side)",
+    )
+    .examples([1])
+    .build()
+    .into()
+}
+
+/// The transfer search's `reference`: exact match.
+pub fn reference_filter() -> Schema {
+    string_of(
+        format!("^[^\\u0000-\\u001F\\u007F-\\u009F]{{1,{MAX_REFERENCE_LEN}}}$"),
+        1,
+        MAX_REFERENCE_LEN,
+        "Only transfers with this reference (exact match)",
+        Some("inv-2026-0042"),
+    )
 }
 
 pub fn transfers_limit() -> Schema {

@@ -105,6 +105,11 @@ pub struct AccountView {
     /// Absent (null) only for the system account, which has no limits.
     pub min_balance: Option<i64>,
     pub max_balance: Option<i64>,
+    /// The caller's reference, as given when it was opened.
+    pub reference: Option<String>,
+    /// The caller's metadata, as given when it was opened.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl From<Account> for AccountView {
@@ -119,6 +124,12 @@ impl From<Account> for AccountView {
             pending_credits: a.pending_credits,
             min_balance: a.min_balance,
             max_balance: a.max_balance,
+            reference: a.tags.reference.map(|r| r.as_str().to_owned()),
+            metadata: a
+                .tags
+                .metadata
+                .as_ref()
+                .map(saldo::domain::Metadata::to_json),
         }
     }
 }

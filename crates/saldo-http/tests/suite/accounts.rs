@@ -15,10 +15,12 @@ async fn open(app: &TestApp, id: i64, opening_balance: i64) -> crate::support::A
     .await
 }
 
-/// An account with nothing pending, the default limits and the default currency (EUR, 2).
+/// An account with nothing pending, the default limits and the default currency (EUR, 2),
+/// opened without a reference or metadata.
 fn account_body(id: i64, balance: i64) -> Value {
     json!({"id": id, "currency": "EUR", "scale": 2, "balance": balance, "held": 0,
-           "available": balance, "pending_credits": 0, "min_balance": 0, "max_balance": null})
+           "available": balance, "pending_credits": 0, "min_balance": 0, "max_balance": null,
+           "reference": null, "metadata": null})
 }
 
 fn transfer(id: &str, from: i64, to: i64, amount: i64) -> Value {

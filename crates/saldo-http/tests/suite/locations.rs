@@ -359,5 +359,5 @@ async fn locations_are_listed_and_retired_once_they_hold_nothing() {
     );
     app.get("/v1/locations?cursor=o-1")
         .await
-        .assert_problem(422, "invalid-input");
+        .assert_problem(422, "cursor-invalid");
 }

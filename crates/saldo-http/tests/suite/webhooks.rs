@@ -510,10 +510,12 @@ async fn private_targets_and_bad_subscriptions_are_refused() {
         json!({ "url": "not a url" }),
         json!({ "url": format!("https://example.com/{}", "a".repeat(2048)) }),
         json!({ "url": "https://example.com/h", "types": ["no.such.type"] }),
-        json!({ "url": "https://example.com/h", "after": "e9.zz" }),
     ] {
         create(body).await.assert_problem(422, "invalid-input");
     }
+    create(json!({ "url": "https://example.com/h", "after": "e9.zz" }))
+        .await
+        .assert_problem(422, "cursor-invalid");
     create(json!({ "url": "https://example.com/h", "extra": 1 }))
         .await
         .assert_problem(422, "invalid-body");

@@ -29,6 +29,9 @@
 //!   account is denominated in, fixed when it is opened (NULL for the system account, the
 //!   other side in every currency), and the currency each journal row moved. Money moves only
 //!   between accounts of one denomination ([`currency`], decided by [`apply`]).
+//! - `reference`, `metadata` on `accounts`, `transfers` and `transfer_groups` (migration V13):
+//!   the caller's own id and tags, written with the row and never changed; V14 indexes the
+//!   journal for the transfer search (`crate::listing::ledger`).
 //!
 //! `held` and `pending_credits` are columns of the account row, changed in the same
 //! transaction as the transfer row whose status they follow (never recomputed on the hot path);
@@ -82,13 +85,15 @@ pub use flows::expire::{EXPIRE_BATCH, MAX_EXPIRE_BATCHES_PER_ROUND};
 pub use flows::repair;
 pub use transitions::Settle;
 pub use types::{
-    Account, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement, ReversalRequest,
-    Transfer, TransferKind, TransferRequest, TransferStrategy, MAX_LISTED_REVERSALS,
+    Account, AccountRequest, Counters, Group, GroupRequest, LinkedTransfer, MoveFunds, Movement,
+    ReversalRequest, Transfer, TransferKind, TransferRequest, TransferStrategy,
+    MAX_LISTED_REVERSALS,
 };
 
 use crate::batch::config::BatchedConfig;
 use crate::domain::{
-    AccountId, Amount, BalanceLimits, InputError as In, TransferId, TransferTimeout, MAX_AMOUNT,
+    AccountId, Amount, BalanceLimits, InputError as In, Tags, TransferId, TransferTimeout,
+    MAX_AMOUNT,
 };
 use crate::error::{Error, InputError};
 use crate::operation::Operation;
@@ -174,6 +179,28 @@ impl Ledger {
         limits: BalanceLimits,
         denomination: Denomination,
     ) -> Result<Account, Error> {
+        self.open(&AccountRequest {
+            id,
+            opening_balance,
+            limits,
+            denomination,
+            tags: Tags::NONE,
+        })
+        .await
+    }
+
+    /// Opens an account as `request` says: [`Ledger::open_account_in`] with the caller's
+    /// reference and metadata, stored with the account and answered by every read of it. Not
+    /// idempotent (an account opens once): [`Error::AccountExists`] if the id is taken, whatever
+    /// the tags.
+    pub async fn open(&self, request: &AccountRequest) -> Result<Account, Error> {
+        let AccountRequest {
+            id,
+            opening_balance,
+            limits,
+            denomination,
+            ref tags,
+        } = *request;
         if id == AccountId::SYSTEM {
             return Err(InputError::AccountIdNotPositive(id.get()).into());
         }
@@ -203,6 +230,7 @@ impl Ledger {
             limits,
             denomination,
             transfer: &opening_id,
+            tags,
         };
         let result = open::open(&self.store, &opening).await;
         observe("opening", &result.as_ref().map(|_| false));

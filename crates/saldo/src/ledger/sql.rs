@@ -104,17 +104,20 @@ pub(crate) const WRITE_ACCOUNTS: Sql = Sql::same(
           AS d(id, balance, held, pending_credits) WHERE a.id = d.id \
      RETURNING a.id, a.balance, a.held, a.pending_credits, a.event_position, a.currency",
 );
+/// An account as a read answers it: the lock's columns and its reference and metadata (which
+/// no movement needs, so the locks leave them unread).
 pub(crate) const ACCOUNT: Sql = Sql::same(concat!(
     "SELECT ",
     account_columns!(),
-    " FROM accounts WHERE id = $1"
+    ", reference, metadata FROM accounts WHERE id = $1"
 ));
 /// The system account (id 0) first: the ascending-id lock order of every ledger path.
 pub(crate) const LOCK_SYSTEM: Sql =
     Sql::same("SELECT balance FROM accounts WHERE id = 0 FOR UPDATE");
 pub(crate) const CREATE_ACCOUNT: Sql = Sql::same(
     "INSERT INTO accounts (id, balance, min_balance, max_balance, currency, scale, \
-     event_position) VALUES ($1, $2, $3, $4, $5, $6, 1) ON CONFLICT (id) DO NOTHING \
+     reference, metadata, event_position) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1) \
+     ON CONFLICT (id) DO NOTHING \
      RETURNING id, balance, held, pending_credits, event_position, currency",
 );
 pub(crate) const DEBIT_SYSTEM: Sql = Sql::same(

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    AccountId, Amount, GroupId, InputError, Metadata, Reference, Tags, TransferId, TransferStatus,
-    TransferTimeout,
+    AccountId, Amount, BalanceLimits, GroupId, InputError, Metadata, Reference, Tags, TransferId,
+    TransferStatus, TransferTimeout,
 };
 use crate::error::Error;
 use crate::ledger::currency::{Currency, Denomination, Scale};
@@ -105,6 +105,18 @@ impl TransferKind {
         .into_iter()
         .find(|k| k.as_str() == s)
     }
+}
+
+/// An account to open ([`crate::ledger::Ledger::open`]): its id, its opening balance moved
+/// from the system account (0..=`MAX_AMOUNT`, within its limits), its limits, its currency and
+/// scale (fixed for good), and the caller's reference and metadata for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AccountRequest {
+    pub id: AccountId,
+    pub opening_balance: i64,
+    pub limits: BalanceLimits,
+    pub denomination: Denomination,
+    pub tags: Tags,
 }
 
 /// A transfer between two customer accounts.
@@ -224,8 +236,8 @@ fn is_zero(n: &i64) -> bool {
 }
 
 /// An account: its posted balance, what pending transfers hold against it and credit to it,
-/// and its limits (minor units of its currency).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// its limits (minor units of its currency), and the reference and metadata it was opened with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Account {
     pub id: AccountId,
     /// What its amounts are in; `None` for the system account only (every currency's other
@@ -244,6 +256,9 @@ pub struct Account {
     /// `None` for the system account only (no limits).
     pub min_balance: Option<i64>,
     pub max_balance: Option<i64>,
+    /// The caller's reference and metadata, as given when it was opened (never changed).
+    #[serde(flatten)]
+    pub tags: Tags,
 }
 
 /// An account's three counters: what a repair compares with its journal and writes back.

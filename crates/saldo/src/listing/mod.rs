@@ -5,8 +5,11 @@
 //! A page is at most [`MAX_PAGE_LIMIT`] rows; the cursor ([`Cursor`]) names the last key a page
 //! covered and is handed back by the client as is. Every string of a cursor's documented shape
 //! is a valid position (keyset: "after this key"), so a well-formed cursor is never refused;
-//! one of another list or another shape is an [`InputError::CursorInvalid`]. The queries live
-//! next to the data they read: [`stock`] (products, orders), [`ledger`] (accounts).
+//! one of another list or another shape is an [`InputError::CursorInvalid`]. A list with
+//! filters (the transfer search) binds its cursors to them too: the cursor carries a digest of
+//! the filters it was handed out under ([`Cursor::Filtered`]), and one used with other filters
+//! is refused the same way. The queries live next to the data they read: [`stock`] (products,
+//! orders), [`ledger`] (accounts, the transfer search).
 
 pub mod ledger;
 pub mod stock;
@@ -28,6 +31,8 @@ pub const DEFAULT_PAGE_LIMIT: u32 = 100;
 pub const MAX_PAGE_LIMIT: u32 = 1_000;
 /// Hex digits of a numeric cursor's key (a `u64`).
 pub const NUMERIC_CURSOR_DIGITS: usize = 16;
+/// Hex digits of a filtered cursor's digest of its filters (a `u64`).
+pub const FILTER_DIGEST_DIGITS: usize = 16;
 
 /// How many rows a page may hold: 1..=[`MAX_PAGE_LIMIT`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +66,8 @@ pub enum ListKind {
     Accounts,
     Orders,
     Locations,
+    /// The transfer search: its cursors carry its filters' digest.
+    Transfers,
 }
 
 impl ListKind {
@@ -70,6 +77,7 @@ impl ListKind {
             ListKind::Accounts => 'a',
             ListKind::Orders => 'o',
             ListKind::Locations => 'l',
+            ListKind::Transfers => 't',
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -78,6 +86,7 @@ impl ListKind {
             ListKind::Accounts => "accounts",
             ListKind::Orders => "orders",
             ListKind::Locations => "locations",
+            ListKind::Transfers => "transfers",
         }
     }
     /// The regular expression every cursor of this list matches (and every match is valid),
@@ -92,6 +101,19 @@ impl ListKind {
                 self.tag(),
                 crate::domain::MAX_ORDER_ID_LEN
             ),
+            ListKind::Transfers => format!(
+                "^{}[0-9a-f]{{{FILTER_DIGEST_DIGITS}}}[A-Za-z0-9._:-]{{1,{}}}$",
+                self.tag(),
+                crate::domain::MAX_ORDER_ID_LEN
+            ),
+        }
+    }
+    /// Shortest cursor of this list.
+    pub fn cursor_min_len(self) -> usize {
+        1 + match self {
+            ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
+            ListKind::Orders | ListKind::Locations => 1,
+            ListKind::Transfers => FILTER_DIGEST_DIGITS + 1,
         }
     }
     /// Longest cursor of this list.
@@ -99,19 +121,24 @@ impl ListKind {
         1 + match self {
             ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
             ListKind::Orders | ListKind::Locations => crate::domain::MAX_ORDER_ID_LEN,
+            ListKind::Transfers => FILTER_DIGEST_DIGITS + crate::domain::MAX_ORDER_ID_LEN,
         }
     }
 }
 
 /// Where the next page starts: after this key. Opaque to clients (they hand back
 /// `next_cursor`); its text form is the list's tag and the key (a numeric key as 16 lowercase
-/// hex digits, an order id as is).
+/// hex digits, an order id as is), for a filtered list with its filters' digest (16 lowercase
+/// hex digits) between the two.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cursor {
     /// After this product id (or account id); 0 is the start.
     Numeric(ListKind, i64),
     /// After this order id.
     Text(ListKind, String),
+    /// After this transfer id, in the list filtered as the digest says (see
+    /// [`ledger::TransferFilter::digest`]).
+    Filtered(ListKind, u64, String),
 }
 
 impl Cursor {
@@ -143,6 +170,29 @@ impl Cursor {
                     Err(invalid())
                 }
             }
+            ListKind::Transfers => {
+                // `get` is None past the end or inside a character: both malformed.
+                let digest = rest.get(..FILTER_DIGEST_DIGITS).ok_or_else(invalid)?;
+                let key = &rest[FILTER_DIGEST_DIGITS..];
+                if !digest
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                    || !valid_token(key)
+                {
+                    return Err(invalid());
+                }
+                let digest = u64::from_str_radix(digest, 16).map_err(|_| invalid())?;
+                Ok(Cursor::Filtered(kind, digest, key.to_owned()))
+            }
+        }
+    }
+
+    /// The list this cursor belongs to.
+    pub fn kind(&self) -> ListKind {
+        match self {
+            Cursor::Numeric(kind, _) | Cursor::Text(kind, _) | Cursor::Filtered(kind, _, _) => {
+                *kind
+            }
         }
     }
 
@@ -167,6 +217,9 @@ impl fmt::Display for Cursor {
         match self {
             Cursor::Numeric(kind, key) => write!(f, "{}{:016x}", kind.tag(), key),
             Cursor::Text(kind, key) => write!(f, "{}{}", kind.tag(), key),
+            Cursor::Filtered(kind, digest, key) => {
+                write!(f, "{}{:016x}{}", kind.tag(), digest, key)
+            }
         }
     }
 }
@@ -246,12 +299,13 @@ mod tests {
             Cursor::Numeric(ListKind::Products, 42),
             Cursor::Numeric(ListKind::Accounts, i64::MAX),
             Cursor::Text(ListKind::Orders, "order-1".into()),
+            Cursor::Filtered(ListKind::Transfers, u64::MAX, "t-1".into()),
+            Cursor::Filtered(ListKind::Transfers, 7, "x".repeat(64)),
         ] {
-            let kind = match &c {
-                Cursor::Numeric(k, _) | Cursor::Text(k, _) => *k,
-            };
+            let kind = c.kind();
             let text = c.to_string();
             assert!(text.len() <= kind.cursor_max_len());
+            assert!(text.len() >= kind.cursor_min_len());
             assert_eq!(Cursor::parse(kind, &text), Ok(c));
         }
         let bad = |kind, raw: &str| Cursor::parse(kind, raw).is_err();
@@ -262,6 +316,12 @@ mod tests {
         assert!(bad(ListKind::Orders, "o"));
         assert!(bad(ListKind::Orders, "oa b"));
         assert!(bad(ListKind::Orders, ""));
+        assert!(bad(ListKind::Transfers, "t0000000000000007"));
+        assert!(bad(ListKind::Transfers, "t000000000000000Ft-1"));
+        assert!(bad(ListKind::Transfers, "t00000000000000é7t-1"));
+        assert!(bad(ListKind::Transfers, "t0000000000000007t 1"));
+        assert!(bad(ListKind::Transfers, "o0000000000000007t-1"));
+        assert!(bad(ListKind::Orders, "t0000000000000007t-1"));
         // Past every id: valid, an empty page.
         assert_eq!(
             Cursor::parse(ListKind::Products, "pffffffffffffffff"),

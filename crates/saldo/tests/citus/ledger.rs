@@ -494,3 +494,127 @@ async fn ledger_balance(db: &TestDb, id: i64) -> i64 {
         .expect("account")
         .balance
 }
+
+/// The transfer search on Citus, where a transfer is two journal rows on two workers: every
+/// filter (none, reference, account, reference with account, status) finds each transfer
+/// exactly once, paged one row at a time (so pages stop between the two sides of an id), in
+/// id order; an account opened with a reference and metadata answers them.
+#[tokio::test]
+async fn the_search_finds_each_transfer_once_across_workers() {
+    use saldo::domain::{BalanceLimits, Reference, Tags, TransferStatus};
+    use saldo::ledger::{AccountRequest, Denomination};
+    use saldo::listing::ledger::{transfers, TransferFilter};
+    use saldo::listing::PageLimit;
+    let db = citus_db().await;
+    let (a, b) = two_workers(&db).await;
+    let store = db.store();
+    let ledger = Ledger::new(store.clone());
+    let tags = |r: &str| Tags {
+        reference: Some(Reference::new(r).expect("reference")),
+        metadata: None,
+    };
+    let opened = ledger
+        .open(&AccountRequest {
+            id: acc(a),
+            opening_balance: 100,
+            limits: BalanceLimits::default(),
+            denomination: Denomination::DEFAULT,
+            tags: tags("cust-a"),
+        })
+        .await
+        .expect("open a");
+    assert_eq!(opened.tags, tags("cust-a"));
+    assert_eq!(
+        ledger.account(acc(a)).await.expect("a").tags,
+        tags("cust-a")
+    );
+    ledger.open_account(acc(b), 100).await.expect("open b");
+    for (n, (from, to)) in [(a, b), (b, a), (a, b), (b, a)].into_iter().enumerate() {
+        let t = TransferRequest {
+            tags: tags(if n % 2 == 0 { "s-1" } else { "s-2" }),
+            ..request(&format!("s{n}"), from, to, 1)
+        };
+        ledger
+            .transfer(TransferStrategy::Ordered, &t)
+            .await
+            .expect("transfer");
+    }
+    let timeout = TransferTimeout::from_secs(600).expect("timeout");
+    ledger
+        .hold(
+            &TransferRequest {
+                tags: tags("s-1"),
+                ..request("s4", b, a, 1)
+            },
+            timeout,
+        )
+        .await
+        .expect("hold");
+    let client = db.pool.get().await.expect("client");
+    let ids_where =
+        |condition: &str| format!("SELECT id FROM transfer_ids WHERE {condition} ORDER BY id");
+    let expect = |sql: String| {
+        let client = &client;
+        async move {
+            client
+                .query(&sql, &[])
+                .await
+                .expect("ids")
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<String>>()
+        }
+    };
+    let by = |reference: Option<&str>, account: Option<i64>, status| TransferFilter {
+        reference: reference.map(|r| Reference::new(r).expect("reference")),
+        account: account.map(acc),
+        status,
+    };
+    let all = expect(ids_where("true")).await;
+    assert_eq!(all.len(), 7, "two openings and five transfers: {all:?}");
+    let s1 = vec!["s0".to_owned(), "s2".to_owned(), "s4".to_owned()];
+    for (filter, expected) in [
+        (by(None, None, None), all.clone()),
+        (by(Some("s-1"), None, None), s1.clone()),
+        (
+            by(None, Some(a), None),
+            expect(ids_where(&format!("{a} IN (from_account, to_account)"))).await,
+        ),
+        (by(Some("s-1"), Some(b), None), s1.clone()),
+        (
+            by(Some("s-2"), Some(a), None),
+            vec!["s1".to_owned(), "s3".to_owned()],
+        ),
+        (
+            by(None, Some(b), Some(TransferStatus::Pending)),
+            vec!["s4".to_owned()],
+        ),
+        (by(None, None, Some(TransferStatus::Posted)), {
+            let mut posted = all.clone();
+            posted.retain(|id| id != "s4");
+            posted
+        }),
+    ] {
+        for limit in [1, 100] {
+            let (mut seen, mut cursor) = (Vec::new(), None);
+            loop {
+                let page = transfers(
+                    &store,
+                    &filter,
+                    PageLimit::new(limit).expect("limit"),
+                    cursor.as_ref(),
+                )
+                .await
+                .expect("search");
+                seen.extend(page.items.iter().map(|t| t.id.as_str().to_owned()));
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+                assert!(seen.len() <= 2 * all.len(), "{filter:?}: {seen:?}");
+            }
+            assert_eq!(seen, expected, "{filter:?}, limit {limit}");
+        }
+    }
+    assert_clean(&db).await;
+}

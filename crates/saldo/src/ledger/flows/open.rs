@@ -3,7 +3,7 @@
 //! opening balance moved from the system account and journalled as transfer `opening:<id>` in
 //! the account's currency, like every other movement.
 
-use crate::domain::{AccountId, Amount, BalanceLimits, TransferId};
+use crate::domain::{AccountId, Amount, BalanceLimits, Tags, TransferId};
 use crate::error::Error;
 use crate::ledger::apply::NewTransfer;
 use crate::ledger::currency::Denomination;
@@ -23,6 +23,8 @@ pub(crate) struct Opening<'r> {
     pub denomination: Denomination,
     /// `opening:<id>`.
     pub transfer: &'r TransferId,
+    /// The caller's reference and metadata for the account (the opening transfer has none).
+    pub tags: &'r Tags,
 }
 
 /// Opens the account; [`Error::AccountExists`] if it exists.
@@ -42,7 +44,7 @@ async fn open_one(tx: Tx<'_>, o: &Opening<'_>) -> Result<Account, Error> {
     // Decided on the locked system balance before the account row exists, so a refusal leaves
     // nothing behind (the UPDATE would otherwise fail with 22003 after the INSERT).
     checked_balance(AccountId::SYSTEM, system_balance.checked_sub(o.balance))?;
-    if !accounts::create(&tx, o.id, o.balance, o.limits, o.denomination).await? {
+    if !accounts::create(&tx, o.id, o.balance, o.limits, o.denomination, o.tags).await? {
         return Err(Error::AccountExists(o.id));
     }
     if o.balance > 0 {
@@ -67,5 +69,6 @@ async fn open_one(tx: Tx<'_>, o: &Opening<'_>) -> Result<Account, Error> {
         pending_credits: 0,
         min_balance: Some(o.limits.min_balance()),
         max_balance: o.limits.max_balance(),
+        tags: o.tags.clone(),
     })
 }

@@ -5,13 +5,15 @@
 //! node, by one statement per account on Citus (a `FOR UPDATE` may not span shards there),
 //! each awaited before the next: the same order, now across workers.
 
-use crate::domain::{AccountId, BalanceLimits};
+use crate::domain::{AccountId, BalanceLimits, Tags};
 use crate::error::Error;
 use crate::ledger::apply::{AccountRow, Locked};
 use crate::ledger::currency::Denomination;
 use crate::ledger::rows::events;
 use crate::ledger::sql;
-use crate::ledger::types::{account_from_db, denomination_from_db, Account, Counters};
+use crate::ledger::types::{
+    account_from_db, denomination_from_db, tags_from_db, Account, Counters,
+};
 use crate::store::dialect::Tx;
 
 /// `ids` (any order, repeats allowed) as the lock order wants them: ascending, each once.
@@ -70,7 +72,8 @@ pub(crate) async fn write(tx: &Tx<'_>, locked: &Locked) -> Result<(), Error> {
     events::accounts_changed(tx, &written)
 }
 
-/// An account from a row with the account columns (the account list reads the same ones).
+/// An account from a row with the account columns and `reference`, `metadata` (the account
+/// list reads the same ones).
 pub(crate) fn account_from_row(id: AccountId, row: &tokio_postgres::Row) -> Result<Account, Error> {
     let balance: i64 = row.try_get("balance")?;
     let held: i64 = row.try_get("held")?;
@@ -89,6 +92,7 @@ pub(crate) fn account_from_row(id: AccountId, row: &tokio_postgres::Row) -> Resu
         pending_credits: row.try_get("pending_credits")?,
         min_balance: row.try_get("min_balance")?,
         max_balance: row.try_get("max_balance")?,
+        tags: tags_from_db(row)?,
     })
 }
 
@@ -108,22 +112,28 @@ pub(crate) async fn lock_system(tx: &Tx<'_>) -> Result<i64, Error> {
         .try_get("balance")?)
 }
 
-/// Creates the account in `denomination`; false when it exists.
+/// Creates the account in `denomination` with its reference and metadata; false when it
+/// exists.
 pub(crate) async fn create(
     tx: &Tx<'_>,
     id: AccountId,
     balance: i64,
     limits: BalanceLimits,
     denomination: Denomination,
+    tags: &Tags,
 ) -> Result<bool, Error> {
     let scale = i16::from(denomination.scale.get());
-    let params: [crate::store::dialect::Param<'_>; 6] = [
+    let reference = tags.reference.as_ref().map(|r| r.as_str());
+    let metadata = tags.metadata_json();
+    let params: [crate::store::dialect::Param<'_>; 8] = [
         &id.get(),
         &balance,
         &limits.min_balance(),
         &limits.max_balance(),
         &denomination.currency.as_str(),
         &scale,
+        &reference,
+        &metadata,
     ];
     let Some(created) = tx.query_opt(&sql::CREATE_ACCOUNT, &params).await? else {
         return Ok(false);
