@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use saldo::domain::{AccountId, Reference, TransferStatus};
-use saldo::listing::ledger::TransferFilter;
+use saldo::listing::transfers::TransferFilter;
 use saldo::listing::{self, Cursor, ListKind, PageLimit};
 use saldo::stock::Status;
 use serde::{Deserialize, Serialize};
@@ -353,7 +353,7 @@ pub async fn search_transfers(
     let (limit, cursor) = page(ListKind::Transfers, query.limit, query.cursor.as_deref())?;
     let store = state.store().clone();
     let page = detached(async move {
-        listing::ledger::transfers(&store, &filter, limit, cursor.as_ref()).await
+        listing::transfers::transfers(&store, &filter, limit, cursor.as_ref()).await
     })
     .await?;
     Ok(Json(TransfersPage {

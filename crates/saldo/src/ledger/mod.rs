@@ -75,7 +75,7 @@ pub mod currency;
 mod flows;
 mod ordered;
 pub(crate) mod rows;
-mod sql;
+pub(crate) mod sql;
 pub mod transitions;
 pub mod types;
 

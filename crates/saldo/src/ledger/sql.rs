@@ -27,6 +27,11 @@ macro_rules! transfer_columns {
     };
 }
 
+/// The same list as text, for statements written elsewhere (the transfer search) to be checked
+/// against.
+#[cfg(test)]
+pub(crate) const TRANSFER_COLUMNS: &str = transfer_columns!();
+
 /// `SELECT <transfer columns> FROM transfers <rest>`.
 macro_rules! select_transfers {
     ($rest:literal) => {

@@ -7,8 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    AccountId, Amount, BalanceLimits, GroupId, InputError, Metadata, Reference, Tags, TransferId,
-    TransferStatus, TransferTimeout,
+    AccountId, Amount, BalanceLimits, GroupId, Tags, TransferId, TransferStatus, TransferTimeout,
 };
 use crate::error::Error;
 use crate::ledger::currency::{Currency, Denomination, Scale};
@@ -302,24 +301,6 @@ pub(crate) fn denomination_from_db(
             "an account with a currency but no scale, or a scale alone",
         )),
     }
-}
-
-/// The `reference` and `metadata` columns of a row (the schema's CHECKs admit only valid
-/// ones: anything else is an error, never a guess).
-pub(crate) fn tags_from_db(row: &tokio_postgres::Row) -> Result<Tags, Error> {
-    let stored = |e: InputError| Error::invariant(format!("stored tags: {e}"));
-    let reference = row
-        .try_get::<_, Option<String>>("reference")?
-        .map(|r| Reference::new(r).map_err(stored))
-        .transpose()?;
-    let metadata = row
-        .try_get::<_, Option<serde_json::Value>>("metadata")?
-        .map(|m| Metadata::from_json(m).map_err(stored))
-        .transpose()?;
-    Ok(Tags {
-        reference,
-        metadata,
-    })
 }
 
 /// A currency code read from the database (its CHECK allows only valid ones).

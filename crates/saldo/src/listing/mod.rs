@@ -1,4 +1,4 @@
-//! Lists of products, orders and accounts, one page at a time: keyset pagination by id (never
+//! Lists of products, orders, locations, accounts and transfers, one page at a time: keyset pagination by id (never
 //! OFFSET), so rows inserted or removed while a client pages through neither shift a page nor
 //! repeat or hide an id that was there before the listing started.
 //!
@@ -9,10 +9,11 @@
 //! filters (the transfer search) binds its cursors to them too: the cursor carries a digest of
 //! the filters it was handed out under ([`Cursor::Filtered`]), and one used with other filters
 //! is refused the same way. The queries live next to the data they read: [`stock`] (products,
-//! orders), [`ledger`] (accounts, the transfer search).
+//! orders, locations), [`ledger`] (accounts), [`transfers`] (the transfer search).
 
 pub mod ledger;
 pub mod stock;
+pub mod transfers;
 
 use std::fmt;
 

@@ -6,6 +6,7 @@
 //!   statement's single-node or Citus form ([`dialect::Sql`]), and [`dialect::Tx`], the
 //!   transaction handle the layers above run their statements through;
 //! - [`values`]: the one builder of multi-row `VALUES` statements;
+//! - `tags`: the one reader of a row's `reference` and `metadata` columns;
 //! - [`outbox`]: the events of a write transaction, appended by it before COMMIT;
 //! - [`retry`]: the one transaction mechanism (whole-transaction rerun on 40P01/40001);
 //! - [`deadline`]: the operation's deadline, carried task-locally;
@@ -20,4 +21,5 @@ pub mod handle;
 pub mod outbox;
 pub mod retry;
 pub mod schema;
+pub(crate) mod tags;
 pub mod values;

@@ -503,7 +503,7 @@ async fn ledger_balance(db: &TestDb, id: i64) -> i64 {
 async fn the_search_finds_each_transfer_once_across_workers() {
     use saldo::domain::{BalanceLimits, Reference, Tags, TransferStatus};
     use saldo::ledger::{AccountRequest, Denomination};
-    use saldo::listing::ledger::{transfers, TransferFilter};
+    use saldo::listing::transfers::{transfers, TransferFilter};
     use saldo::listing::PageLimit;
     let db = citus_db().await;
     let (a, b) = two_workers(&db).await;

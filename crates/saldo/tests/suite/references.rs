@@ -3,7 +3,7 @@
 //! answer them, with every transfer strategy; a replay under the same id with another reference
 //! or metadata is the idempotency conflict and writes nothing; values past their bounds are
 //! typed input errors. An account opens with its own reference and metadata, answered by
-//! every read of it. The transfer search (`saldo::listing::ledger::transfers`) finds transfers
+//! every read of it. The transfer search (`saldo::listing::transfers::transfers`) finds transfers
 //! by reference, account and status, combined, a page at a time, and refuses a cursor of other
 //! filters or another list.
 
@@ -17,7 +17,7 @@ use saldo::ledger::{
     AccountRequest, Denomination, GroupRequest, Ledger, LinkedTransfer, TransferRequest,
     TransferStrategy,
 };
-use saldo::listing::ledger::{transfers, TransferFilter};
+use saldo::listing::transfers::{transfers, TransferFilter};
 use saldo::listing::{self, Cursor, ListKind, PageLimit};
 use saldo::stock::batched::BatchedConfig;
 use saldo::stock::Store;

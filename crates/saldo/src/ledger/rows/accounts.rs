@@ -11,9 +11,7 @@ use crate::ledger::apply::{AccountRow, Locked};
 use crate::ledger::currency::Denomination;
 use crate::ledger::rows::events;
 use crate::ledger::sql;
-use crate::ledger::types::{
-    account_from_db, denomination_from_db, tags_from_db, Account, Counters,
-};
+use crate::ledger::types::{account_from_db, denomination_from_db, Account, Counters};
 use crate::store::dialect::Tx;
 
 /// `ids` (any order, repeats allowed) as the lock order wants them: ascending, each once.
@@ -92,7 +90,7 @@ pub(crate) fn account_from_row(id: AccountId, row: &tokio_postgres::Row) -> Resu
         pending_credits: row.try_get("pending_credits")?,
         min_balance: row.try_get("min_balance")?,
         max_balance: row.try_get("max_balance")?,
-        tags: tags_from_db(row)?,
+        tags: crate::store::tags::from_row(row)?,
     })
 }
 

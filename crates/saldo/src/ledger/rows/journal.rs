@@ -15,9 +15,7 @@ use crate::ledger::apply::NewTransfer;
 use crate::ledger::currency::Currency;
 use crate::ledger::rows::events;
 use crate::ledger::sql;
-use crate::ledger::types::{
-    account_from_db, currency_from_db, tags_from_db, Transfer, TransferKind,
-};
+use crate::ledger::types::{account_from_db, currency_from_db, Transfer, TransferKind};
 use crate::store::dialect::{Param, Tx};
 
 /// A [`Transfer`] from a row with the transfer columns.
@@ -59,7 +57,7 @@ pub(crate) fn parse(row: &tokio_postgres::Row, replayed: bool) -> Result<Transfe
             .try_get::<_, Option<String>>("group_id")?
             .map(GroupId::new)
             .transpose()?,
-        tags: tags_from_db(row)?,
+        tags: crate::store::tags::from_row(row)?,
         reverses: row
             .try_get::<_, Option<String>>("reverses")?
             .map(TransferId::new)
@@ -114,7 +112,10 @@ pub(crate) async fn find_group(
         return Ok(None);
     };
     let rows = tx.query(&sql::OF_GROUP, &[&id.as_str()]).await?;
-    Ok(Some((tags_from_db(&group)?, parse_all(&rows, false)?)))
+    Ok(Some((
+        crate::store::tags::from_row(&group)?,
+        parse_all(&rows, false)?,
+    )))
 }
 
 /// Records a linked group's id (its transfers carry it).

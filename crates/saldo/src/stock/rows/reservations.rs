@@ -15,11 +15,11 @@ use uuid::Uuid;
 
 use crate::domain::{OrderId, ProductId, Quantity, Tags, Ttl};
 use crate::error::Error;
-use crate::ledger::types::tags_from_db;
 use crate::stock::model::{parse_status, ReservedItem, Row, Status, StockRow};
 use crate::stock::rows::stock;
 use crate::stock::sql;
 use crate::store::dialect::{Param, Tx};
+use crate::store::tags;
 
 /// A unique violation on the live index means a concurrent copy of this order committed first;
 /// rerunning sees its rows and answers as a replay (`in_idempotent_transaction`).
@@ -41,7 +41,7 @@ pub(crate) fn parse(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
                 allocated: r.try_get("allocated")?,
                 lapsed,
                 order_position: r.try_get("order_position")?,
-                tags: tags_from_db(r)?,
+                tags: tags::from_row(r)?,
                 item: ReservedItem {
                     product_id: ProductId::new(r.try_get("product_id")?)?,
                     quantity: r.try_get("quantity")?,

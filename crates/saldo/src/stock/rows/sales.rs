@@ -5,10 +5,10 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{ProductId, Quantity, SaleId, Tags};
 use crate::error::Error;
-use crate::ledger::types::tags_from_db;
 use crate::stock::model::{Sale, SoldItem};
 use crate::stock::sql;
 use crate::store::dialect::Tx;
+use crate::store::tags;
 
 /// The sales table's primary key: a unique violation on it is a concurrent copy that won.
 pub(crate) const SALE_KEY: &str = "sales_pkey";
@@ -19,7 +19,7 @@ pub(crate) async fn find(tx: &Tx<'_>, sale_id: &SaleId) -> Result<Option<Sale>, 
     if rows.is_empty() {
         return Ok(None);
     }
-    let tags = tags_from_db(&rows[0])?;
+    let tags = tags::from_row(&rows[0])?;
     sale_of(sale_id, &rows, tags, true).map(Some)
 }
 
