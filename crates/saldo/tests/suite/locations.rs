@@ -693,6 +693,68 @@ async fn a_location_is_retired_only_once_empty_and_then_takes_nothing() {
     assert_audit_clean(&db, StrategyName::Atomic).await;
 }
 
+/// The check the served count makes under its share lock, made the naive way: the location's
+/// retirement read without a lock, then (once `go` says so) the units written. A retirement
+/// that runs between the two sees an empty location, retires it, and the units land in it.
+#[tokio::test]
+async fn a_count_that_reads_the_retirement_unlocked_puts_units_in_a_retired_location() {
+    let db = test_db().await;
+    let engine = located(&db, StrategyName::Atomic, &[(1, "base", 1)], &[]).await;
+    let here = loc("late");
+    locations::set_priority(engine.store(), &here, Priority::new(0).expect("p"))
+        .await
+        .expect("location");
+    let (read_done, read_seen) = tokio::sync::oneshot::channel();
+    let (go, wait_go) = tokio::sync::oneshot::channel::<()>();
+    let naive = {
+        let pool = db.pool.clone();
+        tokio::spawn(async move {
+            let mut client = pool.get().await.expect("client");
+            let tx = client.transaction().await.expect("begin");
+            let retired: Option<chrono::DateTime<chrono::Utc>> = tx
+                .query_one(
+                    "SELECT retired_at FROM locations WHERE location_id = 'late'",
+                    &[],
+                )
+                .await
+                .expect("read")
+                .get(0);
+            read_done.send(retired.is_some()).expect("signal");
+            wait_go.await.expect("go");
+            tx.execute(
+                "INSERT INTO stock_locations (product_id, location_id, available) \
+                 VALUES (1, 'late', 1)",
+                &[],
+            )
+            .await
+            .expect("write");
+            tx.commit().await.expect("commit");
+        })
+    };
+    assert!(!read_seen.await.expect("read"), "not retired when read");
+    locations::retire(engine.store(), &here)
+        .await
+        .expect("an empty location retires");
+    go.send(()).expect("go");
+    naive.await.expect("naive count");
+    let listed = saldo::listing::stock::locations(
+        engine.store(),
+        saldo::listing::PageLimit::new(10).expect("limit"),
+        None,
+    )
+    .await
+    .expect("locations");
+    let late = listed
+        .items
+        .iter()
+        .find(|l| l.location.location_id == here)
+        .expect("listed");
+    assert!(
+        late.location.retired_at.is_some() && late.available == 1,
+        "the naive count put a unit in a retired location: {late:?}"
+    );
+}
+
 /// Rounds of a count and a retirement of one empty location sent at once.
 const RETIRE_ROUNDS: usize = 20;
 
