@@ -710,7 +710,14 @@ async fn a_count_that_reads_the_retirement_unlocked_puts_units_in_a_retired_loca
         let pool = db.pool.clone();
         tokio::spawn(async move {
             let mut client = pool.get().await.expect("client");
-            let tx = client.transaction().await.expect("begin");
+            // READ COMMITTED, as the naive code would run (on a SERIALIZABLE cluster PostgreSQL
+            // itself would refuse its write with 40001: this binary runs there too).
+            let tx = client
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+                .start()
+                .await
+                .expect("begin");
             let retired: Option<chrono::DateTime<chrono::Utc>> = tx
                 .query_one(
                     "SELECT retired_at FROM locations WHERE location_id = 'late'",
