@@ -217,17 +217,8 @@ pub enum Settled {
 /// (every reversal of it takes the same two locks first, so none can move it meanwhile).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Original {
-    pub id: TransferId,
-    pub from: AccountId,
-    pub to: AccountId,
-    pub amount: i64,
-    pub status: TransferStatus,
-    /// What a posted hold moved (`None` on a one-shot transfer: the whole amount).
-    pub posted_amount: Option<i64>,
-    /// Created pending (a hold): its `transfer.*` stream has its settle at position 2.
-    pub was_pending: bool,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub currency: Currency,
+    /// Its settle state, as a post or void reads it.
+    pub state: TransferState,
     /// What reversals moved back of it so far, and how many they were.
     pub reversed: i64,
     pub reversals: i32,
@@ -236,13 +227,18 @@ pub struct Original {
 impl Original {
     /// What it moved: its posted amount once posted, 0 otherwise.
     pub fn posted(&self) -> i64 {
-        transitions::effective_posted(self.status, self.amount, self.posted_amount).unwrap_or(0)
+        transitions::effective_posted(
+            self.state.status,
+            self.state.amount,
+            self.state.posted_amount,
+        )
+        .unwrap_or(0)
     }
 
     /// The position of the `transfer.reversed` event of its next reversal, in its own stream:
     /// after its creation (1), its settle (2, a hold's) and each earlier reversal.
     pub fn next_event_position(&self) -> i64 {
-        1 + i64::from(self.was_pending) + i64::from(self.reversals) + 1
+        1 + i64::from(self.state.was_pending) + i64::from(self.reversals) + 1
     }
 }
 
@@ -255,10 +251,12 @@ pub fn reversal_amount(
     asked: Option<Amount>,
     now: DateTime<Utc>,
 ) -> Result<Amount, Error> {
-    let due = transitions::is_due(original.expires_at, now);
-    transitions::reversible(original.status, due).map_err(|status| Error::TransferNotPosted {
-        id: original.id.clone(),
-        status,
+    let due = transitions::is_due(original.state.expires_at, now);
+    transitions::reversible(original.state.status, due).map_err(|status| {
+        Error::TransferNotPosted {
+            id: original.state.id.clone(),
+            status,
+        }
     })?;
     let posted = original.posted();
     // The schema keeps 0 <= reversed <= posted; a row outside it is an error, never a guess.
@@ -268,13 +266,13 @@ pub fn reversal_amount(
         .ok_or_else(|| {
             Error::invariant(format!(
                 "transfer {} reversed {} of the {posted} it posted",
-                original.id, original.reversed
+                original.state.id, original.reversed
             ))
         })?;
     let n = asked.map_or(left, Amount::get);
     if n > left || n < 1 {
         return Err(Error::ReversalExceedsPosted {
-            id: original.id.clone(),
+            id: original.state.id.clone(),
             posted,
             reversed: original.reversed,
             requested: asked.map(Amount::get),
@@ -293,21 +291,21 @@ pub fn reverse(
 ) -> Result<Currency, Error> {
     let m = &t.movement;
     if m.kind != TransferKind::Reversal
-        || (m.from, m.to) != (original.to, original.from)
-        || t.reverses != Some(&original.id)
+        || (m.from, m.to) != (original.state.to, original.state.from)
+        || t.reverses != Some(&original.state.id)
     {
         return Err(Error::invariant(format!(
             "reversal {} of transfer {} does not move it back",
-            m.id, original.id
+            m.id, original.state.id
         )));
     }
     let before = locked.clone();
     let moved = place(locked, t)?;
-    if moved != original.currency {
+    if moved != original.state.currency {
         *locked = before;
         return Err(Error::invariant(format!(
             "transfer {} was placed in {} between accounts now in {moved}",
-            original.id, original.currency
+            original.state.id, original.state.currency
         )));
     }
     Ok(moved)
@@ -804,19 +802,21 @@ mod tests {
     #[test]
     fn a_reversal_takes_at_most_what_is_left_of_posted_money() {
         let original = |status, posted_amount, reversed, due| Original {
-            id: TransferId::new("t").expect("id"),
-            from: acc(1),
-            to: acc(2),
-            amount: 100,
-            status,
-            posted_amount,
-            was_pending: posted_amount.is_some(),
-            expires_at: Some(if due {
-                now()
-            } else {
-                now() + chrono::Duration::minutes(1)
-            }),
-            currency: Currency::DEFAULT,
+            state: TransferState {
+                id: TransferId::new("t").expect("id"),
+                from: acc(1),
+                to: acc(2),
+                amount: 100,
+                status,
+                posted_amount,
+                was_pending: posted_amount.is_some(),
+                expires_at: Some(if due {
+                    now()
+                } else {
+                    now() + chrono::Duration::minutes(1)
+                }),
+                currency: Currency::DEFAULT,
+            },
             reversed,
             reversals: i32::from(reversed > 0),
         };

@@ -55,14 +55,14 @@ async fn reverse_one(tx: Tx<'_>, r: &ReversalRequest) -> Result<Transfer, Error>
     let t = NewTransfer {
         movement: Movement {
             id: &r.id,
-            from: original.to,
-            to: original.from,
+            from: original.state.to,
+            to: original.state.from,
             amount,
             kind: TransferKind::Reversal,
         },
         pending: None,
         tags: &r.tags,
-        reverses: Some(&original.id),
+        reverses: Some(&original.state.id),
     };
     let currency = apply::reverse(&mut locked, &original, &t)?;
     accounts::write(&tx, &locked).await?;

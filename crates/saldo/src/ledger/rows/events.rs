@@ -125,14 +125,14 @@ pub(crate) fn transfer_reversed(
     }
     tx.emit(NewEvent {
         stream_type: StreamType::Transfer,
-        stream_id: original.id.as_str().to_owned(),
+        stream_id: original.state.id.as_str().to_owned(),
         position: original.next_event_position(),
         kind: TRANSFER_REVERSED,
         data: json!({
-            "id": original.id.as_str(),
-            "from": original.from.get(),
-            "to": original.to.get(),
-            "currency": original.currency,
+            "id": original.state.id.as_str(),
+            "from": original.state.from.get(),
+            "to": original.state.to.get(),
+            "currency": original.state.currency,
             "posted_amount": original.posted(),
             "reversal_id": reversal.as_str(),
             "amount": amount,

@@ -3,12 +3,11 @@
 //! Citus) with the original's `transfer.reversed` event, and the ids of its reversals for a
 //! read. The reversal's own row is a transfer like any other ([`super::journal`]).
 
-use crate::domain::{AccountId, TransferId, TransferStatus};
+use crate::domain::{AccountId, TransferId};
 use crate::error::Error;
 use crate::ledger::apply::Original;
 use crate::ledger::rows::{events, settles};
 use crate::ledger::sql;
-use crate::ledger::types::{account_from_db, currency_from_db};
 use crate::store::dialect::{Param, Tx};
 
 /// Transfer `id` from `from` (its debit side on Citus), as a reversal needs it; the caller
@@ -22,19 +21,8 @@ pub(crate) async fn original(
         .query_opt(&sql::ORIGINAL, &[&id.as_str(), &from.get()])
         .await?
         .ok_or_else(|| Error::UnknownTransfer(id.clone()))?;
-    let status: String = row.try_get("status")?;
-    let status = TransferStatus::parse(&status)
-        .ok_or_else(|| Error::invariant(format!("transfer status {status:?} unknown")))?;
     Ok(Original {
-        id: TransferId::new(row.try_get::<_, String>("id")?)?,
-        from: account_from_db(row.try_get("from_account")?)?,
-        to: account_from_db(row.try_get("to_account")?)?,
-        amount: row.try_get("amount")?,
-        status,
-        posted_amount: row.try_get("posted_amount")?,
-        was_pending: row.try_get("was_pending")?,
-        expires_at: row.try_get("expires_at")?,
-        currency: currency_from_db(&row.try_get::<_, String>("currency")?)?,
+        state: settles::state_of(&row)?,
         reversed: row.try_get("reversed")?,
         reversals: row.try_get("reversals")?,
     })
@@ -49,8 +37,8 @@ pub(crate) async fn record(
     reversal: &TransferId,
     amount: i64,
 ) -> Result<(), Error> {
-    let id = original.id.as_str();
-    let (from, to) = (original.from.get(), original.to.get());
+    let id = original.state.id.as_str();
+    let (from, to) = (original.state.from.get(), original.state.to.get());
     let params: [Param<'_>; 4] = [&id, &amount, &from, &to];
     let rows = tx.query(&sql::REVERSE_ORIGINAL, &params).await?;
     let expected = (

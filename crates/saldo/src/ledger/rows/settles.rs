@@ -64,7 +64,7 @@ pub(crate) async fn sides_many(
 }
 
 /// A transfer's settle state from a row with the state columns.
-fn state_of(row: &tokio_postgres::Row) -> Result<TransferState, Error> {
+pub(crate) fn state_of(row: &tokio_postgres::Row) -> Result<TransferState, Error> {
     let status: String = row.try_get("status")?;
     let status = TransferStatus::parse(&status)
         .ok_or_else(|| Error::invariant(format!("transfer status {status:?} unknown")))?;
