@@ -319,7 +319,8 @@ async fn confirm_release_and_expiry_move_units_at_their_locations() {
             [("a".into(), 0, 0), ("b".into(), 4, 0)]
         );
 
-        // Re-reserve what expired: allocated again, from where the stock is now.
+        // Re-reserve what expired: it was held at b only, so it is taken at b again, not split
+        // over a (first by priority, now holding 1) and b as a new reserve would be.
         locations::set_count(engine.store(), pid(1), &loc("a"), 1)
             .await
             .expect("count");
@@ -335,7 +336,7 @@ async fn confirm_release_and_expiry_move_units_at_their_locations() {
         assert_eq!(item.quantity, 4);
         assert_eq!(
             at(&engine, 1).await,
-            [("a".into(), 0, 1), ("b".into(), 1, 3)],
+            [("a".into(), 1, 0), ("b".into(), 0, 4)],
             "{name}"
         );
         assert_audit_clean(&db, name).await;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::domain::{OrderId, OrderItems, ProductId, Quantity, Tags, Ttl};
 use crate::error::Error;
-use crate::stock::model::{RereserveRequest, ReserveRequest, ReservedItem, Row};
+use crate::stock::model::{Placement, RereserveRequest, ReserveRequest, ReservedItem, Row};
 
 /// Whose rows a reserve-like request is about, and how to decide on them.
 #[derive(Debug, Clone, Copy)]
@@ -196,6 +196,26 @@ pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
         .collect()
 }
 
+/// Where a re-reserve takes each lost line again: a line that was held at one location is
+/// pinned to it (taken there or refused, naming it: an order pinned to a store is not quietly
+/// served by another); a line that was split over several locations is split again by
+/// priority, as every unpinned line is. `rows` carry their allocations
+/// ([`crate::stock::rows::locations::attach`]); a product without locations has none, so it
+/// is taken as before.
+pub(crate) fn kept_placement(rows: &[Row]) -> Placement {
+    let pinned = missing_items(rows)
+        .into_iter()
+        .filter_map(|item| match item.allocations.as_slice() {
+            [only] => Some((item.product_id, only.location_id.clone())),
+            _ => None,
+        })
+        .collect();
+    Placement {
+        pinned,
+        ..Placement::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +310,43 @@ mod tests {
             plan_of(&req(&[(1, 1), (2, 1)]), &rows).ok(),
             Some(Plan::Replay)
         );
+    }
+
+    /// A lost line held at one location is pinned there again; one split over several, a live
+    /// line and a line without locations are not pinned.
+    #[test]
+    fn a_rereserve_keeps_a_lost_lines_one_location() {
+        use crate::domain::LocationId;
+        use crate::stock::model::LocationQuantity;
+        use Status::*;
+        let at = |row: Row, parts: &[(&str, i32)]| Row {
+            item: ReservedItem {
+                allocations: parts
+                    .iter()
+                    .map(|(l, q)| LocationQuantity {
+                        location_id: LocationId::new(*l).expect("location"),
+                        quantity: *q,
+                    })
+                    .collect(),
+                ..row.item
+            },
+            ..row
+        };
+        let rows = [
+            at(row(1, 2, Expired, None), &[("south", 2)]),
+            at(row(2, 3, Released, None), &[("north", 1), ("south", 2)]),
+            at(row(3, 1, Active, None), &[("north", 1)]),
+            row(4, 1, Expired, None),
+        ];
+        let kept = kept_placement(&rows);
+        assert_eq!(
+            kept.pinned.into_iter().collect::<Vec<_>>(),
+            vec![(
+                ProductId::new(1).expect("id"),
+                LocationId::new("south").expect("location")
+            )]
+        );
+        assert_eq!(kept.allocation, crate::domain::AllocationMode::Split);
     }
 
     #[test]

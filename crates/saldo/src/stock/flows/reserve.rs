@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::error::Error;
 use crate::operation::Operation;
-use crate::stock::decide::plan::{current_items, order_tags, plan, Intent, Plan};
+use crate::stock::decide::plan::{current_items, kept_placement, order_tags, plan, Intent, Plan};
 use crate::stock::decide::settle::{apply, moves, Settling};
 use crate::stock::flows::order_events;
 use crate::stock::flows::settle::{lock_order, settle};
@@ -81,6 +81,16 @@ async fn reserve_tx(
         // them here first (they still hold their units and the order's live index).
         rows = expire_lapsed(tx, order_id).await?;
     }
+    // A re-reserve takes each lost line again where it was held: one location is kept (pinned),
+    // a split is split again (`kept_placement`).
+    let kept;
+    let placement = if let Intent::Rereserve(_) = intent {
+        locations::attach(tx, &mut rows).await?;
+        kept = kept_placement(&rows);
+        &kept
+    } else {
+        placement
+    };
 
     let started = Instant::now();
     let taken = match take_items(tx, taker, &take, placement, Destination::Reserved).await {
