@@ -216,7 +216,7 @@ pub struct OrderView {
 
 /// The reservation's items and where they may come from. A product named twice is summed (as
 /// always); naming it with two different locations is refused.
-fn reserve_items(
+pub(super) fn reserve_items(
     items: &[ReserveItemRequest],
     allocation: Option<Allocation>,
 ) -> Result<(OrderItems, Placement), ApiError> {

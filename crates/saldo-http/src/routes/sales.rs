@@ -2,8 +2,9 @@
 //! items or none, for payment methods that clear too late to hold a reservation.
 //! 201 when sold now; 200 with the original result and `"replayed": true` when the same sale
 //! id comes again with the same items, reference and metadata; 409 `idempotency-conflict` with
-//! anything else. Refusals
-//! are a reservation's (409 `insufficient-stock`, 404 `unknown-product`), counted alike.
+//! anything else. Refusals are a reservation's (409 `insufficient-stock`, 404
+//! `unknown-product`), counted alike. Items of located products may name a location and the
+//! sale an allocation, as a reservation's may (the same parsing: [`super::orders`]).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,8 +15,9 @@ use saldo::stock::{Sale, SaleRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::bodies::{order_items, shown_tags, tags, ItemRequest};
+use super::bodies::{shown_tags, tags};
 use super::extract::ApiJson;
+use super::orders::{reserve_items, Allocation, ReserveItemRequest};
 use super::schema;
 use super::task::detached;
 use crate::auth::Client;
@@ -28,8 +30,14 @@ use crate::state::AppState;
 pub struct SaleBody {
     #[schema(schema_with = schema::sale_id)]
     pub sale_id: String,
-    #[schema(schema_with = schema::items)]
-    pub items: Vec<ItemRequest>,
+    /// An item of a located product may name its `location_id` (sold from there or refused).
+    #[schema(schema_with = schema::reserve_items)]
+    pub items: Vec<ReserveItemRequest>,
+    /// How items without a location are taken from a located product's locations: `split`
+    /// (the default) or `single`, as for a reservation.
+    #[serde(default)]
+    #[schema(schema_with = schema::allocation)]
+    pub allocation: Option<Allocation>,
     /// The caller's id for the sale (a payment, an invoice, a cart); part of the idempotency
     /// comparison.
     #[serde(default)]
@@ -94,8 +102,8 @@ impl From<Sale> for SaleView {
         (status = 200, description = "Replay of an existing sale (`replayed: true`): nothing taken", body = SaleView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
-        (status = 404, description = "Unknown product (`product_id`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Insufficient stock (`product_id`) or idempotency conflict (the sale id was used with other items, reference or metadata)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown product (`product_id`) or a product not stocked at the named location (`unknown-location`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Insufficient stock (`product_id`; at the named location, in one location for `single`, in all for `split`), idempotency conflict (the sale id was used with other items, reference or metadata), or a location on a Citus database (`unsupported-on-citus`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid input", body = Problem, content_type = PROBLEM_JSON),
@@ -108,7 +116,7 @@ pub async fn sell(
 ) -> Result<(StatusCode, Json<SaleView>), ApiError> {
     let sale_id = SaleId::new(body.sale_id)?;
     crate::access_log::note_sale_id(&sale_id);
-    let items = order_items(&body.items)?;
+    let (items, placement) = reserve_items(&body.items, body.allocation)?;
     let tags = tags(body.reference, body.metadata)?;
     let request = SaleRequest {
         sale_id,
@@ -116,7 +124,7 @@ pub async fn sell(
         tags,
     };
     let stock = state.stock.clone();
-    let sale = detached(async move { stock.sell(&request).await })
+    let sale = detached(async move { stock.sell_placed(&request, &placement).await })
         .await
         .inspect_err(|e| state.note_refusal(e))?;
     let code = if sale.replayed {

@@ -137,6 +137,28 @@ async fn a_split_reservation_is_allocated_in_priority_order_and_settles_there() 
         locations(&stock.body),
         [(s("north"), 0, 0), (s("south"), 6, 0)]
     );
+    // A sale may name its location: one the product is not stocked at is 404, nothing sold.
+    let nowhere = app
+        .post(
+            "/v1/sales",
+            json!({"sale_id": "s-2", "items": [
+                {"product_id": 1, "quantity": 1, "location_id": "east"}]}),
+        )
+        .await;
+    nowhere.assert_problem(404, "unknown-location");
+    let pinned = app
+        .post(
+            "/v1/sales",
+            json!({"sale_id": "s-2", "items": [
+                {"product_id": 1, "quantity": 1, "location_id": "south"}]}),
+        )
+        .await;
+    assert_eq!(pinned.status, StatusCode::CREATED, "{}", pinned.text);
+    let stock = app.get("/v1/products/1/stock").await;
+    assert_eq!(
+        locations(&stock.body),
+        [(s("north"), 0, 0), (s("south"), 5, 0)]
+    );
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
 }

@@ -180,6 +180,19 @@ impl StockEngine {
     pub async fn sell(&self, request: &SaleRequest) -> Result<Sale, Error> {
         reclaiming(&self.store, || sales::sell(&self.store, request)).await
     }
+
+    /// [`StockEngine::sell`] with a placement (pinned locations, single or split allocation),
+    /// as [`StockEngine::reserve_placed`] takes one.
+    pub async fn sell_placed(
+        &self,
+        request: &SaleRequest,
+        placement: &Placement,
+    ) -> Result<Sale, Error> {
+        reclaiming(&self.store, || {
+            sales::sell_placed(&self.store, request, placement)
+        })
+        .await
+    }
 }
 
 /// Runs `operation`; while it is refused for want of stock on a product not reclaimed yet, and

@@ -429,6 +429,36 @@ async fn a_direct_sale_takes_from_locations() {
             engine.sell(&too_many).await,
             Err(Error::InsufficientStock { available: 1, .. })
         ));
+        // A sale may name its location: a, first by priority, is passed over for b.
+        locations::set_count(engine.store(), pid(1), &loc("a"), 3)
+            .await
+            .expect("count");
+        let from_b = SaleRequest {
+            sale_id: SaleId::new("s-3").expect("id"),
+            items: saldo::domain::OrderItems::new([(1, 1)]).expect("items"),
+            tags: saldo::domain::Tags::NONE,
+        };
+        let at_b = placed(AllocationMode::Split, &[(1, "b")]);
+        engine.sell_placed(&from_b, &at_b).await.expect("sell at b");
+        assert_eq!(
+            at(&engine, 1).await,
+            [("a".into(), 3, 0), ("b".into(), 0, 0)],
+            "{name}"
+        );
+        let from_b_again = SaleRequest {
+            sale_id: SaleId::new("s-4").expect("id"),
+            ..from_b
+        };
+        assert!(matches!(
+            engine.sell_placed(&from_b_again, &at_b).await,
+            Err(Error::InsufficientStock { available: 0, .. })
+        ));
+        assert!(matches!(
+            engine
+                .sell_placed(&from_b_again, &placed(AllocationMode::Split, &[(1, "c")]))
+                .await,
+            Err(Error::UnknownLocation { .. })
+        ));
         assert_audit_clean(&db, name).await;
     }
 }

@@ -68,15 +68,32 @@ fn same_items(sale: &Sale, items: &OrderItems) -> bool {
 
 /// Sells every item or none (see the module header).
 pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
-    let writer = store.writer();
-    let result = in_idempotent_transaction(
-        &store.pool,
-        &store.tx,
-        Operation::Sell,
-        sales::SALE_KEY,
-        move |client| crate::write_tx!(client, writer => |tx| sell_tx(&tx, request)),
-    )
-    .await;
+    sell_placed(store, request, &Placement::default()).await
+}
+
+/// [`sell`] with a placement, as a reservation takes one: an item of a located product may be
+/// pinned to one location (sold from there or refused, naming it), the others are taken by
+/// `placement.allocation`. The placement is how, not what: a replay answers the original sale
+/// whatever placement it names. On a layout without stock per location (Citus) a placement
+/// other than the default is [`Error::UnsupportedOnCitus`], before anything is locked.
+pub async fn sell_placed(
+    store: &Store,
+    request: &SaleRequest,
+    placement: &Placement,
+) -> Result<Sale, Error> {
+    let result = if placement.is_default() || store.dialect().offers_locations_and_backorders() {
+        let writer = store.writer();
+        in_idempotent_transaction(
+            &store.pool,
+            &store.tx,
+            Operation::Sell,
+            sales::SALE_KEY,
+            move |client| crate::write_tx!(client, writer => |tx| sell_tx(&tx, request, placement)),
+        )
+        .await
+    } else {
+        Err(Error::UnsupportedOnCitus("stock per location"))
+    };
     crate::telemetry::sale_outcome(match &result {
         Ok(s) if s.replayed => "replayed",
         Ok(_) => "sold",
@@ -89,7 +106,7 @@ pub async fn sell(store: &Store, request: &SaleRequest) -> Result<Sale, Error> {
     result
 }
 
-async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest) -> Result<Sale, Error> {
+async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest, placement: &Placement) -> Result<Sale, Error> {
     sales::begin(tx).await?;
     let sale_id = &request.sale_id;
     if let Some(sale) = sales::find(tx, sale_id).await? {
@@ -101,8 +118,7 @@ async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest) -> Result<Sale, Error> {
     }
     sales::insert(tx, sale_id, &request.tags).await?;
     let items: Vec<(ProductId, Quantity)> = request.items.iter().collect();
-    let placement = Placement::default();
-    let taken = take_items(tx, &SellUnits, &items, &placement, Destination::Sold).await?;
+    let taken = take_items(tx, &SellUnits, &items, placement, Destination::Sold).await?;
     let sale = sales::insert_items(tx, sale_id, &items, &request.tags).await?;
     order_events::emit_sale(tx, &sale);
     let located: BTreeMap<ProductId, Vec<_>> = items
