@@ -72,6 +72,7 @@
 pub mod apply;
 pub mod batched;
 pub mod currency;
+pub mod entries;
 mod flows;
 mod ordered;
 pub(crate) mod rows;
