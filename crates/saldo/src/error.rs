@@ -190,7 +190,10 @@ pub enum Error {
     UnknownAccount(AccountId),
     /// The account has no entry at or before that time: it was opened later (or, for an
     /// account older than migration V20, its history starts at V20's time).
-    #[error("account {account} has no entry at or before {at}: it was opened later")]
+    #[error(
+        "account {account} has no entry at or before {}: it was opened later",
+        .at.to_rfc3339()
+    )]
     NoBalanceAt {
         account: AccountId,
         at: chrono::DateTime<chrono::Utc>,
