@@ -15,12 +15,13 @@ use crate::ledger::sql;
 use crate::ledger::types::currency_from_db;
 use crate::store::dialect::{Param, Tx};
 
+/// A transaction's entries with their seqs, and each account's last seq (its new `entry_seq`).
+pub(crate) type Numbered<'l> = (Vec<(i64, &'l NewEntry)>, BTreeMap<AccountId, i64>);
+
 /// Each entry of `locked` with its seq, and each changed account's new `entry_seq` (its last),
 /// by account: entries are numbered in the order they were made, after the account's seq as
 /// locked.
-pub(crate) fn numbered(
-    locked: &Locked,
-) -> Result<(Vec<(i64, &NewEntry)>, BTreeMap<AccountId, i64>), Error> {
+pub(crate) fn numbered(locked: &Locked) -> Result<Numbered<'_>, Error> {
     let mut last: BTreeMap<AccountId, i64> = BTreeMap::new();
     let mut out = Vec::with_capacity(locked.entries().len());
     for e in locked.entries() {
