@@ -44,11 +44,6 @@ pub enum InputError {
     PageLimitOutOfRange { limit: i64, max: u32 },
     #[error("cursor is not one this list of {list} handed out; start again without a cursor")]
     CursorInvalid { list: &'static str },
-    /// A time outside what the ledger keeps (the text names which and the bounds).
-    #[error("{0}")]
-    TimeOutOfRange(String),
-    #[error("from is after to")]
-    TimeRangeInverted,
     /// A stream name that is not `<product|order|sale|account|transfer>:<id>`.
     #[error(
         "stream {0:?} is not <product|order|sale|account|transfer>:<id> (an id of 1-64 characters \

@@ -35,12 +35,25 @@ pub struct EntriesQuery {
     pub cursor: Option<String>,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
 pub struct BalanceQuery {
-    #[param(schema_with = schema::balance_at)]
     pub at: String,
+}
+
+// By hand: the derive leaves a `schema_with` parameter optional, and `at` is required.
+impl IntoParams for BalanceQuery {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        vec![ParameterBuilder::new()
+            .name("at")
+            .parameter_in(ParameterIn::Query)
+            .required(utoipa::openapi::Required::True)
+            .schema(Some(schema::balance_at()))
+            .build()]
+    }
 }
 
 /// What changed the account.
@@ -201,7 +214,7 @@ fn time(name: &str, raw: &str) -> Result<DateTime<Utc>, ApiError> {
         (status = 200, description = "One page of the statement", body = EntriesPage),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown account", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid id, a time that is not RFC 3339 or out of range, `from` after `to`, `limit` out of range (`invalid-input`), or a cursor of another statement or list (`cursor-invalid`)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id, a time that is not RFC 3339, `limit` out of range (`invalid-input`), or a cursor of another statement or list (`cursor-invalid`)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn list_entries(
     _: Client,
@@ -212,7 +225,7 @@ pub async fn list_entries(
     let id = AccountId::new(id)?;
     let from = query.from.as_deref().map(|t| time("from", t)).transpose()?;
     let to = query.to.as_deref().map(|t| time("to", t)).transpose()?;
-    let filter = EntryFilter::new(id, from, to)?;
+    let filter = EntryFilter::new(id, from, to);
     let limit = query
         .limit
         .map(PageLimit::new)
@@ -243,7 +256,7 @@ pub async fn list_entries(
         (status = 200, description = "The counters as of `at`", body = BalanceAtView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown account (`unknown-account`), or no entry at or before `at`: the account was opened later (`no-balance-at`)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid id, or `at` not RFC 3339 or out of range", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid id, or `at` missing or not RFC 3339", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn balance_at(
     _: Client,

@@ -582,7 +582,8 @@ fn time(description: &str) -> Schema {
         .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
         .max_length(Some(64))
         .description(Some(format!(
-            "{description} (RFC 3339, within {}..={}; `+` of an offset percent-encoded)",
+            "{description} (RFC 3339, `+` of an offset percent-encoded; a time before {} \
+             is before every entry, one after {} after every entry)",
             saldo::listing::entries::EARLIEST,
             saldo::listing::entries::LATEST
         )))

@@ -9,8 +9,10 @@
 //! [`InputError::CursorInvalid`]. A balance at a time is the last entry at or before it: one
 //! probe of the same index, backwards. On Citus both are routed to the account's shard.
 //!
-//! Times are bounded to what PostgreSQL and the ledger keep ([`EARLIEST`]..=[`LATEST`]); others
-//! are [`InputError::TimeOutOfRange`], never a database error.
+//! Times are clamped to what PostgreSQL and the ledger keep ([`EARLIEST`]..=[`LATEST`], plus a
+//! second for an open end): a time before the first is before every entry, one after the last
+//! is after every entry, never a database error. A range whose `to` is not after its `from` is
+//! empty.
 
 use chrono::{DateTime, TimeZone, Utc};
 
@@ -68,17 +70,15 @@ pub const EARLIEST: &str = "1970-01-01T00:00:00Z";
 /// [`latest`] as text.
 pub const LATEST: &str = "9999-12-31T23:59:59Z";
 
-/// `t` when it is within [`earliest`]..=[`latest`], else [`InputError::TimeOutOfRange`] naming
-/// `what`.
-pub fn bounded(what: &str, t: DateTime<Utc>) -> Result<DateTime<Utc>, InputError> {
-    if (earliest()..=latest()).contains(&t) {
-        Ok(t)
-    } else {
-        Err(InputError::TimeOutOfRange(format!(
-            "{what} {} is outside {EARLIEST}..={LATEST}",
-            t.to_rfc3339()
-        )))
-    }
+/// `t` within what a statement or a balance may name: [`earliest`]..=[`latest`] plus one second
+/// (an open end, after every entry).
+pub fn clamped(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.clamp(earliest(), end())
+}
+
+/// Just after [`latest`]: the end of an open range.
+fn end() -> DateTime<Utc> {
+    latest() + chrono::Duration::seconds(1)
 }
 
 /// Which statement: the account, and the time range `from <= at < to` (each optional).
@@ -90,21 +90,14 @@ pub struct EntryFilter {
 }
 
 impl EntryFilter {
-    /// The statement of `account` from `from` (inclusive) to `to` (exclusive); each bounded
-    /// ([`bounded`]) and `from <= to`.
-    pub fn new(
-        account: AccountId,
-        from: Option<DateTime<Utc>>,
-        to: Option<DateTime<Utc>>,
-    ) -> Result<Self, InputError> {
-        let from = from.map(|t| bounded("from", t)).transpose()?;
-        let to = to.map(|t| bounded("to", t)).transpose()?;
-        if let (Some(f), Some(t)) = (from, to) {
-            if f > t {
-                return Err(InputError::TimeRangeInverted);
-            }
+    /// The statement of `account` from `from` (inclusive) to `to` (exclusive), each
+    /// [`clamped`]; `to` at or before `from` is an empty range.
+    pub fn new(account: AccountId, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        EntryFilter {
+            account,
+            from: from.map(clamped),
+            to: to.map(clamped),
         }
-        Ok(EntryFilter { account, from, to })
     }
 
     pub fn account(&self) -> AccountId {
@@ -143,7 +136,8 @@ fn start(filter: &EntryFilter, cursor: Option<&Cursor>) -> Result<(DateTime<Utc>
                 } else {
                     DateTime::<Utc>::MAX_UTC
                 })
-                .clamp(from, latest());
+                // `from` is clamped itself, so never after `end()`.
+                .clamp(from, end());
             Ok((at, seq.saturating_add(1)))
         }
         Some(_) => Err(InputError::CursorInvalid {
@@ -225,7 +219,7 @@ pub async fn entries(
     ))
 }
 
-/// The account's balance, held and pending credits as of `at` (bounded: [`bounded`]): those its
+/// The account's balance, held and pending credits as of `at` ([`clamped`]): those its
 /// last entry at or before `at` left. [`Error::UnknownAccount`] when it does not exist,
 /// [`Error::NoBalanceAt`] when it has no entry by then (it was opened later).
 pub async fn balance_at(
@@ -233,7 +227,7 @@ pub async fn balance_at(
     account: AccountId,
     at: DateTime<Utc>,
 ) -> Result<BalanceAt, Error> {
-    let at = bounded("at", at)?;
+    let at = clamped(at);
     let client = checkout(&store.pool, Operation::LedgerRead).await?;
     let row = client
         .query_opt(AT, &[&account.get(), &at])
@@ -269,27 +263,27 @@ mod tests {
     }
 
     #[test]
-    fn times_are_bounded_and_a_range_runs_forward() {
+    fn times_are_clamped_to_what_the_database_keeps() {
         let year = |y| {
             Utc.with_ymd_and_hms(y, 1, 1, 0, 0, 0)
                 .single()
                 .expect("time")
         };
-        assert!(EntryFilter::new(account(1), Some(year(1969)), None).is_err());
-        assert!(EntryFilter::new(account(1), None, Some(year(10_000))).is_err());
+        assert_eq!(clamped(year(1969)), earliest());
+        assert_eq!(clamped(year(100_000)), end());
+        assert_eq!(clamped(year(2026)), year(2026));
+        let far = EntryFilter::new(account(1), Some(year(-5)), Some(year(20_000)));
         assert_eq!(
-            EntryFilter::new(account(1), Some(year(2030)), Some(year(2020))),
-            Err(InputError::TimeRangeInverted)
+            far,
+            EntryFilter::new(account(1), Some(earliest()), Some(end()))
         );
-        assert_eq!(bounded("at", earliest()), Ok(earliest()));
-        assert_eq!(bounded("at", latest()), Ok(latest()));
         assert_eq!(latest().to_rfc3339(), "9999-12-31T23:59:59+00:00");
     }
 
     #[test]
     fn a_cursor_belongs_to_its_statement_only() {
-        let mine = EntryFilter::new(account(1), None, None).expect("filter");
-        let other = EntryFilter::new(account(2), None, None).expect("filter");
+        let mine = EntryFilter::new(account(1), None, None);
+        let other = EntryFilter::new(account(2), None, None);
         let cursor = Cursor::Entry {
             digest: mine.digest(),
             at: 1_000_000,
@@ -306,6 +300,14 @@ mod tests {
             at: i64::MAX,
             seq: 1,
         };
-        assert_eq!(start(&mine, Some(&far)).expect("far").0, latest());
+        assert_eq!(start(&mine, Some(&far)).expect("far").0, end());
+        // From the open end on, with any cursor: no panic, an empty range.
+        let past = EntryFilter::new(account(1), Some(end()), None);
+        let far = Cursor::Entry {
+            digest: past.digest(),
+            at: 0,
+            seq: 1,
+        };
+        assert_eq!(start(&past, Some(&far)).expect("past").0, end());
     }
 }
