@@ -18,10 +18,11 @@ or `invalid-input`), `after` may not be past the feed's end (422 `cursor-invalid
 100 may exist (409 `too-many-webhooks`). A schema cannot state those; the server answering them
 is right.
 
-And a transfer search cursor (`GET /v1/transfers?cursor=`) the server never handed out for the
-filters it comes with: the cursor carries a digest of its filters, which the schema's pattern
-can state only as hex digits, so a generated one is (almost always) another search's: 422
-`cursor-invalid`, the server being right.
+And a transfer search cursor (`GET /v1/transfers?cursor=`) or a statement's
+(`GET /v1/accounts/{id}/entries?cursor=`) the server never handed out for the filters (the
+account and the time range) it comes with: the cursor carries a digest of its filters, which
+the schema's pattern can state only as hex digits, so a generated one is (almost always) another
+search's or statement's: 422 `cursor-invalid`, the server being right.
 """
 
 import json
@@ -43,7 +44,8 @@ WEBHOOK_REFUSALS = {
     (422, "urn:saldo:problem:cursor-invalid"),
     (409, "urn:saldo:problem:too-many-webhooks"),
 }
-TRANSFER_SEARCH = ("GET", "/v1/transfers")
+# The lists whose cursors carry a digest of their filters.
+FILTERED_LISTS = {("GET", "/v1/transfers"), ("GET", "/v1/accounts/{id}/entries")}
 
 
 def _sums_within_limit(items):
@@ -132,11 +134,11 @@ def _problem_type(response):
 
 
 def _is_foreign_search_cursor(failure, case, response):
-    """A transfer search cursor of other filters (see the module's header), reported as a
-    schema-valid request rejected."""
+    """A transfer search's or a statement's cursor of other filters (see the module's header),
+    reported as a schema-valid request rejected."""
     return (isinstance(failure, RejectedPositiveData)
             and case.operation is not None
-            and (case.operation.method.upper(), case.operation.path) == TRANSFER_SEARCH
+            and (case.operation.method.upper(), case.operation.path) in FILTERED_LISTS
             and response.status_code == 422
             and _problem_type(response) == "urn:saldo:problem:cursor-invalid")
 

@@ -112,6 +112,11 @@ def kept_search(failure, response):
 class SearchCursors(unittest.TestCase):
     def test_a_cursor_of_other_filters_is_dropped(self):
         self.assertFalse(kept_search(rejected(422), problem(422, "cursor-invalid")))
+        statement = SimpleNamespace(method="get", path="/v1/accounts/{id}/entries")
+        self.assertFalse(HOOKS.filter_failure(
+            None, rejected(422), SimpleNamespace(operation=statement, body=None,
+                                                 query={"cursor": "e0"}),
+            problem(422, "cursor-invalid")))
 
     def test_anything_else_is_kept(self):
         self.assertTrue(kept_search(rejected(422), problem(422, "invalid-input")))

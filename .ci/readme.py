@@ -33,6 +33,8 @@ VOLATILE = [
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<uuid>"),
     (re.compile(r"\b[0-9a-f]{64}\b"), "<token>"),
     (re.compile(r"\be2\.[0-9a-f]+\b"), "<cursor>"),
+    # A statement's cursor carries the time of its last entry.
+    (re.compile(r"\be[0-9a-f]{48}\b"), "<cursor>"),
     (re.compile(r"\b\d+(\.\d+)?\s?(ms|s)\b"), "<duration>"),
 ]
 # JSON members whose values change from run to run.

@@ -29,6 +29,7 @@ use serde::Serialize;
 use crate::domain::{AccountId, ProductId};
 use crate::error::Error;
 use crate::ledger::currency::Currency;
+use crate::ledger::types::Counters;
 use crate::operation::Operation;
 use crate::store::retry::checkout;
 use crate::store::schema::Layout;
@@ -281,6 +282,13 @@ pub enum LedgerInvariant {
     HeldMatchesPending,
     /// An account's `pending_credits` differs from the sum of its live pending credits.
     PendingCreditsMatchPending,
+    /// An account whose counters agree with its journal has a latest entry (migration V20)
+    /// that does not say them: an entry written, changed or removed around the engine.
+    /// `expected` is the entry's value and `actual` the account's, for the first of seq
+    /// (`entry_seq` against the largest seq found, 0 for none), balance, held and pending
+    /// credits that differs. Reported only when the counters agree with the journal: counters
+    /// that drifted are that drift (a repair writes its entry).
+    LatestEntryMatchesCounters,
 }
 
 /// One broken ledger invariant; `account` is `None` for a total; `currency` names the currency
@@ -328,6 +336,10 @@ pub struct AccountState {
     pub expected_held: i128,
     /// The sum of its live pending credits.
     pub expected_pending_credits: i128,
+    /// The seq of its latest entry as the account row says (0: none yet).
+    pub entry_seq: i64,
+    /// Its latest entry: its seq and the counters it says (`None`: it has none).
+    pub latest_entry: Option<(i64, Counters)>,
 }
 
 impl AccountState {
@@ -349,7 +361,36 @@ impl AccountState {
             expected_balance: sum_i128(r, "expected")?,
             expected_held: sum_i128(r, "expected_held")?,
             expected_pending_credits: sum_i128(r, "expected_pending_credits")?,
+            entry_seq: r.try_get("entry_seq")?,
+            latest_entry: match r.try_get::<_, Option<i64>>("latest_seq")? {
+                None => None,
+                Some(seq) => Some((
+                    seq,
+                    Counters {
+                        balance: r.try_get("latest_balance")?,
+                        held: r.try_get("latest_held")?,
+                        pending_credits: r.try_get("latest_pending_credits")?,
+                    },
+                )),
+            },
         })
+    }
+
+    /// [`LedgerInvariant::LatestEntryMatchesCounters`]: (expected, actual) of the first that
+    /// differs, if any. An account with no entry and `entry_seq` 0 has no statement yet (a row
+    /// written around the engine before V20's time): nothing to compare.
+    pub fn entry_divergence(&self) -> Option<(i64, i64)> {
+        let Some((seq, e)) = self.latest_entry else {
+            return (self.entry_seq != 0).then_some((0, self.entry_seq));
+        };
+        [
+            (seq, self.entry_seq),
+            (e.balance, self.balance),
+            (e.held, self.held),
+            (e.pending_credits, self.pending_credits),
+        ]
+        .into_iter()
+        .find(|(expected, actual)| expected != actual)
     }
 
     /// The broken invariants, if any.
@@ -361,7 +402,7 @@ impl AccountState {
             actual: self.foreign_rows,
             currency: self.currency,
         });
-        [
+        let journal = [
             (
                 LedgerInvariant::BalanceMatchesJournal,
                 self.balance,
@@ -388,7 +429,20 @@ impl AccountState {
             currency: None,
         })
         .chain(foreign)
-        .collect()
+        .collect::<Vec<_>>();
+        if !journal.is_empty() {
+            return journal;
+        }
+        self.entry_divergence()
+            .map(|(expected, actual)| LedgerDivergence {
+                account: Some(self.account),
+                invariant: LedgerInvariant::LatestEntryMatchesCounters,
+                expected,
+                actual,
+                currency: None,
+            })
+            .into_iter()
+            .collect()
     }
 }
 

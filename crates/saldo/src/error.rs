@@ -188,6 +188,16 @@ pub enum Error {
     Overloaded(String),
     #[error("unknown account {0}")]
     UnknownAccount(AccountId),
+    /// The account has no entry at or before that time: it was opened later (or, for an
+    /// account older than migration V20, its history starts at V20's time).
+    #[error(
+        "account {account} has no entry at or before {}: it was opened later",
+        .at.to_rfc3339()
+    )]
+    NoBalanceAt {
+        account: AccountId,
+        at: chrono::DateTime<chrono::Utc>,
+    },
     #[error("account {0} already exists")]
     AccountExists(AccountId),
     /// The debit (posted or held) would take `balance - held` below the account's

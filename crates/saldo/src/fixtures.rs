@@ -32,8 +32,8 @@ const EMPTY_ALL: &str = concat!(
     empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, stock_movements, stock, transfers, \
-     transfer_groups, account_repairs; \
-     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0 WHERE id = 0"
+     transfer_groups, account_repairs, entries; \
+     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0, entry_seq = 0 WHERE id = 0"
 );
 /// The stock tables of the Citus layout, emptied by DELETE in foreign-key order: a TRUNCATE of
 /// every shard of every table takes seconds there (measured: 2.2 s against 0.2 s), and the lab
@@ -57,8 +57,9 @@ macro_rules! delete_ledger_citus {
          DELETE FROM feed_deferred; DELETE FROM feed; DELETE FROM events; \
          UPDATE feed_state SET pruned_seq = last_seq; DELETE FROM account_repairs; \
          DELETE FROM transfers; DELETE FROM transfer_ids; DELETE FROM transfer_group_positions; \
-         DELETE FROM transfer_groups; DELETE FROM accounts WHERE id <> 0; \
-         UPDATE accounts SET balance = 0, held = 0, pending_credits = 0 WHERE id = 0"
+         DELETE FROM transfer_groups; DELETE FROM entries; DELETE FROM accounts WHERE id <> 0; \
+         UPDATE accounts SET balance = 0, held = 0, pending_credits = 0, entry_seq = 0 \
+          WHERE id = 0"
     };
 }
 /// [`EMPTY_ALL`] on the Citus layout: its routers too.
@@ -85,12 +86,22 @@ const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, qua
 /// Empties the ledger (keeping the system account).
 const EMPTY_LEDGER: &str = concat!(
     empty_events!(),
-    "TRUNCATE transfers, transfer_groups, account_repairs; DELETE FROM accounts WHERE id <> 0; \
-     UPDATE accounts SET balance = 0 WHERE id = 0"
+    "TRUNCATE transfers, transfer_groups, account_repairs, entries; \
+     DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0, entry_seq = 0 WHERE id = 0"
 );
 const EMPTY_LEDGER_CITUS: &str = delete_ledger_citus!();
-const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance) \
-     SELECT g, $1 FROM generate_series(1, $2::bigint) g";
+const OPEN_ACCOUNTS: &str = "INSERT INTO accounts (id, balance, entry_seq) \
+     SELECT g, $1, 1 FROM generate_series(1, $2::bigint) g";
+/// Each account's opening entry (seq 1, in the default currency the accounts take).
+const OPENING_ENTRIES: &str = "INSERT INTO entries (account_id, seq, transfer_id, kind, \
+     direction, amount, currency, balance_after, held_after, pending_credits_after, at) \
+     SELECT g, 1, 'opening:' || g, 'opening', 'credit', $1::bigint, 'EUR', $1::bigint, 0, 0, now() \
+       FROM generate_series(1, $2::bigint) g";
+/// The system account's one entry for all those openings.
+const SYSTEM_ENTRY: &str = "INSERT INTO entries (account_id, seq, transfer_id, kind, \
+     direction, amount, currency, balance_after, held_after, pending_credits_after, at) \
+     VALUES (0, 1, NULL, 'opening', 'debit', $1::bigint * $2::bigint, NULL, \
+             -($1::bigint * $2::bigint), 0, 0, now())";
 const OPENING_ROWS: &str = "INSERT INTO transfers (id, from_account, to_account, amount, kind) \
      SELECT 'opening:' || g, 0, g, $1, 'opening' FROM generate_series(1, $2::bigint) g";
 /// [`OPENING_ROWS`] on the Citus layout: the debit side (on the system account's shard), the
@@ -103,7 +114,8 @@ const OPENING_SIDES_CITUS: &str =
 const OPENING_IDS_CITUS: &str = "INSERT INTO transfer_ids (id, from_account, to_account) \
      SELECT 'opening:' || g, 0, g FROM generate_series(1, $2::bigint) g \
       WHERE $1::bigint IS NOT NULL";
-const SYSTEM_DEBIT: &str = "UPDATE accounts SET balance = -($1::bigint * $2::bigint) WHERE id = 0";
+const SYSTEM_DEBIT: &str =
+    "UPDATE accounts SET balance = -($1::bigint * $2::bigint), entry_seq = 1 WHERE id = 0";
 
 /// Moves the deadline of these pending transfers into the past, so the next sweep expires them:
 /// how the lab and the tests make a hold due without waiting out its (at least one second)
@@ -182,8 +194,8 @@ pub async fn stock_products_at(
 }
 
 /// Empties the ledger and opens accounts `1..=accounts` with `opening_balance` each, with their
-/// opening rows in the journal and the system account's matching debit, so the ledger audit
-/// holds from the start. Bulk, then `ANALYZE accounts`.
+/// opening rows in the journal, the system account's matching debit, and an opening entry each
+/// (one for the system account), so the ledger audit holds from the start. Bulk, then `ANALYZE accounts`.
 pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> Result<(), Error> {
     let n = i64::from(accounts);
     let citus = is_citus(pool).await?;
@@ -200,9 +212,17 @@ pub async fn open_accounts(pool: &Pool, accounts: u32, opening_balance: i64) -> 
                 OPENING_SIDES_CITUS,
                 OPENING_IDS_CITUS,
                 SYSTEM_DEBIT,
+                OPENING_ENTRIES,
+                SYSTEM_ENTRY,
             ]
         } else {
-            &[OPEN_ACCOUNTS, OPENING_ROWS, SYSTEM_DEBIT]
+            &[
+                OPEN_ACCOUNTS,
+                OPENING_ROWS,
+                SYSTEM_DEBIT,
+                OPENING_ENTRIES,
+                SYSTEM_ENTRY,
+            ]
         },
         analyze: "ANALYZE accounts",
     };

@@ -83,6 +83,7 @@ operations! {
         ListLocations => "list_locations",
         ListAccounts => "list_accounts",
         ListTransfers => "list_transfers",
+        ListEntries => "list_entries",
         // The event feed.
         Events => "events",
         PruneEvents => "prune_events",

@@ -477,6 +477,9 @@ mod ledger_batched {
     #[path = "ledger.rs"]
     mod ledger;
 
+    #[path = "entries.rs"]
+    mod entries;
+
     #[path = "holds.rs"]
     mod holds;
 

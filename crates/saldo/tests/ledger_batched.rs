@@ -22,6 +22,9 @@ mod default_cluster {
         pub const LEDGER_MODEL_CASES: u32 = 24;
     }
 
+    #[path = "entries.rs"]
+    mod entries;
+
     #[path = "holds.rs"]
     mod holds;
 

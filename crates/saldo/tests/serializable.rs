@@ -24,6 +24,8 @@ mod contract;
 #[path = "suite/stock.rs"]
 mod stock;
 
+#[path = "suite/entries.rs"]
+mod entries;
 #[path = "suite/holds.rs"]
 mod holds;
 #[path = "suite/ledger.rs"]

@@ -28,6 +28,8 @@ mod stock;
 mod batched;
 #[path = "suite/currencies.rs"]
 mod currencies;
+#[path = "suite/entries.rs"]
+mod entries;
 #[path = "suite/holds.rs"]
 mod holds;
 #[path = "suite/ledger.rs"]

@@ -57,6 +57,11 @@ fn input_or_unknown(e: &Error) -> Option<Parts> {
         Error::UnknownAccount(a) => {
             Parts::not_found("unknown-account", "Unknown account").with("account", a)
         }
+        Error::NoBalanceAt { account, at } => {
+            Parts::not_found("no-balance-at", "No balance at that time")
+                .with("account", account)
+                .with("at", at)
+        }
         Error::UnknownTransfer(t) => {
             Parts::not_found("unknown-transfer", "Unknown transfer").with("transfer_id", t)
         }

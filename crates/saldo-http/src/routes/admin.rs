@@ -76,8 +76,9 @@ impl From<&TransferDivergence> for TransferDivergenceView {
 pub struct LedgerDivergenceView {
     pub account: Option<i64>,
     /// `total_is_zero`, `currency_total_is_zero`, `balance_matches_journal`,
-    /// `pending_totals_match`, `held_matches_pending`, `pending_credits_match_pending` or
-    /// `journal_in_account_currency`.
+    /// `pending_totals_match`, `held_matches_pending`, `pending_credits_match_pending`,
+    /// `journal_in_account_currency` or `latest_entry_matches_counters` (an account's latest
+    /// entry does not say its counters, which agree with its journal).
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -100,6 +101,7 @@ impl From<&LedgerDivergence> for LedgerDivergenceView {
                 LedgerInvariant::PendingCreditsMatchPending => "pending_credits_match_pending",
                 LedgerInvariant::CurrencyTotalIsZero => "currency_total_is_zero",
                 LedgerInvariant::JournalInAccountCurrency => "journal_in_account_currency",
+                LedgerInvariant::LatestEntryMatchesCounters => "latest_entry_matches_counters",
             }
             .to_owned(),
             expected: d.expected,

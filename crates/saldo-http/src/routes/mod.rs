@@ -18,6 +18,7 @@ pub mod views;
 pub mod accounts;
 pub mod admin;
 pub mod docs;
+pub mod entries;
 pub mod events;
 pub mod health;
 pub mod lists;
@@ -51,6 +52,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::open_account))
         .routes(routes!(accounts::get_account))
         .routes(routes!(accounts::list_transfers))
+        .routes(routes!(entries::list_entries))
+        .routes(routes!(entries::balance_at))
         .routes(routes!(accounts::deposit))
         .routes(routes!(accounts::withdraw))
         .routes(routes!(accounts::transfer, lists::search_transfers))

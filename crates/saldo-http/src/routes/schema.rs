@@ -560,3 +560,45 @@ pub fn event_types() -> Schema {
         .build()
         .into()
 }
+
+/// A statement's cursor: the account and time range are in it too.
+pub fn entries_cursor() -> Schema {
+    let mut schema = cursor(ListKind::Entries);
+    if let Schema::Object(o) = &mut schema {
+        o.description = Some(
+            "Opaque: the `next_cursor` of the previous page, unchanged, for the same account, \
+             `from` and `to` (a cursor of another statement or another list is 422 \
+             `cursor-invalid`)"
+                .to_owned(),
+        );
+    }
+    schema
+}
+
+/// An RFC 3339 time within what the ledger keeps (`saldo::listing::entries`).
+fn time(description: &str) -> Schema {
+    Object::builder()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+        .max_length(Some(64))
+        .description(Some(format!(
+            "{description} (RFC 3339, `+` of an offset percent-encoded; a time before {} \
+             is before every entry, one after {} after every entry)",
+            saldo::listing::entries::EARLIEST,
+            saldo::listing::entries::LATEST
+        )))
+        .build()
+        .into()
+}
+
+pub fn entries_from() -> Schema {
+    time("Only entries written at or after this time")
+}
+
+pub fn entries_to() -> Schema {
+    time("Only entries written before this time")
+}
+
+pub fn balance_at() -> Schema {
+    time("The instant to answer for")
+}

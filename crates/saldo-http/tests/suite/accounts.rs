@@ -231,3 +231,141 @@ async fn deposits_and_withdrawals_go_through_the_system_account() {
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
 }
+
+/// An account's statement and its balance at a time: entries a page at a time, each with its
+/// transfer, amount, direction, currency and the counters after it; the cursor belongs to its
+/// statement (another account's or another list's is 422 `cursor-invalid`); a past balance is
+/// what the account held then, before it existed 404 `no-balance-at`, an unknown account 404.
+#[tokio::test]
+async fn a_statement_pages_its_entries_and_a_past_balance_is_as_it_was() {
+    use chrono::{SecondsFormat, Utc};
+    let app = spawn_app().await;
+    for (id, opening) in [(1, 1_000), (2, 0)] {
+        let a = open(&app, id, opening).await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    }
+    let pay = |id: &str, amount: i64| json!({"id": id, "from": 1, "to": 2, "amount": amount});
+    let t = app.post("/v1/transfers", pay("st-1", 100)).await;
+    assert_eq!(t.status, StatusCode::CREATED, "{}", t.text);
+    // Taken after the first transfer answered, before the second was sent.
+    let between = Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true);
+    let t = app.post("/v1/transfers", pay("st-2", 50)).await;
+    assert_eq!(t.status, StatusCode::CREATED, "{}", t.text);
+
+    let mut seen = Vec::new();
+    let mut next = "/v1/accounts/1/entries?limit=1".to_owned();
+    let mut first_cursor = None;
+    loop {
+        let page = app.get(&next).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+        let entry = &page.body["entries"][0];
+        seen.push((
+            entry["kind"].as_str().unwrap_or_default().to_owned(),
+            entry["transfer_id"].clone(),
+            entry["direction"].clone(),
+            entry["amount"].clone(),
+            entry["balance_after"].clone(),
+            entry["currency"].clone(),
+        ));
+        let Some(cursor) = page.body["next_cursor"].as_str() else {
+            break;
+        };
+        first_cursor.get_or_insert_with(|| cursor.to_owned());
+        next = format!("/v1/accounts/1/entries?limit=1&cursor={cursor}");
+    }
+    let eur = json!("EUR");
+    assert_eq!(
+        seen,
+        [
+            (
+                "opening".into(),
+                json!("opening:1"),
+                json!("credit"),
+                json!(1000),
+                json!(1000),
+                eur.clone()
+            ),
+            (
+                "transfer".into(),
+                json!("st-1"),
+                json!("debit"),
+                json!(100),
+                json!(900),
+                eur.clone()
+            ),
+            (
+                "transfer".into(),
+                json!("st-2"),
+                json!("debit"),
+                json!(50),
+                json!(850),
+                eur.clone()
+            ),
+        ]
+    );
+    let cursor = first_cursor.expect("a second page");
+    for refused in [
+        format!("/v1/accounts/2/entries?cursor={cursor}"),
+        format!("/v1/accounts/1/entries?from={between}&cursor={cursor}"),
+        "/v1/accounts/1/entries?cursor=a0000000000000005".to_owned(),
+        format!("/v1/accounts?cursor={cursor}"),
+    ] {
+        app.get(&refused)
+            .await
+            .assert_problem(422, "cursor-invalid");
+    }
+    for bad in [
+        "/v1/accounts/1/entries?from=yesterday",
+        "/v1/accounts/1/entries?limit=0",
+        "/v1/accounts/1/balance",
+        "/v1/accounts/1/balance?at=10000-01-01T00:00:00Z",
+    ] {
+        app.get(bad).await.assert_problem(422, "invalid-input");
+    }
+    // Times past what the ledger keeps are clamped; a range running backwards is empty.
+    let all = app
+        .get("/v1/accounts/1/entries?from=1969-12-31T23:59:59Z&to=9999-12-31T23:59:59-23:00")
+        .await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.text);
+    assert_eq!(all.body["entries"].as_array().map(Vec::len), Some(3));
+    let none = app
+        .get("/v1/accounts/1/entries?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z")
+        .await;
+    assert_eq!(none.body["entries"], json!([]), "{}", none.text);
+    let later = app
+        .get(&format!("/v1/accounts/2/entries?from={between}"))
+        .await;
+    assert_eq!(
+        later.body["entries"][0]["transfer_id"],
+        json!("st-2"),
+        "{}",
+        later.text
+    );
+    assert_eq!(later.body["entries"][0]["balance_after"], json!(150));
+
+    let then = app
+        .get(&format!("/v1/accounts/1/balance?at={between}"))
+        .await;
+    assert_eq!(then.status, StatusCode::OK, "{}", then.text);
+    assert_eq!(
+        (
+            &then.body["balance"],
+            &then.body["available"],
+            &then.body["currency"]
+        ),
+        (&json!(900), &json!(900), &eur)
+    );
+    let now = app
+        .get("/v1/accounts/1/balance?at=9999-12-31T23:59:59-23:00")
+        .await;
+    assert_eq!(now.body["balance"], json!(850), "{}", now.text);
+    app.get("/v1/accounts/1/balance?at=2000-01-01T00:00:00Z")
+        .await
+        .assert_problem(404, "no-balance-at");
+    app.get(&format!("/v1/accounts/9/balance?at={between}"))
+        .await
+        .assert_problem(404, "unknown-account");
+    app.get("/v1/accounts/9/entries")
+        .await
+        .assert_problem(404, "unknown-account");
+}

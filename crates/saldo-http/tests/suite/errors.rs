@@ -370,6 +370,7 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::VersionConflict { .. } => "VersionConflict",
         E::Overloaded(_) => "Overloaded",
         E::UnknownAccount(_) => "UnknownAccount",
+        E::NoBalanceAt { .. } => "NoBalanceAt",
         E::AccountExists(_) => "AccountExists",
         E::InsufficientFunds { .. } => "InsufficientFunds",
         E::MaxBalanceExceeded { .. } => "MaxBalanceExceeded",
@@ -392,7 +393,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 53;
+const LIBRARY_VARIANTS: usize = 54;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -500,6 +501,10 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
         },
         E::Overloaded("queue full".into()),
         E::UnknownAccount(a),
+        E::NoBalanceAt {
+            account: a,
+            at: chrono::DateTime::UNIX_EPOCH,
+        },
         E::AccountExists(a),
         E::InsufficientFunds {
             account: a,

@@ -242,7 +242,8 @@ SELECT coalesce(c.currency, s.currency) AS currency,
 
 /// The columns of an account's state (`AccountState::from_row`): its counters, limits and
 /// currency, what its journal says the counters should be (sums as text, see
-/// [`LEDGER_TOTAL`]), and how many of its journal rows are in another currency than its own.
+/// [`LEDGER_TOTAL`]), how many of its journal rows are in another currency than its own, and
+/// its `entry_seq` with its latest entry's seq and counters (`latest_entry!`, joined as `e`).
 macro_rules! account_state_columns {
     ($balance:literal, $held:literal, $credits:literal, $foreign:literal) => {
         concat!(
@@ -256,7 +257,24 @@ macro_rules! account_state_columns {
             $credits,
             "::text AS expected_pending_credits, ",
             $foreign,
-            "::bigint AS foreign_rows"
+            "::bigint AS foreign_rows, a.entry_seq, e.seq AS latest_seq, \
+             e.balance_after AS latest_balance, e.held_after AS latest_held, \
+             e.pending_credits_after AS latest_pending_credits"
+        )
+    };
+}
+
+/// The account's latest entry (`e`, none when it has none): the largest seq, one probe of the
+/// entries' primary key. `$account` names the account (`a.id`, or `$1` where Citus must see
+/// the distribution value).
+macro_rules! latest_entry {
+    ($account:literal) => {
+        concat!(
+            "
+  LEFT JOIN LATERAL (SELECT seq, balance_after, held_after, pending_credits_after
+                       FROM entries WHERE account_id = ",
+            $account,
+            " ORDER BY seq DESC LIMIT 1) e ON true"
         )
     };
 }
@@ -299,11 +317,16 @@ SELECT ",
   LEFT JOIN journal j USING (id)
   LEFT JOIN held h USING (id)
   LEFT JOIN credits c USING (id)
-  LEFT JOIN foreign_rows f USING (id)
+  LEFT JOIN foreign_rows f USING (id)",
+    latest_entry!("a.id"),
+    "
  WHERE a.balance <> coalesce(j.net, 0)
     OR a.held <> coalesce(h.held, 0)
     OR a.pending_credits <> coalesce(c.credits, 0)
     OR coalesce(f.n, 0) <> 0
+    OR ((a.entry_seq <> 0 OR e.seq IS NOT NULL)
+        AND (e.seq IS DISTINCT FROM a.entry_seq OR e.balance_after <> a.balance
+             OR e.held_after <> a.held OR e.pending_credits_after <> a.pending_credits))
  ORDER BY a.id
  LIMIT $1"
 );
@@ -333,20 +356,26 @@ pub const ACCOUNT_STATE: Sql = Sql::pair(
         account_sums!(),
         "
   FROM accounts a
-  LEFT JOIN transfers t ON t.from_account = a.id OR t.to_account = a.id
+  LEFT JOIN transfers t ON t.from_account = a.id OR t.to_account = a.id",
+        latest_entry!("a.id"),
+        "
  WHERE a.id = $1
  GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance,
-          a.currency"
+          a.currency, a.entry_seq, e.seq, e.balance_after, e.held_after,
+          e.pending_credits_after"
     ),
     concat!(
         "SELECT ",
         account_sums!(),
         "
   FROM accounts a
-  LEFT JOIN transfers t ON t.account_id = a.id AND t.account_id = $1
+  LEFT JOIN transfers t ON t.account_id = a.id AND t.account_id = $1",
+        latest_entry!("$1"),
+        "
  WHERE a.id = $1
  GROUP BY a.id, a.balance, a.held, a.pending_credits, a.min_balance, a.max_balance,
-          a.currency"
+          a.currency, a.entry_seq, e.seq, e.balance_after, e.held_after,
+          e.pending_credits_after"
     ),
 );
 

@@ -30,6 +30,7 @@ use crate::domain::{
 };
 use crate::error::{Error, InputError};
 use crate::ledger::currency::{Currency, Denomination};
+use crate::ledger::entries::{Direction, EntryKind, NewEntry};
 use crate::ledger::transitions::{self, Seen, Settle, Step};
 use crate::ledger::types::{checked_balance, Movement, Transfer, TransferKind};
 use crate::operation::Operation;
@@ -46,13 +47,27 @@ pub struct AccountRow {
     pub max_balance: Option<i64>,
     /// `None` only for the system account: it is the other side in every currency.
     pub denomination: Option<Denomination>,
+    /// The seq of its latest entry as locked (0: none yet); the write numbers its new entries
+    /// after it.
+    pub entry_seq: i64,
 }
 
-/// The account rows one transaction holds locked, and which of them an operation changed.
+/// The account rows one transaction holds locked, which of them an operation changed, and
+/// the entries those changes made (in the order they were made: per account, its running
+/// counters).
 #[derive(Debug, Clone, Default)]
 pub struct Locked {
     rows: BTreeMap<AccountId, AccountRow>,
     changed: BTreeSet<AccountId>,
+    entries: Vec<NewEntry>,
+}
+
+/// What one operation did to its two accounts, for their entries.
+struct Change<'a> {
+    transfer: &'a TransferId,
+    kind: EntryKind,
+    amount: i64,
+    currency: Currency,
 }
 
 impl Locked {
@@ -60,6 +75,7 @@ impl Locked {
         Locked {
             rows: rows.into_iter().map(|r| (r.id, r)).collect(),
             changed: BTreeSet::new(),
+            entries: Vec::new(),
         }
     }
 
@@ -74,11 +90,53 @@ impl Locked {
         self.changed.iter().filter_map(|id| self.rows.get(id))
     }
 
-    /// Replaces both rows at once: the all-or-nothing step of every operation.
-    fn commit(&mut self, from: AccountRow, to: AccountRow) {
-        for row in [from, to] {
+    /// The entries of every change so far, in the order made.
+    pub fn entries(&self) -> &[NewEntry] {
+        &self.entries
+    }
+
+    /// Drops the entries made so far (the lab's [`crate::ledger::types::MoveFunds`] form of
+    /// `ordered`, whose caller writes the movement's entries from the rows as they end up).
+    pub fn forget_entries(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Marks both accounts of `t` changed as they are, with an entry each saying so: the entries
+    /// of a movement some other code applied to these rows (the lab's strategies), read back
+    /// under the locks.
+    pub fn record_as_is(&mut self, t: &NewTransfer<'_>, currency: Currency) -> Result<(), Error> {
+        let m = &t.movement;
+        let (from, to) = (*self.get(m.from)?, *self.get(m.to)?);
+        self.commit(
+            from,
+            to,
+            Change {
+                transfer: m.id,
+                kind: EntryKind::placed(m.kind, t.pending.is_some()),
+                amount: m.amount.get(),
+                currency,
+            },
+        );
+        Ok(())
+    }
+
+    /// Replaces both rows at once, and records an entry for each: the all-or-nothing step of
+    /// every operation.
+    fn commit(&mut self, from: AccountRow, to: AccountRow, change: Change<'_>) {
+        for (row, direction) in [(from, Direction::Debit), (to, Direction::Credit)] {
             self.changed.insert(row.id);
             self.rows.insert(row.id, row);
+            self.entries.push(NewEntry {
+                account: row.id,
+                transfer: Some(change.transfer.clone()),
+                kind: change.kind,
+                direction,
+                amount: change.amount,
+                currency: Some(change.currency),
+                balance_after: row.balance,
+                held_after: row.held,
+                pending_credits_after: row.pending_credits,
+            });
         }
     }
 }
@@ -432,7 +490,13 @@ pub fn place(locked: &mut Locked, t: &NewTransfer<'_>) -> Result<Currency, Error
         from.balance = checked_balance(from.id, from.balance.checked_sub(amount))?;
         to.balance = checked_balance(to.id, to.balance.checked_add(amount))?;
     }
-    locked.commit(from, to);
+    let change = Change {
+        transfer: m.id,
+        kind: EntryKind::placed(m.kind, t.pending.is_some()),
+        amount,
+        currency: moved,
+    };
+    locked.commit(from, to, change);
     Ok(moved)
 }
 
@@ -499,7 +563,19 @@ pub fn settle(
     to.pending_credits -= t.amount;
     from.balance = checked_balance(from.id, from.balance.checked_sub(posted))?;
     to.balance = checked_balance(to.id, to.balance.checked_add(posted))?;
-    locked.commit(from, to);
+    let (kind, amount) = match target {
+        TransferStatus::Posted => (EntryKind::Post, posted),
+        TransferStatus::Voided => (EntryKind::Void, t.amount),
+        // The transition table moves a pending hold to posted, voided or expired only.
+        TransferStatus::Expired | TransferStatus::Pending => (EntryKind::Expire, t.amount),
+    };
+    let change = Change {
+        transfer: &t.id,
+        kind,
+        amount,
+        currency: t.currency,
+    };
+    locked.commit(from, to, change);
     t.status = target;
     t.posted_amount = (posted > 0).then_some(posted);
     Ok(settled)
@@ -522,6 +598,7 @@ mod tests {
             min_balance: Some(min),
             max_balance: max,
             denomination: Some(Denomination::DEFAULT),
+            entry_seq: 0,
         }
     }
 
@@ -871,6 +948,7 @@ mod tests {
             min_balance: None,
             max_balance: None,
             denomination: None,
+            entry_seq: 0,
         };
         let mut locked = Locked::new([system, row(1, 0, 0, None)]);
         let mut deposit = new(&id, 1, 1, 6, false);
@@ -916,6 +994,7 @@ mod tests {
             min_balance: None,
             max_balance: None,
             denomination: None,
+            entry_seq: 0,
         };
         let dollars = AccountRow {
             denomination: Some(usd),

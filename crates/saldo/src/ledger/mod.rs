@@ -32,6 +32,9 @@
 //! - `reference`, `metadata` on `accounts`, `transfers` and `transfer_groups` (migration V13):
 //!   the caller's own id and tags, written with the row and never changed; V14 indexes the
 //!   journal for the transfer search (`crate::listing::ledger`).
+//! - `entries` and `accounts.entry_seq` (migration V20): one entry per account per change of
+//!   its counters, written with them ([`entries`]); an account's statement and its balance at a
+//!   time are `crate::listing::entries`.
 //!
 //! `held` and `pending_credits` are columns of the account row, changed in the same
 //! transaction as the transfer row whose status they follow (never recomputed on the hot path);
@@ -72,6 +75,7 @@
 pub mod apply;
 pub mod batched;
 pub mod currency;
+pub mod entries;
 mod flows;
 mod ordered;
 pub(crate) mod rows;

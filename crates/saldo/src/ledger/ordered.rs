@@ -28,6 +28,9 @@ impl MoveFunds for TransferStrategy {
         let tx = Tx::new(client, Dialect::of(layout));
         let mut locked = accounts::lock(&tx, &[m.from, m.to]).await?;
         apply::place(&mut locked, &NewTransfer::posted(*m))?;
+        // The ledger writes a movement's entries after any strategy (`flows::place`), from the
+        // rows as this left them.
+        locked.forget_entries();
         accounts::write(&tx, &locked).await
     }
 }

@@ -50,7 +50,7 @@ macro_rules! state_columns {
 /// The columns of an account row as `rows::accounts` reads them.
 macro_rules! account_columns {
     () => {
-        "id, balance, held, pending_credits, min_balance, max_balance, currency, scale"
+        "id, balance, held, pending_credits, min_balance, max_balance, currency, scale, entry_seq"
     };
 }
 
@@ -99,14 +99,22 @@ pub(crate) const LOCK_ACCOUNTS_SKIP: Sql = Sql::per_key(
         " FROM accounts WHERE id = $1 FOR UPDATE SKIP LOCKED"
     ),
 );
-/// Every changed account once, in one statement. Every row is locked by this transaction: the
-/// order the statement writes them in no longer matters.
+/// The columns an account write returns: what `account.changed` says, and the seq of its
+/// latest entry.
+macro_rules! written_columns {
+    () => {
+        "id, balance, held, pending_credits, event_position, currency, entry_seq"
+    };
+}
+
+/// Every changed account once, in one statement, with the seq of its latest entry. Every row is
+/// locked by this transaction: the order the statement writes them in no longer matters.
 pub(crate) const WRITE_ACCOUNTS: Sql = Sql::same(
     "UPDATE accounts a \
      SET balance = d.balance, held = d.held, pending_credits = d.pending_credits, \
-         event_position = a.event_position + 1 \
-     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) \
-          AS d(id, balance, held, pending_credits) WHERE a.id = d.id \
+         entry_seq = d.entry_seq, event_position = a.event_position + 1 \
+     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) \
+          AS d(id, balance, held, pending_credits, entry_seq) WHERE a.id = d.id \
      RETURNING a.id, a.balance, a.held, a.pending_credits, a.event_position, a.currency",
 );
 /// An account as a read answers it: the lock's columns and its reference and metadata (which
@@ -119,16 +127,20 @@ pub(crate) const ACCOUNT: Sql = Sql::same(concat!(
 /// The system account (id 0) first: the ascending-id lock order of every ledger path.
 pub(crate) const LOCK_SYSTEM: Sql =
     Sql::same("SELECT balance FROM accounts WHERE id = 0 FOR UPDATE");
-pub(crate) const CREATE_ACCOUNT: Sql = Sql::same(
+/// A new account, with its opening entry (seq 1) to be written.
+pub(crate) const CREATE_ACCOUNT: Sql = Sql::same(concat!(
     "INSERT INTO accounts (id, balance, min_balance, max_balance, currency, scale, \
-     reference, metadata, event_position) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1) \
+     reference, metadata, event_position, entry_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, 1) \
      ON CONFLICT (id) DO NOTHING \
-     RETURNING id, balance, held, pending_credits, event_position, currency",
-);
-pub(crate) const DEBIT_SYSTEM: Sql = Sql::same(
-    "UPDATE accounts SET balance = balance - $1, event_position = event_position + 1 \
-         WHERE id = 0 RETURNING id, balance, held, pending_credits, event_position, currency",
-);
+     RETURNING ",
+    written_columns!()
+));
+/// An opening balance taken from the system account, with its entry to be written.
+pub(crate) const DEBIT_SYSTEM: Sql = Sql::same(concat!(
+    "UPDATE accounts SET balance = balance - $1, event_position = event_position + 1, \
+         entry_seq = entry_seq + 1 WHERE id = 0 RETURNING ",
+    written_columns!()
+));
 /// Citus: a transaction that writes reference tables (a group, its positions) after reading
 /// every journal shard must use one connection per node.
 pub(crate) const SEQUENTIAL: Sql =
@@ -356,15 +368,57 @@ pub(crate) const REVERSALS_OF: Sql = Sql::pair(
      ORDER BY created_at, id LIMIT $3",
 );
 
+// ---- Entries ----------------------------------------------------------------------------------
+
+/// The entries of one transaction, one statement on one node: per row its account, seq,
+/// transfer, kind, direction, amount, currency and counters after; stamped with the write's
+/// time, taken under the accounts' locks (see migrations/V20).
+pub(crate) const INSERT_ENTRIES: Sql = Sql::same(
+    "INSERT INTO entries (account_id, seq, transfer_id, kind, direction, amount, currency, \
+     balance_after, held_after, pending_credits_after, at) \
+     SELECT e.*, clock_timestamp() \
+       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+                   $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[]) \
+            AS e(account_id, seq, transfer_id, kind, direction, amount, currency, \
+                 balance_after, held_after, pending_credits_after)",
+);
+/// Entry rows per [`CITUS_INSERT_ENTRIES`] statement at most (10 parameters each).
+pub(crate) const CITUS_ENTRIES_CHUNK: usize = 100;
+/// Citus: [`INSERT_ENTRIES`] as multi-row `VALUES`, each row routed to its account's shard;
+/// `clock_timestamp()` is evaluated on the coordinator (the last column's text closes with it).
+pub(crate) static CITUS_INSERT_ENTRIES: Values = Values::new(
+    "INSERT INTO entries (account_id, seq, transfer_id, kind, direction, amount, currency, \
+     balance_after, held_after, pending_credits_after, at)",
+    &[
+        Col::cast("::bigint"),
+        Col::cast("::bigint"),
+        Col::cast("::text"),
+        Col::cast("::text"),
+        Col::cast("::text"),
+        Col::cast("::bigint"),
+        Col::cast("::text"),
+        Col::cast("::bigint"),
+        Col::cast("::bigint"),
+        Col::wrapped("", "::bigint, clock_timestamp()"),
+    ],
+    "",
+);
+/// The seq of the latest entry of each account of `$1` (`$2`): the lab's movements, whose
+/// counters another code wrote, get their entries without another `account.changed`.
+pub(crate) const WRITE_ENTRY_SEQS: Sql = Sql::same(
+    "UPDATE accounts a SET entry_seq = d.entry_seq \
+       FROM unnest($1::bigint[], $2::bigint[]) AS d(id, entry_seq) WHERE a.id = d.id",
+);
+
 // ---- Repair -----------------------------------------------------------------------------------
 
 /// An account's counters brought back to its journal, under its lock.
-pub(crate) const REPAIR_ACCOUNT: Sql = Sql::same(
+pub(crate) const REPAIR_ACCOUNT: Sql = Sql::same(concat!(
     "UPDATE accounts SET balance = $2, held = $3, pending_credits = $4, \
-         event_position = event_position + 1 \
-         WHERE id = $1 \
-         RETURNING id, balance, held, pending_credits, event_position, currency",
-);
+         event_position = event_position + 1, entry_seq = entry_seq + 1 \
+         WHERE id = $1 RETURNING ",
+    written_columns!()
+));
 /// The trace of a repair: what the counters were, what they became, and why.
 pub(crate) const RECORD_REPAIR: Sql = Sql::same(
     "INSERT INTO account_repairs (account_id, balance_before, held_before, \

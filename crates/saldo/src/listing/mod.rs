@@ -9,8 +9,10 @@
 //! filters (the transfer search) binds its cursors to them too: the cursor carries a digest of
 //! the filters it was handed out under ([`Cursor::Filtered`]), and one used with other filters
 //! is refused the same way. The queries live next to the data they read: [`stock`] (products,
-//! orders, locations), [`ledger`] (accounts), [`transfers`] (the transfer search).
+//! orders, locations), [`ledger`] (accounts), [`transfers`] (the transfer search), [`entries`]
+//! (an account's statement, keyset on (time, seq), and its balance at a time).
 
+pub mod entries;
 pub mod ledger;
 pub mod stock;
 pub mod transfers;
@@ -34,6 +36,19 @@ pub const MAX_PAGE_LIMIT: u32 = 1_000;
 pub const NUMERIC_CURSOR_DIGITS: usize = 16;
 /// Hex digits of a filtered cursor's digest of its filters (a `u64`).
 pub const FILTER_DIGEST_DIGITS: usize = 16;
+/// Hex digits of an entries cursor: its filters' digest, the last entry's time (microseconds
+/// since 1970) and its seq, 16 each.
+pub const ENTRY_CURSOR_DIGITS: usize = 48;
+
+/// 64-bit FNV-1a: the digest a filtered list's cursors carry of their filters (the same in
+/// every process and version).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
+}
 
 /// How many rows a page may hold: 1..=[`MAX_PAGE_LIMIT`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +84,9 @@ pub enum ListKind {
     Locations,
     /// The transfer search: its cursors carry its filters' digest.
     Transfers,
+    /// An account's entries (its statement): cursors carry the filters' digest (the account
+    /// and the time range) and the last entry's time and seq.
+    Entries,
 }
 
 impl ListKind {
@@ -79,6 +97,7 @@ impl ListKind {
             ListKind::Orders => 'o',
             ListKind::Locations => 'l',
             ListKind::Transfers => 't',
+            ListKind::Entries => 'e',
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -88,6 +107,7 @@ impl ListKind {
             ListKind::Orders => "orders",
             ListKind::Locations => "locations",
             ListKind::Transfers => "transfers",
+            ListKind::Entries => "entries",
         }
     }
     /// The regular expression every cursor of this list matches (and every match is valid),
@@ -107,6 +127,7 @@ impl ListKind {
                 self.tag(),
                 crate::domain::MAX_ORDER_ID_LEN
             ),
+            ListKind::Entries => format!("^{}[0-9a-f]{{{ENTRY_CURSOR_DIGITS}}}$", self.tag()),
         }
     }
     /// Shortest cursor of this list.
@@ -115,6 +136,7 @@ impl ListKind {
             ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
             ListKind::Orders | ListKind::Locations => 1,
             ListKind::Transfers => FILTER_DIGEST_DIGITS + 1,
+            ListKind::Entries => ENTRY_CURSOR_DIGITS,
         }
     }
     /// Longest cursor of this list.
@@ -123,6 +145,7 @@ impl ListKind {
             ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
             ListKind::Orders | ListKind::Locations => crate::domain::MAX_ORDER_ID_LEN,
             ListKind::Transfers => FILTER_DIGEST_DIGITS + crate::domain::MAX_ORDER_ID_LEN,
+            ListKind::Entries => ENTRY_CURSOR_DIGITS,
         }
     }
 }
@@ -138,8 +161,11 @@ pub enum Cursor {
     /// After this order id.
     Text(ListKind, String),
     /// After this transfer id, in the list filtered as the digest says (see
-    /// [`ledger::TransferFilter::digest`]).
+    /// [`transfers::TransferFilter::digest`]).
     Filtered(ListKind, u64, String),
+    /// After this entry (its time in microseconds since 1970, its seq), in the statement the
+    /// digest names (see [`entries::EntryFilter::digest`]).
+    Entry { digest: u64, at: i64, seq: i64 },
 }
 
 impl Cursor {
@@ -185,6 +211,22 @@ impl Cursor {
                 let digest = u64::from_str_radix(digest, 16).map_err(|_| invalid())?;
                 Ok(Cursor::Filtered(kind, digest, key.to_owned()))
             }
+            ListKind::Entries => {
+                let well_formed = rest.len() == ENTRY_CURSOR_DIGITS
+                    && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if !well_formed {
+                    return Err(invalid());
+                }
+                // Every 16 hex digits are a u64; the time and seq are their i64 bits.
+                let part = |i: usize| {
+                    u64::from_str_radix(&rest[16 * i..16 * (i + 1)], 16).map_err(|_| invalid())
+                };
+                Ok(Cursor::Entry {
+                    digest: part(0)?,
+                    at: part(1)? as i64,
+                    seq: part(2)? as i64,
+                })
+            }
         }
     }
 
@@ -194,6 +236,7 @@ impl Cursor {
             Cursor::Numeric(kind, _) | Cursor::Text(kind, _) | Cursor::Filtered(kind, _, _) => {
                 *kind
             }
+            Cursor::Entry { .. } => ListKind::Entries,
         }
     }
 
@@ -221,6 +264,14 @@ impl fmt::Display for Cursor {
             Cursor::Filtered(kind, digest, key) => {
                 write!(f, "{}{:016x}{}", kind.tag(), digest, key)
             }
+            Cursor::Entry { digest, at, seq } => write!(
+                f,
+                "{}{:016x}{:016x}{:016x}",
+                ListKind::Entries.tag(),
+                digest,
+                *at as u64,
+                *seq as u64
+            ),
         }
     }
 }
@@ -302,6 +353,11 @@ mod tests {
             Cursor::Text(ListKind::Orders, "order-1".into()),
             Cursor::Filtered(ListKind::Transfers, u64::MAX, "t-1".into()),
             Cursor::Filtered(ListKind::Transfers, 7, "x".repeat(64)),
+            Cursor::Entry {
+                digest: u64::MAX,
+                at: -1,
+                seq: 42,
+            },
         ] {
             let kind = c.kind();
             let text = c.to_string();
@@ -323,6 +379,9 @@ mod tests {
         assert!(bad(ListKind::Transfers, "t0000000000000007t 1"));
         assert!(bad(ListKind::Transfers, "o0000000000000007t-1"));
         assert!(bad(ListKind::Orders, "t0000000000000007t-1"));
+        assert!(bad(ListKind::Entries, "t0000000000000007t-1"));
+        assert!(bad(ListKind::Entries, &format!("e{}", "0".repeat(47))));
+        assert!(bad(ListKind::Entries, &format!("e{}", "A".repeat(48))));
         // Past every id: valid, an empty page.
         assert_eq!(
             Cursor::parse(ListKind::Products, "pffffffffffffffff"),

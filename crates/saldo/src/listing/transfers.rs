@@ -66,8 +66,6 @@ impl TransferFilter {
     /// cursor used with other filters is refused ([`InputError::CursorInvalid`]) instead of
     /// silently starting the other search somewhere in the middle.
     pub fn digest(&self) -> u64 {
-        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
         let mut bytes = Vec::with_capacity(64);
         if let Some(r) = &self.reference {
             bytes.push(b'r');
@@ -84,9 +82,7 @@ impl TransferFilter {
             bytes.extend_from_slice(s.as_str().as_bytes());
             bytes.push(0);
         }
-        bytes
-            .iter()
-            .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
+        super::fnv1a(&bytes)
     }
 }
 

@@ -124,7 +124,8 @@ async fn migration_v12_puts_existing_accounts_and_transfers_in_eur() {
             "ALTER TABLE transfers DROP COLUMN currency; \
              ALTER TABLE accounts DROP COLUMN currency, DROP COLUMN scale; \
              INSERT INTO accounts (id, balance) VALUES (1, 40), (2, 60); \
-             UPDATE accounts SET balance = -100 WHERE id = 0; \
+             UPDATE accounts SET balance = -100, entry_seq = 0 WHERE id = 0; \
+             DELETE FROM entries; \
              INSERT INTO transfers (id, from_account, to_account, amount, kind) \
                VALUES ('opening:1', 0, 1, 100, 'opening'), ('t', 1, 2, 60, 'transfer');",
         )
@@ -340,7 +341,8 @@ async fn bad_codes_and_scales_are_typed_input_errors_and_the_schema_refuses_them
 
 /// A journal row written by hand between a EUR and a USD account (balances moved to match, so
 /// every account equals its journal and the grand total is still zero) is caught: each
-/// currency's total is off by the amount, and the USD account has a row not in its currency.
+/// currency's total is off by the amount, the USD account has a row not in its currency, and
+/// the EUR account's latest entry no longer says its balance.
 #[tokio::test]
 async fn the_audit_catches_a_journal_row_across_currencies() {
     let db = test_db().await;
@@ -374,6 +376,14 @@ async fn the_audit_catches_a_journal_row_across_currencies() {
         [
             total("EUR", -10),
             total("USD", 10),
+            // Its counters were moved with the row, its entries were not.
+            LedgerDivergence {
+                account: Some(acc(1)),
+                invariant: LedgerInvariant::LatestEntryMatchesCounters,
+                expected: 100,
+                actual: 90,
+                currency: None,
+            },
             LedgerDivergence {
                 account: Some(acc(2)),
                 invariant: LedgerInvariant::JournalInAccountCurrency,

@@ -651,7 +651,7 @@ async fn a_refused_settle_of_a_posted_transfer_names_what_it_posted() {
 /// its deadline (each post is either `posted` no later than the deadline or refused `expired`,
 /// and the books agree); a lazy check that looks only at the status, not the deadline (how
 /// a post decided before exact expiry), posts some after it. The lazy variant writes the schema
-/// directly, one node only.
+/// directly (its accounts' entries too, so the books agree), one node only.
 #[tokio::test]
 async fn posts_racing_the_deadline_never_post_an_expired_hold_where_a_lazy_check_does() {
     const HOLDS: u64 = 10;
@@ -773,17 +773,27 @@ async fn lazy_post_once(
                 &id as &(dyn tokio_postgres::types::ToSql + Sync),
             ),
             (
-                "UPDATE accounts SET held = held - $1, balance = balance - $1 WHERE id = 1",
+                "UPDATE accounts SET held = held - $1, balance = balance - $1, \
+                 entry_seq = entry_seq + 1 WHERE id = 1",
                 &amount,
             ),
             (
                 "UPDATE accounts SET pending_credits = pending_credits - $1, \
-                 balance = balance + $1 WHERE id = 2",
+                 balance = balance + $1, entry_seq = entry_seq + 1 WHERE id = 2",
                 &amount,
             ),
         ] {
             tx.execute(sql, &[param]).await?;
         }
+        tx.execute(
+            "INSERT INTO entries (account_id, seq, transfer_id, kind, direction, amount, \
+             currency, balance_after, held_after, pending_credits_after, at) \
+             SELECT id, entry_seq, $1, 'post', CASE id WHEN 1 THEN 'debit' ELSE 'credit' END, \
+                    $2, currency, balance, held, pending_credits, clock_timestamp() \
+               FROM accounts WHERE id IN (1, 2)",
+            &[&id, &amount],
+        )
+        .await?;
     }
     tx.commit().await
 }

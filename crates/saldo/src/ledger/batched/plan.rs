@@ -203,6 +203,7 @@ mod tests {
             min_balance: (n != 0).then_some(0),
             max_balance: None,
             denomination: (n != 0).then_some(crate::ledger::currency::Denomination::DEFAULT),
+            entry_seq: 0,
         }
     }
 
@@ -302,6 +303,21 @@ mod tests {
         assert_eq!(balance(1).ok(), Some((100 - 60 + 10 + 5 - 6, 0)));
         assert_eq!(balance(2).ok(), Some((60 - 10 + 6, 0)));
         assert_eq!(plan.settled.get("h"), Some(&(TransferStatus::Voided, None)));
+        // Six changes (five placements and the void), an entry per account each, with the
+        // running counters: each account's last entry says its row as the batch left it.
+        assert_eq!(locked.entries().len(), 12);
+        for n in [0, 1, 2] {
+            let last = locked
+                .entries()
+                .iter()
+                .rev()
+                .find(|e| e.account == account(n));
+            let row = locked.get(account(n)).expect("row");
+            assert_eq!(
+                last.map(|e| (e.balance_after, e.held_after, e.pending_credits_after)),
+                Some((row.balance, row.held, row.pending_credits))
+            );
+        }
     }
 
     /// A post of a hold past its deadline expires it in the batch's writes and is refused; a

@@ -44,11 +44,20 @@ async fn open_one(tx: Tx<'_>, o: &Opening<'_>) -> Result<Account, Error> {
     // Decided on the locked system balance before the account row exists, so a refusal leaves
     // nothing behind (the UPDATE would otherwise fail with 22003 after the INSERT).
     checked_balance(AccountId::SYSTEM, system_balance.checked_sub(o.balance))?;
-    if !accounts::create(&tx, o.id, o.balance, o.limits, o.denomination, o.tags).await? {
+    let created = accounts::create(
+        &tx,
+        o.id,
+        o.transfer,
+        o.balance,
+        o.limits,
+        o.denomination,
+        o.tags,
+    );
+    if !created.await? {
         return Err(Error::AccountExists(o.id));
     }
     if o.balance > 0 {
-        accounts::debit_system(&tx, o.balance).await?;
+        accounts::debit_system(&tx, o.balance, o.transfer, o.denomination.currency).await?;
         let movement = Movement {
             id: o.transfer,
             from: AccountId::SYSTEM,

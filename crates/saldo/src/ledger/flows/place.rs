@@ -6,7 +6,7 @@
 
 use crate::error::Error;
 use crate::ledger::apply::{self, NewTransfer};
-use crate::ledger::rows::{accounts, journal};
+use crate::ledger::rows::{accounts, entries, journal};
 use crate::ledger::sql;
 use crate::ledger::types::{MoveFunds, Transfer};
 use crate::operation::Operation;
@@ -79,8 +79,12 @@ async fn move_one(
         .move_funds(tx.client(), tx.dialect().layout(), &m)
         .await?;
     // The strategy wrote both rows in this transaction, so it holds them: locking them again
-    // waits for nobody. Their currencies are checked whatever the strategy did.
-    let currency = apply::currency_of(&accounts::lock(&tx, &[m.from, m.to]).await?, &m)?;
+    // waits for nobody. Their currencies are checked whatever the strategy did, and their
+    // entries say what the rows are now.
+    let mut locked = accounts::lock(&tx, &[m.from, m.to]).await?;
+    let currency = apply::currency_of(&locked, &m)?;
+    locked.record_as_is(&t, currency)?;
+    entries::write_only(&tx, &locked).await?;
     journal::insert_many(&tx, &[t], &[currency], None)
         .await?
         .pop()

@@ -126,6 +126,16 @@ pub(crate) fn target(state: &AccountState) -> Result<Counters, String> {
     if held < 0 || pending_credits < 0 {
         return Err("its journal's pending amounts sum below zero".to_owned());
     }
+    if after == counters(state) {
+        if let Some((expected, actual)) = state.entry_divergence() {
+            // The counters are right; an entry is not, and rewriting counters cannot fix it.
+            return Err(format!(
+                "its counters agree with its journal but its latest entry does not say them \
+                 (entry {expected}, account {actual}): an entry was written or changed around \
+                 the engine"
+            ));
+        }
+    }
     if let Some(min) = state.min_balance {
         if i128::from(balance) - i128::from(held) < i128::from(min) {
             return Err(format!(
@@ -341,6 +351,8 @@ mod tests {
             expected_balance: expected.0,
             expected_held: expected.1,
             expected_pending_credits: expected.2,
+            entry_seq: 0,
+            latest_entry: None,
         }
     }
 

@@ -5,6 +5,8 @@
 //! run on.
 //!
 //! - [`accounts`]: account locks (ascending id), reads and writes, opening and repair writes;
+//! - [`entries`]: numbering a transaction's account entries and writing them (with the
+//!   accounts, never alone);
 //! - [`journal`]: new transfers and groups, finding them, an account's history;
 //! - [`events`]: the events of those writes (`account.changed`, `transfer.*`), into the
 //!   transaction's outbox;
@@ -12,6 +14,7 @@
 //! - [`reversals`]: what a reversal reads and counts of its original, and its reversals' ids.
 
 pub(crate) mod accounts;
+pub(crate) mod entries;
 pub(crate) mod events;
 pub(crate) mod journal;
 pub(crate) mod reversals;
