@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::domain::{MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
+use crate::domain::{Lines, MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
 use crate::stock::flows::{extend, reserve, sales, settle, sweeper};
@@ -142,12 +142,33 @@ impl StockEngine {
 
     /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
     pub async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-        self.strategy.confirm(&self.store, order_id).await
+        self.confirm_lines(order_id, None).await
+    }
+
+    /// [`StockEngine::confirm`] of the named lines only (`None`: the whole order); the answer
+    /// is about those lines. A product the order has no line of is [`Error::NotInOrder`],
+    /// nothing confirmed.
+    pub async fn confirm_lines(
+        &self,
+        order_id: &OrderId,
+        lines: Option<&Lines>,
+    ) -> Result<ConfirmOutcome, Error> {
+        self.strategy.confirm(&self.store, order_id, lines).await
     }
 
     /// active → released, units back to available. Idempotent.
     pub async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
-        settle::release(&self.store, order_id).await
+        self.release_lines(order_id, None).await
+    }
+
+    /// [`StockEngine::release`] of the named lines only (`None`: the whole order). A named line
+    /// that is sold or expired is [`Error::NotReleasable`] naming its state, nothing released.
+    pub async fn release_lines(
+        &self,
+        order_id: &OrderId,
+        lines: Option<&Lines>,
+    ) -> Result<ReleaseOutcome, Error> {
+        settle::release(&self.store, order_id, lines).await
     }
 
     /// Every reservation row of an order.
