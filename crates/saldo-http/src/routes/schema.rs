@@ -286,7 +286,7 @@ pub fn return_id() -> Schema {
 }
 
 pub fn return_items() -> Schema {
-    let mut array = Array::new(Ref::from_schema_name("ReturnItemRequest"));
+    let mut array = Array::new(Ref::from_schema_name("ReturnItemBody"));
     array.min_items = Some(1);
     array.max_items = Some(MAX_ITEMS_PER_ORDER);
     array.description = Some("What comes back, each product once".to_owned());

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use crate::domain::{Lines, MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
-use crate::stock::flows::{extend, reserve, sales, settle, sweeper};
+use crate::stock::flows::{extend, reserve, returns, sales, settle, sweeper};
 use crate::stock::model::{
     ConfirmOutcome, ExtendOutcome, Placement, ReleaseOutcome, RereserveRequest, Reservation,
-    ReserveRequest, ReservedItem, Sale, SaleRequest, StrategyName,
+    ReserveRequest, ReservedItem, Return, ReturnRequest, Sale, SaleRequest, StrategyName,
 };
 use crate::stock::strategy::atomic::Atomic;
 use crate::stock::strategy::batched::{Batched, BatchedConfig};
@@ -195,6 +195,14 @@ impl StockEngine {
         max_hold: MaxHold,
     ) -> Result<ExtendOutcome, Error> {
         extend::extend(&self.store, order_id, ttl, max_hold).await
+    }
+
+    /// Brings confirmed units of an order back into `available`, every item or none, never
+    /// more of a line than was confirmed ([`Error::ReturnExceedsConfirmed`]); idempotent by
+    /// `return_id`. One shared flow under every strategy (it meets the others on the order's
+    /// reservation rows and the stock rows, in the global lock order).
+    pub async fn record_return(&self, request: &ReturnRequest) -> Result<Return, Error> {
+        returns::record(&self.store, request).await
     }
 
     /// Sells every item straight from `available`, or none; idempotent by `sale_id`.
