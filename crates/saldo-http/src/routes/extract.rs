@@ -21,9 +21,9 @@ pub struct ApiPath<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct ApiQuery<T>(pub T);
 
-/// An optional JSON body: no body at all (or an empty one) is `None`, so a route that takes a
-/// body only for its options keeps answering clients that send none; anything else is read
-/// exactly as [`ApiJson`] reads it (same 400/413/415/422 answers).
+/// An optional JSON body: no body at all (an empty one) or `null` is `None`, so a route that
+/// takes a body only for its options keeps answering clients that send none; anything else is
+/// read exactly as [`ApiJson`] reads it (same 400/413/415/422 answers).
 pub struct OptionalJson<T>(pub Option<T>);
 
 impl<S, T> FromRequest<S> for OptionalJson<T>
@@ -49,7 +49,7 @@ where
             return Ok(OptionalJson(None));
         }
         let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
-        let ApiJson(value) = ApiJson::<T>::from_request(req, state).await?;
-        Ok(OptionalJson(Some(value)))
+        let ApiJson(value) = ApiJson::<Option<T>>::from_request(req, state).await?;
+        Ok(OptionalJson(value))
     }
 }

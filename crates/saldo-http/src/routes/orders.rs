@@ -111,14 +111,14 @@ pub struct LinesBody {
     /// Absent or null: the whole order.
     #[serde(default)]
     #[schema(schema_with = schema::product_ids)]
-    pub product_ids: Option<Vec<i64>>,
+    pub product_ids: Option<Vec<super::numbers::Int>>,
 }
 
 /// The named lines, or `None` (no body, no `product_ids`: the whole order).
 fn lines(body: Option<LinesBody>) -> Result<Option<Lines>, ApiError> {
     Ok(body
         .and_then(|b| b.product_ids)
-        .map(Lines::new)
+        .map(|ids| Lines::new(ids.into_iter().map(|i| i.0)))
         .transpose()?)
 }
 
