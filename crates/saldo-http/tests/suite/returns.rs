@@ -14,7 +14,22 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
     let app = spawn_app().await;
     app.stock(1, 5).await;
     app.stock(2, 5).await;
-    let r = app.reserve("ret-o", &[(1, 3), (2, 1)]).await;
+    // Product 3 is stocked per location: 2 at `a`, 4 at `b`; the order takes its 2 at `a`.
+    for (location, count) in [("a", 2), ("b", 4)] {
+        let path = format!("/v1/products/3/locations/{location}/stock");
+        let a = app
+            .admin(Method::PUT, &path, Some(json!({ "count": count })))
+            .await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    }
+    let r = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "ret-o", "items": [{"product_id": 1, "quantity": 3},
+                   {"product_id": 2, "quantity": 1},
+                   {"product_id": 3, "quantity": 2, "location_id": "a"}]}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let c = app.post("/v1/orders/ret-o/confirm", json!({})).await;
     assert_eq!(c.status, StatusCode::OK, "{}", c.text);
@@ -125,13 +140,48 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
     assert_eq!(last.status, StatusCode::CREATED, "{}", last.text);
     assert_eq!(available(1).await, 5);
 
+    // A located product's units go back where its line was allocated, or where the return says.
+    let at = |location: &'static str| {
+        let app = &app;
+        async move {
+            let s = app.get("/v1/products/3/stock").await;
+            s.body["locations"]
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["location_id"] == location))
+                .map(|l| l["available"].clone())
+        }
+    };
+    assert_eq!((at("a").await, at("b").await), (Some(json!(0)), Some(json!(4))));
+    let home = app
+        .post(
+            "/v1/orders/ret-o/returns",
+            json!({"return_id": "ret-7", "items": [{"product_id": 3, "quantity": 1}], "reason": "x"}),
+        )
+        .await;
+    assert_eq!(home.status, StatusCode::CREATED, "{}", home.text);
+    assert_eq!(home.body["items"][0]["location_id"], "a");
+    let named = app
+        .post(
+            "/v1/orders/ret-o/returns",
+            json!({"return_id": "ret-8", "items": [{"product_id": 3, "quantity": 1, "location_id": "b"}], "reason": "x"}),
+        )
+        .await;
+    assert_eq!(named.status, StatusCode::CREATED, "{}", named.text);
+    assert_eq!((at("a").await, at("b").await), (Some(json!(1)), Some(json!(5))));
+    app.post(
+        "/v1/orders/ret-o/returns",
+        json!({"return_id": "ret-9", "items": [{"product_id": 3, "quantity": 1, "location_id": "nowhere"}], "reason": "x"}),
+    )
+    .await
+    .assert_problem(404, "unknown-location");
+
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
     let feed = app.get("/v1/events?after=start&limit=1000").await;
     let returned = feed.body["events"]
         .as_array()
         .map(|e| e.iter().filter(|e| e["type"] == "order.returned").count());
-    assert_eq!(returned, Some(2), "{}", feed.text);
+    assert_eq!(returned, Some(4), "{}", feed.text);
     // A return written behind the engine's back is what the audit finds.
     let client = app.db.pool.get().await.expect("connection");
     client
