@@ -151,7 +151,10 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
                 .map(|l| l["available"].clone())
         }
     };
-    assert_eq!((at("a").await, at("b").await), (Some(json!(0)), Some(json!(4))));
+    assert_eq!(
+        (at("a").await, at("b").await),
+        (Some(json!(0)), Some(json!(4)))
+    );
     let home = app
         .post(
             "/v1/orders/ret-o/returns",
@@ -167,7 +170,10 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
         )
         .await;
     assert_eq!(named.status, StatusCode::CREATED, "{}", named.text);
-    assert_eq!((at("a").await, at("b").await), (Some(json!(1)), Some(json!(5))));
+    assert_eq!(
+        (at("a").await, at("b").await),
+        (Some(json!(1)), Some(json!(5)))
+    );
     app.post(
         "/v1/orders/ret-o/returns",
         json!({"return_id": "ret-9", "items": [{"product_id": 3, "quantity": 1, "location_id": "nowhere"}], "reason": "x"}),

@@ -112,7 +112,8 @@ async fn partial_settles_under_every_strategy_and_racing_returns_stay_within_con
 /// back (unlocked), then write the count it computed and the units. Every task reads before
 /// any writes (a barrier between the two steps), so each sees nothing returned yet and all of
 /// them bring a unit back: more than was confirmed, every run. The engine's return does the
-/// check inside the UPDATE on the row it holds locked (the test above).
+/// check inside the UPDATE on the row it holds locked (the test above). Its write is READ
+/// COMMITTED, as the naive code would run (the serializable binary's cluster would refuse it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_naive_read_then_write_return_brings_back_more_than_was_confirmed() {
     if crate::harness::CITUS {
@@ -153,7 +154,7 @@ async fn a_naive_read_then_write_return_brings_back_more_than_was_confirmed() {
                 }
                 client
                     .batch_execute(&format!(
-                        "BEGIN; \
+                        "BEGIN ISOLATION LEVEL READ COMMITTED; \
                          UPDATE reservations SET returned = {} \
                           WHERE order_id = 'naive' AND product_id = 1; \
                          UPDATE stock SET available = available + 1 WHERE product_id = 1; \
