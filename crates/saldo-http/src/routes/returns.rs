@@ -161,9 +161,7 @@ pub async fn record_return(
     let request = request(raw, body)?;
     crate::access_log::note_order_id(&request.order_id);
     let stock = state.stock.clone();
-    let done = detached(async move { stock.record_return(&request).await })
-        .await
-        .inspect_err(|e| state.note_refusal(e))?;
+    let done = detached(async move { stock.record_return(&request).await }).await?;
     let code = if done.replayed {
         StatusCode::OK
     } else {

@@ -183,11 +183,19 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
 
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
-    let feed = app.get("/v1/events?after=start&limit=1000").await;
-    let returned = feed.body["events"]
-        .as_array()
-        .map(|e| e.iter().filter(|e| e["type"] == "order.returned").count());
-    assert_eq!(returned, Some(4), "{}", feed.text);
+    // The feed takes events in once nothing can commit below them: wait for it, bounded.
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let feed = app.get("/v1/events?after=start&limit=1000").await;
+        let returned = feed.body["events"]
+            .as_array()
+            .map(|e| e.iter().filter(|e| e["type"] == "order.returned").count());
+        if returned == Some(4) || tokio::time::Instant::now() > until {
+            assert_eq!(returned, Some(4), "{}", feed.text);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // A return written behind the engine's back is what the audit finds.
     let client = app.db.pool.get().await.expect("connection");
     client
