@@ -145,6 +145,9 @@ pub struct ItemView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(required = false)]
     pub allocations: Vec<AllocationView>,
+    /// Of a confirmed line's units, those that came back (`POST …/returns`). Absent when 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub returned: Option<i32>,
 }
 
 impl From<&ReservedItem> for ItemView {
@@ -155,6 +158,7 @@ impl From<&ReservedItem> for ItemView {
             status: i.status.into(),
             expires_at: i.expires_at,
             backordered: (i.backordered > 0).then_some(i.backordered),
+            returned: (i.returned > 0).then_some(i.returned),
             allocations: i
                 .allocations
                 .iter()

@@ -139,6 +139,9 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
         .await;
     assert_eq!(last.status, StatusCode::CREATED, "{}", last.text);
     assert_eq!(available(1).await, 5);
+    let o = app.get("/v1/orders/ret-o").await;
+    assert_eq!(o.body["items"][0]["returned"], 3, "{}", o.text);
+    assert!(o.body["items"][1].get("returned").is_none(), "{}", o.text);
 
     // A located product's units go back where its line was allocated, or where the return says.
     let at = |location: &'static str| {

@@ -105,6 +105,10 @@ pub struct ReservedItem {
     /// otherwise). Backordered units have no location until a fill gives them one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allocations: Vec<LocationQuantity>,
+    /// Of a confirmed line's units, those that came back (`stock::returns`). Absent from the
+    /// JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub returned: i32,
 }
 
 fn is_zero(n: &i32) -> bool {

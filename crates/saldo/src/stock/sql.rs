@@ -17,7 +17,7 @@ use crate::store::values::{Col, Values};
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, reference, metadata, (status = 'active' AND expires_at <= now()) AS lapsed"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, reference, metadata, returned, (status = 'active' AND expires_at <= now()) AS lapsed"
     };
 }
 

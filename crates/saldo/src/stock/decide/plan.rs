@@ -226,6 +226,7 @@ mod tests {
                 expires_at: Utc::now(),
                 backordered: 0,
                 allocations: Vec::new(),
+                returned: 0,
             },
         }
     }
