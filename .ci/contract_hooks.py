@@ -9,7 +9,8 @@ descriptions too; everything else the server checks is in the schema itself.
 - a product repeated in one order is summed, and the sum has the per-product limit (the
   `maximum` of `ItemRequest.quantity`, read from the served document, never repeated here);
 - a product repeated in one reservation names one location or none (every line the same
-  `location_id`, absent and null alike).
+  `location_id`, absent and null alike);
+- a return names each product once (its items are per product, not summed).
 
 And the refusals of a webhook subscription that depend on the world, not the body's shape: its
 URL must parse as http(s) and resolve to an address the service may send to (no network here,
@@ -46,6 +47,7 @@ WEBHOOK_REFUSALS = {
 }
 # The lists whose cursors carry a digest of their filters.
 FILTERED_LISTS = {("GET", "/v1/transfers"), ("GET", "/v1/accounts/{id}/entries")}
+RETURN_BODY = ("POST", "/v1/orders/{order_id}/returns")
 
 
 def _sums_within_limit(items):
@@ -72,6 +74,11 @@ def _one_location_per_product(items):
         if seen.setdefault(product, location) != location:
             return False
     return True
+
+
+def _each_product_once(items):
+    products = [json.dumps(i.get("product_id")) for i in items if isinstance(i, dict)]
+    return len(products) == len(set(products))
 
 
 def _transfer_keeps_rules(transfer):
@@ -108,6 +115,8 @@ def _keeps_cross_field_rules(operation, body):
         return _opening_within_limits(body)
     if key in ORDER_BODIES and isinstance(body.get("items"), list):
         return _sums_within_limit(body["items"]) and _one_location_per_product(body["items"])
+    if key == RETURN_BODY and isinstance(body.get("items"), list):
+        return _each_product_once(body["items"])
     return True
 
 

@@ -72,6 +72,14 @@ class FilterFailure(unittest.TestCase):
         self.assertTrue(kept(rejected(400), SAME_ACCOUNT, 400))
         self.assertTrue(kept(rejected(500), SAME_ACCOUNT, 500))
 
+    def test_a_return_naming_a_product_twice_breaks_a_rule(self):
+        returns = SimpleNamespace(method="post", path="/v1/orders/{order_id}/returns")
+        twice = {"return_id": "r-1", "reason": "x",
+                 "items": [{"product_id": 1, "quantity": 1}, {"product_id": 1, "quantity": 1}]}
+        once = dict(twice, items=twice["items"][:1])
+        self.assertFalse(HOOKS._keeps_cross_field_rules(returns, twice))
+        self.assertTrue(HOOKS._keeps_cross_field_rules(returns, once))
+
 
 WEBHOOKS = SimpleNamespace(method="post", path="/v1/admin/webhooks")
 

@@ -24,6 +24,7 @@ use crate::error::{Problem, PROBLEM_JSON};
 use crate::routes::bodies::ItemRequest;
 use crate::routes::lists::{StatusFilter, TransferStatusFilter};
 use crate::routes::orders::ReserveItemRequest;
+use crate::routes::returns::ReturnItemBody;
 use crate::state::AppState;
 
 #[derive(OpenApi)]
@@ -37,6 +38,7 @@ use crate::state::AppState;
         Problem,
         ItemRequest,
         ReserveItemRequest,
+        ReturnItemBody,
         StatusFilter,
         TransferStatusFilter
     )),
@@ -101,7 +103,14 @@ pub fn render(api: &utoipa::openapi::OpenApi, api_required: bool) -> Value {
 }
 
 /// What an order's follow-ups are, by operationId (the handlers' names).
-const ORDER_FOLLOW_UPS: &[&str] = &["get_order", "confirm", "release", "extend", "rereserve"];
+const ORDER_FOLLOW_UPS: &[&str] = &[
+    "get_order",
+    "confirm",
+    "release",
+    "extend",
+    "rereserve",
+    "record_return",
+];
 
 /// The operations that create something another operation names in its path: (creating
 /// operationId, the answer's field holding the new id, the follow-ups' path parameter, the

@@ -3,7 +3,8 @@
 //! - `available + reserved = last count + adjustments since − confirmed since the count − sold
 //!   directly since the count` (direct sales, `stock::sales`, take from `available` only; a
 //!   confirm sells the allocated units, and a backorder of a confirmed reservation filled
-//!   since the count was sold at its fill), and, for backorders (`stock::backorders`),
+//!   since the count was sold at its fill) `+ returned since the count` (`stock::returns`: confirmed
+//!   units brought back into `available`), and, for backorders (`stock::backorders`),
 //! - `backordered = Σ live reservations' backordered`, never above `backorder_limit`, and
 //! - filled in arrival order: per product, the fills in the order they were written never go
 //!   back to an older arrival, and no live backorder is older than one that got a fill.

@@ -124,6 +124,14 @@ pub enum InputError {
     /// Metadata past one of its bounds; the text says which.
     #[error("metadata: {0}")]
     MetadataInvalid(String),
+    #[error("return id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    ReturnIdInvalid,
+    /// A list of an order's lines (`product_ids`, a return's items) naming a product twice.
+    #[error("product {0} is named twice")]
+    DuplicateLine(i64),
+    /// A stock state other than `available` (issue 27 item 2 is not built yet).
+    #[error("stock state {0:?} is not supported yet: units can only be returned to \"available\"")]
+    StateUnsupported(String),
 }
 
 /// Most distinct items one order may hold.
@@ -167,6 +175,7 @@ deserialize_via!(ProductId, i64, ProductId::new);
 deserialize_via!(OrderId, String, OrderId::new);
 deserialize_via!(RequestKey, String, RequestKey::new);
 deserialize_via!(SaleId, String, SaleId::new);
+deserialize_via!(ReturnId, String, ReturnId::new);
 deserialize_via!(LocationId, String, LocationId::new);
 deserialize_via!(Quantity, i64, Quantity::new);
 deserialize_via!(AccountId, i64, AccountId::new);
@@ -274,6 +283,68 @@ impl SaleId {
 impl fmt::Display for SaleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+/// A return's id (`POST /v1/orders/{id}/returns`): its idempotency key, in the order id
+/// alphabet; unique across orders.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ReturnId(String);
+
+impl ReturnId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(ReturnId(raw))
+        } else {
+            Err(InputError::ReturnIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ReturnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Some lines of an order, by product: 1..=[`MAX_ITEMS_PER_ORDER`] distinct products, in
+/// ascending order (a partial confirm or release).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lines(std::collections::BTreeSet<ProductId>);
+
+impl Lines {
+    /// Refuses an empty list, more than [`MAX_ITEMS_PER_ORDER`] products, and a product named
+    /// twice (a client that names one twice meant something else: say so).
+    pub fn new(products: impl IntoIterator<Item = i64>) -> Result<Self, InputError> {
+        let mut set = std::collections::BTreeSet::new();
+        for raw in products {
+            if set.len() >= MAX_ITEMS_PER_ORDER {
+                return Err(InputError::TooManyItems {
+                    max: MAX_ITEMS_PER_ORDER,
+                });
+            }
+            if !set.insert(ProductId::new(raw)?) {
+                return Err(InputError::DuplicateLine(raw));
+            }
+        }
+        if set.is_empty() {
+            return Err(InputError::EmptyOrder);
+        }
+        Ok(Lines(set))
+    }
+
+    pub fn contains(&self, product: ProductId) -> bool {
+        self.0.contains(&product)
+    }
+
+    /// The products in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = ProductId> + '_ {
+        self.0.iter().copied()
     }
 }
 

@@ -7,8 +7,8 @@ use tokio_postgres::error::SqlState;
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
 use crate::domain::{
-    AccountId, GroupId, LocationId, OrderId, ProductId, ReservationStatus, SaleId, TransferId,
-    TransferStatus,
+    AccountId, GroupId, LocationId, OrderId, ProductId, ReservationStatus, ReturnId, SaleId,
+    TransferId, TransferStatus,
 };
 use crate::ledger::currency::{Currency, Scale};
 use crate::operation::Operation;
@@ -85,6 +85,25 @@ pub enum Error {
         order_id: OrderId,
         product_id: ProductId,
         status: ReservationStatus,
+    },
+    /// A partial confirm or release, or a return, named a product the order has no line of.
+    #[error("order {order_id} has no line of product {product_id}")]
+    NotInOrder {
+        order_id: OrderId,
+        product_id: ProductId,
+    },
+    /// The return id was used before with another order, items or reason.
+    #[error("return {0} was already made with a different payload")]
+    ReturnConflict(ReturnId),
+    /// A return would bring back more of a line than was confirmed (sold and on its way):
+    /// `confirmed` units of the line left the shelf, `returned` of them came back already.
+    #[error("cannot return {requested} of product {product_id} in order {order_id}: {confirmed} confirmed, {returned} returned already")]
+    ReturnExceedsConfirmed {
+        order_id: OrderId,
+        product_id: ProductId,
+        confirmed: i64,
+        returned: i64,
+        requested: i64,
     },
     /// An extension found nothing active to extend (everything confirmed or released).
     #[error("order {0} holds nothing active to extend (confirmed or released)")]

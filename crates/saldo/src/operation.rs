@@ -51,6 +51,7 @@ operations! {
         Order => "order",
         Extend => "extend",
         Sell => "sell",
+        Return => "return",
         Sweep => "sweep",
         SetCount => "set_count",
         Adjust => "adjust",

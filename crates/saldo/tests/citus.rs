@@ -4,8 +4,8 @@
 //!   every constraint Citus refuses is replaced by one that refuses the same bad write, shown
 //!   here by running that write on one node and on Citus (this file);
 //! - the audit on Citus: per-shard checks and the per-transfer double entry (`citus/audit.rs`);
-//! - the stock operations: the contract, stock, model, batched, listing, sales, retry and
-//!   repair suites rerun on Citus (their `crate::harness`), plus crossing multi-item orders whose products are on
+//! - the stock operations: the contract, stock, model, batched, listing, sales, returns, retry
+//!   and repair suites rerun on Citus (their `crate::harness`), plus crossing multi-item orders whose products are on
 //!   different workers, a direct sale across workers and the refusals (`citus/stock.rs`);
 //! - the ledger: the ledger, holds and ledger-model suites for both transfer strategies, the
 //!   batched engine's suite, the ledger repair, and crossed transfers and holds across workers
@@ -115,6 +115,7 @@ async fn the_migrations_distribute_the_schema() {
         "reservations",
         "stock_movements",
         "sale_items",
+        "return_items",
         "backorder_fills",
         "stock_locations",
         "reservation_allocations",
@@ -150,6 +151,7 @@ async fn the_migrations_distribute_the_schema() {
     }
     for table in [
         "sales",
+        "order_returns",
         "transfer_groups",
         "transfer_group_positions",
         "locations",
@@ -270,11 +272,19 @@ async fn a_second_transfer_at_one_group_position_is_refused_on_both() {
     assert_eq!(refusal(&citus, &citus_sql).await, "23505");
 }
 
-/// sale_items' FKs: to sales (a reference table on Citus) and to stock (co-located).
+/// sale_items' FKs: to sales (a reference table on Citus) and to stock (co-located); V19's
+/// return_items likewise, to order_returns and stock.
 #[tokio::test]
-async fn a_sale_item_of_an_unknown_sale_or_product_is_refused_on_both() {
+async fn a_sale_or_return_item_of_an_unknown_sale_return_or_product_is_refused_on_both() {
     let (citus, single) = citus_and_single().await;
     for db in [&single, &citus] {
+        let unknown_return =
+            "INSERT INTO return_items (return_id, product_id, quantity) VALUES ('nope', 1, 1)";
+        assert_eq!(refusal(db, unknown_return).await, "23503");
+        let unknown_product = "INSERT INTO order_returns (return_id, order_id, reason) \
+             VALUES ('r1', 'o1', 'x'); \
+             INSERT INTO return_items (return_id, product_id, quantity) VALUES ('r1', 999, 1)";
+        assert_eq!(refusal(db, unknown_product).await, "23503");
         let unknown_sale =
             "INSERT INTO sale_items (sale_id, product_id, quantity) VALUES ('nope', 1, 1)";
         assert_eq!(refusal(db, unknown_sale).await, "23503");
@@ -349,6 +359,9 @@ async fn the_checks_hold_on_the_shards() {
         assert_eq!(refusal(db, oversold).await, "23514");
         let overdrawn = "UPDATE accounts SET balance = balance - 101 WHERE id = 2";
         assert_eq!(refusal(db, overdrawn).await, "23514");
+        // V19: never more returned than the line holds (o1 holds 1).
+        let over_returned = "UPDATE reservations SET returned = 2 WHERE order_id = 'o1'";
+        assert_eq!(refusal(db, over_returned).await, "23514");
     }
 }
 
@@ -415,6 +428,8 @@ mod batched;
 #[path = "suite/listing.rs"]
 mod listing;
 
+#[path = "suite/returns.rs"]
+mod returns;
 #[path = "suite/sales.rs"]
 mod sales;
 

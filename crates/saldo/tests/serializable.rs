@@ -1,4 +1,4 @@
-//! The stock, ledger, retry, model, batched, backorder and locations suites again, on a second test cluster whose
+//! The stock, ledger, retry, model, batched, backorder, locations and returns suites again, on a second test cluster whose
 //! transactions are all SERIALIZABLE (`default_transaction_isolation = serializable`): the behaviour a
 //! distributed SQL engine shows. Every 40001 must be absorbed by the one retry mechanism, and
 //! the paths that never retry (the audits' snapshots, the sweeper) must still do their job.
@@ -46,3 +46,5 @@ mod batched;
 mod backorders;
 #[path = "suite/locations.rs"]
 mod locations;
+#[path = "suite/returns.rs"]
+mod returns;

@@ -207,6 +207,28 @@ fn orders(e: &Error) -> Option<Parts> {
             .with("order_id", order_id)
             .with("product_id", product_id)
             .with("reservation_status", status.as_str()),
+        Error::NotInOrder {
+            order_id,
+            product_id,
+        } => Parts::not_found("not-in-order", "Product not in the order")
+            .with("order_id", order_id)
+            .with("product_id", product_id),
+        Error::ReturnConflict(r) => idempotency_conflict("return_id", r),
+        Error::ReturnExceedsConfirmed {
+            order_id,
+            product_id,
+            confirmed,
+            returned,
+            requested,
+        } => Parts::conflict(
+            "return-exceeds-confirmed",
+            "Return exceeds what was confirmed",
+        )
+        .with("order_id", order_id)
+        .with("product_id", product_id)
+        .with("confirmed", confirmed)
+        .with("returned", returned)
+        .with("requested", requested),
         Error::NothingToExtend(o) => {
             Parts::conflict("nothing-to-extend", "Nothing to extend").with("order_id", o)
         }

@@ -24,6 +24,7 @@ pub mod health;
 pub mod lists;
 pub mod orders;
 pub mod repair;
+pub mod returns;
 pub mod sales;
 pub mod stock;
 pub mod transfers;
@@ -49,6 +50,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::confirm))
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))
+        .routes(routes!(returns::record_return))
         .routes(routes!(accounts::open_account))
         .routes(routes!(accounts::get_account))
         .routes(routes!(accounts::list_transfers))

@@ -12,6 +12,16 @@ pub fn i64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> 
     deserializer.deserialize_any(Integral)
 }
 
+/// An `i64` read as [`i64`] reads it, where a field attribute cannot reach (a list's items).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int(pub i64);
+
+impl<'de> serde::Deserialize<'de> for Int {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        i64(deserializer).map(Int)
+    }
+}
+
 /// An optional (`null` or absent with `#[serde(default)]`) `u64`, likewise.
 pub fn opt_u64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
     deserializer.deserialize_option(OptionalUnsigned)

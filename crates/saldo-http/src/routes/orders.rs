@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
 use saldo::domain::{
-    AllocationMode, InputError, LocationId, OrderId, OrderItems, ProductId, RequestKey, Ttl,
+    AllocationMode, InputError, Lines, LocationId, OrderId, OrderItems, ProductId, RequestKey, Ttl,
     MAX_TTL_S, MIN_TTL_S,
 };
 use saldo::stock::{Placement, RereserveRequest, Reservation, ReserveRequest, ReservedItem};
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::bodies::{order_items, shown_tags, tags, ItemRequest};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::{ApiJson, ApiPath, OptionalJson};
 use super::params::OrderPath;
 use super::schema;
 use super::task::detached;
@@ -103,6 +103,25 @@ pub struct ExtendBody {
     pub ttl_s: i64,
 }
 
+/// Which lines of the order a confirm or release acts on (the body is optional: without it,
+/// the whole order).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LinesBody {
+    /// Absent or null: the whole order.
+    #[serde(default)]
+    #[schema(schema_with = schema::product_ids)]
+    pub product_ids: Option<Vec<super::numbers::Int>>,
+}
+
+/// The named lines, or `None` (no body, no `product_ids`: the whole order).
+fn lines(body: Option<LinesBody>) -> Result<Option<Lines>, ApiError> {
+    Ok(body
+        .and_then(|b| b.product_ids)
+        .map(|ids| Lines::new(ids.into_iter().map(|i| i.0)))
+        .transpose()?)
+}
+
 /// Units of one item taken at one location.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AllocationView {
@@ -126,6 +145,9 @@ pub struct ItemView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(required = false)]
     pub allocations: Vec<AllocationView>,
+    /// Of a confirmed line's units, those that came back (`POST …/returns`). Absent when 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub returned: Option<i32>,
 }
 
 impl From<&ReservedItem> for ItemView {
@@ -136,6 +158,7 @@ impl From<&ReservedItem> for ItemView {
             status: i.status.into(),
             expires_at: i.expires_at,
             backordered: (i.backordered > 0).then_some(i.backordered),
+            returned: (i.returned > 0).then_some(i.returned),
             allocations: i
                 .allocations
                 .iter()
@@ -423,23 +446,32 @@ pub async fn extend(
     }))
 }
 
-/// Confirm an order's active reservations (payment arrived). Idempotent.
+/// Confirm an order's active reservations (payment arrived), or only the lines named in
+/// `product_ids` (the answer is then about those lines). Idempotent.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/confirm", tag = "orders",
     params(OrderPath),
+    request_body(content = Option<LinesBody>, description = "Optional: the lines to confirm; without a body, the whole order"),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
-        (status = 200, description = "What was confirmed and what was missing", body = ConfirmView),
+        (status = 200, description = "What was confirmed and what was missing (a named line released or expired before is missing, with its status)", body = ConfirmView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
-        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order (`unknown-order`), or a named product the order has no line of (`not-in-order`, `product_id`): nothing confirmed", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid order id or `product_ids` (empty, over 100, a product named twice)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn confirm(
     _: Client,
     State(state): State<AppState>,
     ApiPath(raw): ApiPath<String>,
+    OptionalJson(body): OptionalJson<LinesBody>,
 ) -> Result<Json<ConfirmView>, ApiError> {
     let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
-    let outcome = detached(async move { stock.confirm(&order_id).await }).await?;
+    let lines = lines(body)?;
+    let outcome =
+        detached(async move { stock.confirm_lines(&order_id, lines.as_ref()).await }).await?;
     Ok(Json(ConfirmView {
         order_id: outcome.order_id.as_str().to_owned(),
         confirmed: views(&outcome.confirmed),
@@ -455,24 +487,33 @@ pub async fn confirm(
     }))
 }
 
-/// Release an order's active reservations (cancel). Idempotent.
+/// Release an order's active reservations (cancel), or only the lines named in `product_ids`.
+/// Idempotent.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/release", tag = "orders",
     params(OrderPath),
+    request_body(content = Option<LinesBody>, description = "Optional: the lines to release; without a body, the whole order"),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
         (status = 200, description = "What was released", body = ReleaseView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = PROBLEM_JSON),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
-        (status = 404, description = "Unknown order", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "`order-not-releasable`: a line of the order is sold or expired (`reservation_status` names which)", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid order id", body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "Unknown order (`unknown-order`), or a named product the order has no line of (`not-in-order`, `product_id`): nothing released", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`order-not-releasable`: a named line is sold or expired, or (without a body) no line of the order is left to release (`reservation_status` names the state); nothing released", body = Problem, content_type = PROBLEM_JSON),
+        (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
+        (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid order id or `product_ids` (empty, over 100, a product named twice)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn release(
     _: Client,
     State(state): State<AppState>,
     ApiPath(raw): ApiPath<String>,
+    OptionalJson(body): OptionalJson<LinesBody>,
 ) -> Result<Json<ReleaseView>, ApiError> {
     let (stock, order_id) = (state.stock.clone(), order_id(raw)?);
-    let outcome = detached(async move { stock.release(&order_id).await }).await?;
+    let lines = lines(body)?;
+    let outcome =
+        detached(async move { stock.release_lines(&order_id, lines.as_ref()).await }).await?;
     Ok(Json(ReleaseView {
         order_id: outcome.order_id.as_str().to_owned(),
         released: views(&outcome.released),

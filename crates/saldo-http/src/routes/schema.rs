@@ -264,6 +264,48 @@ fn items_array(nullable: bool, description: &str) -> Schema {
     array.into()
 }
 
+/// A partial confirm's or release's lines.
+pub fn product_ids() -> Schema {
+    let mut array = Array::new_nullable(product_id());
+    array.min_items = Some(1);
+    array.max_items = Some(MAX_ITEMS_PER_ORDER);
+    array.unique_items = true;
+    array.description = Some(
+        "The order's lines to act on, by product (each once, each a line of the order); \
+         absent: the whole order"
+            .to_owned(),
+    );
+    array.into()
+}
+
+pub fn return_id() -> Schema {
+    id(
+        "Return id: the idempotency key of a return (unique across orders)",
+        "return-1",
+    )
+}
+
+pub fn return_items() -> Schema {
+    let mut array = Array::new(Ref::from_schema_name("ReturnItemBody"));
+    array.min_items = Some(1);
+    array.max_items = Some(MAX_ITEMS_PER_ORDER);
+    array.description = Some("What comes back, each product once".to_owned());
+    array.into()
+}
+
+/// The state returned units go to: only `available` for now.
+pub fn return_state() -> Schema {
+    Object::builder()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(["available"]))
+        .description(Some(
+            "The stock state the units go back to: `available` (the default: absent or null); \
+             other states (damaged, …) are not supported yet (422)",
+        ))
+        .build()
+        .into()
+}
+
 pub fn items() -> Schema {
     items_array(false, "The order's lines")
 }

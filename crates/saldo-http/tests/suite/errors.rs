@@ -350,6 +350,9 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::SaleConflict(_) => "SaleConflict",
         E::ReservationExpired { .. } => "ReservationExpired",
         E::NotReleasable { .. } => "NotReleasable",
+        E::NotInOrder { .. } => "NotInOrder",
+        E::ReturnConflict(_) => "ReturnConflict",
+        E::ReturnExceedsConfirmed { .. } => "ReturnExceedsConfirmed",
         E::ConnectionLost { .. } => "ConnectionLost",
         E::CursorExpired { .. } => "CursorExpired",
         E::UnknownWebhook(_) => "UnknownWebhook",
@@ -393,7 +396,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 54;
+const LIBRARY_VARIANTS: usize = 57;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -463,6 +466,18 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             order_id: o(),
             product_id: p,
             max_hold_s: 86_400,
+        },
+        E::NotInOrder {
+            order_id: o(),
+            product_id: p,
+        },
+        E::ReturnConflict(saldo::domain::ReturnId::new("r-1").expect("id")),
+        E::ReturnExceedsConfirmed {
+            order_id: o(),
+            product_id: p,
+            confirmed: 3,
+            returned: 3,
+            requested: 1,
         },
         E::ProductLocked(p),
         E::DeadlineExceeded {

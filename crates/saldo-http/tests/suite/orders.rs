@@ -174,6 +174,82 @@ async fn confirm_release_and_read_an_order() {
         .assert_problem(422, "invalid-input");
 }
 
+/// Partial confirm and release (issue 27): the named lines only, each refusal with nothing
+/// written, and a release of a sold line a 409 naming its state.
+#[tokio::test]
+async fn partial_confirm_and_release_act_on_the_named_lines() {
+    let app = spawn_app().await;
+    for p in 1..=3 {
+        app.stock(p, 5).await;
+    }
+    let r = app.reserve("o-part", &[(1, 1), (2, 1), (3, 1)]).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let available = |p: i64| {
+        let app = &app;
+        async move { app.get(&format!("/v1/products/{p}/stock")).await.body["available"].clone() }
+    };
+    let a = app
+        .post("/v1/orders/o-part/confirm", json!({"product_ids": [1]}))
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(
+        a.body["confirmed"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["confirmed"][0]["product_id"], 1);
+    assert_eq!(a.body["missing"], json!([]));
+    // A sold line cannot be released: 409 naming its state, and the other named line stays held.
+    let a = app
+        .post("/v1/orders/o-part/release", json!({"product_ids": [2, 1]}))
+        .await;
+    a.assert_problem(409, "order-not-releasable");
+    assert_eq!(a.body["product_id"], 1);
+    assert_eq!(a.body["reservation_status"], "confirmed");
+    assert_eq!(available(2).await, 4);
+    // A product the order has no line of: 404, nothing released.
+    let a = app
+        .post("/v1/orders/o-part/release", json!({"product_ids": [2, 9]}))
+        .await;
+    a.assert_problem(404, "not-in-order");
+    assert_eq!(a.body["product_id"], 9);
+    assert_eq!(available(2).await, 4);
+    for bad in [
+        json!({"product_ids": [2, 2]}),
+        json!({"product_ids": []}),
+        json!({"product_ids": [0]}),
+    ] {
+        app.post("/v1/orders/o-part/release", bad)
+            .await
+            .assert_problem(422, "invalid-input");
+    }
+    let a = app
+        .post("/v1/orders/o-part/release", json!({"product_ids": [2]}))
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["released"][0]["product_id"], 2);
+    assert_eq!(a.body["released"].as_array().map(Vec::len), Some(1));
+    assert_eq!(available(2).await, 5);
+    assert_eq!(available(3).await, 4, "line 3 still held");
+    // A confirm naming a released line says its state; the whole order's confirm takes the rest.
+    let a = app
+        .post("/v1/orders/o-part/confirm", json!({"product_ids": [2]}))
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert_eq!(a.body["confirmed"], json!([]));
+    assert_eq!(a.body["missing"][0]["status"], "released");
+    let a = app.post("/v1/orders/o-part/confirm", json!({})).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let confirmed: Vec<i64> = a.body["confirmed"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|i| i["product_id"].as_i64()).collect())
+        .unwrap_or_default();
+    assert_eq!(confirmed, vec![1, 3]);
+    assert_eq!(available(3).await, 4);
+    assert_eq!(available(1).await, 4);
+}
+
 #[tokio::test]
 async fn confirm_after_expiry_reports_missing_items() {
     let app = spawn_app().await;

@@ -16,10 +16,10 @@ use crate::store::dialect::Sql;
 /// Per product: its row and what reservations and history say it should hold, `$1` the
 /// product. The fragments are the filters: `$product` for the tables named without an alias,
 /// `$stock` for the stock row, and `$m`, `$r`, `$f`, `$i` put before the first condition on
-/// movements, confirmed reservations, sold fills and sale items (empty where the join to the
-/// last count already filters them).
+/// movements, confirmed reservations, sold fills, sale items and return items (empty where the
+/// join to the last count already filters them).
 macro_rules! stock_state {
-    ($product:literal, $stock:literal, $m:literal, $r:literal, $f:literal, $i:literal) => {
+    ($product:literal, $stock:literal, $m:literal, $r:literal, $f:literal, $i:literal, $t:literal) => {
         concat!(
             "
 WITH last_count AS (
@@ -66,6 +66,13 @@ sold AS (
             $i,
             "i.sold_at > c.created_at
      GROUP BY i.product_id),
+returned AS (
+    SELECT t.product_id, sum(t.quantity)::bigint AS quantity
+      FROM return_items t JOIN last_count c USING (product_id)
+     WHERE ",
+            $t,
+            "t.returned_at > c.created_at
+     GROUP BY t.product_id),
 active AS (
     SELECT product_id, sum(quantity - backordered)::bigint AS quantity
       FROM reservations
@@ -91,13 +98,15 @@ SELECT s.product_id,
        coalesce(lb.units, 0)                                 AS live_backordered,
        (s.available + s.reserved)::bigint                    AS on_hand,
        coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
-         - coalesce(sd.quantity, 0) - coalesce(fs.quantity, 0) AS expected_on_hand
+         - coalesce(sd.quantity, 0) - coalesce(fs.quantity, 0)
+         + coalesce(rt.quantity, 0)                          AS expected_on_hand
   FROM stock s
   LEFT JOIN last_count c USING (product_id)
   LEFT JOIN adjusted adj USING (product_id)
   LEFT JOIN confirmed cf USING (product_id)
   LEFT JOIN sold sd USING (product_id)
   LEFT JOIN filled_sold fs USING (product_id)
+  LEFT JOIN returned rt USING (product_id)
   LEFT JOIN active a USING (product_id)
   LEFT JOIN live_backorders lb USING (product_id)
  WHERE ",
@@ -112,6 +121,7 @@ macro_rules! stock_state_any {
         stock_state!(
             "($1::bigint IS NULL OR product_id = $1)",
             "($1::bigint IS NULL OR s.product_id = $1)",
+            "",
             "",
             "",
             "",
@@ -130,7 +140,8 @@ pub const PRODUCT_STATE: Sql = Sql::pair(
         "m.product_id = $1 AND ",
         "r.product_id = $1 AND ",
         "f.product_id = $1 AND ",
-        "i.product_id = $1 AND "
+        "i.product_id = $1 AND ",
+        "t.product_id = $1 AND "
     ),
 );
 

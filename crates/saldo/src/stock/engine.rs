@@ -13,13 +13,13 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::domain::{MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
+use crate::domain::{Lines, MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
-use crate::stock::flows::{extend, reserve, sales, settle, sweeper};
+use crate::stock::flows::{extend, reserve, returns, sales, settle, sweeper};
 use crate::stock::model::{
     ConfirmOutcome, ExtendOutcome, Placement, ReleaseOutcome, RereserveRequest, Reservation,
-    ReserveRequest, ReservedItem, Sale, SaleRequest, StrategyName,
+    ReserveRequest, ReservedItem, Return, ReturnRequest, Sale, SaleRequest, StrategyName,
 };
 use crate::stock::strategy::atomic::Atomic;
 use crate::stock::strategy::batched::{Batched, BatchedConfig};
@@ -142,12 +142,33 @@ impl StockEngine {
 
     /// active → confirmed; returns what was confirmed and what was missing. Idempotent.
     pub async fn confirm(&self, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-        self.strategy.confirm(&self.store, order_id).await
+        self.confirm_lines(order_id, None).await
+    }
+
+    /// [`StockEngine::confirm`] of the named lines only (`None`: the whole order); the answer
+    /// is about those lines. A product the order has no line of is [`Error::NotInOrder`],
+    /// nothing confirmed.
+    pub async fn confirm_lines(
+        &self,
+        order_id: &OrderId,
+        lines: Option<&Lines>,
+    ) -> Result<ConfirmOutcome, Error> {
+        self.strategy.confirm(&self.store, order_id, lines).await
     }
 
     /// active → released, units back to available. Idempotent.
     pub async fn release(&self, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
-        settle::release(&self.store, order_id).await
+        self.release_lines(order_id, None).await
+    }
+
+    /// [`StockEngine::release`] of the named lines only (`None`: the whole order). A named line
+    /// that is sold or expired is [`Error::NotReleasable`] naming its state, nothing released.
+    pub async fn release_lines(
+        &self,
+        order_id: &OrderId,
+        lines: Option<&Lines>,
+    ) -> Result<ReleaseOutcome, Error> {
+        settle::release(&self.store, order_id, lines).await
     }
 
     /// Every reservation row of an order.
@@ -174,6 +195,14 @@ impl StockEngine {
         max_hold: MaxHold,
     ) -> Result<ExtendOutcome, Error> {
         extend::extend(&self.store, order_id, ttl, max_hold).await
+    }
+
+    /// Brings confirmed units of an order back into `available`, every item or none, never
+    /// more of a line than was confirmed ([`Error::ReturnExceedsConfirmed`]); idempotent by
+    /// `return_id`. One shared flow under every strategy (it meets the others on the order's
+    /// reservation rows and the stock rows, in the global lock order).
+    pub async fn record_return(&self, request: &ReturnRequest) -> Result<Return, Error> {
+        returns::record(&self.store, request).await
     }
 
     /// Sells every item straight from `available`, or none; idempotent by `sale_id`.

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::audit::Finding;
 use crate::domain::{
-    AllocationMode, LocationId, OrderId, OrderItems, Priority, ProductId, RequestKey, SaleId, Tags,
-    Ttl,
+    AllocationMode, InputError, LocationId, OrderId, OrderItems, Priority, ProductId, Quantity,
+    Reason, RequestKey, ReturnId, SaleId, Tags, Ttl, MAX_ITEMS_PER_ORDER,
 };
 use crate::error::Error;
 use crate::ledger::repair::LedgerRepairReport;
@@ -105,6 +105,10 @@ pub struct ReservedItem {
     /// otherwise). Backordered units have no location until a fill gives them one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allocations: Vec<LocationQuantity>,
+    /// Of a confirmed line's units, those that came back (`stock::returns`). Absent from the
+    /// JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub returned: i32,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -246,6 +250,79 @@ pub struct Sale {
     /// Its reference and metadata, as stored.
     #[serde(flatten)]
     pub tags: Tags,
+}
+
+/// One product of a return: how many units come back, and where (a product stocked per
+/// location; `None`: where its line was allocated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReturnItemRequest {
+    pub product_id: ProductId,
+    pub quantity: Quantity,
+    pub location_id: Option<LocationId>,
+}
+
+/// A return's items: 1..=[`MAX_ITEMS_PER_ORDER`] products, each once, in ascending product id
+/// (the lock order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReturnItems(Vec<ReturnItemRequest>);
+
+impl ReturnItems {
+    pub fn new(items: impl IntoIterator<Item = ReturnItemRequest>) -> Result<Self, InputError> {
+        let mut out: BTreeMap<ProductId, ReturnItemRequest> = BTreeMap::new();
+        for item in items {
+            if out.len() >= MAX_ITEMS_PER_ORDER {
+                return Err(InputError::TooManyItems {
+                    max: MAX_ITEMS_PER_ORDER,
+                });
+            }
+            let product = item.product_id;
+            if out.insert(product, item).is_some() {
+                return Err(InputError::DuplicateLine(product.get()));
+            }
+        }
+        if out.is_empty() {
+            return Err(InputError::EmptyOrder);
+        }
+        Ok(ReturnItems(out.into_values().collect()))
+    }
+
+    /// In ascending product id.
+    pub fn iter(&self) -> impl Iterator<Item = &ReturnItemRequest> {
+        self.0.iter()
+    }
+}
+
+/// A request to bring confirmed units of an order back to `available`; idempotent by
+/// `return_id`.
+#[derive(Debug, Clone)]
+pub struct ReturnRequest {
+    pub return_id: ReturnId,
+    pub order_id: OrderId,
+    pub items: ReturnItems,
+    pub reason: Reason,
+}
+
+/// One product of a return, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReturnedItem {
+    pub product_id: ProductId,
+    pub quantity: i32,
+    /// Where the units went (products stocked per location only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location_id: Option<LocationId>,
+}
+
+/// What a return did (or, replayed, what it did the first time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Return {
+    pub return_id: ReturnId,
+    pub order_id: OrderId,
+    /// Per product, ascending.
+    pub items: Vec<ReturnedItem>,
+    pub reason: String,
+    pub returned_at: DateTime<Utc>,
+    /// True when the return had been made before: nothing came back now.
+    pub replayed: bool,
 }
 
 /// What an extension did: the order's current items, the extended ones with their new expiry.

@@ -17,7 +17,7 @@ use crate::store::values::{Col, Values};
 #[doc(hidden)]
 macro_rules! reservation_columns {
     () => {
-        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, reference, metadata, (status = 'active' AND expires_at <= now()) AS lapsed"
+        "id, order_id, product_id, quantity, status, expires_at, created_at, request_key, backordered, allocated, order_position, reference, metadata, returned, (status = 'active' AND expires_at <= now()) AS lapsed"
     };
 }
 
@@ -446,6 +446,43 @@ pub(crate) const INSERT_SALE_ALLOCATIONS: Sql = Sql::same(
     "INSERT INTO sale_allocations (sale_id, product_id, location_id, quantity) \
      SELECT $1, g.product_id, g.location_id, g.quantity \
        FROM unnest($2::bigint[], $3::text[], $4::int[]) AS g(product_id, location_id, quantity)",
+);
+
+// ---- Returns ----------------------------------------------------------------------------------
+
+/// A return's items with its order and reason (on every row: one round trip).
+pub(crate) const RETURN_ITEMS: Sql = Sql::same(
+    "SELECT r.order_id, r.reason, i.product_id, i.quantity, i.location_id, i.returned_at \
+       FROM return_items i JOIN order_returns r ON r.return_id = i.return_id \
+      WHERE i.return_id = $1 ORDER BY i.product_id",
+);
+pub(crate) const INSERT_RETURN: Sql =
+    Sql::same("INSERT INTO order_returns (return_id, order_id, reason) VALUES ($1, $2, $3)");
+/// Raises a confirmed line's returned count by `$3`, never past what left the shelf for the
+/// customer: the condition inside the UPDATE (the line's row is held locked already, and the
+/// CHECK `reservations_returned_within_confirmed` stands behind it). Zero rows: refused. The
+/// product is named so that Citus routes it to the line's shard.
+pub(crate) const RAISE_RETURNED: Sql = Sql::same(
+    "UPDATE reservations SET returned = returned + $3, order_position = $4 \
+      WHERE id = $1 AND product_id = $2 AND status = 'confirmed' \
+        AND returned + $3 <= quantity - backordered \
+      RETURNING returned",
+);
+/// What a refused return is told: the line's confirmed and already returned units.
+pub(crate) const LINE_RETURNS: Sql = Sql::same(
+    "SELECT status, (quantity - backordered)::bigint AS confirmed, returned::bigint AS returned \
+       FROM reservations WHERE id = $1 AND product_id = $2",
+);
+pub(crate) const INSERT_RETURN_ITEMS: Sql = Sql::same(
+    "INSERT INTO return_items (return_id, product_id, quantity, location_id) \
+     SELECT $1, g.product_id, g.quantity, g.location_id \
+       FROM unnest($2::bigint[], $3::int[], $4::text[]) AS g(product_id, quantity, location_id) \
+     RETURNING product_id, quantity, location_id, returned_at",
+);
+/// Whether `$1` is stocked at location `$2`.
+pub(crate) const STOCKED_AT: Sql = Sql::same(
+    "SELECT EXISTS (SELECT 1 FROM stock_locations WHERE product_id = $1 AND location_id = $2) \
+         AS stocked",
 );
 
 #[cfg(test)]

@@ -91,6 +91,7 @@ mod tests {
                 expires_at: at(expires),
                 backordered: 0,
                 allocations: Vec::new(),
+                returned: 0,
             },
         }
     }

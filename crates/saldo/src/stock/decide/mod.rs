@@ -8,12 +8,14 @@
 //! - [`settle`]: what confirm, release and expiry do to the counters, and what they answer;
 //! - [`extend`]: which rows an extension moves;
 //! - [`backorders`]: how arriving units fill waiting backorders;
-//! - [`repair`]: what a repair writes to a divergent product.
+//! - [`repair`]: what a repair writes to a divergent product;
+//! - [`returns`]: a return's replay, the line each item comes back to, and where.
 
 pub mod allocate;
 pub mod backorders;
 pub(crate) mod extend;
 pub(crate) mod plan;
 pub(crate) mod repair;
+pub(crate) mod returns;
 pub(crate) mod settle;
 pub(crate) mod take;

@@ -246,6 +246,7 @@ mod tests {
                 expires_at: Utc::now(),
                 backordered: 0,
                 allocations: Vec::new(),
+                returned: 0,
             },
         }
     }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use uuid::Uuid;
 
-use crate::domain::{LocationId, OrderId, ProductId};
+use crate::domain::{Lines, LocationId, OrderId, ProductId};
 use crate::error::Error;
 use crate::stock::decide::plan::{current_items, missing_items};
 use crate::stock::model::{
@@ -90,6 +90,47 @@ pub(crate) fn moves(rows: &[Row], op: Settling) -> Vec<Move<'_>> {
             _ => None,
         })
         .collect()
+}
+
+/// Keeps the rows of the named lines (every row when `lines` is `None`: the whole order), after
+/// checking that the order has a line of each named product ([`Error::NotInOrder`], before
+/// anything is written). The order's last event position is read from all its rows first.
+pub(crate) fn select(
+    order_id: &OrderId,
+    rows: &mut Vec<Row>,
+    lines: Option<&Lines>,
+) -> Result<(), Error> {
+    let Some(lines) = lines else {
+        return Ok(());
+    };
+    if let Some(product_id) = lines
+        .iter()
+        .find(|p| !rows.iter().any(|r| r.item.product_id == *p))
+    {
+        return Err(Error::NotInOrder {
+            order_id: order_id.clone(),
+            product_id,
+        });
+    }
+    rows.retain(|r| lines.contains(r.item.product_id));
+    Ok(())
+}
+
+/// A release that names its lines refuses, before anything is written, a named line that is
+/// sold (confirmed) or expired (a line past its expiry included): the client named it, so
+/// skipping it would answer as if it had been given back. The refusal names the line's state.
+pub(crate) fn refuse_unreleasable(order_id: &OrderId, selected: &[Row]) -> Result<(), Error> {
+    match current_items(selected)
+        .into_iter()
+        .find(|i| matches!(i.status, Status::Confirmed | Status::Expired))
+    {
+        Some(line) => Err(Error::NotReleasable {
+            order_id: order_id.clone(),
+            product_id: line.product_id,
+            status: line.status,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A row moved: its id, the status it reached, its order's event position of that move.
@@ -211,6 +252,7 @@ mod tests {
                 expires_at: Utc::now(),
                 backordered: 0,
                 allocations: Vec::new(),
+                returned: 0,
             },
         }
     }

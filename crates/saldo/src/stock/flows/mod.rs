@@ -8,7 +8,7 @@
 //! - [`extend`]: hold extension; [`sales`]: direct sales;
 //! - [`admin`]: counts, adjustments, reads; [`backorders`]: the policy and the fill of
 //!   arrivals; [`locations`]: location counts and priorities; [`repair`]: counters brought back
-//!   to their history.
+//!   to their history; [`returns`]: confirmed units brought back.
 
 pub mod admin;
 pub mod backorders;
@@ -17,6 +17,7 @@ pub mod locations;
 pub mod order_events;
 pub mod repair;
 pub(crate) mod reserve;
+pub mod returns;
 pub mod sales;
 pub(crate) mod settle;
 pub mod sweeper;

@@ -22,6 +22,7 @@ pub(crate) const EXPIRED: &str = "reservation.expired";
 pub(crate) const EXTENDED: &str = "reservation.extended";
 pub(crate) const BACKORDER_FILLED: &str = "backorder.filled";
 pub(crate) const SALE_CREATED: &str = "sale.created";
+pub(crate) const RETURNED: &str = "order.returned";
 
 /// Every event type the engine's stock side writes (the product's `stock.changed` included).
 pub const STOCK_EVENT_TYPES: &[&str] = &[
@@ -33,6 +34,7 @@ pub const STOCK_EVENT_TYPES: &[&str] = &[
     EXTENDED,
     BACKORDER_FILLED,
     SALE_CREATED,
+    RETURNED,
 ];
 
 /// The position of an order's latest event, from all its rows (0: none yet).
@@ -126,6 +128,26 @@ pub(crate) fn emit_fills(tx: &Tx<'_>, fills: &[Fill]) {
             }),
         });
     }
+}
+
+/// The `order.returned` event of a return, at its order's next position.
+pub(crate) fn emit_return(tx: &Tx<'_>, position: i64, ret: &crate::stock::model::Return) {
+    if !tx.records_events() {
+        return;
+    }
+    tx.emit(NewEvent {
+        stream_type: StreamType::Order,
+        stream_id: ret.order_id.as_str().to_owned(),
+        position,
+        kind: RETURNED,
+        data: json!({
+            "order_id": ret.order_id,
+            "return_id": ret.return_id,
+            "items": ret.items,
+            "reason": ret.reason,
+            "returned_at": ret.returned_at,
+        }),
+    });
 }
 
 /// The `sale.created` event of a sale (its stream's only event).

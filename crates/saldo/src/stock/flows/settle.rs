@@ -5,7 +5,7 @@
 //! Lock order: the order's reservation rows first, then its stock rows in ascending product
 //! id, then the location rows of what was allocated at locations.
 
-use crate::domain::{OrderId, Tags};
+use crate::domain::{Lines, OrderId, Tags};
 use crate::error::Error;
 use crate::operation::Operation;
 use std::collections::{BTreeMap, HashMap};
@@ -129,14 +129,21 @@ pub(crate) async fn lock_order(tx: &Tx<'_>, order_id: &OrderId) -> Result<Vec<Ro
     Ok(rows)
 }
 
-pub(crate) async fn confirm(store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+/// active → confirmed, of the named lines (`None`: the whole order); a named product the order
+/// has no line of refuses the whole request, nothing written.
+pub(crate) async fn confirm(
+    store: &Store,
+    order_id: &OrderId,
+    lines: Option<&Lines>,
+) -> Result<ConfirmOutcome, Error> {
     let writer = store.writer();
     let (outcome, moved) =
         in_transaction(&store.pool, &store.tx, Operation::Confirm, move |client| {
             crate::write_tx!(client, writer => |tx| async {
                 let mut rows = lock_order(&tx, order_id).await?;
-                let moves = decide::moves(&rows, Settling::Confirm);
                 let last = order_events::last_positions(&rows);
+                decide::select(order_id, &mut rows, lines)?;
+                let moves = decide::moves(&rows, Settling::Confirm);
                 let moved = settle(&tx, &moves, &last).await?;
                 decide::apply(&mut rows, &moved);
                 Ok((decide::confirmed(order_id, &rows), moved))
@@ -167,15 +174,25 @@ pub(crate) fn note_confirmed_order(outcome: &ConfirmOutcome, moved: &[Moved]) {
 }
 
 /// active → released (a line past its expiry: expired); an order with no line to release is
-/// refused after what expired is committed ([`decide::released`]).
-pub(crate) async fn release(store: &Store, order_id: &OrderId) -> Result<ReleaseOutcome, Error> {
+/// refused after what expired is committed ([`decide::released`]). With named lines
+/// (`Some`), only those, and a named line that is sold or expired refuses the whole request
+/// with nothing written ([`decide::refuse_unreleasable`]).
+pub(crate) async fn release(
+    store: &Store,
+    order_id: &OrderId,
+    lines: Option<&Lines>,
+) -> Result<ReleaseOutcome, Error> {
     let writer = store.writer();
     let (outcome, moved) =
         in_transaction(&store.pool, &store.tx, Operation::Release, move |client| {
             crate::write_tx!(client, writer => |tx| async {
                 let mut rows = lock_order(&tx, order_id).await?;
-                let moves = decide::moves(&rows, Settling::Release);
                 let last = order_events::last_positions(&rows);
+                decide::select(order_id, &mut rows, lines)?;
+                if lines.is_some() {
+                    decide::refuse_unreleasable(order_id, &rows)?;
+                }
+                let moves = decide::moves(&rows, Settling::Release);
                 let moved = settle(&tx, &moves, &last).await?;
                 decide::apply(&mut rows, &moved);
                 // A refusal is an answer of a committed transaction: what expired stays expired.

@@ -6,5 +6,6 @@
 pub(crate) mod backorders;
 pub(crate) mod locations;
 pub(crate) mod reservations;
+pub(crate) mod returns;
 pub(crate) mod sales;
 pub(crate) mod stock;

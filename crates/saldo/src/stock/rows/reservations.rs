@@ -49,6 +49,7 @@ pub(crate) fn parse(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, Error> {
                     expires_at: r.try_get("expires_at")?,
                     backordered: r.try_get("backordered")?,
                     allocations: Vec::new(),
+                    returned: r.try_get("returned")?,
                 },
             })
         })
@@ -352,6 +353,7 @@ impl<'a> NewRows<'a> {
                 expires_at,
                 backordered: 0,
                 allocations: Vec::new(),
+                returned: 0,
             },
         })
     }

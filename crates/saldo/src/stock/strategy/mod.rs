@@ -17,7 +17,7 @@ pub mod trace;
 
 use async_trait::async_trait;
 
-use crate::domain::OrderId;
+use crate::domain::{Lines, OrderId};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
 use crate::stock::flows;
@@ -41,9 +41,14 @@ pub trait StockStrategy: Send + Sync {
         flows::reserve::reserve(store, self.taker(), intent, &Placement::default()).await
     }
 
-    /// active → confirmed.
-    async fn confirm(&self, store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
-        flows::settle::confirm(store, order_id).await
+    /// active → confirmed, of the named lines (`None`: the whole order).
+    async fn confirm(
+        &self,
+        store: &Store,
+        order_id: &OrderId,
+        lines: Option<&Lines>,
+    ) -> Result<ConfirmOutcome, Error> {
+        flows::settle::confirm(store, order_id, lines).await
     }
 }
 

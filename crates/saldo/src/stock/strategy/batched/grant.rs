@@ -205,6 +205,7 @@ fn placeholder_row(id: Uuid, order_id: &OrderId, product: ProductId, quantity: Q
             expires_at: DateTime::<Utc>::MIN_UTC,
             backordered: 0,
             allocations: Vec::new(),
+            returned: 0,
         },
     }
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::batch::schedule::Batchable;
 use crate::batch::worker::Queued;
 use crate::batch::Ticket;
-use crate::domain::OrderId;
+use crate::domain::{Lines, OrderId};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::model::{ConfirmOutcome, Reservation, ReserveRequest};
@@ -41,6 +41,8 @@ pub(crate) enum Work {
     },
     Confirm {
         order_id: OrderId,
+        /// The lines to confirm (`None`: the whole order).
+        lines: Option<Lines>,
         reply: oneshot::Sender<Result<ConfirmOutcome, Error>>,
     },
 }

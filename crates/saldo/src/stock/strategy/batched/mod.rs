@@ -40,7 +40,7 @@ pub use crate::batch::config::{
 pub use crate::batch::lane::BatchedStats;
 use crate::batch::lane::{partition_for, partition_for_key, Admission, Counters, Lanes};
 use crate::batch::worker::Worker;
-use crate::domain::OrderId;
+use crate::domain::{Lines, OrderId};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::plan::Intent;
@@ -189,10 +189,16 @@ impl StockStrategy for Batched {
     /// Confirms are batched too: each one settles on the product's stock row, so on a hot
     /// product one confirm per transaction would cap sales at `atomic`'s rate. An order's
     /// products are unknown before its rows are read, so confirms spread by order id.
-    async fn confirm(&self, _store: &Store, order_id: &OrderId) -> Result<ConfirmOutcome, Error> {
+    async fn confirm(
+        &self,
+        _store: &Store,
+        order_id: &OrderId,
+        lines: Option<&Lines>,
+    ) -> Result<ConfirmOutcome, Error> {
         let (reply, answer) = oneshot::channel();
         let work = Work::Confirm {
             order_id: order_id.clone(),
+            lines: lines.cloned(),
             reply,
         };
         let job = Job::new(work, deadline::current());
@@ -200,7 +206,8 @@ impl StockStrategy for Batched {
         let partition = partition_for_key(order_id.as_str(), self.lanes.len());
         match self.admit(partition, job)? {
             Admission::Direct(claim) => {
-                let outcome = worker::confirm_alone(&self.store, &self.counters, order_id).await;
+                let outcome =
+                    worker::confirm_alone(&self.store, &self.counters, order_id, lines).await;
                 drop(claim);
                 outcome
             }

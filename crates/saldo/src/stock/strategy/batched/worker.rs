@@ -19,11 +19,11 @@ use super::grant::{grant_all, patch_written, Decision, Grants, Locked, FIRST_POS
 use super::job::{Granted, Job, Work};
 use crate::batch::lane::Counters;
 use crate::batch::worker::Worker;
-use crate::domain::OrderId;
+use crate::domain::{Lines, OrderId};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::plan::{current_items, order_tags, Intent};
-use crate::stock::decide::settle::{apply, confirmed, moves, Moved, Settling};
+use crate::stock::decide::settle::{apply, confirmed, moves, select, Moved, Settling};
 use crate::stock::flows::order_events;
 use crate::stock::flows::{reserve, settle};
 use crate::stock::model::{ConfirmOutcome, Placement, Reservation, ReserveRequest, Row};
@@ -49,8 +49,14 @@ pub(super) async fn run_alone(worker: &Worker, job: Job) {
             let outcome = reserve_alone(&worker.store, &worker.counters, &request).await;
             let _ = reply.send(outcome.map(Granted::Reserved));
         }
-        Work::Confirm { order_id, reply } => {
-            let _ = reply.send(confirm_alone(&worker.store, &worker.counters, &order_id).await);
+        Work::Confirm {
+            order_id,
+            lines,
+            reply,
+        } => {
+            let outcome =
+                confirm_alone(&worker.store, &worker.counters, &order_id, lines.as_ref()).await;
+            let _ = reply.send(outcome);
         }
     }
 }
@@ -62,7 +68,11 @@ pub(super) async fn run_batch(worker: &Worker, jobs: Vec<Job>) {
     for job in jobs {
         match job.work {
             Work::Reserve { request, reply } => reserves.push((request, reply, job.deadline)),
-            Work::Confirm { order_id, reply } => confirms.push((order_id, reply, job.deadline)),
+            Work::Confirm {
+                order_id,
+                lines,
+                reply,
+            } => confirms.push(((order_id, lines), reply, job.deadline)),
         }
     }
     if !reserves.is_empty() {
@@ -163,9 +173,13 @@ async fn still_locked(worker: &Worker, requests: &[&ReserveRequest]) -> HashSet<
     }
 }
 
-async fn confirm_batch(worker: &Worker, jobs: Vec<(OrderId, Reply<ConfirmOutcome>, Deadline)>) {
+/// A queued confirm: the order and the lines it names (`None`: all).
+type ConfirmJob = (OrderId, Option<Lines>);
+
+async fn confirm_batch(worker: &Worker, jobs: Vec<(ConfirmJob, Reply<ConfirmOutcome>, Deadline)>) {
     let started = Instant::now();
-    let order_ids: Vec<&OrderId> = jobs.iter().map(|j| &j.0).collect();
+    let order_ids: Vec<(&OrderId, Option<&Lines>)> =
+        jobs.iter().map(|j| (&j.0 .0, j.0 .1.as_ref())).collect();
     let order_ids = &order_ids[..];
     let writer = worker.store.writer();
     let result = in_transaction(
@@ -201,8 +215,8 @@ async fn confirm_batch(worker: &Worker, jobs: Vec<(OrderId, Reply<ConfirmOutcome
             futures::stream::iter(jobs)
                 .for_each_concurrent(
                     FALLBACK_CONCURRENCY,
-                    |(order_id, reply, deadline)| async move {
-                        let alone = settle::confirm(&worker.store, &order_id);
+                    |((order_id, lines), reply, deadline)| async move {
+                        let alone = settle::confirm(&worker.store, &order_id, lines.as_ref());
                         let _ = reply.send(deadline::within_opt(deadline, alone).await);
                     },
                 )
@@ -270,9 +284,10 @@ pub(super) async fn confirm_alone(
     store: &Store,
     counters: &Counters,
     order_id: &OrderId,
+    lines: Option<&Lines>,
 ) -> Result<ConfirmOutcome, Error> {
     let started = Instant::now();
-    let outcome = settle::confirm(store, order_id).await;
+    let outcome = settle::confirm(store, order_id, lines).await;
     record_batch(Operation::Confirm, started, 1);
     counters.committed(1);
     outcome
@@ -439,38 +454,59 @@ type Confirmed = (ConfirmOutcome, Vec<Moved>);
 
 /// The confirm batch: lock every row of the orders, settle all active ones in one pass (each
 /// stock row updated once), answer each order as the confirm of one order would.
+///
+/// A confirm that names lines settles only those (the union over the batch's confirms of one
+/// order) and answers about them; one that names a product its order has no line of is refused
+/// alone ([`select`]) and moves nothing.
 async fn confirm_tx(
     tx: &Tx<'_>,
-    order_ids: &[&OrderId],
+    order_ids: &[(&OrderId, Option<&Lines>)],
 ) -> Result<(Vec<Result<Confirmed, Error>>, Vec<Moved>), Error> {
-    let mut keys: Vec<&str> = order_ids.iter().map(|o| o.as_str()).collect();
+    let mut keys: Vec<&str> = order_ids.iter().map(|(o, _)| o.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut rows = reservations::lock_orders(tx, &keys).await?;
     locations::attach(tx, &mut rows).await?;
-    let moves = moves(&rows, Settling::Confirm);
     let last = order_events::last_positions(&rows);
-    let moved = settle::settle(tx, &moves, &last).await?;
-    apply(&mut rows, &moved);
     let mut by_order: HashMap<String, Vec<Row>> = HashMap::with_capacity(keys.len());
     for row in rows {
         by_order.entry(row.order_id.clone()).or_default().push(row);
     }
+    // Each confirm's own rows (its lines), or its refusal.
+    let selected: Vec<Result<Vec<Row>, Error>> = order_ids
+        .iter()
+        .map(|&(order_id, lines)| {
+            let mut rows = by_order
+                .get(order_id.as_str())
+                .filter(|r| !r.is_empty())
+                .cloned()
+                .ok_or_else(|| Error::UnknownOrder(order_id.clone()))?;
+            select(order_id, &mut rows, lines)?;
+            Ok(rows)
+        })
+        .collect();
+    let mut chosen: HashMap<uuid::Uuid, &Row> = HashMap::new();
+    for row in selected.iter().flatten().flatten() {
+        chosen.entry(row.id).or_insert(row);
+    }
+    let mut to_settle: Vec<Row> = chosen.into_values().cloned().collect();
+    to_settle
+        .sort_by(|a, b| (&a.order_id, a.item.product_id).cmp(&(&b.order_id, b.item.product_id)));
+    let moves = moves(&to_settle, Settling::Confirm);
+    let moved = settle::settle(tx, &moves, &last).await?;
     let outcomes = order_ids
         .iter()
-        .map(
-            |&order_id| match by_order.get(order_id.as_str()).filter(|r| !r.is_empty()) {
-                Some(rows) => {
-                    let mine: Vec<Moved> = moved
-                        .iter()
-                        .filter(|(id, _, _)| rows.iter().any(|r| r.id == *id))
-                        .copied()
-                        .collect();
-                    Ok((confirmed(order_id, rows), mine))
-                }
-                None => Err(Error::UnknownOrder(order_id.clone())),
-            },
-        )
+        .zip(selected)
+        .map(|(&(order_id, _), rows)| {
+            let mut rows = rows?;
+            apply(&mut rows, &moved);
+            let mine: Vec<Moved> = moved
+                .iter()
+                .filter(|(id, _, _)| rows.iter().any(|r| r.id == *id))
+                .copied()
+                .collect();
+            Ok((confirmed(order_id, &rows), mine))
+        })
         .collect();
     Ok((outcomes, moved))
 }
