@@ -336,7 +336,14 @@ fn response_links_reach_the_follow_ups_and_resolve() {
     let ids = |names: &[&str]| -> BTreeSet<String> {
         names.iter().map(|n| json!(n).to_string()).collect()
     };
-    let order = ids(&["get_order", "confirm", "release", "extend", "rereserve"]);
+    let order = ids(&[
+        "get_order",
+        "confirm",
+        "release",
+        "extend",
+        "rereserve",
+        "record_return",
+    ]);
     let transfer = ids(&["get_transfer", "post_transfer", "void_transfer"]);
     for status in ["201", "200"] {
         assert_eq!(linked("/v1/reservations", status), order, "{status}");
