@@ -27,7 +27,7 @@
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use crate::domain::{AccountId, ProductId};
+use crate::domain::{AccountId, ProductId, TransferId};
 use crate::error::Error;
 use crate::ledger::currency::Currency;
 use crate::ledger::types::Counters;
@@ -290,10 +290,19 @@ pub enum LedgerInvariant {
     /// credits that differs. Reported only when the counters agree with the journal: counters
     /// that drifted are that drift (a repair writes its entry).
     LatestEntryMatchesCounters,
+    /// A transfer's `reversed` differs from the sum of the reversals that name it (`expected`
+    /// is that sum, `actual` the transfer's counter; `transfer` names it).
+    ReversedMatchesReversals,
+    /// A transfer's `reversals` differs from how many reversals name it.
+    ReversalsMatchCount,
+    /// Reversals name a transfer that is not there (`expected` how many, `actual` 0).
+    ReversalOriginalExists,
 }
 
 /// One broken ledger invariant; `account` is `None` for a total; `currency` names the currency
-/// of a per-currency total, and the account's of [`LedgerInvariant::JournalInAccountCurrency`].
+/// of a per-currency total, and the account's of [`LedgerInvariant::JournalInAccountCurrency`];
+/// `transfer` names the transfer of a reversal invariant (on Citus with the `account` of the
+/// side found wrong).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LedgerDivergence {
     pub account: Option<AccountId>,
@@ -302,6 +311,8 @@ pub struct LedgerDivergence {
     pub actual: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub currency: Option<Currency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferId>,
 }
 
 /// A numeric sum read as text, as an `i128` (exact: a sum of bigints over any table saldo can
@@ -402,6 +413,7 @@ impl AccountState {
             expected: 0,
             actual: self.foreign_rows,
             currency: self.currency,
+            transfer: None,
         });
         let journal = [
             (
@@ -428,6 +440,7 @@ impl AccountState {
             expected: saturated(expected),
             actual,
             currency: None,
+            transfer: None,
         })
         .chain(foreign)
         .collect::<Vec<_>>();
@@ -441,6 +454,7 @@ impl AccountState {
                 expected,
                 actual,
                 currency: None,
+                transfer: None,
             })
             .into_iter()
             .collect()
@@ -544,8 +558,61 @@ fn currency_totals(r: &tokio_postgres::Row) -> Result<Vec<LedgerDivergence>, Err
             expected,
             actual,
             currency: Some(currency),
+            transfer: None,
         })
         .collect())
+}
+
+/// The reversal invariants broken in the rows of [`sql::REVERSAL_AUDIT`]: per transfer (per
+/// side on Citus), its `reversed` against the sum of its reversals, its `reversals` against
+/// their count, or reversals naming a transfer that is not there.
+pub(crate) fn reversal_divergences(
+    rows: &[tokio_postgres::Row],
+) -> Result<Vec<LedgerDivergence>, Error> {
+    let mut out = Vec::new();
+    for r in rows {
+        let transfer = TransferId::new(r.try_get::<_, String>("transfer_id")?)?;
+        let account = r
+            .try_get::<_, Option<i64>>("account_id")?
+            .map(AccountId::new)
+            .transpose()?;
+        let expected_reversed = saturated(sum_i128(r, "expected_reversed")?);
+        let expected_reversals: i64 = r.try_get("expected_reversals")?;
+        // An absent original is that finding alone: it has no counters to compare.
+        let found = match r.try_get::<_, Option<String>>("t_id")? {
+            None => vec![(
+                LedgerInvariant::ReversalOriginalExists,
+                expected_reversals,
+                0,
+            )],
+            Some(_) => vec![
+                (
+                    LedgerInvariant::ReversedMatchesReversals,
+                    expected_reversed,
+                    r.try_get::<_, i64>("reversed")?,
+                ),
+                (
+                    LedgerInvariant::ReversalsMatchCount,
+                    expected_reversals,
+                    r.try_get::<_, i64>("reversals")?,
+                ),
+            ],
+        };
+        out.extend(
+            found
+                .into_iter()
+                .filter(|(_, expected, actual)| expected != actual)
+                .map(|(invariant, expected, actual)| LedgerDivergence {
+                    account,
+                    invariant,
+                    expected,
+                    actual,
+                    currency: None,
+                    transfer: Some(transfer.clone()),
+                }),
+        );
+    }
+    Ok(out)
 }
 
 /// Runs the ledger audit in one REPEATABLE READ read-only snapshot; empty means the total is
@@ -556,6 +623,9 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let totals = tx.query_one(sql::LEDGER_TOTAL, &[]).await?;
     let currencies = tx.query(sql::LEDGER_CURRENCY_TOTALS, &[]).await?;
     let rows = tx.query(sql::LEDGER_AUDIT, &[&MAX_DIVERGENCES]).await?;
+    let reversals = tx
+        .query(sql::REVERSAL_AUDIT.single(), &[&MAX_DIVERGENCES])
+        .await?;
     tx.commit().await?;
     let mut out = Vec::new();
     let total = saturated(sum_i128(&totals, "total")?);
@@ -566,6 +636,7 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
             expected: 0,
             actual: total,
             currency: None,
+            transfer: None,
         });
     }
     for r in &currencies {
@@ -574,5 +645,7 @@ pub async fn audit_ledger(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     for r in &rows {
         out.extend(AccountState::from_row(r)?.divergences());
     }
+    out.extend(reversal_divergences(&reversals)?);
+    out.truncate(MAX_DIVERGENCES as usize);
     Ok(out)
 }

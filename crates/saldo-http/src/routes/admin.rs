@@ -77,8 +77,11 @@ pub struct LedgerDivergenceView {
     pub account: Option<i64>,
     /// `total_is_zero`, `currency_total_is_zero`, `balance_matches_journal`,
     /// `pending_totals_match`, `held_matches_pending`, `pending_credits_match_pending`,
-    /// `journal_in_account_currency` or `latest_entry_matches_counters` (an account's latest
-    /// entry does not say its counters, which agree with its journal).
+    /// `journal_in_account_currency`, `latest_entry_matches_counters` (an account's latest
+    /// entry does not say its counters, which agree with its journal), or for a transfer
+    /// (`transfer`) `reversed_matches_reversals` (its `reversed` against the sum of its
+    /// reversals), `reversals_match_count` or `reversal_original_exists` (reversals name a
+    /// transfer that is not there).
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -87,6 +90,9 @@ pub struct LedgerDivergenceView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = "EUR")]
     pub currency: Option<String>,
+    /// The transfer of a reversal invariant (on Citus, `account` is the side found wrong).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<String>,
 }
 
 impl From<&LedgerDivergence> for LedgerDivergenceView {
@@ -102,11 +108,15 @@ impl From<&LedgerDivergence> for LedgerDivergenceView {
                 LedgerInvariant::CurrencyTotalIsZero => "currency_total_is_zero",
                 LedgerInvariant::JournalInAccountCurrency => "journal_in_account_currency",
                 LedgerInvariant::LatestEntryMatchesCounters => "latest_entry_matches_counters",
+                LedgerInvariant::ReversedMatchesReversals => "reversed_matches_reversals",
+                LedgerInvariant::ReversalsMatchCount => "reversals_match_count",
+                LedgerInvariant::ReversalOriginalExists => "reversal_original_exists",
             }
             .to_owned(),
             expected: d.expected,
             actual: d.actual,
             currency: d.currency.map(|c| c.to_string()),
+            transfer: d.transfer.as_ref().map(|t| t.as_str().to_owned()),
         }
     }
 }

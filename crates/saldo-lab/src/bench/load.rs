@@ -32,6 +32,34 @@ pub struct LoadPlan {
     pub warmup: Duration,
     pub duration: Duration,
     pub with_confirm: bool,
+    /// Every operation carries a reference and metadata ([`bench_tags`]), as a payment or an
+    /// order from a shop would: what tags cost the engines.
+    pub tagged: bool,
+}
+
+/// The tags of a tagged operation: a provider's reference made of the operation's id and four
+/// metadata pairs of realistic sizes (a payment's invoice, customer, channel and country).
+pub fn bench_tags(id: &str) -> Result<saldo::domain::Tags, saldo::InputError> {
+    use saldo::domain::{Metadata, Reference, Tags};
+    let pairs = [
+        ("invoice", format!("inv-{id}")),
+        ("customer", format!("cus_{:016x}", fnv(id))),
+        ("channel", "web".to_owned()),
+        ("country", "PT".to_owned()),
+    ];
+    Ok(Tags {
+        reference: Some(Reference::new(format!("psp_{id}"))?),
+        metadata: Some(Metadata::new(
+            pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        )?),
+    })
+}
+
+/// A cheap, stable hash of an id (FNV-1a), so a customer id varies with the operation.
+fn fnv(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// What one run saw.
@@ -166,6 +194,7 @@ struct Shared {
     picker: Arc<Picker>,
     tag: String,
     with_confirm: bool,
+    tagged: bool,
     tally: Mutex<Tally>,
     /// Operations answered so far (for the progress display).
     answered: AtomicU64,
@@ -232,12 +261,16 @@ impl Shared {
         rng: &mut rand::rngs::StdRng,
     ) -> Result<TransferRequest, saldo::InputError> {
         let (from, to) = self.picker.pick_pair(rng);
+        let tags = match self.tagged {
+            true => bench_tags(&id)?,
+            false => Default::default(),
+        };
         Ok(TransferRequest {
             id: TransferId::new(id)?,
             from: AccountId::new(from)?,
             to: AccountId::new(to)?,
             amount: Amount::new(1)?,
-            tags: Default::default(),
+            tags,
         })
     }
 
@@ -256,11 +289,18 @@ impl Shared {
             Err(e) => return Outcome::Error(e.to_string()),
         };
         let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
+        let tags = match self.tagged {
+            true => match bench_tags(order_id.as_str()) {
+                Ok(tags) => tags,
+                Err(e) => return Outcome::Error(e.to_string()),
+            },
+            false => saldo::domain::Tags::NONE,
+        };
         let request = ReserveRequest {
             order_id,
             items,
             ttl: Ttl::default(),
-            tags: saldo::domain::Tags::NONE,
+            tags,
         };
         let outcome = match engine.reserve(&request).await {
             Ok(_) => Outcome::Ok(units),
@@ -335,6 +375,7 @@ pub async fn drive(
         picker,
         tag,
         with_confirm: plan.with_confirm,
+        tagged: plan.tagged,
         tally: Mutex::new(Tally::new()?),
         answered: AtomicU64::new(0),
         errors: AtomicU64::new(0),

@@ -16,7 +16,9 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use saldo::stock::batched::BatchedConfig;
-//! use saldo_lab::bench::{self, load::LoadPlan, Backend, BenchConfig, Contender, EventsMode, Scenario};
+//! use saldo_lab::bench::{
+//!     self, load::LoadPlan, Backend, BenchConfig, Contender, EventsMode, Scenario, TagsMode,
+//! };
 //! use saldo_lab::scratch::Scratch;
 //!
 //! # async fn example() -> anyhow::Result<()> {
@@ -33,6 +35,7 @@
 //!         warmup: Duration::from_secs(1),
 //!         duration: Duration::from_secs(5),
 //!         with_confirm: false,
+//!         tagged: false,
 //!     },
 //!     rounds: 3,
 //!     products: 1,
@@ -42,6 +45,7 @@
 //!     batched: BatchedConfig::default(),
 //!     http: None,
 //!     events: EventsMode::Both,
+//!     tags: TagsMode::Off,
 //!     webhook_probe: false,
 //! };
 //! let outcome = bench::run(&config, Backend::Scratch(&scratch), &()).await;
@@ -136,6 +140,8 @@ pub struct BenchConfig {
     pub http: Option<Arc<HttpTarget>>,
     /// Whether the writes append their events (the outbox), or both in turn, side by side.
     pub events: EventsMode,
+    /// Whether every operation carries a reference and metadata, or both in turn.
+    pub tags: TagsMode,
     /// HTTP mode: a loopback webhook receiver follows the load ([`webhook_probe`]).
     pub webhook_probe: bool,
 }
@@ -162,11 +168,55 @@ impl EventsMode {
     }
 }
 
-/// A result's name: the strategy, the compared server's label, and `no-events` when off.
-fn run_name(strategy: &str, label: Option<&str>, events: bool) -> String {
+/// `--tags`: operations without a reference and metadata (the default), with them, or each in
+/// turn within every round (the tagged runs are named `…@tagged`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum TagsMode {
+    #[default]
+    Off,
+    On,
+    Both,
+}
+
+impl TagsMode {
+    /// The settings a round runs, in order: true for tagged.
+    fn settings(self) -> &'static [bool] {
+        match self {
+            TagsMode::Off => &[false],
+            TagsMode::On => &[true],
+            TagsMode::Both => &[false, true],
+        }
+    }
+}
+
+/// What a run varies besides its strategy and server: events on or off, tagged or not.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    events: bool,
+    tagged: bool,
+}
+
+/// Every combination of `config`'s events and tags settings, in run order.
+fn settings_of(config: &BenchConfig) -> Vec<Setting> {
+    let mut settings = Vec::new();
+    for &events in config.events.settings() {
+        for &tagged in config.tags.settings() {
+            settings.push(Setting { events, tagged });
+        }
+    }
+    settings
+}
+
+/// A result's name: the strategy, the compared server's label, `no-events` when the outbox is
+/// off and `tagged` when operations carry tags.
+fn run_name(strategy: &str, label: Option<&str>, setting: Setting) -> String {
     let mut tags: Vec<&str> = label.into_iter().collect();
-    if !events {
+    if !setting.events {
         tags.push("no-events");
+    }
+    if setting.tagged {
+        tags.push("tagged");
     }
     if tags.is_empty() {
         strategy.to_owned()
@@ -301,12 +351,12 @@ async fn rounds(
             .map(|(label, scratch)| (Some(label.as_str()), Some(*scratch)))
             .collect(),
     };
-    let settings = config.events.settings();
+    let settings = settings_of(config);
     let per_round = (config.strategies.len() * sides.len() * settings.len()) as u64;
     for round in 1..=config.rounds {
         let mut i = 0_u64;
         for &(label, scratch) in &sides {
-            for &events in settings {
+            for &setting in &settings {
                 for &name in &config.strategies {
                     let index = u64::from(round - 1) * per_round + i;
                     i += 1;
@@ -321,20 +371,20 @@ async fn rounds(
                             let run = Run {
                                 name,
                                 round,
-                                events,
+                                setting,
                             };
                             one_run(config, scratch, &picker, run, on_tick).await?
                         }
                         (_, None) => bail!("a scratch backend without its scratch database"),
                     };
-                    result.strategy = run_name(&result.strategy, label, events);
+                    result.strategy = run_name(&result.strategy, label, setting);
                     progress.run_done(&result);
                     results.push(result);
                 }
             }
         }
     }
-    let names = names_of(config, &sides, settings);
+    let names = names_of(config, &sides, &settings);
     let summaries = report::summarize(&names, &results);
     let all_ok = summaries.iter().all(|s| s.invariants_ok);
     Ok(BenchOutcome {
@@ -345,17 +395,17 @@ async fn rounds(
     })
 }
 
-/// The results' names in table order: per compared server, per events setting, per strategy.
+/// The results' names in table order: per compared server, per setting, per strategy.
 fn names_of(
     config: &BenchConfig,
     sides: &[(Option<&str>, Option<&Scratch>)],
-    settings: &[bool],
+    settings: &[Setting],
 ) -> Vec<String> {
     let mut names = Vec::new();
     for &(label, _) in sides {
-        for &events in settings {
+        for &setting in settings {
             for n in &config.strategies {
-                names.push(run_name(n.as_str(), label, events));
+                names.push(run_name(n.as_str(), label, setting));
             }
         }
     }
@@ -367,8 +417,8 @@ fn names_of(
 struct Run {
     name: Contender,
     round: u32,
-    /// The outbox on (the service's setting) or off.
-    events: bool,
+    /// The outbox on (the service's setting) or off; operations tagged or not.
+    setting: Setting,
 }
 
 /// One strategy, one round: fresh stock, the load, the checks.
@@ -418,7 +468,11 @@ async fn one_run(
     };
     reset_peak_rss();
     let tag = format!("r{round}{}", name.as_str());
-    let tally = load::drive(target, picker.clone(), &config.plan, tag, on_tick).await?;
+    let plan = LoadPlan {
+        tagged: run.setting.tagged,
+        ..config.plan.clone()
+    };
+    let tally = load::drive(target, picker.clone(), &plan, tag, on_tick).await?;
     let peak_rss_kib = peak_rss_kib();
     let stats = batched
         .as_ref()
@@ -440,7 +494,7 @@ async fn one_run(
 /// The run's store: the default transaction options, events as the run says.
 fn store_for(scratch: &Scratch, run: Run) -> saldo::Store {
     let store = scratch.store(TxOptions::default());
-    if run.events {
+    if run.setting.events {
         store
     } else {
         store.without_events()

@@ -224,13 +224,20 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
     Ok(out)
 }
 
-/// Every account checked on its own shard, one routed query each.
+/// Every account checked on its own shard, one routed query each, then every transfer's
+/// reversal counters against its reversals, per side (each shard's part exact: see
+/// [`sql::REVERSAL_AUDIT`]).
 pub async fn audit_accounts(pool: &Pool) -> Result<Vec<LedgerDivergence>, Error> {
     let mut out: Vec<LedgerDivergence> = divergent_accounts(pool)
         .await?
         .iter()
         .flat_map(AccountState::divergences)
         .collect();
+    let client = checkout(pool, Operation::AuditLedger).await?;
+    let reversals = client
+        .query(sql::REVERSAL_AUDIT.citus(), &[&MAX_DIVERGENCES])
+        .await?;
+    out.extend(super::reversal_divergences(&reversals)?);
     out.truncate(MAX_DIVERGENCES as usize);
     Ok(out)
 }

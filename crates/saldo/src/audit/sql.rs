@@ -390,6 +390,42 @@ pub const ACCOUNT_STATE: Sql = Sql::pair(
     ),
 );
 
+/// Every transfer whose reversal counters (`reversed`, `reversals`) differ from the reversals
+/// that name it (their amounts summed, their rows counted), and every reversal naming a
+/// transfer that is not there (`t_id` NULL), `$1` at most. Sums as text, see [`LEDGER_TOTAL`].
+/// On Citus per side: a reversal moves money between its original's two accounts, so every
+/// side of an original sits on the shard of the same account as the sides of its reversals,
+/// and the join and the grouping are on the distribution column (each shard answers from its
+/// own snapshot, which holds an original's side and its reversals' sides together: they are
+/// written by one transaction per reversal, under the locks of those accounts).
+pub(crate) const REVERSAL_AUDIT: Sql = Sql::pair(
+    "
+WITH r AS (
+    SELECT reverses AS id, sum(amount) AS total, count(*) AS n
+      FROM transfers WHERE reverses IS NOT NULL GROUP BY reverses)
+SELECT coalesce(t.id, r.id) AS transfer_id, NULL::bigint AS account_id, t.id AS t_id,
+       coalesce(r.total, 0)::text AS expected_reversed, coalesce(t.reversed, 0) AS reversed,
+       coalesce(r.n, 0)::bigint AS expected_reversals, coalesce(t.reversals, 0)::bigint AS reversals
+  FROM transfers t
+  FULL JOIN r USING (id)
+ WHERE t.id IS NULL
+    OR t.reversed <> coalesce(r.total, 0) OR t.reversals <> coalesce(r.n, 0)
+ ORDER BY 1 LIMIT $1",
+    "
+WITH r AS (
+    SELECT account_id, reverses AS id, sum(amount) AS total, count(*) AS n
+      FROM transfers WHERE reverses IS NOT NULL GROUP BY account_id, reverses)
+SELECT coalesce(t.id, r.id) AS transfer_id, coalesce(t.account_id, r.account_id) AS account_id,
+       t.id AS t_id,
+       coalesce(r.total, 0)::text AS expected_reversed, coalesce(t.reversed, 0) AS reversed,
+       coalesce(r.n, 0)::bigint AS expected_reversals, coalesce(t.reversals, 0)::bigint AS reversals
+  FROM transfers t
+  FULL JOIN r ON r.account_id = t.account_id AND r.id = t.id
+ WHERE t.id IS NULL
+    OR t.reversed <> coalesce(r.total, 0) OR t.reversals <> coalesce(r.n, 0)
+ ORDER BY 1, 2 LIMIT $1",
+);
+
 /// One page of product ids above `$1` (a multi-shard read on Citus).
 pub(crate) const PRODUCT_PAGE: &str =
     "SELECT product_id FROM stock WHERE product_id > $1 ORDER BY product_id LIMIT $2";

@@ -271,6 +271,40 @@ async fn a_partial_reversal_across_workers_keeps_both_sides_in_step() {
     );
     assert_eq!(ledger.account(acc(a)).await.expect("a").balance, 100);
     assert_clean(&db).await;
+
+    // One side's count of what was reversed changed on its shard: the reversal audit, side by
+    // side, names the transfer and that account.
+    client
+        .execute(
+            "UPDATE transfers SET reversed = 59 WHERE id = 't' AND account_id = $1",
+            &[&b],
+        )
+        .await
+        .expect("plant");
+    let found: Vec<_> = saldo::audit::citus::audit_accounts(&db.pool)
+        .await
+        .expect("audit")
+        .into_iter()
+        .map(|d| {
+            (
+                d.transfer.map(|t| t.as_str().to_owned()),
+                d.account,
+                d.invariant,
+                d.expected,
+                d.actual,
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            Some("t".to_owned()),
+            Some(acc(b)),
+            saldo::audit::LedgerInvariant::ReversedMatchesReversals,
+            60,
+            59
+        )]
+    );
 }
 
 /// The ledger repair on Citus: an account that drifted is read and written on its own shard;

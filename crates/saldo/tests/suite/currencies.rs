@@ -370,6 +370,7 @@ async fn the_audit_catches_a_journal_row_across_currencies() {
         expected: 0,
         actual,
         currency: Some(code(currency)),
+        transfer: None,
     };
     assert_eq!(
         audit_ledger(&db.pool).await.expect("audit"),
@@ -383,6 +384,7 @@ async fn the_audit_catches_a_journal_row_across_currencies() {
                 expected: 100,
                 actual: 90,
                 currency: None,
+                transfer: None,
             },
             LedgerDivergence {
                 account: Some(acc(2)),
@@ -390,6 +392,7 @@ async fn the_audit_catches_a_journal_row_across_currencies() {
                 expected: 0,
                 actual: 1,
                 currency: Some(code("USD")),
+                transfer: None,
             },
         ]
     );

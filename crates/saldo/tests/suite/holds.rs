@@ -389,6 +389,7 @@ async fn the_audit_catches_a_planted_divergence_of_each_kind() {
         currency: account
             .is_none()
             .then_some(saldo::ledger::Currency::DEFAULT),
+        transfer: None,
     };
     // held behind the ledger's back: the account's held and the pending totals diverge.
     plant("UPDATE accounts SET held = held + 5 WHERE id = 1").await;

@@ -451,6 +451,7 @@ async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
                 expected: 0,
                 actual: 5,
                 currency: None,
+                transfer: None,
             },
             // The account's currency, on its own, is off by as much.
             LedgerDivergence {
@@ -459,6 +460,7 @@ async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
                 expected: 0,
                 actual: 5,
                 currency: Some(saldo::ledger::Currency::DEFAULT),
+                transfer: None,
             },
             LedgerDivergence {
                 account: Some(acc(1)),
@@ -466,6 +468,7 @@ async fn audit_and_check_catch_writes_behind_the_ledgers_back() {
                 expected: 500,
                 actual: 505,
                 currency: None,
+                transfer: None,
             },
         ]
     );

@@ -376,3 +376,103 @@ async fn a_naive_check_then_write_reversal_exceeds_the_posted_amount() {
         "the naive reversals moved back {moved_back} of a transfer of 10"
     );
 }
+
+/// A reversal can itself be reversed (a refund made in error, taken back), never for more than
+/// the reversal moved; and the audit ties every transfer's `reversed` and `reversals` to the
+/// reversals that name it: a counter changed around the engine, or a reversal whose original
+/// is gone, is reported naming the transfer (the audit before this check found nothing).
+#[tokio::test]
+async fn a_reversal_is_reversible_and_the_audit_ties_each_transfer_to_its_reversals() {
+    use saldo::audit::{audit_ledger_of, LedgerDivergence, LedgerInvariant};
+    let db = test_db().await;
+    let ledger = paid(&db, 100).await;
+    ledger
+        .reverse(&reversal("r1", "t", Some(40)))
+        .await
+        .expect("refund 40");
+    let back = ledger
+        .reverse(&reversal("r1-back", "r1", None))
+        .await
+        .expect("take the refund back");
+    assert_eq!(
+        (back.from, back.to, back.amount, back.reverses),
+        (acc(1), acc(2), 40, Some(tid("r1")))
+    );
+    assert_eq!(balances(&ledger).await, (900, 100));
+    let over = ledger.reverse(&reversal("r1-over", "r1", Some(1))).await;
+    assert!(
+        matches!(
+            over,
+            Err(Error::ReversalExceedsPosted {
+                posted: 40,
+                reversed: 40,
+                ..
+            })
+        ),
+        "{over:?}"
+    );
+    clean(&db).await;
+
+    let client = db.pool.get().await.expect("client");
+    let findings = || async {
+        audit_ledger_of(&db.pool, db.layout)
+            .await
+            .expect("audit")
+            .accounts
+            .into_iter()
+            .filter(|d| d.transfer.is_some())
+            .map(|d: LedgerDivergence| {
+                (
+                    d.transfer.expect("named").as_str().to_owned(),
+                    d.invariant,
+                    d.expected,
+                    d.actual,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // `reversed` raised around the engine (on Citus on both sides: one finding per side).
+    client
+        .batch_execute("UPDATE transfers SET reversed = reversed + 1 WHERE id = 't'")
+        .await
+        .expect("plant reversed");
+    let sides = if db.layout == saldo::db::Layout::Citus {
+        2
+    } else {
+        1
+    };
+    let expected = (
+        "t".to_owned(),
+        LedgerInvariant::ReversedMatchesReversals,
+        40,
+        41,
+    );
+    assert_eq!(findings().await, vec![expected; sides]);
+    client
+        .batch_execute(
+            "UPDATE transfers SET reversed = reversed - 1, reversals = reversals + 1 WHERE id = 't'",
+        )
+        .await
+        .expect("plant reversals");
+    let expected = ("t".to_owned(), LedgerInvariant::ReversalsMatchCount, 1, 2);
+    assert_eq!(findings().await, vec![expected; sides]);
+    // The original of a reversal removed: its reversals are reported as naming nothing.
+    client
+        .batch_execute(
+            "UPDATE transfers SET reversals = reversals - 1 WHERE id = 't';
+             DELETE FROM entries WHERE transfer_id = 'r1';
+             DELETE FROM transfers WHERE id = 'r1'",
+        )
+        .await
+        .expect("plant a lost original");
+    let found = findings().await;
+    assert!(
+        found.contains(&(
+            "r1".to_owned(),
+            LedgerInvariant::ReversalOriginalExists,
+            1,
+            0
+        )),
+        "{found:?}"
+    );
+}

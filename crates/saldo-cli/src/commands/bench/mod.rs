@@ -20,7 +20,9 @@ use saldo::stock::batched::{self as batched_engine, BatchedConfig};
 use saldo_lab::bench::http::HttpTarget;
 use saldo_lab::bench::load::LoadPlan;
 use saldo_lab::bench::report::RunResult;
-use saldo_lab::bench::{self, plot, report, Backend, BenchConfig, Contender, EventsMode, Scenario};
+use saldo_lab::bench::{
+    self, plot, report, Backend, BenchConfig, Contender, EventsMode, Scenario, TagsMode,
+};
 use saldo_lab::scratch::{Scratch, Server};
 
 use crate::commands::shared::Global;
@@ -108,6 +110,11 @@ pub struct Args {
     /// (the runs without are named `strategy@no-events`), to measure what events cost.
     #[arg(long, value_enum, default_value_t = EventsMode::On)]
     events: EventsMode,
+    /// Operations without a reference and metadata (off), with them (on: a provider's
+    /// reference and four metadata pairs), or both in turn within every round (the tagged runs
+    /// are named `strategy@tagged`), to measure what tags cost.
+    #[arg(long, value_enum, default_value_t = TagsMode::Off)]
+    tags: TagsMode,
     /// Print the results as JSON on stdout (the table goes to stderr).
     #[arg(long)]
     json: bool,
@@ -165,6 +172,9 @@ impl Options {
             if args.events != EventsMode::On {
                 bail!("--events applies to library runs: with --target the server decides");
             }
+            if args.tags != TagsMode::Off {
+                bail!("--tags applies to library runs");
+            }
         }
         if !(0.0..=MAX_SKEW).contains(&args.skew) {
             bail!("--skew must be within 0..={MAX_SKEW}");
@@ -182,6 +192,7 @@ impl Options {
                     warmup: Duration::from_secs(args.warmup_s),
                     duration: Duration::from_secs(args.duration_s),
                     with_confirm: args.with_confirm,
+                    tagged: false,
                 },
                 rounds: args.rounds,
                 products: scenario.products(args.products),
@@ -191,6 +202,7 @@ impl Options {
                 batched: batched(&args),
                 http,
                 events: args.events,
+                tags: args.tags,
                 webhook_probe: args.webhook_probe,
             },
             json: args.json,
