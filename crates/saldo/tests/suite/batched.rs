@@ -649,6 +649,46 @@ async fn concurrent_confirms_settle_once_and_name_what_is_missing() {
     assert_audit_clean(&db).await;
 }
 
+/// Two confirms of one order queued into the same batch (the worker held on another product
+/// meanwhile): the first sells, the second answers the same sale, and the stock moves once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_confirms_of_one_order_in_one_batch_sell_once() {
+    let db = test_db().await;
+    stock_up(&db.store(), &[(1, 10), (2, 10), (9, 10)]).await;
+    let engine = single_partition(db.store());
+    engine
+        .reserve(&request("o", &[(1, 2), (2, 3)]))
+        .await
+        .expect("reserve");
+    let lock = lock_rows(&db, &[9]).await;
+    let blocked = spawn_reserve(&engine, "blocked-order", &[(9, 1)]);
+    db.until_lock_waiter().await;
+    let mut confirms = Vec::new();
+    for i in 0..2 {
+        let e = engine.clone();
+        confirms.push(tokio::spawn(async move {
+            e.confirm(&OrderId::new("o").expect("id")).await
+        }));
+        until_queued(&engine, i + 1).await;
+    }
+    let batches_before = engine.stats().batches;
+    lock.release().await;
+    blocked
+        .await
+        .expect("join")
+        .expect("blocked order reserved");
+    for c in confirms {
+        let outcome = c.await.expect("join").expect("confirm");
+        assert_eq!(outcome.confirmed.len(), 2, "{outcome:?}");
+        assert!(outcome.missing.is_empty(), "{outcome:?}");
+    }
+    // The blocked order's batch, then one batch holding both confirms.
+    assert_eq!(engine.stats().batches, batches_before + 2);
+    assert_eq!(stock_of(&db, 1).await, (8, 0));
+    assert_eq!(stock_of(&db, 2).await, (7, 0));
+    assert_audit_clean(&db).await;
+}
+
 /// Deadlines travel: a product held locked by another transaction must not hold up the orders on other
 /// products that share its batch for longer than one lock timeout. The old fallback replayed
 /// the batch's orders one by one, each waiting out the lock again: the unrelated order waited
