@@ -75,8 +75,13 @@ fn print_divergences(stock: &[Divergence], ledger: &[LedgerDivergence]) {
     }
     for d in ledger {
         let account = d.account.map_or("all".to_owned(), |a| a.to_string());
+        let subject = match &d.transfer {
+            Some(t) if d.account.is_some() => format!("transfer {t} (side of account {account})"),
+            Some(t) => format!("transfer {t}"),
+            None => format!("account {account}"),
+        };
         println!(
-            "account {account} {:?}: expected {} actual {}",
+            "{subject} {:?}: expected {} actual {}",
             d.invariant, d.expected, d.actual
         );
     }
