@@ -150,6 +150,19 @@ pub struct ItemView {
     pub returned: Option<i32>,
 }
 
+impl AllocationView {
+    /// The views of `parts`, in their order.
+    pub(super) fn all(parts: &[saldo::stock::model::LocationQuantity]) -> Vec<AllocationView> {
+        parts
+            .iter()
+            .map(|a| AllocationView {
+                location_id: a.location_id.as_str().to_owned(),
+                quantity: a.quantity,
+            })
+            .collect()
+    }
+}
+
 impl From<&ReservedItem> for ItemView {
     fn from(i: &ReservedItem) -> Self {
         ItemView {
@@ -159,14 +172,7 @@ impl From<&ReservedItem> for ItemView {
             expires_at: i.expires_at,
             backordered: (i.backordered > 0).then_some(i.backordered),
             returned: (i.returned > 0).then_some(i.returned),
-            allocations: i
-                .allocations
-                .iter()
-                .map(|a| AllocationView {
-                    location_id: a.location_id.as_str().to_owned(),
-                    quantity: a.quantity,
-                })
-                .collect(),
+            allocations: AllocationView::all(&i.allocations),
         }
     }
 }

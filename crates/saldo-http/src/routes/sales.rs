@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 
 use super::bodies::{shown_tags, tags};
 use super::extract::ApiJson;
-use super::orders::{reserve_items, Allocation, ReserveItemRequest};
+use super::orders::{reserve_items, Allocation, AllocationView, ReserveItemRequest};
 use super::schema;
 use super::task::detached;
 use crate::auth::Client;
@@ -53,6 +53,11 @@ pub struct SaleBody {
 pub struct SoldItemView {
     pub product_id: i64,
     pub quantity: i32,
+    /// Where the units were sold from, by location id: products stocked per location only
+    /// (absent for the others).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub allocations: Vec<AllocationView>,
 }
 
 /// A sale as `POST /v1/sales` answers it.
@@ -82,6 +87,7 @@ impl From<Sale> for SaleView {
                 .map(|i| SoldItemView {
                     product_id: i.product_id.get(),
                     quantity: i.quantity,
+                    allocations: AllocationView::all(&i.allocations),
                 })
                 .collect(),
             sold_at: s.sold_at,

@@ -132,6 +132,12 @@ async fn a_split_reservation_is_allocated_in_priority_order_and_settles_there() 
         )
         .await;
     assert_eq!(sale.status, StatusCode::CREATED, "{}", sale.text);
+    assert_eq!(
+        sale.body["items"][0]["allocations"],
+        json!([{"location_id": "south", "quantity": 2}]),
+        "{}",
+        sale.text
+    );
     let stock = app.get("/v1/products/1/stock").await;
     assert_eq!(
         locations(&stock.body),

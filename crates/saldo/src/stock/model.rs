@@ -236,6 +236,10 @@ pub struct SaleRequest {
 pub struct SoldItem {
     pub product_id: ProductId,
     pub quantity: i32,
+    /// Where the units were sold from (products stocked per location only; empty, and absent
+    /// from the JSON, otherwise), by location id.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<LocationQuantity>,
 }
 
 /// What a sale did (or, replayed, what it did the first time).

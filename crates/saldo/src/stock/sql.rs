@@ -442,6 +442,11 @@ pub(crate) const INSERT_SALE_ITEMS: Sql = Sql::same(
      SELECT $1, g.product_id, g.quantity FROM unnest($2::bigint[], $3::int[]) \
      AS g(product_id, quantity) RETURNING product_id, quantity, sold_at",
 );
+/// Where a sale's units came from (located products only), by product then location.
+pub(crate) const SALE_ALLOCATIONS: Sql = Sql::same(
+    "SELECT product_id, location_id, quantity FROM sale_allocations \
+      WHERE sale_id = $1 ORDER BY product_id, location_id",
+);
 pub(crate) const INSERT_SALE_ALLOCATIONS: Sql = Sql::same(
     "INSERT INTO sale_allocations (sale_id, product_id, location_id, quantity) \
      SELECT $1, g.product_id, g.location_id, g.quantity \

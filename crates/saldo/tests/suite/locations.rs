@@ -409,6 +409,15 @@ async fn a_direct_sale_takes_from_locations() {
         };
         let sold = engine.sell(&sale).await.expect("sell");
         assert_eq!(sold.items[0].quantity, 2);
+        // The answer says where the units came from, and a replay says the same.
+        let from = |s: &saldo::stock::Sale| -> Vec<(String, i32)> {
+            s.items[0]
+                .allocations
+                .iter()
+                .map(|a| (a.location_id.as_str().to_owned(), a.quantity))
+                .collect()
+        };
+        assert_eq!(from(&sold), [("a".into(), 1), ("b".into(), 1)], "{name}");
         assert_eq!(
             at(&engine, 1).await,
             [("a".into(), 0, 0), ("b".into(), 1, 0)],
@@ -416,6 +425,7 @@ async fn a_direct_sale_takes_from_locations() {
         );
         let replay = engine.sell(&sale).await.expect("replay");
         assert!(replay.replayed);
+        assert_eq!(from(&replay), from(&sold), "{name}");
         assert_eq!(
             at(&engine, 1).await,
             [("a".into(), 0, 0), ("b".into(), 1, 0)]

@@ -16,12 +16,12 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::domain::{OrderItems, ProductId, Quantity};
+use crate::domain::{LocationId, OrderItems, ProductId, Quantity};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::flows::order_events;
 use crate::stock::flows::taking::{take_items, Destination};
-use crate::stock::model::Placement;
+use crate::stock::model::{LocationQuantity, Placement};
 pub use crate::stock::model::{Sale, SaleRequest, SoldItem};
 use crate::stock::rows::{locations, sales};
 use crate::stock::taker::{seen, Taken, UnitTaker};
@@ -106,6 +106,23 @@ pub async fn sell_placed(
     result
 }
 
+/// Puts on each sold item where its units came from, by location id (as a replay reads them).
+fn attach_allocations(sale: &mut Sale, located: &BTreeMap<ProductId, Vec<(LocationId, i32)>>) {
+    for item in &mut sale.items {
+        if let Some(parts) = located.get(&item.product_id) {
+            let mut parts: Vec<LocationQuantity> = parts
+                .iter()
+                .map(|(location_id, quantity)| LocationQuantity {
+                    location_id: location_id.clone(),
+                    quantity: *quantity,
+                })
+                .collect();
+            parts.sort_by(|a, b| a.location_id.as_str().cmp(b.location_id.as_str()));
+            item.allocations = parts;
+        }
+    }
+}
+
 async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest, placement: &Placement) -> Result<Sale, Error> {
     sales::begin(tx).await?;
     let sale_id = &request.sale_id;
@@ -119,8 +136,7 @@ async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest, placement: &Placement) -> R
     sales::insert(tx, sale_id, &request.tags).await?;
     let items: Vec<(ProductId, Quantity)> = request.items.iter().collect();
     let taken = take_items(tx, &SellUnits, &items, placement, Destination::Sold).await?;
-    let sale = sales::insert_items(tx, sale_id, &items, &request.tags).await?;
-    order_events::emit_sale(tx, &sale);
+    let mut sale = sales::insert_items(tx, sale_id, &items, &request.tags).await?;
     let located: BTreeMap<ProductId, Vec<_>> = items
         .iter()
         .zip(&taken)
@@ -128,6 +144,8 @@ async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest, placement: &Placement) -> R
         .collect();
     if !located.is_empty() {
         locations::record_sale(tx, sale_id.as_str(), &located).await?;
+        attach_allocations(&mut sale, &located);
     }
+    order_events::emit_sale(tx, &sale);
     Ok(sale)
 }

@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{ProductId, Quantity, SaleId, Tags};
+use crate::domain::{LocationId, ProductId, Quantity, SaleId, Tags};
 use crate::error::Error;
-use crate::stock::model::{Sale, SoldItem};
+use crate::stock::model::{LocationQuantity, Sale, SoldItem};
 use crate::stock::sql;
 use crate::store::dialect::Tx;
 use crate::store::tags;
@@ -20,7 +20,26 @@ pub(crate) async fn find(tx: &Tx<'_>, sale_id: &SaleId) -> Result<Option<Sale>, 
         return Ok(None);
     }
     let tags = tags::from_row(&rows[0])?;
-    sale_of(sale_id, &rows, tags, true).map(Some)
+    let mut sale = sale_of(sale_id, &rows, tags, true)?;
+    let allocated = tx
+        .query(&sql::SALE_ALLOCATIONS, &[&sale_id.as_str()])
+        .await?;
+    for r in &allocated {
+        let product = ProductId::new(r.try_get("product_id")?)?;
+        let part = LocationQuantity {
+            location_id: LocationId::new(r.try_get::<_, String>("location_id")?)?,
+            quantity: r.try_get("quantity")?,
+        };
+        match sale.items.iter_mut().find(|i| i.product_id == product) {
+            Some(item) => item.allocations.push(part),
+            None => {
+                return Err(Error::invariant(format!(
+                    "sale {sale_id} has allocations of product {product}, not one of its items"
+                )))
+            }
+        }
+    }
+    Ok(Some(sale))
 }
 
 fn sale_of(
@@ -35,6 +54,7 @@ fn sale_of(
         items.push(SoldItem {
             product_id: ProductId::new(r.try_get("product_id")?)?,
             quantity: r.try_get("quantity")?,
+            allocations: Vec::new(),
         });
         let at: DateTime<Utc> = r.try_get("sold_at")?;
         sold_at = Some(sold_at.map_or(at, |s| s.min(at)));
