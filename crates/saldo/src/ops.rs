@@ -14,8 +14,10 @@ pub const MAX_BLOCKED_SESSIONS: i64 = 1_000;
 /// Characters of each waiting query shown.
 pub const QUERY_PREFIX_CHARS: i32 = 80;
 
-/// The blocked-sessions view: sessions that wait on a lock, the pids that block them, how long their
-/// transaction has been open, and the start of their query.
+/// The blocked-sessions view: sessions of this database that wait on a lock, the pids that block
+/// them, how long their transaction has been open, and the start of their query. Sessions of other
+/// databases on the same server are none of this service's business (and were once shown: a test
+/// on a shared cluster saw another test's waiters).
 const BLOCKED: &str = "
 SELECT a.pid,
        pg_blocking_pids(a.pid)                                        AS blocked_by,
@@ -23,7 +25,8 @@ SELECT a.pid,
        (extract(epoch FROM now() - a.xact_start) * 1000)::bigint       AS transaction_age_ms,
        left(a.query, $2)                                              AS query
   FROM pg_stat_activity a
- WHERE cardinality(pg_blocking_pids(a.pid)) > 0
+ WHERE a.datname = current_database()
+   AND cardinality(pg_blocking_pids(a.pid)) > 0
  ORDER BY a.xact_start NULLS LAST
  LIMIT $1";
 

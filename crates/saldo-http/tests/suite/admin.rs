@@ -92,6 +92,51 @@ async fn locks_show_who_blocks_whom() {
     );
 }
 
+/// Two databases on one server (every test here has its own on a shared cluster): a session
+/// blocked in one never shows in the other's locks.
+#[tokio::test]
+async fn locks_show_only_this_databases_sessions() {
+    let busy = spawn_app().await;
+    let quiet = spawn_app().await;
+    busy.stock(1, 5).await;
+    let mut holder = busy.db.pool.get().await.expect("connection");
+    let tx = holder.transaction().await.expect("begin");
+    tx.execute("SELECT 1 FROM stock WHERE product_id = 1 FOR UPDATE", &[])
+        .await
+        .expect("lock");
+    let waiter = {
+        let pool = busy.db.pool.clone();
+        tokio::spawn(async move {
+            let c = pool.get().await.expect("connection");
+            c.execute(
+                "UPDATE stock SET available = available WHERE product_id = 1",
+                &[],
+            )
+            .await
+            .map(|_| ())
+        })
+    };
+    let mut blocked = false;
+    for _ in 0..LOCK_POLLS {
+        let a = busy.admin(Method::GET, "/v1/admin/locks", None).await;
+        if a.body["sessions"].as_array().is_some_and(|s| !s.is_empty()) {
+            blocked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let other = quiet.admin(Method::GET, "/v1/admin/locks", None).await;
+    tx.rollback().await.expect("rollback");
+    waiter.await.expect("task").expect("the waiter goes on");
+    assert!(blocked, "the waiter shows in its own database");
+    assert_eq!(other.status, StatusCode::OK);
+    assert_eq!(
+        other.body["sessions"],
+        serde_json::json!([]),
+        "another database's waiter is not shown"
+    );
+}
+
 #[tokio::test]
 async fn refusals_rank_products_and_bound_top() {
     let app = spawn_app().await;
