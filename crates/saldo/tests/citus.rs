@@ -115,6 +115,7 @@ async fn the_migrations_distribute_the_schema() {
     for table in [
         "reservations",
         "stock_movements",
+        "product_movements",
         "sale_items",
         "return_items",
         "backorder_fills",
