@@ -366,3 +366,54 @@ async fn a_journal_numbered_before_the_lock_loses_movements() {
         counters
     );
 }
+
+/// An arrival that fills backorders writes the row twice (the count, then the fill): each
+/// write its movement, the fill's named by the arrival (single node: backorders are refused on
+/// Citus).
+#[tokio::test]
+async fn an_arrival_that_fills_backorders_leaves_both_movements() {
+    if crate::harness::CITUS {
+        return;
+    }
+    let db = test_db().await;
+    let engine = engine_with_stock(
+        &db,
+        StrategyName::Atomic,
+        &StrategyConfig::default(),
+        &[(1, 0)],
+    )
+    .await;
+    let store = engine.store().clone();
+    saldo::stock::backorders::set_policy(&store, pid(1), 3)
+        .await
+        .expect("policy");
+    engine
+        .reserve(&request("pre-1", &[(1, 2)], Ttl::default()))
+        .await
+        .expect("backordered");
+    admin::adjust(&store, pid(1), 5, &Reason::new("delivery").expect("reason"))
+        .await
+        .expect("arrival");
+    let all = all_movements(&store, 1, 100).await;
+    let seen: Vec<_> = all
+        .iter()
+        .map(|m| {
+            (
+                m.kind,
+                (m.available_after, m.reserved_after, m.backordered_after),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (MoveKind::Count, (0, 0, 0)),
+            (MoveKind::Policy, (0, 0, 0)),
+            (MoveKind::Reserve, (0, 0, 2)),
+            (MoveKind::Adjustment, (5, 0, 2)),
+            (MoveKind::Adjustment, (3, 2, 0)),
+        ]
+    );
+    assert_journal_is_the_row(&store, 1, &all).await;
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}
