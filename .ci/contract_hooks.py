@@ -20,8 +20,9 @@ or `invalid-input`), `after` may not be past the feed's end (422 `cursor-invalid
 is right.
 
 And a transfer search cursor (`GET /v1/transfers?cursor=`) or a statement's
-(`GET /v1/accounts/{id}/entries?cursor=`) the server never handed out for the filters (the
-account and the time range) it comes with: the cursor carries a digest of its filters, which
+(`GET /v1/accounts/{id}/entries?cursor=`, `GET /v1/products/{product_id}/movements?cursor=`)
+the server never handed out for the filters (the account or product and the time range) it
+comes with: the cursor carries a digest of its filters, which
 the schema's pattern can state only as hex digits, so a generated one is (almost always) another
 search's or statement's: 422 `cursor-invalid`, the server being right.
 """
@@ -46,7 +47,11 @@ WEBHOOK_REFUSALS = {
     (409, "urn:saldo:problem:too-many-webhooks"),
 }
 # The lists whose cursors carry a digest of their filters.
-FILTERED_LISTS = {("GET", "/v1/transfers"), ("GET", "/v1/accounts/{id}/entries")}
+FILTERED_LISTS = {
+    ("GET", "/v1/transfers"),
+    ("GET", "/v1/accounts/{id}/entries"),
+    ("GET", "/v1/products/{product_id}/movements"),
+}
 RETURN_BODY = ("POST", "/v1/orders/{order_id}/returns")
 
 

@@ -41,6 +41,8 @@ mod holds;
 mod inputs;
 #[path = "suite/live.rs"]
 mod live;
+#[path = "suite/movements.rs"]
+mod movements;
 #[path = "suite/ops.rs"]
 mod ops;
 #[path = "suite/orders.rs"]

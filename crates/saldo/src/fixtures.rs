@@ -32,7 +32,7 @@ const EMPTY_ALL: &str = concat!(
     empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, return_items, order_returns, stock_movements, \
-     stock, transfers, transfer_groups, account_repairs, entries; \
+     product_movements, stock, transfers, transfer_groups, account_repairs, entries; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0, entry_seq = 0 WHERE id = 0"
 );
 /// The stock tables of the Citus layout, emptied by DELETE in foreign-key order: a TRUNCATE of
@@ -47,7 +47,7 @@ macro_rules! delete_stock_citus {
          UPDATE feed_state SET pruned_seq = last_seq; DELETE FROM backorder_fills; DELETE FROM reservation_allocations; \
          DELETE FROM sale_allocations; DELETE FROM stock_locations; DELETE FROM locations; \
          DELETE FROM reservations; DELETE FROM sale_items; DELETE FROM sales; \
-         DELETE FROM return_items; DELETE FROM order_returns; DELETE FROM stock_movements; DELETE FROM stock; DELETE FROM orders;"
+         DELETE FROM return_items; DELETE FROM order_returns; DELETE FROM stock_movements; DELETE FROM product_movements; DELETE FROM stock; DELETE FROM orders;"
     };
 }
 /// The ledger tables of the Citus layout, likewise (the system account kept, at 0).
@@ -76,11 +76,15 @@ const EMPTY_STOCK: &str = concat!(
     empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, return_items, order_returns, stock_movements, \
-     stock RESTART IDENTITY"
+     product_movements, stock RESTART IDENTITY"
 );
 const EMPTY_STOCK_CITUS: &str = delete_stock_citus!();
 const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \
      SELECT g, $1 FROM generate_series(1, $2::bigint) g";
+/// Each product's opening movement (V22: its counters at version 0).
+const OPENING_MOVEMENTS: &str = "INSERT INTO product_movements (product_id, seq, kind, \
+     available_after, reserved_after, backordered_after, at) \
+     SELECT g, 0, 'opening', $1, 0, 0, now() FROM generate_series(1, $2::bigint) g";
 const COUNT_PRODUCTS: &str = "INSERT INTO stock_movements (product_id, kind, quantity, reason) \
      SELECT g, 'count', $1, 'bench' FROM generate_series(1, $2::bigint) g";
 
@@ -157,7 +161,7 @@ pub async fn stock_products(pool: &Pool, products: u32, units: i32) -> Result<()
         } else {
             EMPTY_STOCK
         },
-        fill: &[STOCK_PRODUCTS, COUNT_PRODUCTS],
+        fill: &[STOCK_PRODUCTS, OPENING_MOVEMENTS, COUNT_PRODUCTS],
         analyze: "ANALYZE stock",
     };
     bulk.run(pool, &[&units, &n]).await

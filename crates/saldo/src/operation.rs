@@ -85,6 +85,7 @@ operations! {
         ListAccounts => "list_accounts",
         ListTransfers => "list_transfers",
         ListEntries => "list_entries",
+        ListMovements => "list_movements",
         // The event feed.
         Events => "events",
         PruneEvents => "prune_events",

@@ -4,7 +4,8 @@
 //!   every constraint Citus refuses is replaced by one that refuses the same bad write, shown
 //!   here by running that write on one node and on Citus (this file);
 //! - the audit on Citus: per-shard checks and the per-transfer double entry (`citus/audit.rs`);
-//! - the stock operations: the contract, stock, model, batched, listing, sales, returns, retry
+//! - the stock operations: the contract, stock, model, batched, listing, sales, returns,
+//!   movements, retry
 //!   and repair suites rerun on Citus (their `crate::harness`), plus crossing multi-item orders whose products are on
 //!   different workers, a direct sale across workers and the refusals (`citus/stock.rs`);
 //! - the ledger: the ledger, holds and ledger-model suites for both transfer strategies, the
@@ -114,6 +115,7 @@ async fn the_migrations_distribute_the_schema() {
     for table in [
         "reservations",
         "stock_movements",
+        "product_movements",
         "sale_items",
         "return_items",
         "backorder_fills",
@@ -428,6 +430,8 @@ mod batched;
 #[path = "suite/listing.rs"]
 mod listing;
 
+#[path = "suite/movements.rs"]
+mod movements;
 #[path = "suite/returns.rs"]
 mod returns;
 #[path = "suite/sales.rs"]

@@ -200,7 +200,7 @@ impl From<BalanceAt> for BalanceAtView {
 }
 
 /// An RFC 3339 time of the query (`name` for the message).
-fn time(name: &str, raw: &str) -> Result<DateTime<Utc>, ApiError> {
+pub(super) fn time(name: &str, raw: &str) -> Result<DateTime<Utc>, ApiError> {
     DateTime::parse_from_rfc3339(raw)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| ApiError::InvalidParameter(format!("{name} is not an RFC 3339 time: {e}")))

@@ -22,6 +22,7 @@ pub mod entries;
 pub mod events;
 pub mod health;
 pub mod lists;
+pub mod movements;
 pub mod orders;
 pub mod repair;
 pub mod returns;
@@ -39,6 +40,7 @@ use crate::state::AppState;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(stock::set_count, stock::get_stock))
+        .routes(routes!(movements::list_movements))
         .routes(routes!(stock::adjust))
         .routes(routes!(stock::set_policy))
         .routes(routes!(stock::set_location_count))

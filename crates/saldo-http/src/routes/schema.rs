@@ -617,6 +617,28 @@ pub fn entries_cursor() -> Schema {
     schema
 }
 
+/// A product's stock statement's cursor: the product and time range are in it too.
+pub fn movements_cursor() -> Schema {
+    let mut schema = cursor(ListKind::Movements);
+    if let Schema::Object(o) = &mut schema {
+        o.description = Some(
+            "Opaque: the `next_cursor` of the previous page, unchanged, for the same product, \
+             `from` and `to` (a cursor of another statement or another list is 422 \
+             `cursor-invalid`)"
+                .to_owned(),
+        );
+    }
+    schema
+}
+
+pub fn movements_from() -> Schema {
+    time("Only movements written at or after this time")
+}
+
+pub fn movements_to() -> Schema {
+    time("Only movements written before this time")
+}
+
 /// An RFC 3339 time within what the ledger keeps (`saldo::listing::entries`).
 fn time(description: &str) -> Schema {
     Object::builder()

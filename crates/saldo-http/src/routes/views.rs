@@ -266,7 +266,8 @@ pub struct DivergenceView {
     /// `reserved_matches_active`, `on_hand_matches_history`, `backordered_matches_live`,
     /// `backordered_within_limit`, `filled_in_arrival_order`, or for products stocked per
     /// location `locations_sum_to_available`, `locations_sum_to_reserved`,
-    /// `location_reserved_matches_allocations`, `allocations_match_quantity`.
+    /// `location_reserved_matches_allocations`, `allocations_match_quantity`, and
+    /// `latest_movement_matches_counters` (a product's latest movement against its row).
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -288,6 +289,7 @@ impl From<&Divergence> for DivergenceView {
                     "location_reserved_matches_allocations"
                 }
                 Invariant::AllocationsMatchQuantity => "allocations_match_quantity",
+                Invariant::LatestMovementMatchesCounters => "latest_movement_matches_counters",
             }
             .to_owned(),
             expected: d.expected,

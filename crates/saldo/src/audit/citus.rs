@@ -192,6 +192,13 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
         .iter()
         .flat_map(ProductState::divergences)
         .collect();
+    // One multi-shard statement: each shard joins its own products' rows and movements.
+    let client = checkout(pool, Operation::AuditStock).await?;
+    let movements = client
+        .query(sql::MOVEMENT_AUDIT, &[&MAX_DIVERGENCES])
+        .await?;
+    super::add_movement_divergences(&mut out, &movements)?;
+    out.sort_by_key(|d| d.product_id);
     out.truncate(MAX_DIVERGENCES as usize);
     Ok(out)
 }

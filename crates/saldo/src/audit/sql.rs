@@ -183,6 +183,27 @@ SELECT s.product_id, s.backordered::bigint AS backordered,
  ORDER BY s.product_id
  LIMIT $1";
 
+/// Each written product's latest movement (V22) against its row: the movement at the row's
+/// version (every write makes one, numbered by the version it left) must say the row's
+/// counters. A product at version 0 with no movement was never written by the engine (created
+/// at zero, or by a fixture written without one): nothing to compare. A movement past the
+/// version cannot be written twice (the next write's movement meets it on the primary key).
+/// The join is on the distribution column, so on Citus each shard answers for its own
+/// products. `$1`: most rows returned.
+pub(crate) const MOVEMENT_AUDIT: &str = "
+SELECT s.product_id, s.version, s.available::bigint AS available,
+       s.reserved::bigint AS reserved, s.backordered::bigint AS backordered,
+       m.seq, m.available_after::bigint AS available_after,
+       m.reserved_after::bigint AS reserved_after,
+       m.backordered_after::bigint AS backordered_after
+  FROM stock s
+  LEFT JOIN product_movements m ON m.product_id = s.product_id AND m.seq = s.version
+ WHERE (m.seq IS NULL AND s.version > 0)
+    OR m.available_after <> s.available OR m.reserved_after <> s.reserved
+    OR m.backordered_after <> s.backordered
+ ORDER BY s.product_id
+ LIMIT $1";
+
 /// The location invariants, per product: its row is the sum of its locations, each location's
 /// `reserved` is the sum of the active allocations at it, and each allocated reservation's
 /// allocations add up to its quantity. `$1`: most rows returned.

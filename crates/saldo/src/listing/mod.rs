@@ -10,10 +10,12 @@
 //! the filters it was handed out under ([`Cursor::Filtered`]), and one used with other filters
 //! is refused the same way. The queries live next to the data they read: [`stock`] (products,
 //! orders, locations), [`ledger`] (accounts), [`transfers`] (the transfer search), [`entries`]
-//! (an account's statement, keyset on (time, seq), and its balance at a time).
+//! (an account's statement, keyset on (time, seq), and its balance at a time), [`movements`]
+//! (a product's stock statement, the same way).
 
 pub mod entries;
 pub mod ledger;
+pub mod movements;
 pub mod stock;
 pub mod transfers;
 
@@ -87,6 +89,9 @@ pub enum ListKind {
     /// An account's entries (its statement): cursors carry the filters' digest (the account
     /// and the time range) and the last entry's time and seq.
     Entries,
+    /// A product's movements (its stock statement): cursors like [`ListKind::Entries`]'s,
+    /// bound to the product and the range.
+    Movements,
 }
 
 impl ListKind {
@@ -98,6 +103,7 @@ impl ListKind {
             ListKind::Locations => 'l',
             ListKind::Transfers => 't',
             ListKind::Entries => 'e',
+            ListKind::Movements => 'm',
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -108,6 +114,7 @@ impl ListKind {
             ListKind::Locations => "locations",
             ListKind::Transfers => "transfers",
             ListKind::Entries => "entries",
+            ListKind::Movements => "movements",
         }
     }
     /// The regular expression every cursor of this list matches (and every match is valid),
@@ -127,7 +134,9 @@ impl ListKind {
                 self.tag(),
                 crate::domain::MAX_ORDER_ID_LEN
             ),
-            ListKind::Entries => format!("^{}[0-9a-f]{{{ENTRY_CURSOR_DIGITS}}}$", self.tag()),
+            ListKind::Entries | ListKind::Movements => {
+                format!("^{}[0-9a-f]{{{ENTRY_CURSOR_DIGITS}}}$", self.tag())
+            }
         }
     }
     /// Shortest cursor of this list.
@@ -136,7 +145,7 @@ impl ListKind {
             ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
             ListKind::Orders | ListKind::Locations => 1,
             ListKind::Transfers => FILTER_DIGEST_DIGITS + 1,
-            ListKind::Entries => ENTRY_CURSOR_DIGITS,
+            ListKind::Entries | ListKind::Movements => ENTRY_CURSOR_DIGITS,
         }
     }
     /// Longest cursor of this list.
@@ -145,7 +154,7 @@ impl ListKind {
             ListKind::Products | ListKind::Accounts => NUMERIC_CURSOR_DIGITS,
             ListKind::Orders | ListKind::Locations => crate::domain::MAX_ORDER_ID_LEN,
             ListKind::Transfers => FILTER_DIGEST_DIGITS + crate::domain::MAX_ORDER_ID_LEN,
-            ListKind::Entries => ENTRY_CURSOR_DIGITS,
+            ListKind::Entries | ListKind::Movements => ENTRY_CURSOR_DIGITS,
         }
     }
 }
@@ -166,6 +175,9 @@ pub enum Cursor {
     /// After this entry (its time in microseconds since 1970, its seq), in the statement the
     /// digest names (see [`entries::EntryFilter::digest`]).
     Entry { digest: u64, at: i64, seq: i64 },
+    /// After this movement (its time, its seq), in the product's statement the digest names
+    /// (see [`movements::MovementFilter::digest`]).
+    Movement { digest: u64, at: i64, seq: i64 },
 }
 
 impl Cursor {
@@ -211,7 +223,7 @@ impl Cursor {
                 let digest = u64::from_str_radix(digest, 16).map_err(|_| invalid())?;
                 Ok(Cursor::Filtered(kind, digest, key.to_owned()))
             }
-            ListKind::Entries => {
+            ListKind::Entries | ListKind::Movements => {
                 let well_formed = rest.len() == ENTRY_CURSOR_DIGITS
                     && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
                 if !well_formed {
@@ -221,10 +233,11 @@ impl Cursor {
                 let part = |i: usize| {
                     u64::from_str_radix(&rest[16 * i..16 * (i + 1)], 16).map_err(|_| invalid())
                 };
-                Ok(Cursor::Entry {
-                    digest: part(0)?,
-                    at: part(1)? as i64,
-                    seq: part(2)? as i64,
+                let (digest, at, seq) = (part(0)?, part(1)? as i64, part(2)? as i64);
+                Ok(if kind == ListKind::Entries {
+                    Cursor::Entry { digest, at, seq }
+                } else {
+                    Cursor::Movement { digest, at, seq }
                 })
             }
         }
@@ -237,6 +250,7 @@ impl Cursor {
                 *kind
             }
             Cursor::Entry { .. } => ListKind::Entries,
+            Cursor::Movement { .. } => ListKind::Movements,
         }
     }
 
@@ -268,6 +282,14 @@ impl fmt::Display for Cursor {
                 f,
                 "{}{:016x}{:016x}{:016x}",
                 ListKind::Entries.tag(),
+                digest,
+                *at as u64,
+                *seq as u64
+            ),
+            Cursor::Movement { digest, at, seq } => write!(
+                f,
+                "{}{:016x}{:016x}{:016x}",
+                ListKind::Movements.tag(),
                 digest,
                 *at as u64,
                 *seq as u64
@@ -358,6 +380,11 @@ mod tests {
                 at: -1,
                 seq: 42,
             },
+            Cursor::Movement {
+                digest: 7,
+                at: 1,
+                seq: 0,
+            },
         ] {
             let kind = c.kind();
             let text = c.to_string();
@@ -382,6 +409,8 @@ mod tests {
         assert!(bad(ListKind::Entries, "t0000000000000007t-1"));
         assert!(bad(ListKind::Entries, &format!("e{}", "0".repeat(47))));
         assert!(bad(ListKind::Entries, &format!("e{}", "A".repeat(48))));
+        assert!(bad(ListKind::Movements, &format!("e{}", "0".repeat(48))));
+        assert!(bad(ListKind::Entries, &format!("m{}", "0".repeat(48))));
         // Past every id: valid, an empty page.
         assert_eq!(
             Cursor::parse(ListKind::Products, "pffffffffffffffff"),

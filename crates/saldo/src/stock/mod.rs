@@ -3,7 +3,8 @@
 //! Layers, each importing only the ones below it (ARCHITECTURE.md walks one reservation
 //! through them):
 //!
-//! - [`model`]: the vocabulary (requests, outcomes, rows), a leaf;
+//! - [`model`]: the vocabulary (requests, outcomes, rows), a leaf; [`movements`]: a product's
+//!   movements (V22), what made each and how a statement reads it, a leaf;
 //! - `sql`: every statement, in one place, named pairs where Citus needs its own form;
 //! - `rows`: data access, the statements run through the store's dialect;
 //! - [`decide`]: pure decisions over rows already read: idempotency, where an item's units
@@ -23,6 +24,7 @@ pub mod decide;
 pub mod engine;
 pub mod flows;
 pub mod model;
+pub mod movements;
 pub(crate) mod rows;
 mod sql;
 pub mod strategy;

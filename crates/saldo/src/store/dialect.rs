@@ -18,6 +18,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
 use crate::error::Error;
+use crate::store::journal::{Cause, Journal, NewMovement};
 use crate::store::outbox::{NewEvent, Outbox};
 use crate::store::schema::Layout;
 
@@ -135,6 +136,9 @@ pub struct Tx<'a> {
     dialect: Dialect,
     /// `None`: a read, or a store whose events are off.
     outbox: Option<Arc<Outbox>>,
+    /// The stock journal: every write transaction has one (movements are not optional, unlike
+    /// events); `None` for a read.
+    journal: Option<Arc<Journal>>,
 }
 
 /// What a write transaction needs of its store, captured before the transaction starts (the
@@ -152,6 +156,7 @@ impl<'a> Tx<'a> {
             client,
             dialect,
             outbox: None,
+            journal: None,
         }
     }
 
@@ -161,6 +166,7 @@ impl<'a> Tx<'a> {
             client,
             dialect: writer.dialect,
             outbox: writer.events.then(Arc::default),
+            journal: Some(Arc::default()),
         }
     }
 
@@ -180,6 +186,35 @@ impl<'a> Tx<'a> {
     /// the same round trip).
     pub fn take_events(&self) -> Vec<NewEvent> {
         self.outbox.as_ref().map(|o| o.take()).unwrap_or_default()
+    }
+
+    /// The cause of this transaction's next stock writes (see [`crate::store::journal`]).
+    pub fn cause(&self, cause: Cause) {
+        if let Some(j) = &self.journal {
+            j.cause(cause);
+        }
+    }
+
+    /// A batch's causes, per product (see [`Journal::cause_orders`]).
+    pub fn cause_orders<'o>(
+        &self,
+        kind: &'static str,
+        pairs: impl IntoIterator<Item = (i64, &'o str)>,
+    ) {
+        if let Some(j) = &self.journal {
+            j.cause_orders(kind, pairs);
+        }
+    }
+
+    /// The journal of a write transaction (`None`: a read, which writes no stock).
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.as_deref()
+    }
+
+    /// What `write_tx!` hands to the COMMIT: the events, the stock movements and the layout.
+    pub fn take_appended(&self) -> (Vec<NewEvent>, Vec<NewMovement>, bool) {
+        let moves = self.journal.as_ref().map(|j| j.take()).unwrap_or_default();
+        (self.take_events(), moves, self.dialect.is_citus())
     }
 
     pub fn dialect(&self) -> Dialect {

@@ -8,6 +8,8 @@
 //! - [`values`]: the one builder of multi-row `VALUES` statements;
 //! - `tags`: the one reader of a row's `reference` and `metadata` columns;
 //! - [`outbox`]: the events of a write transaction, appended by it before COMMIT;
+//! - [`journal`]: the stock movements of a write transaction (and their cause), appended with
+//!   its events;
 //! - [`retry`]: the one transaction mechanism (whole-transaction rerun on 40P01/40001);
 //! - [`deadline`]: the operation's deadline, carried task-locally;
 //! - [`db`] and [`schema`]: the pool, the migrations and the layout they lay out.
@@ -18,6 +20,7 @@ pub mod db;
 pub mod deadline;
 pub mod dialect;
 pub mod handle;
+pub mod journal;
 pub mod outbox;
 pub mod retry;
 pub mod schema;

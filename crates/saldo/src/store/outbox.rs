@@ -21,6 +21,7 @@ use deadpool_postgres::Client;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::store::journal::{self, NewMovement};
 use crate::telemetry;
 
 /// Events one transaction may append at most (a batch of the batched engines is bounded far
@@ -146,8 +147,14 @@ impl Outbox {
     }
 }
 
-/// Refuses a transaction that made more events than [`MAX_EVENTS_PER_TRANSACTION`] (a bug).
-pub(crate) fn within_bound(events: &[NewEvent]) -> Result<(), Error> {
+/// Refuses a transaction that made more events (or stock movements) than
+/// [`MAX_EVENTS_PER_TRANSACTION`] (a bug).
+pub(crate) fn within_bound(events: &[NewEvent], moves: usize) -> Result<(), Error> {
+    if moves > MAX_EVENTS_PER_TRANSACTION {
+        return Err(Error::invariant(format!(
+            "a transaction made {moves} stock movements, more than {MAX_EVENTS_PER_TRANSACTION}"
+        )));
+    }
     if events.len() > MAX_EVENTS_PER_TRANSACTION {
         return Err(Error::invariant(format!(
             "a transaction made {} events, more than {MAX_EVENTS_PER_TRANSACTION}",
@@ -200,7 +207,8 @@ pub(crate) fn refused_at_commit(code: &tokio_postgres::error::SqlState) -> bool 
     code.starts_with("40") || code.starts_with("23")
 }
 
-/// Appends `events` (in the order pushed, one statement) and commits, pipelined: the INSERT and
+/// Appends `events` (in the order pushed, one statement) and the stock journal's `moves` (one
+/// statement; on Citus chunks of multi-row `VALUES`) and commits, pipelined: the INSERT and
 /// the COMMIT leave together, so the transaction holds its row locks one round trip less; on a
 /// hot row that round trip is the throughput. The INSERT is sent first (a future of the client
 /// sends its request when first polled, and `join` polls in order).
@@ -210,15 +218,29 @@ pub(crate) fn refused_at_commit(code: &tokio_postgres::error::SqlState) -> bool 
 pub(crate) async fn append_and_commit(
     client: &Client,
     events: &[NewEvent],
+    moves: &[NewMovement],
+    citus: bool,
 ) -> Result<(), CommitFailure> {
-    if events.is_empty() {
+    if events.is_empty() && moves.is_empty() {
         return client
             .batch_execute("COMMIT")
             .await
             .map_err(CommitFailure::Commit);
     }
-    let stmt = client
-        .prepare_cached(INSERT)
+    // Every statement is prepared before the first is sent: the pipeline below must send the
+    // INSERTs before the COMMIT.
+    let stmt = if events.is_empty() {
+        None
+    } else {
+        Some(
+            client
+                .prepare_cached(INSERT)
+                .await
+                .map_err(CommitFailure::Prepare)?,
+        )
+    };
+    let columns = journal::Columns::of(moves);
+    let journal = journal::prepare(client, citus, &columns)
         .await
         .map_err(CommitFailure::Prepare)?;
     let stream_types: Vec<&str> = events.iter().map(|e| e.stream_type.as_str()).collect();
@@ -228,9 +250,22 @@ pub(crate) async fn append_and_commit(
     let data: Vec<&Value> = events.iter().map(|e| &e.data).collect();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&stream_types, &stream_ids, &positions, &kinds, &data];
-    let insert = client.execute(&stmt, &params);
-    let (inserted, committed) = futures::future::join(insert, client.batch_execute("COMMIT")).await;
-    inserted.map_err(CommitFailure::Insert)?;
+    let mut inserts = Vec::with_capacity(journal.len() + 1);
+    if let Some(stmt) = &stmt {
+        inserts.push(client.execute(stmt, &params));
+    }
+    for (stmt, params) in &journal {
+        inserts.push(client.execute(stmt, params));
+    }
+    // `join_all` polls in order, so the INSERTs leave before the COMMIT.
+    let (inserted, committed) = futures::future::join(
+        futures::future::join_all(inserts),
+        client.batch_execute("COMMIT"),
+    )
+    .await;
+    for result in inserted {
+        result.map_err(CommitFailure::Insert)?;
+    }
     committed.map_err(CommitFailure::Commit)?;
     tally(events);
     Ok(())

@@ -239,6 +239,10 @@ pub struct TxClient {
     client: Option<Client>,
     /// The events the body made, appended in the COMMIT's round trip.
     events: Vec<crate::store::outbox::NewEvent>,
+    /// The stock movements the body made (V22), appended with them, and the layout they are
+    /// written for.
+    moves: Vec<crate::store::journal::NewMovement>,
+    citus: bool,
 }
 
 impl TxClient {
@@ -246,13 +250,24 @@ impl TxClient {
         TxClient {
             client: Some(client),
             events: Vec::new(),
+            moves: Vec::new(),
+            citus: false,
         }
     }
 
     /// Hands a body's events to its COMMIT (`write_tx!` calls this once the body succeeded).
     #[doc(hidden)]
-    pub fn append_at_commit(&mut self, events: Vec<crate::store::outbox::NewEvent>) {
+    pub fn append_at_commit(
+        &mut self,
+        (events, moves, citus): (
+            Vec<crate::store::outbox::NewEvent>,
+            Vec<crate::store::journal::NewMovement>,
+            bool,
+        ),
+    ) {
         self.events = events;
+        self.moves = moves;
+        self.citus = citus;
     }
 
     /// The transaction has ended (COMMIT or ROLLBACK ran): the connection may be reused.
@@ -308,7 +323,7 @@ macro_rules! write_tx {
             let mut $client = $client;
             let result = {
                 let $tx = $crate::store::dialect::Tx::writing(&$client, $writer);
-                $body.await.map(|value| (value, $tx.take_events()))
+                $body.await.map(|value| (value, $tx.take_appended()))
             };
             let result = result.map(|(value, events)| {
                 $client.append_at_commit(events);
@@ -585,10 +600,11 @@ where
     };
     let mut client = client;
     let events = std::mem::take(&mut client.events);
-    if let Err(e) = crate::store::outbox::within_bound(&events) {
+    let moves = std::mem::take(&mut client.moves);
+    if let Err(e) = crate::store::outbox::within_bound(&events, moves.len()) {
         return Attempt::Ended(client, Err(e));
     }
-    let commit = crate::store::outbox::append_and_commit(&client, &events);
+    let commit = crate::store::outbox::append_and_commit(&client, &events, &moves, client.citus);
     let committed = match deadline::remaining() {
         Some(left) => match tokio::time::timeout(left + deadline::COMMIT_GRACE, commit).await {
             Ok(committed) => committed,

@@ -11,6 +11,7 @@ use crate::error::{Error, InputError};
 use crate::operation::Operation;
 use crate::stock::flows::backorders;
 use crate::stock::model::Stock;
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::backorders as backorder_rows;
 use crate::stock::rows::stock::{self, AdminRow, Movement};
 use crate::store::dialect::Tx;
@@ -34,6 +35,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
     let writer = store.writer();
     in_transaction(&store.pool, &store.tx, Operation::SetCount, move |client| {
         crate::write_tx!(client, writer => |tx| async {
+            tx.cause(MoveKind::Count.cause());
             stock::ensure(&tx, product_id).await?;
             backorder_rows::prelock(&tx, product_id).await?;
             let row = stock::lock_one(&tx, product_id)
@@ -89,6 +91,7 @@ async fn adjust_tx(
     delta: i32,
     reason: &Reason,
 ) -> Result<Stock, Error> {
+    tx.cause(MoveKind::Adjustment.cause());
     if delta > 0 {
         backorder_rows::prelock(tx, product_id).await?;
     }

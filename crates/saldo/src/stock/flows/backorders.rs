@@ -26,6 +26,7 @@ use crate::operation::Operation;
 use crate::stock::decide::backorders::{fill, number, Filled};
 use crate::stock::flows::order_events;
 use crate::stock::model::Stock;
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::{backorders, reservations, stock};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -67,6 +68,7 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
                         backordered: row.stock.backordered,
                     });
                 }
+                tx.cause(MoveKind::Policy.cause());
                 stock::set_policy(&tx, product_id, limit).await
             })
         },

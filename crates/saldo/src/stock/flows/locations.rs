@@ -11,6 +11,7 @@ use crate::domain::{LocationId, Priority, ProductId, MAX_LOCATIONS_PER_PRODUCT, 
 use crate::error::{Error, InputError};
 use crate::operation::Operation;
 pub use crate::stock::model::{LocatedStock, Location};
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::locations;
 use crate::stock::rows::stock::{self, Movement};
 use crate::store::dialect::Tx;
@@ -74,6 +75,7 @@ async fn set_count_tx(
     location_id: &LocationId,
     count: i32,
 ) -> Result<LocatedStock, Error> {
+    tx.cause(MoveKind::Count.cause());
     let counted = lock_for_count(tx, product_id, location_id).await?;
     if !counted.known && counted.locations >= MAX_LOCATIONS_PER_PRODUCT {
         return Err(InputError::TooManyLocations {

@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::repair::target;
 pub use crate::stock::model::{Counts, ProductRepair, RepairAction, RepairReport};
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::stock::{self, Movement};
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
@@ -65,6 +66,7 @@ async fn apply_one(store: &Store, planned: &ProductRepair) -> Result<RepairActio
     in_transaction(&store.pool, &store.tx, Operation::Repair, move |client| {
         let planned = planned.clone();
         crate::write_tx!(client, writer => |tx| async {
+            tx.cause(MoveKind::Repair.cause());
             let id = planned.product_id.get();
             let Some(row) = stock::lock_one(&tx, planned.product_id).await? else {
                 return Ok(RepairAction::Changed);

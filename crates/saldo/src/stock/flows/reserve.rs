@@ -21,6 +21,7 @@ use crate::stock::flows::order_events;
 use crate::stock::flows::settle::{lock_order, settle};
 use crate::stock::flows::taking::{take_items, Destination, ItemTaken};
 use crate::stock::model::{Placement, Reservation};
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::backorders;
 use crate::stock::rows::locations::{self, Allocations};
 use crate::stock::rows::reservations::{self, NewRows, OrderLines, LIVE_INDEX};
@@ -79,6 +80,7 @@ async fn reserve_tx(
     if rows.iter().any(|r| r.lapsed) {
         // A re-reserve of lines past their expiry that the sweeper has not expired yet: expire
         // them here first (they still hold their units and the order's live index).
+        tx.cause(MoveKind::Expire.cause().order(order_id.as_str()));
         rows = expire_lapsed(tx, order_id).await?;
     }
     // A re-reserve takes each lost line again where it was held: one location is kept (pinned),
@@ -92,6 +94,7 @@ async fn reserve_tx(
         placement
     };
 
+    tx.cause(MoveKind::Reserve.cause().order(order_id.as_str()));
     let started = Instant::now();
     let taken = match take_items(tx, taker, &take, placement, Destination::Reserved).await {
         Ok(taken) => taken,

@@ -20,6 +20,7 @@ use crate::stock::decide::returns as decide;
 use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::flows::{order_events, settle};
 use crate::stock::model::{Return, ReturnItemRequest, ReturnRequest, ReturnedItem, Row};
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::{locations, returns, sales, stock};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -42,6 +43,12 @@ async fn return_tx(tx: &Tx<'_>, request: &ReturnRequest) -> Result<Return, Error
     // The executor mode Citus needs to write a reference table beside distributed ones.
     sales::begin(tx).await?;
     let order_id = &request.order_id;
+    tx.cause(
+        MoveKind::Return
+            .cause()
+            .order(order_id.as_str())
+            .return_id(request.return_id.as_str()),
+    );
     let rows = settle::lock_order(tx, order_id).await?;
     if let Some(done) = returns::find(tx, &request.return_id).await? {
         return if decide::same_request(&done, request) {

@@ -23,6 +23,7 @@ use crate::stock::flows::order_events;
 use crate::stock::flows::taking::{take_items, Destination};
 use crate::stock::model::{LocationQuantity, Placement};
 pub use crate::stock::model::{Sale, SaleRequest, SoldItem};
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::{locations, sales};
 use crate::stock::taker::{seen, Taken, UnitTaker};
 use crate::store::dialect::Tx;
@@ -126,6 +127,7 @@ fn attach_allocations(sale: &mut Sale, located: &BTreeMap<ProductId, Vec<(Locati
 async fn sell_tx(tx: &Tx<'_>, request: &SaleRequest, placement: &Placement) -> Result<Sale, Error> {
     sales::begin(tx).await?;
     let sale_id = &request.sale_id;
+    tx.cause(MoveKind::Sale.cause().sale(sale_id.as_str()));
     if let Some(sale) = sales::find(tx, sale_id).await? {
         return if same_request(&sale, request) {
             Ok(sale)

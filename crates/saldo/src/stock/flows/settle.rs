@@ -8,6 +8,7 @@
 use crate::domain::{Lines, OrderId, Tags};
 use crate::error::Error;
 use crate::operation::Operation;
+use crate::stock::movements::MoveKind;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::stock::decide::plan::order_tags;
@@ -140,6 +141,7 @@ pub(crate) async fn confirm(
     let (outcome, moved) =
         in_transaction(&store.pool, &store.tx, Operation::Confirm, move |client| {
             crate::write_tx!(client, writer => |tx| async {
+                tx.cause(MoveKind::Confirm.cause().order(order_id.as_str()));
                 let mut rows = lock_order(&tx, order_id).await?;
                 let last = order_events::last_positions(&rows);
                 decide::select(order_id, &mut rows, lines)?;
@@ -186,6 +188,7 @@ pub(crate) async fn release(
     let (outcome, moved) =
         in_transaction(&store.pool, &store.tx, Operation::Release, move |client| {
             crate::write_tx!(client, writer => |tx| async {
+                tx.cause(MoveKind::Release.cause().order(order_id.as_str()));
                 let mut rows = lock_order(&tx, order_id).await?;
                 let last = order_events::last_positions(&rows);
                 decide::select(order_id, &mut rows, lines)?;

@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::settle::{moves, Settling};
 use crate::stock::flows::settle::settle;
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::reservations;
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -71,6 +72,7 @@ async fn sweep_rounds(store: &Store, batch: i64, due: Due<'_>) -> Result<u64, Er
     for _ in 0..MAX_BATCHES_PER_ROUND {
         let result = in_transaction(&store.pool, &options, Operation::Sweep, move |client| {
             crate::write_tx!(client, writer => |tx| async {
+                tx.cause(MoveKind::Expire.cause());
                 let rows = match due {
                     Due::All => reservations::lock_due(&tx, batch).await?,
                     Due::Of(products) => reservations::lock_due_of(&tx, products, batch).await?,

@@ -113,7 +113,9 @@ pub(crate) async fn fill_stock(
     to_reserved: i32,
     to_sold: i32,
 ) -> Result<(), Error> {
-    tx.execute(&sql::FILL_STOCK, &[&product.get(), &to_reserved, &to_sold])
-        .await?;
+    // Through `stock::write`, like every stock write: its movement and `stock.changed` (the row's
+    // version moved; without them the product's journal and event stream would have a gap).
+    let params: [crate::store::dialect::Param<'_>; 3] = [&product.get(), &to_reserved, &to_sold];
+    stock::write(tx, &sql::FILL_STOCK, &params).await?;
     Ok(())
 }

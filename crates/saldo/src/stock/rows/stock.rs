@@ -45,10 +45,24 @@ pub(crate) async fn unlocked(tx: &Tx<'_>, products: &[i64]) -> Result<HashSet<i6
         .collect()
 }
 
-/// Records the `stock.changed` event of each stock row a write returned (every stock write
-/// returns its rows: `stock_update!`). The product's stream position is the row's version, which
-/// every write moves by one: gap-free, in the order the row lock orders the writes.
+/// Records the movement (V22) and the `stock.changed` event of each stock row a write returned
+/// (every stock write returns its rows: `stock_update!`). The product's movement seq and stream
+/// position are the row's version, which every write moves by one: gap-free, in the order the
+/// row lock orders the writes. The movement's cause is the one the flow set on the transaction.
 pub fn changed(tx: &Tx<'_>, rows: &[tokio_postgres::Row]) -> Result<(), Error> {
+    if let Some(journal) = tx.journal() {
+        for row in rows {
+            journal.record(
+                row.try_get("product_id")?,
+                row.try_get("version")?,
+                (
+                    row.try_get("available")?,
+                    row.try_get("reserved")?,
+                    row.try_get("backordered")?,
+                ),
+            );
+        }
+    }
     if !tx.records_events() {
         return Ok(());
     }

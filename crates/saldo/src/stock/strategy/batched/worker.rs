@@ -27,6 +27,7 @@ use crate::stock::decide::settle::{apply, confirmed, moves, select, Moved, Settl
 use crate::stock::flows::order_events;
 use crate::stock::flows::{reserve, settle};
 use crate::stock::model::{ConfirmOutcome, Placement, Reservation, ReserveRequest, Row};
+use crate::stock::movements::MoveKind;
 use crate::stock::rows::{locations, reservations, stock};
 use crate::stock::strategy::atomic::Atomic;
 use crate::store::deadline;
@@ -320,6 +321,21 @@ async fn grant_batch(
         })
         .collect();
     let grants = grant_all(requests, &mut locked)?;
+    // Each product's movement names the order that took from it (none when several did).
+    let granted = requests
+        .iter()
+        .zip(&grants.decisions)
+        .filter(|(_, d)| {
+            matches!(
+                d,
+                Decision::Live {
+                    replayed: false,
+                    ..
+                }
+            )
+        })
+        .flat_map(|(r, _)| r.items.iter().map(|(p, _)| (p.get(), r.order_id.as_str())));
+    tx.cause_orders(MoveKind::Reserve.as_str(), granted);
     if !grants.new_rows.is_empty() {
         let written = write_grants(tx, &grants).await?;
         let new = written
@@ -493,6 +509,10 @@ async fn confirm_tx(
     to_settle
         .sort_by(|a, b| (&a.order_id, a.item.product_id).cmp(&(&b.order_id, b.item.product_id)));
     let moves = moves(&to_settle, Settling::Confirm);
+    let settled = to_settle
+        .iter()
+        .map(|r| (r.item.product_id.get(), r.order_id.as_str()));
+    tx.cause_orders(MoveKind::Confirm.as_str(), settled);
     let moved = settle::settle(tx, &moves, &last).await?;
     let outcomes = order_ids
         .iter()
