@@ -116,6 +116,7 @@ async fn the_migrations_distribute_the_schema() {
         "stock_movements",
         "sale_items",
         "return_items",
+        "stock_moves",
         "backorder_fills",
         "stock_locations",
         "reservation_allocations",
@@ -428,6 +429,8 @@ mod batched;
 #[path = "suite/listing.rs"]
 mod listing;
 
+#[path = "suite/moves.rs"]
+mod moves;
 #[path = "suite/returns.rs"]
 mod returns;
 #[path = "suite/sales.rs"]

@@ -52,6 +52,8 @@ mod retry;
 #[path = "suite/model.rs"]
 mod model;
 
+#[path = "suite/moves.rs"]
+mod moves;
 #[path = "suite/returns.rs"]
 mod returns;
 #[path = "suite/sales.rs"]

@@ -22,6 +22,7 @@ pub mod entries;
 pub mod events;
 pub mod health;
 pub mod lists;
+pub mod moves;
 pub mod orders;
 pub mod repair;
 pub mod returns;
@@ -51,6 +52,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))
         .routes(routes!(returns::record_return))
+        .routes(routes!(moves::move_units))
         .routes(routes!(accounts::open_account))
         .routes(routes!(accounts::get_account))
         .routes(routes!(accounts::list_transfers))

@@ -266,7 +266,9 @@ pub struct DivergenceView {
     /// `reserved_matches_active`, `on_hand_matches_history`, `backordered_matches_live`,
     /// `backordered_within_limit`, `filled_in_arrival_order`, or for products stocked per
     /// location `locations_sum_to_available`, `locations_sum_to_reserved`,
-    /// `location_reserved_matches_allocations`, `allocations_match_quantity`.
+    /// `location_reserved_matches_allocations`, `allocations_match_quantity`,
+    /// `locations_sum_to_states`, and for the non-sellable states `damaged_matches_moves`,
+    /// `safety_stock_matches_moves`, `incoming_matches_moves`.
     pub invariant: String,
     pub expected: i64,
     pub actual: i64,
@@ -288,6 +290,10 @@ impl From<&Divergence> for DivergenceView {
                     "location_reserved_matches_allocations"
                 }
                 Invariant::AllocationsMatchQuantity => "allocations_match_quantity",
+                Invariant::LocationsSumToStates => "locations_sum_to_states",
+                Invariant::DamagedMatchesMoves => "damaged_matches_moves",
+                Invariant::SafetyStockMatchesMoves => "safety_stock_matches_moves",
+                Invariant::IncomingMatchesMoves => "incoming_matches_moves",
             }
             .to_owned(),
             expected: d.expected,
