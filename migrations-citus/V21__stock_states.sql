@@ -5,7 +5,8 @@
 -- - stock_moves.product_id REFERENCES stock: both are co-located, so it stays, added after the
 --   table is distributed.
 -- - the primary key (product_id, move_id) holds the distribution column already: it stays.
--- - several constraints in one ALTER TABLE: each is added by its own statement.
+-- - several constraints in one ALTER TABLE, or a column added with its CHECK: each constraint
+--   is added by its own statement, named.
 SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 
 ALTER TABLE stock ADD COLUMN damaged integer NOT NULL DEFAULT 0;
@@ -42,7 +43,8 @@ SELECT create_distributed_table('stock_moves', 'product_id', colocate_with => 's
 ALTER TABLE stock_moves ADD CONSTRAINT stock_moves_product_id_fkey
     FOREIGN KEY (product_id) REFERENCES stock (product_id);
 
-ALTER TABLE return_items ADD COLUMN state text NOT NULL DEFAULT 'available'
+ALTER TABLE return_items ADD COLUMN state text NOT NULL DEFAULT 'available';
+ALTER TABLE return_items ADD CONSTRAINT return_items_state_known
     CHECK (state IN ('available', 'damaged', 'safety_stock', 'incoming'));
 
 -- A move's event (`stock.moved`) is the only event of its own stream, `move:<product>:<move_id>`

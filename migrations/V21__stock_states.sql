@@ -46,7 +46,8 @@ CREATE TABLE stock_moves (
 );
 
 -- A return may put its units into a state (absent: `available`, as before).
-ALTER TABLE return_items ADD COLUMN state text NOT NULL DEFAULT 'available'
+ALTER TABLE return_items ADD COLUMN state text NOT NULL DEFAULT 'available';
+ALTER TABLE return_items ADD CONSTRAINT return_items_state_known
     CHECK (state IN ('available', 'damaged', 'safety_stock', 'incoming'));
 
 -- A move's event (`stock.moved`) is the only event of its own stream, `move:<product>:<move_id>`
