@@ -56,12 +56,14 @@ pub enum Error {
     LocationRetired(LocationId),
     /// A location is retired only once it holds nothing: this is what it still holds.
     #[error(
-        "location {location_id} still holds {available} available and {reserved} reserved units"
+        "location {location_id} still holds {available} available, {reserved} reserved and {in_states} non-sellable units"
     )]
     LocationNotEmpty {
         location_id: LocationId,
         available: i64,
         reserved: i64,
+        /// Units in the non-sellable states (damaged, safety stock, incoming) at it.
+        in_states: i64,
     },
     /// The product is stocked per location: its total is the sum of its locations, so it is
     /// counted per location (not as a whole) and adjusted by counting a location.

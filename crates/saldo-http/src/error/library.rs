@@ -152,10 +152,12 @@ fn stock_layout(e: &Error) -> Option<Parts> {
             location_id,
             available,
             reserved,
+            in_states,
         } => Parts::conflict("location-not-empty", "Location still holds units")
             .with("location_id", location_id)
             .with("available", available)
-            .with("reserved", reserved),
+            .with("reserved", reserved)
+            .with("in_states", in_states),
         Error::UnsupportedOnCitus(operation) => {
             Parts::conflict("unsupported-on-citus", "Operation not supported on Citus")
                 .with("operation", operation)

@@ -440,6 +440,7 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             location_id: LocationId::new("north").expect("id"),
             available: 2,
             reserved: 1,
+            in_states: 0,
         },
         E::StockedByLocation(p),
         E::SaleConflict(SaleId::new("s-1").expect("id")),

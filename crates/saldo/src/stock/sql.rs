@@ -372,8 +372,10 @@ pub(crate) const LOCATION_FOR_UPDATE: Sql = Sql::same(
 /// locks them), so no take or count changes it before the retirement commits.
 pub(crate) const LOCATION_HOLDINGS: Sql = Sql::same(
     "SELECT coalesce(sum(available), 0)::bigint AS available, \
-            coalesce(sum(reserved), 0)::bigint AS reserved \
-       FROM (SELECT available, reserved FROM stock_locations WHERE location_id = $1 \
+            coalesce(sum(reserved), 0)::bigint AS reserved, \
+            coalesce(sum(in_states), 0)::bigint AS in_states \
+       FROM (SELECT available, reserved, damaged + safety_stock + incoming AS in_states \
+               FROM stock_locations WHERE location_id = $1 \
               ORDER BY product_id FOR UPDATE) held",
 );
 pub(crate) const RETIRE_LOCATION: Sql = Sql::same(

@@ -292,6 +292,49 @@ async fn incoming_units_fill_backorders_and_located_moves_keep_the_sums() {
         .collect();
     assert_eq!(by, vec![("north", 2, 1), ("south", 3, 0)]);
     assert_audit_clean(&db, StrategyName::Atomic).await;
+
+    // A location holding only damaged units is not empty; once retired it takes no move.
+    let north_to_south = |id: &str, quantity: i64, state: StockState| {
+        shift(
+            id,
+            2,
+            quantity,
+            at(state, Some("north")),
+            at(state, Some("south")),
+        )
+    };
+    engine
+        .move_units(&north_to_south("l-4", 2, StockState::Available))
+        .await
+        .expect("north's available to south");
+    match locations::retire(&store, &north).await {
+        Err(Error::LocationNotEmpty {
+            available,
+            reserved,
+            in_states,
+            ..
+        }) => assert_eq!((available, reserved, in_states), (0, 0, 1)),
+        other => panic!("retiring a location with a damaged unit answered {other:?}"),
+    }
+    engine
+        .move_units(&north_to_south("l-5", 1, StockState::Damaged))
+        .await
+        .expect("north's damaged to south");
+    locations::retire(&store, &north)
+        .await
+        .expect("north is empty now");
+    let back = shift(
+        "l-6",
+        2,
+        1,
+        at(StockState::Available, Some("south")),
+        at(StockState::Available, Some("north")),
+    );
+    assert!(matches!(
+        engine.move_units(&back).await,
+        Err(Error::LocationRetired(l)) if l == north
+    ));
+    assert_audit_clean(&db, StrategyName::Atomic).await;
 }
 
 /// Under every strategy: [`RACERS`] moves of one unit into `damaged` and [`RACERS`]

@@ -3,7 +3,8 @@
 //! reason, all or nothing, idempotent by the move's id (per product).
 //!
 //! One transaction, in the global lock order: the product's live backordered reservation rows
-//! when units may arrive into `available` (as every arrival path locks them), the product's
+//! when units may arrive into `available` (as every arrival path locks them), the destination
+//! location's retirement under a share lock (a retired location takes nothing), the product's
 //! stock row, then its location rows in location order. Under those locks the move's id is
 //! looked up (a replay answers what the first did; another payload is [`Error::MoveConflict`]),
 //! the source's units are checked ([`Error::MoveShort`]: only `available` and the states are
@@ -22,6 +23,7 @@ use crate::stock::decide::moves as decide;
 use crate::stock::flows::backorders;
 use crate::stock::model::{Move, MoveRequest};
 use crate::stock::rows::backorders as backorder_rows;
+use crate::stock::rows::locations;
 use crate::stock::rows::moves::{self, held};
 use crate::stock::rows::stock::{self, Movement};
 use crate::store::dialect::Tx;
@@ -52,6 +54,11 @@ async fn move_tx(tx: &Tx<'_>, request: &MoveRequest) -> Result<Move, Error> {
     let arrives = to.state == StockState::Available && from.state != StockState::Available;
     if arrives {
         backorder_rows::prelock(tx, product).await?;
+    }
+    // A retired location takes no stock: read under a share lock before any stock row (the
+    // locations' lock order, as returns take it).
+    if let Some(location) = &to.location_id {
+        locations::refuse_retired(tx, location).await?;
     }
     let row = stock::lock_one(tx, product)
         .await?

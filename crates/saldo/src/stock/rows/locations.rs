@@ -323,11 +323,13 @@ pub(crate) async fn retire(tx: &Tx<'_>, location: &LocationId) -> Result<Locatio
     }
     let held = tx.query_one(&sql::LOCATION_HOLDINGS, &[&id]).await?;
     let (available, reserved): (i64, i64) = (held.try_get("available")?, held.try_get("reserved")?);
-    if available != 0 || reserved != 0 {
+    let in_states: i64 = held.try_get("in_states")?;
+    if available != 0 || reserved != 0 || in_states != 0 {
         return Err(Error::LocationNotEmpty {
             location_id: location.clone(),
             available,
             reserved,
+            in_states,
         });
     }
     location_of(&tx.query_one(&sql::RETIRE_LOCATION, &[&id]).await?)
