@@ -10,7 +10,9 @@ descriptions too; everything else the server checks is in the schema itself.
   `maximum` of `ItemRequest.quantity`, read from the served document, never repeated here);
 - a product repeated in one reservation names one location or none (every line the same
   `location_id`, absent and null alike);
-- a return names each product once (its items are per product, not summed).
+- a return names each product once (its items are per product, not summed);
+- a move changes the state or the location of its units (`from` != `to`, an absent and a null
+  `location_id` alike).
 
 And the refusals of a webhook subscription that depend on the world, not the body's shape: its
 URL must parse as http(s) and resolve to an address the service may send to (no network here,
@@ -53,6 +55,7 @@ FILTERED_LISTS = {
     ("GET", "/v1/products/{product_id}/movements"),
 }
 RETURN_BODY = ("POST", "/v1/orders/{order_id}/returns")
+MOVE_BODY = ("POST", "/v1/products/{product_id}/moves")
 
 
 def _sums_within_limit(items):
@@ -84,6 +87,16 @@ def _one_location_per_product(items):
 def _each_product_once(items):
     products = [json.dumps(i.get("product_id")) for i in items if isinstance(i, dict)]
     return len(products) == len(set(products))
+
+
+def _place(place):
+    if not isinstance(place, dict):
+        return json.dumps(place)
+    return json.dumps([place.get("state"), place.get("location_id")])
+
+
+def _move_goes_somewhere(body):
+    return _place(body.get("from")) != _place(body.get("to"))
 
 
 def _transfer_keeps_rules(transfer):
@@ -122,6 +135,8 @@ def _keeps_cross_field_rules(operation, body):
         return _sums_within_limit(body["items"]) and _one_location_per_product(body["items"])
     if key == RETURN_BODY and isinstance(body.get("items"), list):
         return _each_product_once(body["items"])
+    if key == MOVE_BODY:
+        return _move_goes_somewhere(body)
     return True
 
 

@@ -12,10 +12,11 @@ CREATE TABLE product_movements (
     kind              text        NOT NULL
                       CHECK (kind IN ('opening', 'count', 'adjustment', 'reserve', 'confirm',
                                       'release', 'expire', 'sale', 'return', 'repair',
-                                      'policy', 'other')),
+                                      'policy', 'move', 'other')),
     order_id          text,
     sale_id           text,
     return_id         text,
+    move_id           text,
     available_after   integer     NOT NULL,
     reserved_after    integer     NOT NULL,
     backordered_after integer     NOT NULL,

@@ -23,6 +23,7 @@ use utoipa_axum::router::OpenApiRouter;
 use crate::error::{Problem, PROBLEM_JSON};
 use crate::routes::bodies::ItemRequest;
 use crate::routes::lists::{StatusFilter, TransferStatusFilter};
+use crate::routes::moves::PlaceBody;
 use crate::routes::orders::ReserveItemRequest;
 use crate::routes::returns::ReturnItemBody;
 use crate::state::AppState;
@@ -37,6 +38,7 @@ use crate::state::AppState;
     components(schemas(
         Problem,
         ItemRequest,
+        PlaceBody,
         ReserveItemRequest,
         ReturnItemBody,
         StatusFilter,

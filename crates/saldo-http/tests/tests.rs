@@ -58,6 +58,8 @@ mod telemetry;
 
 #[path = "suite/locations.rs"]
 mod locations;
+#[path = "suite/moves.rs"]
+mod moves;
 #[path = "suite/returns.rs"]
 mod returns;
 #[path = "suite/shop.rs"]

@@ -4,10 +4,15 @@
 //!   directly since the count` (direct sales, `stock::sales`, take from `available` only; a
 //!   confirm sells the allocated units, and a backorder of a confirmed reservation filled
 //!   since the count was sold at its fill) `+ returned since the count` (`stock::returns`: confirmed
-//!   units brought back into `available`), and, for backorders (`stock::backorders`),
+//!   units brought back into `available`) `± moved into or out of available since the count`
+//!   (`stock::moves`: `move` movements), and, for backorders (`stock::backorders`),
 //! - `backordered = Σ live reservations' backordered`, never above `backorder_limit`, and
 //! - filled in arrival order: per product, the fills in the order they were written never go
-//!   back to an older arrival, and no live backorder is older than one that got a fill.
+//!   back to an older arrival, and no live backorder is older than one that got a fill, and,
+//!   for the non-sellable states (migration V21),
+//! - each state (`damaged`, `safety_stock`, `incoming`) = Σ moves into it − Σ moves out of it
+//!   plus Σ returns into it (never below zero: the table's CHECKs), and a located product's
+//!   states are the sums of its locations'.
 //!
 //! [`audit_ledger`] checks the ledger the same way: all balances sum to zero and all `held`
 //! equal all `pending_credits` (the double entry, for posted and pending amounts separately),
@@ -72,6 +77,15 @@ pub enum Invariant {
     /// version), available, reserved and backordered that differs. Reported only for a product
     /// whose other invariants hold (a repair of those writes its own `repair` movement).
     LatestMovementMatchesCounters,
+    /// `damaged` differs from its moves and returns: Σ moved in − Σ moved out + Σ returned.
+    DamagedMatchesMoves,
+    /// `safety_stock` differs from its moves and returns.
+    SafetyStockMatchesMoves,
+    /// `incoming` differs from its moves and returns.
+    IncomingMatchesMoves,
+    /// A product stocked per location: a state differs from the sum of its locations' (the
+    /// three states' totals).
+    LocationsSumToStates,
 }
 
 /// One broken invariant of one product.
@@ -185,6 +199,13 @@ pub struct ProductState {
     /// last count + adjustments − confirmed − sold since the count: what `available +
     /// reserved` should be.
     pub expected_on_hand: i64,
+    /// The non-sellable states and what their moves and returns say they should hold.
+    pub damaged: i64,
+    pub expected_damaged: i64,
+    pub safety_stock: i64,
+    pub expected_safety_stock: i64,
+    pub incoming: i64,
+    pub expected_incoming: i64,
 }
 
 impl ProductState {
@@ -199,6 +220,12 @@ impl ProductState {
             backorder_limit: r.try_get("backorder_limit")?,
             live_backordered: r.try_get("live_backordered")?,
             expected_on_hand: r.try_get("expected_on_hand")?,
+            damaged: r.try_get("damaged")?,
+            expected_damaged: r.try_get("expected_damaged")?,
+            safety_stock: r.try_get("safety_stock")?,
+            expected_safety_stock: r.try_get("expected_safety_stock")?,
+            incoming: r.try_get("incoming")?,
+            expected_incoming: r.try_get("expected_incoming")?,
         })
     }
 
@@ -229,6 +256,33 @@ impl ProductState {
                 expected: self.expected_on_hand,
                 actual: on_hand,
             });
+        }
+        let states = [
+            (
+                Invariant::DamagedMatchesMoves,
+                self.expected_damaged,
+                self.damaged,
+            ),
+            (
+                Invariant::SafetyStockMatchesMoves,
+                self.expected_safety_stock,
+                self.safety_stock,
+            ),
+            (
+                Invariant::IncomingMatchesMoves,
+                self.expected_incoming,
+                self.incoming,
+            ),
+        ];
+        for (invariant, expected, actual) in states {
+            if expected != actual {
+                out.push(Divergence {
+                    product_id: self.product_id,
+                    invariant,
+                    expected,
+                    actual,
+                });
+            }
         }
         out
     }
@@ -293,6 +347,7 @@ pub async fn audit_stock(pool: &Pool) -> Result<Vec<Divergence>, Error> {
         let invariant = match r.try_get::<_, &str>("invariant")? {
             "available" => Invariant::LocationsSumToAvailable,
             "reserved" => Invariant::LocationsSumToReserved,
+            "states" => Invariant::LocationsSumToStates,
             "location_reserved" => Invariant::LocationReservedMatchesAllocations,
             _ => Invariant::AllocationsMatchQuantity,
         };

@@ -129,9 +129,14 @@ pub enum InputError {
     /// A list of an order's lines (`product_ids`, a return's items) naming a product twice.
     #[error("product {0} is named twice")]
     DuplicateLine(i64),
-    /// A stock state other than `available` (issue 27 item 2 is not built yet).
-    #[error("stock state {0:?} is not supported yet: units can only be returned to \"available\"")]
-    StateUnsupported(String),
+    /// A stock state that is not one of [`StockState::ALL`] (shown cut to 32 characters).
+    #[error("unknown stock state {0:?}: one of \"available\", \"damaged\", \"safety_stock\", \"incoming\"")]
+    StateUnknown(String),
+    #[error("move id must be 1-64 characters from [A-Za-z0-9._:-]")]
+    MoveIdInvalid,
+    /// A move whose source and destination are the same state at the same location.
+    #[error("a move must change the state or the location of its units")]
+    MoveGoesNowhere,
 }
 
 /// Most distinct items one order may hold.
@@ -309,6 +314,77 @@ impl ReturnId {
 impl fmt::Display for ReturnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+/// A stock move's id (`POST /v1/products/{id}/moves`): its idempotency key, in the order id
+/// alphabet; unique per product (the route is the product's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct MoveId(String);
+
+impl MoveId {
+    pub fn new(raw: impl Into<String>) -> Result<Self, InputError> {
+        let raw = raw.into();
+        if valid_token(&raw) {
+            Ok(MoveId(raw))
+        } else {
+            Err(InputError::MoveIdInvalid)
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MoveId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Where a unit of stock is (besides `reserved`, which only orders move): `available` (what a
+/// take reads) or one of the non-sellable states (migration V21), which nothing reserves or
+/// sells. A fixed set: one column per state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StockState {
+    Available,
+    Damaged,
+    SafetyStock,
+    Incoming,
+}
+
+impl StockState {
+    /// Every state, in the order the answers list them.
+    pub const ALL: [StockState; 4] = [
+        StockState::Available,
+        StockState::Damaged,
+        StockState::SafetyStock,
+        StockState::Incoming,
+    ];
+
+    /// The name clients use, which is also the column holding the state's units.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StockState::Available => "available",
+            StockState::Damaged => "damaged",
+            StockState::SafetyStock => "safety_stock",
+            StockState::Incoming => "incoming",
+        }
+    }
+
+    /// The state named `raw` ([`InputError::StateUnknown`] otherwise).
+    pub fn parse(raw: &str) -> Result<Self, InputError> {
+        StockState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == raw)
+            .ok_or_else(|| InputError::StateUnknown(raw.chars().take(32).collect()))
+    }
+
+    /// Its position in [`StockState::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 

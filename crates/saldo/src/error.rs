@@ -7,8 +7,8 @@ use tokio_postgres::error::SqlState;
 // and the dependency points one way: error → domain.
 pub use crate::domain::InputError;
 use crate::domain::{
-    AccountId, GroupId, LocationId, OrderId, ProductId, ReservationStatus, ReturnId, SaleId,
-    TransferId, TransferStatus,
+    AccountId, GroupId, LocationId, MoveId, OrderId, ProductId, ReservationStatus, ReturnId,
+    SaleId, StockState, TransferId, TransferStatus,
 };
 use crate::ledger::currency::{Currency, Scale};
 use crate::operation::Operation;
@@ -56,12 +56,14 @@ pub enum Error {
     LocationRetired(LocationId),
     /// A location is retired only once it holds nothing: this is what it still holds.
     #[error(
-        "location {location_id} still holds {available} available and {reserved} reserved units"
+        "location {location_id} still holds {available} available, {reserved} reserved and {in_states} non-sellable units"
     )]
     LocationNotEmpty {
         location_id: LocationId,
         available: i64,
         reserved: i64,
+        /// Units in the non-sellable states (damaged, safety stock, incoming) at it.
+        in_states: i64,
     },
     /// The product is stocked per location: its total is the sum of its locations, so it is
     /// counted per location (not as a whole) and adjusted by counting a location.
@@ -104,6 +106,19 @@ pub enum Error {
         confirmed: i64,
         returned: i64,
         requested: i64,
+    },
+    /// The move id was used before (for this product) with another quantity, places or reason.
+    #[error("move {0} was already made with a different payload")]
+    MoveConflict(MoveId),
+    /// A move would take more units than its source holds (in that state, at that location):
+    /// nothing moved. Reserved units are not a source: only `available` and the states are.
+    #[error("cannot move {requested} units of product {product_id} out of {state}{at}: it holds {held}", at = location_id.as_ref().map(|l| format!(" at {l}")).unwrap_or_default(), state = state.as_str())]
+    MoveShort {
+        product_id: ProductId,
+        state: StockState,
+        location_id: Option<LocationId>,
+        held: i32,
+        requested: i32,
     },
     /// An extension found nothing active to extend (everything confirmed or released).
     #[error("order {0} holds nothing active to extend (confirmed or released)")]

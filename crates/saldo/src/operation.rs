@@ -52,6 +52,7 @@ operations! {
         Extend => "extend",
         Sell => "sell",
         Return => "return",
+        Move => "move",
         Sweep => "sweep",
         SetCount => "set_count",
         Adjust => "adjust",

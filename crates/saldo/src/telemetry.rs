@@ -98,7 +98,8 @@ pub const SALE_OUTCOMES: &[&str] = &[
 ];
 /// `stream_type` values of [`EVENTS_WRITTEN`] (`store::outbox::StreamType::ALL`; a test there
 /// keeps them equal).
-pub const EVENT_STREAM_TYPES: &[&str] = &["product", "order", "sale", "account", "transfer"];
+pub const EVENT_STREAM_TYPES: &[&str] =
+    &["product", "order", "sale", "account", "transfer", "move"];
 /// `status` values of [`SETTLED`].
 pub const SETTLED_STATUSES: &[&str] = &["confirmed", "released", "expired"];
 /// `kind` and `outcome` values of [`TRANSFERS`] (see `ledger::observe`).

@@ -118,6 +118,7 @@ async fn the_migrations_distribute_the_schema() {
         "product_movements",
         "sale_items",
         "return_items",
+        "stock_moves",
         "backorder_fills",
         "stock_locations",
         "reservation_allocations",
@@ -432,6 +433,8 @@ mod listing;
 
 #[path = "suite/movements.rs"]
 mod movements;
+#[path = "suite/moves.rs"]
+mod moves;
 #[path = "suite/returns.rs"]
 mod returns;
 #[path = "suite/sales.rs"]

@@ -54,6 +54,8 @@ mod model;
 
 #[path = "suite/movements.rs"]
 mod movements;
+#[path = "suite/moves.rs"]
+mod moves;
 #[path = "suite/returns.rs"]
 mod returns;
 #[path = "suite/sales.rs"]

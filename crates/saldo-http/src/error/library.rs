@@ -152,10 +152,12 @@ fn stock_layout(e: &Error) -> Option<Parts> {
             location_id,
             available,
             reserved,
+            in_states,
         } => Parts::conflict("location-not-empty", "Location still holds units")
             .with("location_id", location_id)
             .with("available", available)
-            .with("reserved", reserved),
+            .with("reserved", reserved)
+            .with("in_states", in_states),
         Error::UnsupportedOnCitus(operation) => {
             Parts::conflict("unsupported-on-citus", "Operation not supported on Citus")
                 .with("operation", operation)
@@ -214,6 +216,24 @@ fn orders(e: &Error) -> Option<Parts> {
             .with("order_id", order_id)
             .with("product_id", product_id),
         Error::ReturnConflict(r) => idempotency_conflict("return_id", r),
+        Error::MoveConflict(m) => idempotency_conflict("move_id", m),
+        Error::MoveShort {
+            product_id,
+            state,
+            location_id,
+            held,
+            requested,
+        } => {
+            let parts = Parts::conflict("move-exceeds-stock", "Move exceeds what its source holds")
+                .with("product_id", product_id)
+                .with("state", state)
+                .with("held", held)
+                .with("requested", requested);
+            match location_id {
+                Some(l) => parts.with("location_id", l),
+                None => parts,
+            }
+        }
         Error::ReturnExceedsConfirmed {
             order_id,
             product_id,

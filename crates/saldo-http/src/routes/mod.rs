@@ -23,6 +23,7 @@ pub mod events;
 pub mod health;
 pub mod lists;
 pub mod movements;
+pub mod moves;
 pub mod orders;
 pub mod repair;
 pub mod returns;
@@ -53,6 +54,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::release))
         .routes(routes!(orders::get_order))
         .routes(routes!(returns::record_return))
+        .routes(routes!(moves::move_units))
         .routes(routes!(accounts::open_account))
         .routes(routes!(accounts::get_account))
         .routes(routes!(accounts::list_transfers))

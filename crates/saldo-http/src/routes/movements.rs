@@ -63,6 +63,8 @@ pub enum MoveKindView {
     Repair,
     /// A backorder limit set (counters unchanged).
     Policy,
+    /// A stock move (`move_id`) between `available` and a non-sellable state.
+    Move,
     /// A write whose cause was not named.
     Other,
 }
@@ -81,6 +83,7 @@ impl From<MoveKind> for MoveKindView {
             MoveKind::Return => MoveKindView::Return,
             MoveKind::Repair => MoveKindView::Repair,
             MoveKind::Policy => MoveKindView::Policy,
+            MoveKind::Move => MoveKindView::Move,
             MoveKind::Other => MoveKindView::Other,
         }
     }
@@ -95,6 +98,7 @@ pub struct MovementView {
     pub order_id: Option<String>,
     pub sale_id: Option<String>,
     pub return_id: Option<String>,
+    pub move_id: Option<String>,
     /// The change of each counter (from the movement before; from zero for the first).
     pub available_delta: i32,
     pub reserved_delta: i32,
@@ -114,6 +118,7 @@ impl From<Movement> for MovementView {
             order_id: m.order_id,
             sale_id: m.sale_id,
             return_id: m.return_id,
+            move_id: m.move_id,
             available_delta: m.available_delta,
             reserved_delta: m.reserved_delta,
             backordered_delta: m.backordered_delta,

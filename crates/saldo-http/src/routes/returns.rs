@@ -4,13 +4,16 @@
 //! the original result and `"replayed": true` when the same `return_id` comes again with the
 //! same order, items and reason; 409 `idempotency-conflict` with anything else. Never more of a
 //! line than was confirmed: 409 `return-exceeds-confirmed` names what was confirmed and what
-//! came back already. Stock states other than `available` are not built yet: 422.
+//! came back already. An item's `state` (absent: `available`) puts its units into a
+//! non-sellable state instead (`damaged`, `safety_stock`, `incoming`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use saldo::domain::{InputError, LocationId, OrderId, ProductId, Quantity, Reason, ReturnId};
+use saldo::domain::{
+    InputError, LocationId, OrderId, ProductId, Quantity, Reason, ReturnId, StockState,
+};
 use saldo::stock::{Return, ReturnItemRequest, ReturnItems, ReturnRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -92,7 +95,7 @@ impl From<Return> for ReturnView {
                     product_id: i.product_id.get(),
                     quantity: i.quantity,
                     location_id: i.location_id.as_ref().map(|l| l.as_str().to_owned()),
-                    state: "available",
+                    state: i.state.as_str(),
                 })
                 .collect(),
             reason: r.reason,
@@ -103,10 +106,10 @@ impl From<Return> for ReturnView {
 }
 
 fn item(raw: &ReturnItemBody) -> Result<ReturnItemRequest, ApiError> {
-    if let Some(state) = raw.state.as_deref().filter(|s| *s != "available") {
-        let shown: String = state.chars().take(32).collect();
-        return Err(InputError::StateUnsupported(shown).into());
-    }
+    let state = match raw.state.as_deref() {
+        None => StockState::Available,
+        Some(named) => StockState::parse(named)?,
+    };
     Ok(ReturnItemRequest {
         product_id: ProductId::new(raw.product_id)?,
         quantity: Quantity::new(raw.quantity)?,
@@ -115,6 +118,7 @@ fn item(raw: &ReturnItemBody) -> Result<ReturnItemRequest, ApiError> {
             .as_deref()
             .map(LocationId::new)
             .transpose()?,
+        state,
     })
 }
 
@@ -134,7 +138,8 @@ fn request(order_id: String, body: ReturnBody) -> Result<ReturnRequest, ApiError
     })
 }
 
-/// Bring confirmed units of an order back into `available`, every item or none; idempotent by
+/// Bring confirmed units of an order back into `available` (or, per item, a non-sellable
+/// state), every item or none; idempotent by
 /// `return_id`. Same path under every strategy.
 #[utoipa::path(post, path = "/v1/orders/{order_id}/returns", tag = "orders",
     params(OrderPath),
@@ -149,7 +154,7 @@ fn request(order_id: String, body: ReturnBody) -> Result<ReturnRequest, ApiError
         (status = 409, description = "More than was confirmed (`return-exceeds-confirmed`: `confirmed`, `returned`, `requested`), the same `return_id` with another payload (`idempotency-conflict`), a retired location, or a product stocked per location whose line names no location (`stocked-by-location`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 413, description = "Body too large", body = Problem, content_type = PROBLEM_JSON),
         (status = 415, description = "Not JSON", body = Problem, content_type = PROBLEM_JSON),
-        (status = 422, description = "Invalid input (a product named twice, over 100 items, a reason over 200 characters, a `state` other than `available`: stock states are not supported yet)", body = Problem, content_type = PROBLEM_JSON),
+        (status = 422, description = "Invalid input (a product named twice, over 100 items, a reason over 200 characters, an unknown `state`)", body = Problem, content_type = PROBLEM_JSON),
         (status = 503, description = "Not applied (deadline, contention, database unavailable; retry) or outcome unknown (replay)", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn record_return(

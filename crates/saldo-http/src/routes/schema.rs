@@ -297,13 +297,35 @@ pub fn return_items() -> Schema {
 pub fn return_state() -> Schema {
     Object::builder()
         .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
-        .enum_values(Some(["available"]))
+        .enum_values(Some(STATES))
         .description(Some(
-            "The stock state the units go back to: `available` (the default: absent or null); \
-             other states (damaged, …) are not supported yet (422)",
+            "The stock state the units go back to: `available` (the default: absent or null) \
+             or a non-sellable state",
         ))
         .build()
         .into()
+}
+
+/// The stock states' names (`saldo::domain::StockState::ALL`).
+const STATES: [&str; 4] = ["available", "damaged", "safety_stock", "incoming"];
+
+pub fn stock_state() -> Schema {
+    Object::builder()
+        .schema_type(SchemaType::from_iter([Type::String]))
+        .enum_values(Some(STATES))
+        .description(Some(
+            "A stock state: `available` (sellable) or a non-sellable state (never reserved or \
+             sold)",
+        ))
+        .build()
+        .into()
+}
+
+pub fn move_id() -> Schema {
+    id(
+        "Move id: the idempotency key of a move (unique per product)",
+        "move-1",
+    )
 }
 
 pub fn items() -> Schema {

@@ -1,12 +1,12 @@
 //! Stock routes: set a physical count, adjust and set the backorder policy (admin), read a
-//! product's stock (with its locations); per location: count one location of a
+//! product's stock (with its locations and its units in each non-sellable state); per location: count one location of a
 //! product, set a location's allocation priority (admin).
 
 use axum::Json;
 use chrono::{DateTime, Utc};
 use saldo::domain::{LocationId, Priority, ProductId, Reason};
 use saldo::stock::locations::{self, LocatedStock, Location};
-use saldo::stock::{admin as stock_admin, backorders};
+use saldo::stock::{admin as stock_admin, backorders, States};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -55,6 +55,27 @@ pub struct LocationStockView {
     pub location_id: String,
     pub available: i32,
     pub reserved: i32,
+    /// Its units in the non-sellable states.
+    pub states: StatesView,
+}
+
+/// Units in the non-sellable states: not available, never reserved or sold; moved with
+/// `POST /v1/products/{product_id}/moves` (and returns may put units there).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatesView {
+    pub damaged: i32,
+    pub safety_stock: i32,
+    pub incoming: i32,
+}
+
+impl From<States> for StatesView {
+    fn from(s: States) -> Self {
+        StatesView {
+            damaged: s.damaged,
+            safety_stock: s.safety_stock,
+            incoming: s.incoming,
+        }
+    }
 }
 
 /// A product's stock: its totals and, stocked per location, each location's (the totals are
@@ -72,6 +93,8 @@ pub struct LocatedStockView {
     /// As in `StockView`: units backordered now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backordered: Option<i32>,
+    /// Units in the non-sellable states (the sums of the locations').
+    pub states: StatesView,
     /// By location id; empty for a product never given a location.
     pub locations: Vec<LocationStockView>,
 }
@@ -86,6 +109,7 @@ impl From<LocatedStock> for LocatedStockView {
             version: totals.version,
             backorder_limit: totals.backorder_limit,
             backordered: totals.backordered,
+            states: s.states.into(),
             locations: s
                 .locations
                 .into_iter()
@@ -93,6 +117,7 @@ impl From<LocatedStock> for LocatedStockView {
                     location_id: l.location_id.as_str().to_owned(),
                     available: l.available,
                     reserved: l.reserved,
+                    states: l.states.into(),
                 })
                 .collect(),
         }
@@ -296,7 +321,7 @@ pub async fn retire_location(
     params(ProductPath),
     security(("api_token" = []), ("admin_token" = [])),
     responses(
-        (status = 200, description = "The product's stock: totals, and each location's", body = LocatedStockView),
+        (status = 200, description = "The product's stock: totals, units in each non-sellable state (`states`), and each location's", body = LocatedStockView),
         (status = 401, description = "API token required and missing or wrong", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid id", body = Problem, content_type = PROBLEM_JSON),

@@ -266,7 +266,9 @@ pub struct DivergenceView {
     /// `reserved_matches_active`, `on_hand_matches_history`, `backordered_matches_live`,
     /// `backordered_within_limit`, `filled_in_arrival_order`, or for products stocked per
     /// location `locations_sum_to_available`, `locations_sum_to_reserved`,
-    /// `location_reserved_matches_allocations`, `allocations_match_quantity`, and
+    /// `location_reserved_matches_allocations`, `allocations_match_quantity`,
+    /// `locations_sum_to_states`, and for the non-sellable states `damaged_matches_moves`,
+    /// `safety_stock_matches_moves`, `incoming_matches_moves`, and
     /// `latest_movement_matches_counters` (a product's latest movement against its row).
     pub invariant: String,
     pub expected: i64,
@@ -290,6 +292,10 @@ impl From<&Divergence> for DivergenceView {
                 }
                 Invariant::AllocationsMatchQuantity => "allocations_match_quantity",
                 Invariant::LatestMovementMatchesCounters => "latest_movement_matches_counters",
+                Invariant::LocationsSumToStates => "locations_sum_to_states",
+                Invariant::DamagedMatchesMoves => "damaged_matches_moves",
+                Invariant::SafetyStockMatchesMoves => "safety_stock_matches_moves",
+                Invariant::IncomingMatchesMoves => "incoming_matches_moves",
             }
             .to_owned(),
             expected: d.expected,

@@ -353,6 +353,8 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::NotInOrder { .. } => "NotInOrder",
         E::ReturnConflict(_) => "ReturnConflict",
         E::ReturnExceedsConfirmed { .. } => "ReturnExceedsConfirmed",
+        E::MoveConflict(_) => "MoveConflict",
+        E::MoveShort { .. } => "MoveShort",
         E::ConnectionLost { .. } => "ConnectionLost",
         E::CursorExpired { .. } => "CursorExpired",
         E::UnknownWebhook(_) => "UnknownWebhook",
@@ -396,7 +398,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 57;
+const LIBRARY_VARIANTS: usize = 59;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -438,6 +440,7 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             location_id: LocationId::new("north").expect("id"),
             available: 2,
             reserved: 1,
+            in_states: 0,
         },
         E::StockedByLocation(p),
         E::SaleConflict(SaleId::new("s-1").expect("id")),
@@ -478,6 +481,14 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             confirmed: 3,
             returned: 3,
             requested: 1,
+        },
+        E::MoveConflict(saldo::domain::MoveId::new("m-1").expect("id")),
+        E::MoveShort {
+            product_id: p,
+            state: saldo::domain::StockState::Damaged,
+            location_id: None,
+            held: 1,
+            requested: 2,
         },
         E::ProductLocked(p),
         E::DeadlineExceeded {

@@ -90,7 +90,7 @@ async fn a_return_brings_confirmed_units_back_once_and_never_more() {
     assert_eq!(available(2).await, 4);
     for (body, status, kind) in [
         (
-            json!({"return_id": "ret-4", "items": [{"product_id": 1, "quantity": 1, "state": "damaged"}], "reason": "x"}),
+            json!({"return_id": "ret-4", "items": [{"product_id": 1, "quantity": 1, "state": "lost"}], "reason": "x"}),
             422,
             "invalid-input",
         ),

@@ -17,7 +17,10 @@ use crate::store::dialect::Sql;
 /// product. The fragments are the filters: `$product` for the tables named without an alias,
 /// `$stock` for the stock row, and `$m`, `$r`, `$f`, `$i` put before the first condition on
 /// movements, confirmed reservations, sold fills, sale items and return items (empty where the
-/// join to the last count already filters them).
+/// join to the last count already filters them). Moves (migration V21) enter twice: a move that
+/// changed `available` is a `move` movement (with the adjustments since the count), and each
+/// state's units are the sum of every move into it, minus every move out of it, plus every
+/// return into it (states are never counted, so their whole history is summed).
 macro_rules! stock_state {
     ($product:literal, $stock:literal, $m:literal, $r:literal, $f:literal, $i:literal, $t:literal) => {
         concat!(
@@ -34,7 +37,7 @@ adjusted AS (
       FROM stock_movements m JOIN last_count c USING (product_id)
      WHERE ",
             $m,
-            "m.kind = 'adjustment' AND m.location_id IS NULL AND m.id > c.id
+            "m.kind IN ('adjustment', 'move') AND m.location_id IS NULL AND m.id > c.id
      GROUP BY m.product_id),
 fills_sold AS (
     SELECT reservation_id, sum(quantity)::bigint AS quantity
@@ -71,8 +74,29 @@ returned AS (
       FROM return_items t JOIN last_count c USING (product_id)
      WHERE ",
             $t,
-            "t.returned_at > c.created_at
+            "t.returned_at > c.created_at AND t.state = 'available'
      GROUP BY t.product_id),
+state_changes AS (
+    SELECT product_id, to_state AS state, quantity::bigint AS units
+      FROM stock_moves WHERE ",
+            $product,
+            "
+    UNION ALL
+    SELECT product_id, from_state, -quantity::bigint FROM stock_moves WHERE ",
+            $product,
+            "
+    UNION ALL
+    SELECT product_id, state, quantity::bigint FROM return_items
+     WHERE state <> 'available' AND ",
+            $product,
+            "),
+state_history AS (
+    SELECT product_id,
+           coalesce(sum(units) FILTER (WHERE state = 'damaged'), 0)::bigint AS damaged,
+           coalesce(sum(units) FILTER (WHERE state = 'safety_stock'), 0)::bigint
+             AS safety_stock,
+           coalesce(sum(units) FILTER (WHERE state = 'incoming'), 0)::bigint AS incoming
+      FROM state_changes GROUP BY product_id),
 active AS (
     SELECT product_id, sum(quantity - backordered)::bigint AS quantity
       FROM reservations
@@ -99,7 +123,13 @@ SELECT s.product_id,
        (s.available + s.reserved)::bigint                    AS on_hand,
        coalesce(c.quantity, 0) + coalesce(adj.delta, 0) - coalesce(cf.quantity, 0)
          - coalesce(sd.quantity, 0) - coalesce(fs.quantity, 0)
-         + coalesce(rt.quantity, 0)                          AS expected_on_hand
+         + coalesce(rt.quantity, 0)                          AS expected_on_hand,
+       s.damaged::bigint                                     AS damaged,
+       coalesce(sh.damaged, 0)                               AS expected_damaged,
+       s.safety_stock::bigint                                AS safety_stock,
+       coalesce(sh.safety_stock, 0)                          AS expected_safety_stock,
+       s.incoming::bigint                                    AS incoming,
+       coalesce(sh.incoming, 0)                              AS expected_incoming
   FROM stock s
   LEFT JOIN last_count c USING (product_id)
   LEFT JOIN adjusted adj USING (product_id)
@@ -109,6 +139,7 @@ SELECT s.product_id,
   LEFT JOIN returned rt USING (product_id)
   LEFT JOIN active a USING (product_id)
   LEFT JOIN live_backorders lb USING (product_id)
+  LEFT JOIN state_history sh USING (product_id)
  WHERE ",
             $stock
         )
@@ -150,7 +181,8 @@ pub(crate) const STOCK_AUDIT: &str = concat!(
     "SELECT * FROM (",
     stock_state_any!(),
     ") st WHERE reserved <> active_reserved OR on_hand <> expected_on_hand \
-     OR backordered <> live_backordered \
+     OR backordered <> live_backordered OR damaged <> expected_damaged \
+     OR safety_stock <> expected_safety_stock OR incoming <> expected_incoming \
      ORDER BY product_id LIMIT $2"
 );
 
@@ -204,12 +236,15 @@ SELECT s.product_id, s.version, s.available::bigint AS available,
  ORDER BY s.product_id
  LIMIT $1";
 
-/// The location invariants, per product: its row is the sum of its locations, each location's
+/// The location invariants, per product: its row is the sum of its locations (states included),
+/// each location's
 /// `reserved` is the sum of the active allocations at it, and each allocated reservation's
 /// allocations add up to its quantity. `$1`: most rows returned.
 pub(crate) const LOCATION_AUDIT: &str = "
 WITH sums AS (
-    SELECT product_id, sum(available)::bigint AS available, sum(reserved)::bigint AS reserved
+    SELECT product_id, sum(available)::bigint AS available, sum(reserved)::bigint AS reserved,
+           sum(damaged)::bigint AS damaged, sum(safety_stock)::bigint AS safety_stock,
+           sum(incoming)::bigint AS incoming
       FROM stock_locations GROUP BY product_id),
 held AS (
     SELECT a.product_id, a.location_id, sum(a.quantity)::bigint AS quantity
@@ -231,6 +266,14 @@ SELECT * FROM (
     SELECT s.product_id, 'reserved', coalesce(x.reserved, 0), s.reserved::bigint
       FROM stock s LEFT JOIN sums x USING (product_id)
      WHERE s.located AND s.reserved <> coalesce(x.reserved, 0)
+    UNION ALL
+    SELECT s.product_id, 'states',
+           coalesce(x.damaged + x.safety_stock + x.incoming, 0),
+           (s.damaged + s.safety_stock + s.incoming)::bigint
+      FROM stock s LEFT JOIN sums x USING (product_id)
+     WHERE s.located AND (s.damaged <> coalesce(x.damaged, 0)
+        OR s.safety_stock <> coalesce(x.safety_stock, 0)
+        OR s.incoming <> coalesce(x.incoming, 0))
     UNION ALL
     SELECT sl.product_id, 'location_reserved', sum(coalesce(h.quantity, 0))::bigint,
            sum(sl.reserved)::bigint
@@ -544,7 +587,11 @@ mod tests {
     fn the_product_state_is_one_template_in_two_forms() {
         let (single, citus) = (PRODUCT_STATE.single(), PRODUCT_STATE.citus());
         assert!(!citus.contains("IS NULL OR"));
-        assert_eq!(single.matches("($1::bigint IS NULL OR").count(), 5);
+        assert_eq!(
+            single.matches("($1::bigint IS NULL OR").count(),
+            8,
+            "5 filters, and the 3 reads of state_changes"
+        );
         for alias in ["m", "r", "f", "i"] {
             let filter = format!("WHERE {alias}.product_id = $1 AND {alias}.");
             assert!(citus.contains(&filter), "{filter}");

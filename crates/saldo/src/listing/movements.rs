@@ -27,12 +27,12 @@ use crate::store::retry::checkout;
 /// row with no movement when the page is empty, so one statement also says whether the
 /// product exists.
 const PAGE: &str = "\
-SELECT m.seq, m.kind, m.order_id, m.sale_id, m.return_id, m.available_after, m.reserved_after,
-       m.backordered_after, m.at, p.available_after AS available_before,
+SELECT m.seq, m.kind, m.order_id, m.sale_id, m.return_id, m.move_id, m.available_after,
+       m.reserved_after, m.backordered_after, m.at, p.available_after AS available_before,
        p.reserved_after AS reserved_before, p.backordered_after AS backordered_before
   FROM stock s
   LEFT JOIN LATERAL (
-       SELECT seq, kind, order_id, sale_id, return_id, available_after, reserved_after,
+       SELECT seq, kind, order_id, sale_id, return_id, move_id, available_after, reserved_after,
               backordered_after, at
          FROM product_movements
         WHERE product_id = $1 AND (at, seq) >= ($2, $3) AND at < $4
@@ -156,6 +156,7 @@ pub async fn movements(
             order_id: row.try_get("order_id")?,
             sale_id: row.try_get("sale_id")?,
             return_id: row.try_get("return_id")?,
+            move_id: row.try_get("move_id")?,
             available_delta: delta(available, before("available_before")?)?,
             reserved_delta: delta(reserved, before("reserved_before")?)?,
             backordered_delta: delta(backordered, before("backordered_before")?)?,

@@ -16,10 +16,11 @@ use std::sync::Arc;
 use crate::domain::{Lines, MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
-use crate::stock::flows::{extend, reserve, returns, sales, settle, sweeper};
+use crate::stock::flows::{extend, moves, reserve, returns, sales, settle, sweeper};
 use crate::stock::model::{
-    ConfirmOutcome, ExtendOutcome, Placement, ReleaseOutcome, RereserveRequest, Reservation,
-    ReserveRequest, ReservedItem, Return, ReturnRequest, Sale, SaleRequest, StrategyName,
+    ConfirmOutcome, ExtendOutcome, Move, MoveRequest, Placement, ReleaseOutcome, RereserveRequest,
+    Reservation, ReserveRequest, ReservedItem, Return, ReturnRequest, Sale, SaleRequest,
+    StrategyName,
 };
 use crate::stock::strategy::atomic::Atomic;
 use crate::stock::strategy::batched::{Batched, BatchedConfig};
@@ -203,6 +204,15 @@ impl StockEngine {
     /// reservation rows and the stock rows, in the global lock order).
     pub async fn record_return(&self, request: &ReturnRequest) -> Result<Return, Error> {
         returns::record(&self.store, request).await
+    }
+
+    /// Moves units of a product between `available` and its non-sellable states, and between
+    /// its locations, all or nothing, idempotent by `move_id` (per product): never more than
+    /// the source holds ([`Error::MoveShort`]; reserved units are never a source), another
+    /// payload under a used id is [`Error::MoveConflict`]. One shared flow under every strategy:
+    /// it meets the takes on the product's stock row, which it holds while it checks and writes.
+    pub async fn move_units(&self, request: &MoveRequest) -> Result<Move, Error> {
+        moves::record(&self.store, request).await
     }
 
     /// Sells every item straight from `available`, or none; idempotent by `sale_id`.

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::audit::Finding;
 use crate::domain::{
-    AllocationMode, InputError, LocationId, OrderId, OrderItems, Priority, ProductId, Quantity,
-    Reason, RequestKey, ReturnId, SaleId, Tags, Ttl, MAX_ITEMS_PER_ORDER,
+    AllocationMode, InputError, LocationId, MoveId, OrderId, OrderItems, Priority, ProductId,
+    Quantity, Reason, RequestKey, ReturnId, SaleId, StockState, Tags, Ttl, MAX_ITEMS_PER_ORDER,
 };
 use crate::error::Error;
 use crate::ledger::repair::LedgerRepairReport;
@@ -60,6 +60,73 @@ pub struct StockLocation {
     pub location_id: LocationId,
     pub available: i32,
     pub reserved: i32,
+    /// Its units in the non-sellable states.
+    pub states: States,
+}
+
+/// Units in the non-sellable states (migration V21): not available, never reserved or sold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct States {
+    pub damaged: i32,
+    pub safety_stock: i32,
+    pub incoming: i32,
+}
+
+impl States {
+    /// The units in `state` (`None` for `available`, which is not one of these).
+    pub fn get(&self, state: StockState) -> Option<i32> {
+        match state {
+            StockState::Available => None,
+            StockState::Damaged => Some(self.damaged),
+            StockState::SafetyStock => Some(self.safety_stock),
+            StockState::Incoming => Some(self.incoming),
+        }
+    }
+
+    /// Reads the state columns of a stock or location row, by name (`prefix` + state).
+    pub(crate) fn of_row(row: &tokio_postgres::Row, prefix: &str) -> Result<Self, Error> {
+        let get = |state: StockState| -> Result<i32, Error> {
+            Ok(row.try_get(format!("{prefix}{}", state.as_str()).as_str())?)
+        };
+        Ok(States {
+            damaged: get(StockState::Damaged)?,
+            safety_stock: get(StockState::SafetyStock)?,
+            incoming: get(StockState::Incoming)?,
+        })
+    }
+}
+
+/// One end of a move: a state, at a location for a product stocked per location.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Place {
+    pub state: StockState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location_id: Option<LocationId>,
+}
+
+/// A request to move units of a product from one place to another; idempotent by `move_id`.
+#[derive(Debug, Clone)]
+pub struct MoveRequest {
+    pub move_id: MoveId,
+    pub product_id: ProductId,
+    pub quantity: Quantity,
+    pub from: Place,
+    pub to: Place,
+    pub reason: Reason,
+}
+
+/// What a move did (or, replayed, what it did the first time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Move {
+    pub move_id: MoveId,
+    pub product_id: ProductId,
+    pub quantity: i32,
+    pub from: Place,
+    pub to: Place,
+    pub reason: String,
+    pub moved_at: DateTime<Utc>,
+    /// True when the move had been made before: nothing moved now.
+    pub replayed: bool,
 }
 
 /// A request to take again what an order lost (expired or released before payment): "a
@@ -263,6 +330,8 @@ pub struct ReturnItemRequest {
     pub product_id: ProductId,
     pub quantity: Quantity,
     pub location_id: Option<LocationId>,
+    /// Where the units go: `available` (the default) or a non-sellable state.
+    pub state: StockState,
 }
 
 /// A return's items: 1..=[`MAX_ITEMS_PER_ORDER`] products, each once, in ascending product id
@@ -314,6 +383,8 @@ pub struct ReturnedItem {
     /// Where the units went (products stocked per location only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location_id: Option<LocationId>,
+    /// The state the units went into.
+    pub state: StockState,
 }
 
 /// What a return did (or, replayed, what it did the first time).
@@ -341,6 +412,8 @@ pub struct ExtendOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LocatedStock {
     pub stock: Stock,
+    /// The product's units in the non-sellable states (the sums of its locations').
+    pub states: States,
     pub locations: Vec<StockLocation>,
 }
 

@@ -26,12 +26,15 @@ pub enum MoveKind {
     Repair,
     /// A backorder limit set (its counters unchanged).
     Policy,
+    /// A move of units between `available` and the non-sellable states (V21; a move between
+    /// two states that are not `available` leaves these counters as they were).
+    Move,
     /// A write whose flow named no cause (none does: the tests look for it).
     Other,
 }
 
 impl MoveKind {
-    pub const ALL: [MoveKind; 12] = [
+    pub const ALL: [MoveKind; 13] = [
         MoveKind::Opening,
         MoveKind::Count,
         MoveKind::Adjustment,
@@ -43,6 +46,7 @@ impl MoveKind {
         MoveKind::Return,
         MoveKind::Repair,
         MoveKind::Policy,
+        MoveKind::Move,
         MoveKind::Other,
     ];
 
@@ -59,6 +63,7 @@ impl MoveKind {
             MoveKind::Return => "return",
             MoveKind::Repair => "repair",
             MoveKind::Policy => "policy",
+            MoveKind::Move => "move",
             MoveKind::Other => crate::store::journal::UNNAMED,
         }
     }
@@ -84,6 +89,8 @@ pub struct Movement {
     pub order_id: Option<String>,
     pub sale_id: Option<String>,
     pub return_id: Option<String>,
+    /// The stock move's id (kind `move`).
+    pub move_id: Option<String>,
     /// The change: these counters minus the previous movement's (none before: zero).
     pub available_delta: i32,
     pub reserved_delta: i32,
@@ -103,6 +110,6 @@ mod tests {
         for k in MoveKind::ALL {
             assert_eq!(MoveKind::parse(k.as_str()), Some(k));
         }
-        assert_eq!(MoveKind::parse("move"), None);
+        assert_eq!(MoveKind::parse("moved"), None);
     }
 }

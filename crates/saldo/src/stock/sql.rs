@@ -372,8 +372,10 @@ pub(crate) const LOCATION_FOR_UPDATE: Sql = Sql::same(
 /// locks them), so no take or count changes it before the retirement commits.
 pub(crate) const LOCATION_HOLDINGS: Sql = Sql::same(
     "SELECT coalesce(sum(available), 0)::bigint AS available, \
-            coalesce(sum(reserved), 0)::bigint AS reserved \
-       FROM (SELECT available, reserved FROM stock_locations WHERE location_id = $1 \
+            coalesce(sum(reserved), 0)::bigint AS reserved, \
+            coalesce(sum(in_states), 0)::bigint AS in_states \
+       FROM (SELECT available, reserved, damaged + safety_stock + incoming AS in_states \
+               FROM stock_locations WHERE location_id = $1 \
               ORDER BY product_id FOR UPDATE) held",
 );
 pub(crate) const RETIRE_LOCATION: Sql = Sql::same(
@@ -410,8 +412,10 @@ pub(crate) const SET_LOCATED_TOTAL: Sql = Sql::same(crate::stock_update!(
 ));
 pub(crate) const STOCK_WITH_LOCATIONS: Sql = Sql::same(
     "SELECT s.available, s.reserved, s.version, s.backorder_limit, s.backordered, \
+            s.damaged, s.safety_stock, s.incoming, \
             sl.location_id, sl.available AS location_available, \
-            sl.reserved AS location_reserved \
+            sl.reserved AS location_reserved, sl.damaged AS location_damaged, \
+            sl.safety_stock AS location_safety_stock, sl.incoming AS location_incoming \
        FROM stock s LEFT JOIN stock_locations sl USING (product_id) \
       WHERE s.product_id = $1 ORDER BY sl.location_id",
 );
@@ -457,7 +461,8 @@ pub(crate) const INSERT_SALE_ALLOCATIONS: Sql = Sql::same(
 
 /// A return's items with its order and reason (on every row: one round trip).
 pub(crate) const RETURN_ITEMS: Sql = Sql::same(
-    "SELECT r.order_id, r.reason, i.product_id, i.quantity, i.location_id, i.returned_at \
+    "SELECT r.order_id, r.reason, i.product_id, i.quantity, i.location_id, i.state, \
+            i.returned_at \
        FROM return_items i JOIN order_returns r ON r.return_id = i.return_id \
       WHERE i.return_id = $1 ORDER BY i.product_id",
 );
@@ -479,16 +484,63 @@ pub(crate) const LINE_RETURNS: Sql = Sql::same(
        FROM reservations WHERE id = $1 AND product_id = $2",
 );
 pub(crate) const INSERT_RETURN_ITEMS: Sql = Sql::same(
-    "INSERT INTO return_items (return_id, product_id, quantity, location_id) \
-     SELECT $1, g.product_id, g.quantity, g.location_id \
-       FROM unnest($2::bigint[], $3::int[], $4::text[]) AS g(product_id, quantity, location_id) \
-     RETURNING product_id, quantity, location_id, returned_at",
+    "INSERT INTO return_items (return_id, product_id, quantity, location_id, state) \
+     SELECT $1, g.product_id, g.quantity, g.location_id, g.state \
+       FROM unnest($2::bigint[], $3::int[], $4::text[], $5::text[]) \
+            AS g(product_id, quantity, location_id, state) \
+     RETURNING product_id, quantity, location_id, state, returned_at",
 );
 /// Whether `$1` is stocked at location `$2`.
 pub(crate) const STOCKED_AT: Sql = Sql::same(
     "SELECT EXISTS (SELECT 1 FROM stock_locations WHERE product_id = $1 AND location_id = $2) \
          AS stocked",
 );
+
+// ---- Stock states and moves (V21) -------------------------------------------------------------
+
+/// Adds deltas to a product's `available` and state columns, never below zero (the condition
+/// inside the UPDATE; the row is held locked and the CHECKs stand behind it). Zero rows: refused.
+pub(crate) const MOVE_STOCK: Sql = Sql::same(crate::stock_update!(
+    "available = available + $2, damaged = damaged + $3, safety_stock = safety_stock + $4, \
+     incoming = incoming + $5",
+    "WHERE product_id = $1 AND available + $2 >= 0 AND damaged + $3 >= 0 \
+       AND safety_stock + $4 >= 0 AND incoming + $5 >= 0"
+));
+/// The state columns of a product's row (read under its lock).
+pub(crate) const STOCK_STATES: Sql =
+    Sql::same("SELECT damaged, safety_stock, incoming FROM stock WHERE product_id = $1");
+/// A located product's rows at locations `$2`, locked in location order (its stock row is held).
+pub(crate) const LOCK_LOCATIONS_FOR_MOVE: Sql = Sql::same(
+    "SELECT location_id, available, damaged, safety_stock, incoming FROM stock_locations \
+      WHERE product_id = $1 AND location_id = ANY($2) ORDER BY location_id FOR UPDATE",
+);
+/// [`MOVE_STOCK`] at one location of a located product.
+pub(crate) const MOVE_AT_LOCATION: Sql = Sql::same(
+    "UPDATE stock_locations SET available = available + $3, damaged = damaged + $4, \
+            safety_stock = safety_stock + $5, incoming = incoming + $6, updated_at = now() \
+      WHERE product_id = $1 AND location_id = $2 AND available + $3 >= 0 \
+        AND damaged + $4 >= 0 AND safety_stock + $5 >= 0 AND incoming + $6 >= 0 \
+     RETURNING location_id",
+);
+/// The columns of a stored move.
+macro_rules! move_columns {
+    () => {
+        "move_id, quantity, from_state, from_location, to_state, to_location, reason, moved_at"
+    };
+}
+/// The move `$2` of product `$1`.
+pub(crate) const FIND_MOVE: Sql = Sql::same(concat!(
+    "SELECT ",
+    move_columns!(),
+    " FROM stock_moves WHERE product_id = $1 AND move_id = $2"
+));
+/// Records a move (stamped while the product's row is held).
+pub(crate) const INSERT_MOVE: Sql = Sql::same(concat!(
+    "INSERT INTO stock_moves (product_id, move_id, quantity, from_state, from_location, \
+                              to_state, to_location, reason) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
+    move_columns!()
+));
 
 #[cfg(test)]
 mod tests {

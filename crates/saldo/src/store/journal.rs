@@ -27,6 +27,7 @@ pub struct Cause {
     pub order_id: Option<String>,
     pub sale_id: Option<String>,
     pub return_id: Option<String>,
+    pub move_id: Option<String>,
 }
 
 impl Cause {
@@ -49,6 +50,11 @@ impl Cause {
 
     pub fn return_id(mut self, id: &str) -> Cause {
         self.return_id = Some(id.to_owned());
+        self
+    }
+
+    pub fn move_id(mut self, id: &str) -> Cause {
+        self.move_id = Some(id.to_owned());
         self
     }
 }
@@ -136,24 +142,25 @@ impl Journal {
 
 /// One node: every movement in one statement.
 const INSERT: &str = "INSERT INTO product_movements (product_id, seq, kind, order_id, sale_id, \
-     return_id, available_after, reserved_after, backordered_after, at) \
+     return_id, move_id, available_after, reserved_after, backordered_after, at) \
      SELECT m.*, clock_timestamp() \
        FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], \
-                   $7::int[], $8::int[], $9::int[]) \
-            AS m(product_id, seq, kind, order_id, sale_id, return_id, available_after, \
+                   $7::text[], $8::int[], $9::int[], $10::int[]) \
+            AS m(product_id, seq, kind, order_id, sale_id, return_id, move_id, available_after, \
                  reserved_after, backordered_after)";
 
-/// Movement rows per Citus statement at most (9 parameters each).
+/// Movement rows per Citus statement at most (10 parameters each).
 const CITUS_CHUNK: usize = 100;
 
 /// Citus: multi-row `VALUES`, each row routed to its product's shard (an `INSERT … SELECT`
 /// would go through the coordinator); `clock_timestamp()` is the coordinator's.
 static CITUS_INSERT: Values = Values::new(
     "INSERT INTO product_movements (product_id, seq, kind, order_id, sale_id, return_id, \
-     available_after, reserved_after, backordered_after, at)",
+     move_id, available_after, reserved_after, backordered_after, at)",
     &[
         Col::cast("::bigint"),
         Col::cast("::bigint"),
+        Col::cast("::text"),
         Col::cast("::text"),
         Col::cast("::text"),
         Col::cast("::text"),
@@ -173,6 +180,7 @@ pub(crate) struct Columns<'m> {
     orders: Vec<Option<&'m str>>,
     sales: Vec<Option<&'m str>>,
     returns: Vec<Option<&'m str>>,
+    moves: Vec<Option<&'m str>>,
     available: Vec<i32>,
     reserved: Vec<i32>,
     backordered: Vec<i32>,
@@ -187,13 +195,14 @@ impl<'m> Columns<'m> {
             orders: moves.iter().map(|m| m.cause.order_id.as_deref()).collect(),
             sales: moves.iter().map(|m| m.cause.sale_id.as_deref()).collect(),
             returns: moves.iter().map(|m| m.cause.return_id.as_deref()).collect(),
+            moves: moves.iter().map(|m| m.cause.move_id.as_deref()).collect(),
             available: moves.iter().map(|m| m.available).collect(),
             reserved: moves.iter().map(|m| m.reserved).collect(),
             backordered: moves.iter().map(|m| m.backordered).collect(),
         }
     }
 
-    fn row(&self, i: usize) -> [&(dyn ToSql + Sync); 9] {
+    fn row(&self, i: usize) -> [&(dyn ToSql + Sync); 10] {
         [
             &self.products[i],
             &self.seqs[i],
@@ -201,6 +210,7 @@ impl<'m> Columns<'m> {
             &self.orders[i],
             &self.sales[i],
             &self.returns[i],
+            &self.moves[i],
             &self.available[i],
             &self.reserved[i],
             &self.backordered[i],
@@ -230,6 +240,7 @@ pub(crate) async fn prepare<'c>(
             &c.orders,
             &c.sales,
             &c.returns,
+            &c.moves,
             &c.available,
             &c.reserved,
             &c.backordered,

@@ -36,15 +36,18 @@ pub enum StreamType {
     Sale,
     Account,
     Transfer,
+    /// A stock move's own stream (`<product>:<move_id>`), one event.
+    Move,
 }
 
 impl StreamType {
-    pub const ALL: [StreamType; 5] = [
+    pub const ALL: [StreamType; 6] = [
         StreamType::Product,
         StreamType::Order,
         StreamType::Sale,
         StreamType::Account,
         StreamType::Transfer,
+        StreamType::Move,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl StreamType {
             StreamType::Sale => "sale",
             StreamType::Account => "account",
             StreamType::Transfer => "transfer",
+            StreamType::Move => "move",
         }
     }
 

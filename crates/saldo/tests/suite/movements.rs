@@ -129,6 +129,7 @@ async fn each_step_of_an_order_leaves_its_movement_under_every_strategy() {
                     product_id: pid(product),
                     quantity: Quantity::new(1).expect("quantity"),
                     location_id: None,
+                    state: saldo::domain::StockState::Available,
                 }])
                 .expect("items"),
                 reason: Reason::new("damaged").expect("reason"),
@@ -415,5 +416,71 @@ async fn an_arrival_that_fills_backorders_leaves_both_movements() {
         ]
     );
     assert_journal_is_the_row(&store, 1, &all).await;
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}
+
+/// A stock move (V21) is a movement of its own kind naming the move: out of `available` into
+/// `damaged` lowers the statement's available; between two non-sellable states it moves the
+/// row's version with the counters as they were.
+#[tokio::test]
+async fn a_stock_move_leaves_a_move_movement_naming_it() {
+    use saldo::domain::{MoveId, StockState};
+    use saldo::stock::{MoveRequest, Place};
+    let db = test_db().await;
+    let engine = engine_with_stock(
+        &db,
+        StrategyName::Atomic,
+        &StrategyConfig::default(),
+        &[(1, 5)],
+    )
+    .await;
+    let shift = |id: &str, quantity: i64, from: StockState, to: StockState| MoveRequest {
+        move_id: MoveId::new(id).expect("move id"),
+        product_id: pid(1),
+        quantity: Quantity::new(quantity).expect("quantity"),
+        from: Place {
+            state: from,
+            location_id: None,
+        },
+        to: Place {
+            state: to,
+            location_id: None,
+        },
+        reason: Reason::new("shelf check").expect("reason"),
+    };
+    engine
+        .move_units(&shift("m-1", 2, StockState::Available, StockState::Damaged))
+        .await
+        .expect("to damaged");
+    engine
+        .move_units(&shift(
+            "m-2",
+            1,
+            StockState::Damaged,
+            StockState::SafetyStock,
+        ))
+        .await
+        .expect("damaged to safety stock");
+    let all = all_movements(engine.store(), 1, 10).await;
+    let seen: Vec<_> = all
+        .iter()
+        .skip(1)
+        .map(|m| {
+            (
+                m.kind,
+                m.move_id.as_deref(),
+                m.available_delta,
+                m.available_after,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (MoveKind::Move, Some("m-1"), -2, 3),
+            (MoveKind::Move, Some("m-2"), 0, 3),
+        ]
+    );
+    assert_journal_is_the_row(engine.store(), 1, &all).await;
     assert_audit_clean(&db, StrategyName::Atomic).await;
 }

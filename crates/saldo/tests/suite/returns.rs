@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use saldo::domain::{Lines, OrderId, Quantity, Reason, ReturnId, Ttl};
+use saldo::domain::{Lines, OrderId, Quantity, Reason, ReturnId, StockState, Ttl};
 use saldo::stock::{
     admin, build, ReturnItemRequest, ReturnItems, ReturnRequest, Status, StrategyConfig,
     StrategyName,
@@ -32,6 +32,7 @@ fn give_back(id: &str, order_id: &str, product: i64, quantity: i64) -> ReturnReq
             product_id: pid(product),
             quantity: Quantity::new(quantity).expect("quantity"),
             location_id: None,
+            state: StockState::Available,
         }])
         .expect("items"),
         reason: Reason::new("customer return").expect("reason"),

@@ -14,6 +14,7 @@
 pub mod allocate;
 pub mod backorders;
 pub(crate) mod extend;
+pub(crate) mod moves;
 pub(crate) mod plan;
 pub(crate) mod repair;
 pub(crate) mod returns;

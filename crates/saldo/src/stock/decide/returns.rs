@@ -17,6 +17,7 @@ pub(crate) fn same_request(done: &Return, request: &ReturnRequest) -> bool {
         && done.items.iter().zip(request.items.iter()).all(|(d, r)| {
             d.product_id == r.product_id
                 && d.quantity == r.quantity.get()
+                && d.state == r.state
                 && r.location_id
                     .as_ref()
                     .is_none_or(|l| d.location_id.as_ref() == Some(l))

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod backorders;
 pub mod extend;
 pub mod locations;
+pub mod moves;
 pub mod order_events;
 pub mod repair;
 pub(crate) mod reserve;

@@ -35,6 +35,7 @@ pub const STOCK_EVENT_TYPES: &[&str] = &[
     BACKORDER_FILLED,
     SALE_CREATED,
     RETURNED,
+    crate::stock::flows::moves::STOCK_MOVED,
 ];
 
 /// The position of an order's latest event, from all its rows (0: none yet).

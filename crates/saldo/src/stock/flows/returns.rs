@@ -1,6 +1,6 @@
 //! Returns (`POST /v1/orders/{id}/returns`): confirmed units of an order come back into
-//! `available` (at a location, for a product stocked per location), with a reason, all items
-//! or none, idempotent by the return's own id.
+//! `available` or a non-sellable state such as `damaged` (at a location, for a product stocked
+//! per location), with a reason, all items or none, idempotent by the return's own id.
 //!
 //! One transaction, in the global lock order: the order's reservation rows (so two returns of
 //! one order run one after the other, whatever the strategy), the return's key looked up under
@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::domain::{LocationId, ProductId};
+use crate::domain::{LocationId, ProductId, StockState};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::returns as decide;
@@ -21,7 +21,7 @@ use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::flows::{order_events, settle};
 use crate::stock::model::{Return, ReturnItemRequest, ReturnRequest, ReturnedItem, Row};
 use crate::stock::movements::MoveKind;
-use crate::stock::rows::{locations, returns, sales, stock};
+use crate::stock::rows::{locations, moves, returns, sales, stock};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_idempotent_transaction;
@@ -85,17 +85,30 @@ async fn return_tx(tx: &Tx<'_>, request: &ReturnRequest) -> Result<Return, Error
             product_id: product,
             quantity: item.quantity.get(),
             location_id: location,
+            state: item.state,
         });
     }
     let position = order_events::last_position(&rows) + 1;
     for ((line, item, _), _) in planned.iter().zip(&items) {
         returns::raise(tx, line, item.quantity.get(), position).await?;
     }
-    let available: Vec<i32> = items.iter().map(|i| i.quantity).collect();
+    // Units into `available` in one write; units into a state each through the move's write
+    // (the product's row and, located, its location's).
+    let available: Vec<i32> = items.iter().map(into_available).collect();
     let reserved = vec![0; items.len()];
-    stock::write_deltas(tx, &products, &available, &reserved).await?;
+    if available.iter().any(|&a| a != 0) {
+        stock::write_deltas(tx, &products, &available, &reserved).await?;
+    }
     let mut at_locations = LocationDeltas::new();
-    for item in &items {
+    for item in items.iter().filter(|i| i.state != StockState::Available) {
+        let mut deltas = [0; 4];
+        deltas[item.state.index()] = item.quantity;
+        moves::write_product(tx, item.product_id, &deltas).await?;
+        if let Some(location) = &item.location_id {
+            moves::write_location(tx, item.product_id, location.as_str(), &deltas).await?;
+        }
+    }
+    for item in items.iter().filter(|i| i.state == StockState::Available) {
         if let Some(location) = &item.location_id {
             at_locations.insert(
                 (item.product_id.get(), location.clone()),
@@ -109,6 +122,15 @@ async fn return_tx(tx: &Tx<'_>, request: &ReturnRequest) -> Result<Return, Error
     let done = returns::insert_items(tx, &request.return_id, order_id, reason, &items).await?;
     order_events::emit_return(tx, position, &done);
     Ok(done)
+}
+
+/// The units an item adds to its product's `available`.
+fn into_available(item: &ReturnedItem) -> i32 {
+    if item.state == StockState::Available {
+        item.quantity
+    } else {
+        0
+    }
 }
 
 /// Where an item's units go: a product stocked per location takes them at the named location

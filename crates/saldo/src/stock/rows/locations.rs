@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::stock::decide::allocate::Source;
 use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::model::{
-    Allocation, LocatedStock, Location, LocationQuantity, Row, StockLocation,
+    Allocation, LocatedStock, Location, LocationQuantity, Row, States, StockLocation,
 };
 use crate::stock::rows::stock::stock_of;
 use crate::stock::sql;
@@ -265,9 +265,15 @@ pub(crate) async fn read_located(tx: &Tx<'_>, product: ProductId) -> Result<Loca
             location_id: LocationId::new(id)?,
             available: r.try_get("location_available")?,
             reserved: r.try_get("location_reserved")?,
+            states: States::of_row(r, "location_")?,
         });
     }
-    Ok(LocatedStock { stock, locations })
+    let states = States::of_row(first, "")?;
+    Ok(LocatedStock {
+        stock,
+        states,
+        locations,
+    })
 }
 
 /// Sets a location's priority (creating it) and answers it.
@@ -317,11 +323,13 @@ pub(crate) async fn retire(tx: &Tx<'_>, location: &LocationId) -> Result<Locatio
     }
     let held = tx.query_one(&sql::LOCATION_HOLDINGS, &[&id]).await?;
     let (available, reserved): (i64, i64) = (held.try_get("available")?, held.try_get("reserved")?);
-    if available != 0 || reserved != 0 {
+    let in_states: i64 = held.try_get("in_states")?;
+    if available != 0 || reserved != 0 || in_states != 0 {
         return Err(Error::LocationNotEmpty {
             location_id: location.clone(),
             available,
             reserved,
+            in_states,
         });
     }
     location_of(&tx.query_one(&sql::RETIRE_LOCATION, &[&id]).await?)

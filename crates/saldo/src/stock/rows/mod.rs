@@ -5,6 +5,7 @@
 
 pub(crate) mod backorders;
 pub(crate) mod locations;
+pub(crate) mod moves;
 pub(crate) mod reservations;
 pub(crate) mod returns;
 pub(crate) mod sales;

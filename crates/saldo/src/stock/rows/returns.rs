@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{LocationId, OrderId, ProductId, ReturnId};
+use crate::domain::{LocationId, OrderId, ProductId, ReturnId, StockState};
 use crate::error::Error;
 use crate::stock::model::{parse_status, Return, ReturnedItem, Row, Status};
 use crate::stock::sql;
@@ -40,6 +40,7 @@ fn return_of(
             product_id: ProductId::new(r.try_get("product_id")?)?,
             quantity: r.try_get("quantity")?,
             location_id: location.map(LocationId::new).transpose()?,
+            state: StockState::parse(&r.try_get::<_, String>("state")?)?,
         });
         let at: DateTime<Utc> = r.try_get("returned_at")?;
         returned_at = Some(returned_at.map_or(at, |s| s.min(at)));
@@ -134,10 +135,17 @@ pub(crate) async fn insert_items(
         .iter()
         .map(|i| i.location_id.as_ref().map(LocationId::as_str))
         .collect();
+    let states: Vec<&str> = items.iter().map(|i| i.state.as_str()).collect();
     let rows = tx
         .query(
             &sql::INSERT_RETURN_ITEMS,
-            &[&return_id.as_str(), &products, &quantities, &locations],
+            &[
+                &return_id.as_str(),
+                &products,
+                &quantities,
+                &locations,
+                &states,
+            ],
         )
         .await?;
     return_of(return_id, order_id, reason.to_owned(), &rows, false)
