@@ -484,3 +484,31 @@ async fn a_naive_check_then_write_move_takes_units_twice() {
         "more damaged than existed"
     );
 }
+
+/// The lab's and the bench's resets empty the moves too (a move's row references its product:
+/// a reset that left it behind failed on the foreign key), whatever was moved before.
+#[tokio::test]
+async fn the_fixture_resets_empty_products_that_moved() {
+    let db = test_db().await;
+    let engine = engine_with_stock(
+        &db,
+        StrategyName::Atomic,
+        &StrategyConfig::default(),
+        &[(1, 4)],
+    )
+    .await;
+    engine
+        .move_units(&to_damaged("m-1", 1, 1))
+        .await
+        .expect("move");
+    saldo::fixtures::stock_products(&db.pool, 2, 3)
+        .await
+        .expect("the stock reset empties the moves");
+    engine
+        .move_units(&to_damaged("m-2", 1, 1))
+        .await
+        .expect("move after the reset");
+    saldo::fixtures::empty_all(&db.pool)
+        .await
+        .expect("the full reset empties the moves");
+}
