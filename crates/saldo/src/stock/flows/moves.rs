@@ -32,8 +32,8 @@ use crate::store::handle::Store;
 use crate::store::outbox::{NewEvent, StreamType};
 use crate::store::retry::in_transaction;
 
-/// The event of a move (its own stream's only event).
-pub const STOCK_MOVED: &str = "stock.moved";
+/// The event of a move (its own stream's only event); named with the other stock events.
+pub use crate::stock::flows::order_events::STOCK_MOVED;
 
 /// Moves the request's units, or none (see the module header).
 pub async fn record(store: &Store, request: &MoveRequest) -> Result<Move, Error> {

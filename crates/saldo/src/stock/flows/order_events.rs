@@ -23,6 +23,8 @@ pub(crate) const EXTENDED: &str = "reservation.extended";
 pub(crate) const BACKORDER_FILLED: &str = "backorder.filled";
 pub(crate) const SALE_CREATED: &str = "sale.created";
 pub(crate) const RETURNED: &str = "order.returned";
+/// A stock move's event (`stock::flows::moves`), the only one of its stream.
+pub const STOCK_MOVED: &str = "stock.moved";
 
 /// Every event type the engine's stock side writes (the product's `stock.changed` included).
 pub const STOCK_EVENT_TYPES: &[&str] = &[
@@ -35,7 +37,7 @@ pub const STOCK_EVENT_TYPES: &[&str] = &[
     BACKORDER_FILLED,
     SALE_CREATED,
     RETURNED,
-    crate::stock::flows::moves::STOCK_MOVED,
+    STOCK_MOVED,
 ];
 
 /// The position of an order's latest event, from all its rows (0: none yet).
