@@ -7,11 +7,21 @@
 //!   keeps a Citus maintenance daemon busy on every node).
 
 use saldo::db::{self, PoolOptions};
-use saldo_lab::testing::{citus_cluster, citus_db, TestDb, CITUS_SPARES};
+use saldo_lab::testing::{citus_cluster, citus_db, limit_spares, spare_limit, TestDb};
 use tokio::sync::Mutex;
 
 /// One test at a time: each counts or reuses the process's spares.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+/// Spares this binary keeps: one is all its tests need, and each database beyond the limit
+/// the last test makes is a whole Citus migration (minutes on a loaded machine at the default).
+const SPARES_HERE: usize = 1;
+
+/// The lock every test holds, with this binary's spare limit set.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    limit_spares(SPARES_HERE);
+    ONE_AT_A_TIME.lock().await
+}
 
 /// A session on `node` in `database` (its pool of one, kept alive with the client).
 async fn session(node: &pg_local::Cluster, database: &str) -> deadpool_postgres::Object {
@@ -90,7 +100,7 @@ async fn visible_state(db: &TestDb) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_back_database_comes_to_the_next_test_empty_as_migrated() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = one_at_a_time().await;
     let first = citus_db().await;
     let name = name_of(&first).await;
     let as_migrated = visible_state(&first).await;
@@ -121,7 +131,7 @@ async fn a_handed_back_database_comes_to_the_next_test_empty_as_migrated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_whose_catalogs_changed_on_a_worker_is_dropped_not_reused() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = one_at_a_time().await;
     let db = citus_db().await;
     let name = name_of(&db).await;
     // A change the coordinator does not see: a table on one worker only.
@@ -149,10 +159,11 @@ async fn a_database_whose_catalogs_changed_on_a_worker_is_dropped_not_reused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_the_spares_a_test_database_is_dropped_on_every_node() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = one_at_a_time().await;
     let mut dbs = Vec::new();
     let mut names = Vec::new();
-    for _ in 0..=CITUS_SPARES {
+    let limit = spare_limit();
+    for _ in 0..=limit {
         let db = citus_db().await;
         names.push(name_of(&db).await);
         dbs.push(db);
@@ -170,8 +181,8 @@ async fn beyond_the_spares_a_test_database_is_dropped_on_every_node() {
         }
     }
     assert!(
-        kept <= CITUS_SPARES,
-        "{kept} of {} handed back kept, at most {CITUS_SPARES} may be",
+        kept <= limit,
+        "{kept} of {} handed back kept, at most {limit} may be",
         names.len()
     );
     assert!(kept < names.len(), "one beyond the spares is dropped");

@@ -79,6 +79,7 @@ pub async fn restock(
             ],
         )
         .await?;
+    super::record_movement(&client, product).await?;
     for p in &plan {
         client.execute(WRITE_ROW, &[&p.id, &p.left]).await?;
         client

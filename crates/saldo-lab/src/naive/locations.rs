@@ -119,6 +119,7 @@ pub async fn reserve(
         client
             .execute(WRITE_STOCK, &[&item.product, &item.quantity])
             .await?;
+        super::record_movement(&client, item.product).await?;
         let locations: Vec<&str> = item.parts.iter().map(|p| p.0.as_str()).collect();
         let taken: Vec<i32> = item.parts.iter().map(|p| p.1).collect();
         client

@@ -65,6 +65,7 @@ pub async fn sell(
     client.execute(INSERT_SALE, &[&sale]).await?;
     for (product, quantity, available) in decision.0 {
         client.execute(WRITE, &[&product.get(), &available]).await?;
+        super::record_movement(&client, product.get()).await?;
         client
             .execute(INSERT_ITEM, &[&sale, &product.get(), &quantity.get()])
             .await?;

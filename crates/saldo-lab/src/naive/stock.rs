@@ -79,7 +79,7 @@ async fn write(
     match client.query_one(&stmt, params).await {
         Ok(row) => {
             session.record_written(product, &row)?;
-            Ok(())
+            super::record_movement(client, product.get()).await
         }
         Err(e) => {
             let sqlstate = e.code().map_or("", |c| c.code()).to_owned();

@@ -16,6 +16,7 @@
 //! At most [`MAX_SPARES`] wait; any more are dropped on every node, as every database was before
 //! (a Citus database left behind keeps a maintenance daemon busy on every node).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio_postgres::NoTls;
@@ -23,6 +24,20 @@ use tokio_postgres::NoTls;
 /// Spare databases kept at most: a test process runs two tests at a time (libtest's default
 /// on 2 cores), a few of which use two databases.
 pub const MAX_SPARES: usize = 4;
+
+/// This process's limit, [`MAX_SPARES`] unless [`limit_spares`] lowered it.
+static SPARE_LIMIT: AtomicUsize = AtomicUsize::new(MAX_SPARES);
+
+/// Keeps at most `n` spares (never more than [`MAX_SPARES`]) from now on: for a test binary
+/// that counts them, whose every Citus database beyond the limit costs a whole migration.
+pub fn limit_spares(n: usize) {
+    SPARE_LIMIT.store(n.min(MAX_SPARES), Ordering::Relaxed);
+}
+
+/// The spares this process keeps at most.
+pub fn spare_limit() -> usize {
+    SPARE_LIMIT.load(Ordering::Relaxed)
+}
 
 /// How long emptying a spare may wait for a lock or a statement before the spare is dropped.
 const RESET_LIMIT_MS: u64 = 30_000;
@@ -304,7 +319,7 @@ impl Drop for Returned {
     fn drop(&mut self) {
         if let Some(baseline) = self.baseline.take() {
             let mut spares = lock_spares();
-            if spares.len() < MAX_SPARES {
+            if spares.len() < spare_limit() {
                 spares.push(Spare {
                     name: std::mem::take(&mut self.name),
                     baseline,

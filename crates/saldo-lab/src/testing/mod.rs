@@ -28,7 +28,7 @@ mod single;
 pub use citus::{
     accounts_on_two_workers, citus_cluster, citus_db, citus_db_with_pool, citus_server, worker_of,
 };
-pub use citus_reuse::MAX_SPARES as CITUS_SPARES;
+pub use citus_reuse::{limit_spares, spare_limit, MAX_SPARES as CITUS_SPARES};
 pub use db::{ledger_divergences, RowLock, TestDb};
 pub use single::{
     cluster_pid, serializable_cluster_pid, test_db, test_db_serializable,
