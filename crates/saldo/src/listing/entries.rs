@@ -16,7 +16,7 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use super::{fnv1a, paginate, Cursor, ListKind, Page, PageLimit};
+use super::{paginate, Cursor, ListKind, Page, PageLimit};
 use crate::domain::{AccountId, InputError, TransferId};
 use crate::error::Error;
 use crate::ledger::entries::{BalanceAt, Direction, Entry, EntryKind};
@@ -106,19 +106,7 @@ impl EntryFilter {
 
     /// What its cursors carry of it (see [`super::transfers::TransferFilter::digest`]).
     pub fn digest(&self) -> u64 {
-        let mut bytes = Vec::with_capacity(32);
-        bytes.push(b'e');
-        bytes.extend_from_slice(&self.account.get().to_le_bytes());
-        for t in [self.from, self.to] {
-            match t {
-                Some(t) => {
-                    bytes.push(1);
-                    bytes.extend_from_slice(&t.timestamp_micros().to_le_bytes());
-                }
-                None => bytes.push(0),
-            }
-        }
-        fnv1a(&bytes)
+        super::range_digest(b'e', self.account.get(), self.from, self.to)
     }
 }
 
@@ -130,15 +118,7 @@ fn start(filter: &EntryFilter, cursor: Option<&Cursor>) -> Result<(DateTime<Utc>
     match cursor {
         None => Ok((from, 0)),
         Some(Cursor::Entry { digest, at, seq }) if *digest == filter.digest() => {
-            let at = DateTime::from_timestamp_micros(*at)
-                .unwrap_or(if *at < 0 {
-                    DateTime::<Utc>::MIN_UTC
-                } else {
-                    DateTime::<Utc>::MAX_UTC
-                })
-                // `from` is clamped itself, so never after `end()`.
-                .clamp(from, end());
-            Ok((at, seq.saturating_add(1)))
+            Ok(super::resume_after(*at, *seq, from, end()))
         }
         Some(_) => Err(InputError::CursorInvalid {
             list: ListKind::Entries.as_str(),

@@ -44,6 +44,48 @@ pub const ENTRY_CURSOR_DIGITS: usize = 48;
 
 /// 64-bit FNV-1a: the digest a filtered list's cursors carry of their filters (the same in
 /// every process and version).
+/// The digest of a statement's filter (an account's entries, a product's movements): its kind
+/// tag, its row's id and its time range, so a cursor is refused under another statement.
+pub(crate) fn range_digest(
+    tag: u8,
+    id: i64,
+    from: Option<chrono::DateTime<chrono::Utc>>,
+    to: Option<chrono::DateTime<chrono::Utc>>,
+) -> u64 {
+    let mut bytes = Vec::with_capacity(32);
+    bytes.push(tag);
+    bytes.extend_from_slice(&id.to_le_bytes());
+    for t in [from, to] {
+        match t {
+            Some(t) => {
+                bytes.push(1);
+                bytes.extend_from_slice(&t.timestamp_micros().to_le_bytes());
+            }
+            None => bytes.push(0),
+        }
+    }
+    fnv1a(&bytes)
+}
+
+/// Where a statement page resumes after a cursor's row (its time in microseconds, its seq):
+/// that time, clamped to `[from, end]` (every cursor of the shape is a position; past the end,
+/// an empty page), and the next seq. `from` is clamped itself, so never after `end`.
+pub(crate) fn resume_after(
+    at_micros: i64,
+    seq: i64,
+    from: chrono::DateTime<chrono::Utc>,
+    end: chrono::DateTime<chrono::Utc>,
+) -> (chrono::DateTime<chrono::Utc>, i64) {
+    let at = chrono::DateTime::from_timestamp_micros(at_micros)
+        .unwrap_or(if at_micros < 0 {
+            chrono::DateTime::<chrono::Utc>::MIN_UTC
+        } else {
+            chrono::DateTime::<chrono::Utc>::MAX_UTC
+        })
+        .clamp(from, end);
+    (at, seq.saturating_add(1))
+}
+
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;

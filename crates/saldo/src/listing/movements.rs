@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 
 use super::entries::{self, clamped, earliest};
-use super::{fnv1a, paginate, Cursor, ListKind, Page, PageLimit};
+use super::{paginate, Cursor, ListKind, Page, PageLimit};
 use crate::domain::{InputError, ProductId};
 use crate::error::Error;
 use crate::operation::Operation;
@@ -66,19 +66,7 @@ impl MovementFilter {
 
     /// What its cursors carry of it (see [`super::transfers::TransferFilter::digest`]).
     pub fn digest(&self) -> u64 {
-        let mut bytes = Vec::with_capacity(32);
-        bytes.push(b'm');
-        bytes.extend_from_slice(&self.product.get().to_le_bytes());
-        for t in [self.from, self.to] {
-            match t {
-                Some(t) => {
-                    bytes.push(1);
-                    bytes.extend_from_slice(&t.timestamp_micros().to_le_bytes());
-                }
-                None => bytes.push(0),
-            }
-        }
-        fnv1a(&bytes)
+        super::range_digest(b'm', self.product.get(), self.from, self.to)
     }
 }
 
@@ -95,14 +83,7 @@ fn start(filter: &MovementFilter, cursor: Option<&Cursor>) -> Result<(DateTime<U
         // Seqs start at 0 (an opening at version 0).
         None => Ok((from, i64::MIN)),
         Some(Cursor::Movement { digest, at, seq }) if *digest == filter.digest() => {
-            let at = DateTime::from_timestamp_micros(*at)
-                .unwrap_or(if *at < 0 {
-                    DateTime::<Utc>::MIN_UTC
-                } else {
-                    DateTime::<Utc>::MAX_UTC
-                })
-                .clamp(from, end());
-            Ok((at, seq.saturating_add(1)))
+            Ok(super::resume_after(*at, *seq, from, end()))
         }
         Some(_) => Err(InputError::CursorInvalid {
             list: ListKind::Movements.as_str(),
