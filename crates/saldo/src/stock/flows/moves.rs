@@ -76,34 +76,7 @@ async fn move_tx(tx: &Tx<'_>, request: &MoveRequest) -> Result<Move, Error> {
     let totals = held(row.stock.available, &moves::states(tx, product).await?);
     let product_deltas = decide::deltas(from.state, to.state, quantity);
     if row.located {
-        // Both ends are named (checked above); the rows are locked in location order.
-        let (Some(source), Some(destination)) = (&from.location_id, &to.location_id) else {
-            return Err(Error::StockedByLocation(product));
-        };
-        let mut names = vec![source.as_str(), destination.as_str()];
-        names.sort_unstable();
-        names.dedup();
-        let rows = moves::lock_locations(tx, product, &names).await?;
-        let unknown = |l: &crate::domain::LocationId| Error::UnknownLocation {
-            product_id: product,
-            location_id: l.clone(),
-        };
-        let at_source = rows.get(source.as_str()).ok_or_else(|| unknown(source))?;
-        let at_destination = rows
-            .get(destination.as_str())
-            .ok_or_else(|| unknown(destination))?;
-        decide::check_units(product, from, at_source, at_destination, to.state, quantity)?;
-        let mut out = [0; 4];
-        out[from.state.index()] = -quantity;
-        let mut into = [0; 4];
-        into[to.state.index()] = quantity;
-        if source == destination {
-            moves::write_location(tx, product, source.as_str(), &product_deltas).await?;
-        } else {
-            for (location, d) in [(source, out), (destination, into)] {
-                moves::write_location(tx, product, location.as_str(), &d).await?;
-            }
-        }
+        move_located(tx, request, &product_deltas).await?;
     } else {
         decide::check_units(product, from, &totals, &totals, to.state, quantity)?;
     }
@@ -132,6 +105,47 @@ async fn move_tx(tx: &Tx<'_>, request: &MoveRequest) -> Result<Move, Error> {
     .await?;
     emit(tx, &done);
     Ok(done)
+}
+
+/// A located product's move: both ends named (checked before), their rows locked in location
+/// order, the source's units checked there, and each end's row written.
+async fn move_located(
+    tx: &Tx<'_>,
+    request: &MoveRequest,
+    product_deltas: &[i32; 4],
+) -> Result<(), Error> {
+    let product = request.product_id;
+    let quantity = request.quantity.get();
+    let (from, to) = (&request.from, &request.to);
+    // Both ends are named (checked above); the rows are locked in location order.
+    let (Some(source), Some(destination)) = (&from.location_id, &to.location_id) else {
+        return Err(Error::StockedByLocation(product));
+    };
+    let mut names = vec![source.as_str(), destination.as_str()];
+    names.sort_unstable();
+    names.dedup();
+    let rows = moves::lock_locations(tx, product, &names).await?;
+    let unknown = |l: &crate::domain::LocationId| Error::UnknownLocation {
+        product_id: product,
+        location_id: l.clone(),
+    };
+    let at_source = rows.get(source.as_str()).ok_or_else(|| unknown(source))?;
+    let at_destination = rows
+        .get(destination.as_str())
+        .ok_or_else(|| unknown(destination))?;
+    decide::check_units(product, from, at_source, at_destination, to.state, quantity)?;
+    let mut out = [0; 4];
+    out[from.state.index()] = -quantity;
+    let mut into = [0; 4];
+    into[to.state.index()] = quantity;
+    if source == destination {
+        moves::write_location(tx, product, source.as_str(), product_deltas).await?;
+    } else {
+        for (location, d) in [(source, out), (destination, into)] {
+            moves::write_location(tx, product, location.as_str(), &d).await?;
+        }
+    }
+    Ok(())
 }
 
 /// The `stock.moved` event of a move, the only event of its stream `<product>:<move_id>`.
