@@ -289,7 +289,9 @@ impl ProductState {
 }
 
 /// The products that diverge (at most [`MAX_DIVERGENCES`]), read in one snapshot: what the
-/// audit reports and what a repair plans from.
+/// audit reports and what a repair plans from. A product stocked per location whose own row
+/// agrees with its history but whose locations do not is one of them (its state read in the
+/// same snapshot), so a repair sees it too.
 pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error> {
     let mut client = checkout(pool, Operation::AuditStock).await?;
     let tx = snapshot(&mut client).await?;
@@ -297,8 +299,27 @@ pub async fn divergent_products(pool: &Pool) -> Result<Vec<ProductState>, Error>
     let rows = tx
         .query(sql::STOCK_AUDIT, &[&all, &MAX_DIVERGENCES])
         .await?;
+    let mut states = rows
+        .iter()
+        .map(ProductState::from_row)
+        .collect::<Result<Vec<_>, Error>>()?;
+    let mut located: Vec<i64> = Vec::new();
+    for r in tx.query(sql::LOCATION_AUDIT, &[&MAX_DIVERGENCES]).await? {
+        let id: i64 = r.try_get("product_id")?;
+        if !located.contains(&id) && !states.iter().any(|s| s.product_id.get() == id) {
+            located.push(id);
+        }
+    }
+    for id in located {
+        let row = tx
+            .query_one(sql::PRODUCT_STATE.single(), &[&Some(id)])
+            .await?;
+        states.push(ProductState::from_row(&row)?);
+    }
     tx.commit().await?;
-    rows.iter().map(ProductState::from_row).collect()
+    states.sort_by_key(|s| s.product_id);
+    states.truncate(MAX_DIVERGENCES as usize);
+    Ok(states)
 }
 
 /// The stock audit of a database of `layout`: [`audit_stock`] in one snapshot on one node,

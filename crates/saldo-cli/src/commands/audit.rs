@@ -157,10 +157,20 @@ async fn print_repair(store: &Store, apply: bool) -> Result<bool> {
             }
             RepairAction::Unrepairable => {
                 all_done = false;
-                "LEFT ALONE (history below what is reserved; count the product):"
+                "LEFT ALONE (no counters agree with the history; count the product, or its locations):"
             }
         };
         println!("product {} {what} {}", p.product_id, p.describe());
+        for l in &p.locations {
+            println!(
+                "  location {}: available {} -> {}, reserved {} -> {}",
+                l.location_id,
+                l.before.available,
+                l.after.available,
+                l.before.reserved,
+                l.after.reserved
+            );
+        }
     }
     all_done &= print_ledger_repair(&report.ledger);
     let ledger = &report.ledger;

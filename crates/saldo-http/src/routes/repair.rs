@@ -12,7 +12,7 @@ use axum::Json;
 use saldo::audit::Finding;
 use saldo::ledger::repair::{AccountAction, AccountRepair, LedgerRepairReport, Unrepairable};
 use saldo::ledger::Counters;
-use saldo::stock::repair::{self, Counts, ProductRepair, RepairAction};
+use saldo::stock::repair::{self, Counts, LocationCounts, ProductRepair, RepairAction};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -64,8 +64,33 @@ pub enum RepairActionView {
     /// Left alone: it changed during the repair (run it again).
     Changed,
     /// Left alone: no write can satisfy its invariants (a product: the history says fewer
-    /// units than are actively reserved, count it; an account: see its `reason`).
+    /// units than are actively reserved, or, stocked per location, its locations cannot be
+    /// made to agree with it: count it; an account: see its `reason`).
     Unrepairable,
+}
+
+/// A location's counters.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocationCountsView {
+    pub available: i64,
+    pub reserved: i64,
+}
+
+impl From<LocationCounts> for LocationCountsView {
+    fn from(c: LocationCounts) -> Self {
+        LocationCountsView {
+            available: c.available,
+            reserved: c.reserved,
+        }
+    }
+}
+
+/// One location row of a product stocked per location that the repair sets back (or would).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LocationRepairView {
+    pub location_id: String,
+    pub before: LocationCountsView,
+    pub after: LocationCountsView,
 }
 
 /// One divergent product.
@@ -76,6 +101,11 @@ pub struct ProductRepairView {
     pub version: i64,
     pub before: CountsView,
     pub after: CountsView,
+    /// A product stocked per location: its location rows that change, in location order
+    /// (`reserved` ← the active allocations at the location; `available` kept, or the
+    /// location's on-hand kept, whichever agrees with the product's history). Empty for other
+    /// products, and when unrepairable (no reading agrees: count its locations).
+    pub locations: Vec<LocationRepairView>,
     pub action: RepairActionView,
 }
 
@@ -86,6 +116,15 @@ impl From<&ProductRepair> for ProductRepairView {
             version: p.version,
             before: p.before.into(),
             after: p.after.into(),
+            locations: p
+                .locations
+                .iter()
+                .map(|l| LocationRepairView {
+                    location_id: l.location_id.as_str().to_owned(),
+                    before: l.before.into(),
+                    after: l.after.into(),
+                })
+                .collect(),
             action: match p.action {
                 RepairAction::Planned => RepairActionView::Planned,
                 RepairAction::Applied => RepairActionView::Applied,

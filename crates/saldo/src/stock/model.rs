@@ -447,9 +447,24 @@ pub enum RepairAction {
     Changed,
     /// Left alone: the history says fewer units on hand than are actively reserved, or more
     /// than a count may hold; no row value can satisfy both invariants. Count the product.
-    /// Also a product stocked per location: its row is the sum of its locations, which a
-    /// product-wide repair would break; count its locations.
+    /// For a product stocked per location, also: no one reading of its locations agrees with
+    /// the history (see [`crate::stock::repair`]); count its locations.
     Unrepairable,
+}
+
+/// A location's counters in a repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LocationCounts {
+    pub available: i64,
+    pub reserved: i64,
+}
+
+/// One location of a product stocked per location whose row a repair changes (or would).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LocationRepair {
+    pub location_id: LocationId,
+    pub before: LocationCounts,
+    pub after: LocationCounts,
 }
 
 /// One divergent product: its row as planned from, and the counters it should have.
@@ -460,6 +475,9 @@ pub struct ProductRepair {
     pub version: i64,
     pub before: Counts,
     pub after: Counts,
+    /// A product stocked per location: the location rows the repair changes (or would), in
+    /// location order; empty otherwise, and when unrepairable.
+    pub locations: Vec<LocationRepair>,
     pub action: RepairAction,
 }
 
@@ -475,8 +493,14 @@ impl ProductRepair {
                 self.before.backordered, self.after.backordered
             )
         };
+        // The count only: the locations are in the report, and a reason is bounded.
+        let locations = match self.locations.len() {
+            0 => String::new(),
+            1 => ", 1 location".to_owned(),
+            n => format!(", {n} locations"),
+        };
         format!(
-            "available {} -> {}, reserved {} -> {}{backordered} (version {})",
+            "available {} -> {}, reserved {} -> {}{backordered}{locations} (version {})",
             self.before.available,
             self.after.available,
             self.before.reserved,

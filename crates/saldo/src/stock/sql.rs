@@ -334,6 +334,20 @@ pub(crate) const LOCK_LOCATIONS: Sql = Sql::same(
       WHERE sl.product_id = ANY($1) \
       ORDER BY sl.product_id, sl.location_id FOR UPDATE OF sl",
 );
+/// Products' location rows with the units active reservations hold allocated at each (what a
+/// repair sets `reserved` to), in (product, location) order. `$1`: the products.
+pub(crate) const LOCATIONS_WITH_HELD: Sql = Sql::same(
+    "SELECT sl.product_id, sl.location_id, sl.available::bigint AS available, \
+            sl.reserved::bigint AS reserved, \
+            coalesce((SELECT sum(a.quantity) \
+                        FROM reservation_allocations a \
+                        JOIN reservations r ON r.id = a.reservation_id \
+                       WHERE a.product_id = sl.product_id AND a.location_id = sl.location_id \
+                         AND r.status = 'active'), 0)::bigint AS held \
+       FROM stock_locations sl \
+      WHERE sl.product_id = ANY($1) \
+      ORDER BY sl.product_id, sl.location_id",
+);
 /// Locks the given (product, location) rows in the lock order.
 pub(crate) const LOCK_LOCATION_ROWS: Sql = Sql::same(
     "SELECT 1 FROM stock_locations \

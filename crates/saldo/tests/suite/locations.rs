@@ -551,27 +551,23 @@ async fn concurrent_split_orders_never_oversell_a_location_or_deadlock() {
 }
 
 /// Drift behind the engine's back on a product stocked per location: the audit names the
-/// broken location invariants, and the repair, which would break the sum of the locations by
-/// rewriting the product's row, leaves it alone and reports it unrepairable.
+/// broken location invariants, and the repair sets the location's `reserved` back to its
+/// allocations and the product's row back to the sum of its locations (the drifted counter was
+/// the only reading of the drift that agrees with the history), leaving the audit clean.
 #[tokio::test]
-async fn the_audit_sees_location_drift_and_the_repair_leaves_located_products_alone() {
+async fn the_audit_sees_location_drift_and_the_repair_sets_it_back() {
     use saldo::audit::{audit_stock, Invariant};
     use saldo::stock::repair::{self, RepairAction};
     let db = test_db().await;
-    let engine = located(&db, StrategyName::Atomic, &[(1, "a", 3), (1, "b", 4)], &[]).await;
-    engine
-        .reserve(&request("o-1", &[(1, 4)], Ttl::default()))
-        .await
-        .expect("reserve");
-    let client = db.pool.get().await.expect("client");
-    client
-        .batch_execute(
-            "UPDATE stock_locations SET reserved = reserved + 1 \
-              WHERE product_id = 1 AND location_id = 'b'; \
-             UPDATE stock SET available = available + 2 WHERE product_id = 1",
-        )
-        .await
-        .expect("drift");
+    let engine = four_reserved_over_a_and_b(&db).await;
+    let clean = at(&engine, 1).await;
+    drift(
+        &db,
+        "UPDATE stock_locations SET reserved = reserved + 1 \
+          WHERE product_id = 1 AND location_id = 'b'; \
+         UPDATE stock SET available = available + 2 WHERE product_id = 1",
+    )
+    .await;
     let found: Vec<Invariant> = audit_stock(&db.pool)
         .await
         .expect("audit")
@@ -586,15 +582,95 @@ async fn the_audit_sees_location_drift_and_the_repair_leaves_located_products_al
     ] {
         assert!(found.contains(&expected), "{expected:?} not in {found:?}");
     }
-    let before = admin::get(engine.store(), pid(1)).await.expect("stock");
+    let planned = repair::repair(engine.store(), false).await.expect("plan");
+    assert_eq!(planned.products.len(), 1, "{planned:?}");
+    assert_eq!(planned.products[0].action, RepairAction::Planned);
+    assert_eq!(planned.products[0].locations.len(), 1, "{planned:?}");
+    assert_repaired_to(&engine, &clean).await;
+    let after = admin::get(engine.store(), pid(1)).await.expect("stock");
+    assert_eq!((after.available, after.reserved), (3, 4));
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}
+
+/// Units that slid from a location's `available` to its `reserved` (a take that wrote one
+/// side), the product's row drifted the same way: only the location's own row changed in the
+/// audit's eyes (the sums still hold), and the repair finds and slides them back.
+#[tokio::test]
+async fn units_slid_between_a_locations_counters_are_slid_back() {
+    let db = test_db().await;
+    let engine = four_reserved_over_a_and_b(&db).await;
+    let clean = at(&engine, 1).await;
+    drift(
+        &db,
+        "UPDATE stock_locations SET available = available - 1, reserved = reserved + 1 \
+          WHERE product_id = 1 AND location_id = 'b'; \
+         UPDATE stock SET available = available - 1, reserved = reserved + 1 \
+          WHERE product_id = 1",
+    )
+    .await;
+    assert_repaired_to(&engine, &clean).await;
+}
+
+/// Units that appeared at one location, its product's row following (the sums hold, the
+/// history does not): no reading of the locations agrees with the history, so nothing is
+/// written and the product is reported unrepairable (count its locations); likewise when
+/// reserved moved from one location to another (both readings fit and disagree).
+#[tokio::test]
+async fn locations_that_no_reading_justifies_are_left_alone() {
+    use saldo::stock::repair::{self, RepairAction};
+    let cases = [
+        "UPDATE stock_locations SET available = available + 1 \
+          WHERE product_id = 1 AND location_id = 'a'; \
+         UPDATE stock SET available = available + 1 WHERE product_id = 1",
+        "UPDATE stock_locations SET available = available + 1, reserved = reserved - 1 \
+          WHERE product_id = 1 AND location_id = 'a'; \
+         UPDATE stock_locations SET available = available - 1, reserved = reserved + 1 \
+          WHERE product_id = 1 AND location_id = 'b'",
+    ];
+    for sql in cases {
+        let db = test_db().await;
+        let engine = four_reserved_over_a_and_b(&db).await;
+        drift(&db, sql).await;
+        let drifted = at(&engine, 1).await;
+        let report = repair::repair(engine.store(), true).await.expect("repair");
+        assert_eq!(report.products.len(), 1, "{sql}: {report:?}");
+        assert_eq!(
+            report.products[0].action,
+            RepairAction::Unrepairable,
+            "{sql}"
+        );
+        assert!(report.products[0].locations.is_empty(), "{sql}");
+        assert!(!report.remaining.is_empty(), "{sql}");
+        assert_eq!(at(&engine, 1).await, drifted, "{sql}: nothing written");
+    }
+}
+
+/// Product 1 with 3 units at `a` and 4 at `b`, 4 of them reserved (3 at `a`, 1 at `b`).
+async fn four_reserved_over_a_and_b(db: &TestDb) -> StockEngine {
+    let engine = located(db, StrategyName::Atomic, &[(1, "a", 3), (1, "b", 4)], &[]).await;
+    engine
+        .reserve(&request("o-1", &[(1, 4)], Ttl::default()))
+        .await
+        .expect("reserve");
+    engine
+}
+
+/// Applies a repair of product 1 alone and checks it left the audit clean and the locations
+/// as `clean`.
+async fn assert_repaired_to(engine: &StockEngine, clean: &[(String, i32, i32)]) {
+    use saldo::stock::repair::{self, RepairAction};
     let report = repair::repair(engine.store(), true).await.expect("repair");
     assert_eq!(report.products.len(), 1, "{report:?}");
-    assert_eq!(report.products[0].action, RepairAction::Unrepairable);
-    let after = admin::get(engine.store(), pid(1)).await.expect("stock");
-    assert_eq!(
-        (after.available, after.reserved),
-        (before.available, before.reserved)
-    );
+    let action = report.products[0].action;
+    assert_eq!(action, RepairAction::Applied, "{report:?}");
+    assert!(report.remaining.is_empty(), "{report:?}");
+    assert_eq!(at(engine, 1).await, clean);
+}
+
+/// Writes behind the engine's back.
+async fn drift(db: &TestDb, sql: &str) {
+    let client = db.pool.get().await.expect("client");
+    client.batch_execute(sql).await.expect("drift");
 }
 
 /// A product takes backorders or is stocked per location, not both: a limit on a located

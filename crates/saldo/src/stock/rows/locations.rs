@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::domain::{LocationId, Priority, ProductId};
 use crate::error::Error;
 use crate::stock::decide::allocate::Source;
+use crate::stock::decide::repair::LocationNow;
 use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::model::{
     Allocation, LocatedStock, Location, LocationQuantity, Row, States, StockLocation,
@@ -229,6 +230,29 @@ pub(crate) async fn adopt(
     tx.execute(&sql::ALLOCATE_ACTIVE_TO_DEFAULT, &[&p, &location.as_str()])
         .await?;
     Ok(())
+}
+
+/// The location rows of `products` with the units active reservations hold at each, by
+/// product (a product without location rows is absent). Under [`lock`] when called to write.
+pub(crate) async fn with_held(
+    tx: &Tx<'_>,
+    products: &[i64],
+) -> Result<BTreeMap<i64, Vec<LocationNow>>, Error> {
+    let mut out: BTreeMap<i64, Vec<LocationNow>> = BTreeMap::new();
+    if products.is_empty() {
+        return Ok(out);
+    }
+    for r in tx.query(&sql::LOCATIONS_WITH_HELD, &[&products]).await? {
+        out.entry(r.try_get("product_id")?)
+            .or_default()
+            .push(LocationNow {
+                location_id: LocationId::new(r.try_get::<_, String>("location_id")?)?,
+                available: r.try_get("available")?,
+                reserved: r.try_get("reserved")?,
+                held: r.try_get("held")?,
+            });
+    }
+    Ok(out)
 }
 
 /// Sets a location row's `available` (creating it), and the product row's total.
