@@ -4,9 +4,9 @@
 //! arrival at a location (a location count that raises it, a move from `incoming` into
 //! `available` there) fills the oldest backorders first and allocates the filled units at that
 //! location (a confirmed order's are sold from there); confirm, release, expiry and re-reserve
-//! keep the books; many reservations racing arrivals never pass the limit, never make a
-//! location negative and fill in arrival order; and the audit finds a fill written without its
-//! allocation.
+//! keep the books (a preorder with nothing allocated yet too); many reservations racing
+//! arrivals never pass the limit, never make a location negative and fill in arrival order;
+//! and the audit finds a fill written without its allocation.
 
 use std::sync::Arc;
 
@@ -277,6 +277,29 @@ async fn expiry_drops_a_located_backorder_and_a_rereserve_backorders_again() {
             line(&engine, "o1").await,
             (own(&[("north", 1), ("south", 1)]), 1)
         );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// A located preorder (nothing allocated anywhere yet) confirms and releases like any other:
+/// the release drops the backorder, the locations untouched.
+#[tokio::test]
+async fn a_located_preorder_is_released_with_nothing_allocated() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[("north", 0, 0)], 2).await;
+        for order in ["o1", "o2"] {
+            engine
+                .reserve(&request(order, &[(1, 1)], Ttl::default()))
+                .await
+                .expect("preorder");
+        }
+        assert_eq!(line(&engine, "o1").await, (Vec::new(), 1), "{name}");
+        engine.confirm(&oid("o1")).await.expect("confirm");
+        engine.release(&oid("o2")).await.expect("release");
+        let s = locations::get(engine.store(), pid(1)).await.expect("stock");
+        assert_eq!((s.stock.reserved, s.stock.backordered), (0, 1), "{name}");
+        assert_eq!(at(&engine).await, rows(&[("north", 0, 0)]));
         assert_audit_clean(&db, name).await;
     }
 }

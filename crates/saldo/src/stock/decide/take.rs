@@ -5,8 +5,10 @@
 //! stocked per location, or there is no such product) it declines the item and hands over what
 //! it read of the row. [`route`] then says, from that read, whether the item is refused outright
 //! or taken by the locked path; on the locked path [`grant`] decides, on the row now locked
-//! (and its locations' rows), how: plain, part backordered, or allocated over locations. The
-//! path is chosen here, once, from the rows, for every strategy and for sales alike.
+//! (and its locations' rows), how: plain, part backordered, allocated over locations, or (a
+//! located product with a backorder limit, split placement) allocated over what the locations
+//! have and the rest backordered. The path is chosen here, once, from the rows, for every
+//! strategy and for sales alike.
 
 use crate::domain::{AllocationMode, LocationId, ProductId, Quantity};
 use crate::error::Error;
