@@ -201,11 +201,6 @@ pub enum Error {
         limit: i32,
         backordered: i32,
     },
-    /// A product either takes backorders or is stocked per location, not both: setting a
-    /// backorder limit on a located product, or counting a location of a product with a limit
-    /// or live backorders, is refused and nothing is written.
-    #[error("product {0} cannot both take backorders and be stocked per location")]
-    BackordersAndLocations(ProductId),
     /// The operation is not supported on a Citus database (yet): refused before anything is
     /// read or written. Names the operation.
     #[error("{0} is not supported on a Citus database; nothing was written")]

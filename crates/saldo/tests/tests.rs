@@ -70,5 +70,8 @@ mod repair;
 #[path = "suite/backorders.rs"]
 mod backorders;
 
+#[path = "suite/located_backorders.rs"]
+mod located_backorders;
+
 #[path = "suite/backorder_model.rs"]
 mod backorder_model;

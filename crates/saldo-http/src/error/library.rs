@@ -140,11 +140,6 @@ fn stock_layout(e: &Error) -> Option<Parts> {
             Parts::conflict("stocked-by-location", "Product stocked per location")
                 .with("product_id", p)
         }
-        Error::BackordersAndLocations(p) => Parts::conflict(
-            "backorders-and-locations",
-            "Backorders and per-location stock cannot be combined",
-        )
-        .with("product_id", p),
         Error::LocationRetired(l) => {
             Parts::conflict("location-retired", "Location retired").with("location_id", l)
         }

@@ -407,12 +407,6 @@ mod tests {
                 Some("operation"),
             ),
             (
-                Error::BackordersAndLocations(p),
-                409,
-                "backorders-and-locations",
-                Some("product_id"),
-            ),
-            (
                 Error::AdjustmentWouldGoNegative {
                     product_id: p,
                     delta: -5,

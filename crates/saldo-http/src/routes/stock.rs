@@ -219,7 +219,7 @@ pub async fn adjust(
         (status = 200, description = "The stock under the new policy", body = StockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
         (status = 404, description = "Unknown product", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a limit on a product stocked per location (`backorders-and-locations`), or a Citus database (`unsupported-on-citus`: backorders are not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Limit below the units backordered now (`backorder-limit-below-backordered`), or a Citus database (`unsupported-on-citus`: backorders are not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid id or limit", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_policy(
@@ -240,7 +240,9 @@ pub async fn set_policy(
 
 /// Set the physical count of a product at one location (creating the product and the location
 /// if new). The product's first location count makes it stocked per location: what it held
-/// until then moves to the location `default`, its active reservations allocated there.
+/// until then moves to the location `default`, its active reservations allocated there. A count
+/// that raises the location's available is an arrival there: the product's oldest backorders
+/// are filled first and allocated at this location; only what remains becomes available.
 #[utoipa::path(put, path = "/v1/products/{product_id}/locations/{location_id}/stock", tag = "stock",
     params(ProductLocationPath),
     request_body = SetCount,
@@ -248,7 +250,7 @@ pub async fn set_policy(
     responses(
         (status = 200, description = "The product's stock after the count, with its locations", body = LocatedStockView),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = PROBLEM_JSON),
-        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`) the product's total past the limit (`stock-limit`), or a product that takes backorders (`backorders-and-locations`), or a retired location (`location-retired`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "Count below the units reserved at the location (`count-below-reserved`), the product's total past the limit (`stock-limit`), or a retired location (`location-retired`), or a Citus database (`unsupported-on-citus`: stock per location is not run there yet); nothing written", body = Problem, content_type = PROBLEM_JSON),
         (status = 422, description = "Invalid id or count, or one location too many for the product", body = Problem, content_type = PROBLEM_JSON),
     ))]
 pub async fn set_location_count(

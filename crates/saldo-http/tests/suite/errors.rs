@@ -370,7 +370,6 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::AdjustmentWouldGoNegative { .. } => "AdjustmentWouldGoNegative",
         E::StockWouldExceedLimit { .. } => "StockWouldExceedLimit",
         E::BackorderLimitBelowBackordered { .. } => "BackorderLimitBelowBackordered",
-        E::BackordersAndLocations(_) => "BackordersAndLocations",
         E::UnsupportedOnCitus(_) => "UnsupportedOnCitus",
         E::VersionConflict { .. } => "VersionConflict",
         E::Overloaded(_) => "Overloaded",
@@ -398,7 +397,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 59;
+const LIBRARY_VARIANTS: usize = 58;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -519,7 +518,6 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             limit: 1,
             backordered: 2,
         },
-        E::BackordersAndLocations(p),
         E::UnsupportedOnCitus("stock per location"),
         E::VersionConflict {
             product_id: p,

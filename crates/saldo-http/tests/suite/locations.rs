@@ -389,3 +389,42 @@ async fn locations_are_listed_and_retired_once_they_hold_nothing() {
         .await
         .assert_problem(422, "cursor-invalid");
 }
+
+/// A located product with a backorder limit: a reservation past its locations' stock takes
+/// what they have and backorders the rest; a location count fills the backorder there.
+#[tokio::test]
+async fn a_located_backorder_is_filled_by_a_location_count() {
+    let app = spawn_app().await;
+    count_at(&app, 8, "north", 1).await;
+    let limit = app
+        .admin(
+            Method::PUT,
+            "/v1/products/8/policy",
+            Some(json!({"backorder_limit": 2})),
+        )
+        .await;
+    assert_eq!(limit.status, StatusCode::OK, "{}", limit.text);
+    let order = app.reserve("lb-1", &[(8, 3)]).await;
+    assert_eq!(order.status, StatusCode::CREATED, "{}", order.text);
+    let item = &order.body["items"][0];
+    assert_eq!(item["backordered"], 2, "{}", order.text);
+    assert_eq!(allocations(item), vec![("north".to_owned(), 1)]);
+    app.reserve("lb-2", &[(8, 1)])
+        .await
+        .assert_problem(409, "insufficient-stock");
+
+    let counted = count_at(&app, 8, "south", 2).await;
+    assert_eq!(counted["backordered"], 0, "{counted}");
+    assert_eq!(
+        locations(&counted),
+        vec![("north".to_owned(), 0, 1), ("south".to_owned(), 0, 2)]
+    );
+    let filled = app.get("/v1/orders/lb-1").await;
+    assert_eq!(filled.status, StatusCode::OK, "{}", filled.text);
+    let item = &filled.body["items"][0];
+    assert_eq!(item.get("backordered"), None, "{}", filled.text);
+    assert_eq!(
+        allocations(item),
+        vec![("north".to_owned(), 1), ("south".to_owned(), 2)]
+    );
+}

@@ -239,7 +239,8 @@ SELECT s.product_id, s.version, s.available::bigint AS available,
 /// The location invariants, per product: its row is the sum of its locations (states included),
 /// each location's
 /// `reserved` is the sum of the active allocations at it, and each allocated reservation's
-/// allocations add up to its quantity. `$1`: most rows returned.
+/// allocations add up to what it holds on hand (its quantity less what is still backordered:
+/// a fill at a location allocates what it fills there). `$1`: most rows returned.
 pub(crate) const LOCATION_AUDIT: &str = "
 WITH sums AS (
     SELECT product_id, sum(available)::bigint AS available, sum(reserved)::bigint AS reserved,
@@ -252,11 +253,11 @@ held AS (
      WHERE r.status = 'active'
      GROUP BY a.product_id, a.location_id),
 per_row AS (
-    SELECT r.product_id, r.quantity::bigint AS quantity,
+    SELECT r.product_id, (r.quantity - r.backordered)::bigint AS quantity,
            coalesce(sum(a.quantity), 0)::bigint AS allocated
       FROM reservations r LEFT JOIN reservation_allocations a ON a.reservation_id = r.id
      WHERE r.allocated
-     GROUP BY r.id, r.product_id, r.quantity)
+     GROUP BY r.id, r.product_id, r.quantity, r.backordered)
 SELECT * FROM (
     SELECT s.product_id, 'available' AS invariant, coalesce(x.available, 0) AS expected,
            s.available::bigint AS actual

@@ -365,6 +365,17 @@ pub(crate) const INSERT_ALLOCATIONS: Sql = Sql::same(
     "INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
      SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[])",
 );
+/// A fill at a location (`$4`) of product `$3`: each filled row (`$1`, units `$2`, one per row)
+/// is allocated there, its allocation at that location growing when it had one; the rows are
+/// marked allocated (a row wholly backordered had no allocation yet).
+pub(crate) const ALLOCATE_FILLS: Sql = Sql::same(
+    "WITH marked AS ( \
+       UPDATE reservations SET allocated = true WHERE id = ANY($1) AND NOT allocated) \
+     INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
+     SELECT d.id, $3, $4, d.f FROM unnest($1::uuid[], $2::int[]) AS d(id, f) \
+     ON CONFLICT (reservation_id, location_id) DO UPDATE \
+        SET quantity = reservation_allocations.quantity + EXCLUDED.quantity",
+);
 pub(crate) const ALLOCATIONS_OF: Sql = Sql::same(
     "SELECT reservation_id, product_id, location_id, quantity \
        FROM reservation_allocations WHERE reservation_id = ANY($1) \
@@ -406,14 +417,17 @@ pub(crate) const ADOPT_DEFAULT: Sql = Sql::same(
     "INSERT INTO stock_locations (product_id, location_id, available, reserved) \
      VALUES ($1, $2, $3, $4)",
 );
-/// ... and its active reservations are allocated there, so every invariant holds from the start.
+/// ... and its active reservations (and confirmed ones still waiting for a backorder, which a
+/// fill at a location will allocate further) are allocated there, what they hold on hand, so
+/// every invariant holds from the start.
 pub(crate) const ALLOCATE_ACTIVE_TO_DEFAULT: Sql = Sql::same(
     "WITH moved AS ( \
        UPDATE reservations SET allocated = true \
-        WHERE product_id = $1 AND status = 'active' AND NOT allocated \
-        RETURNING id, product_id, quantity) \
+        WHERE product_id = $1 AND NOT allocated \
+          AND (status = 'active' OR (status = 'confirmed' AND backordered > 0)) \
+        RETURNING id, product_id, quantity - backordered AS held) \
      INSERT INTO reservation_allocations (reservation_id, product_id, location_id, quantity) \
-     SELECT id, product_id, $2, quantity FROM moved",
+     SELECT id, product_id, $2, held FROM moved WHERE held > 0",
 );
 pub(crate) const UPSERT_LOCATION_COUNT: Sql = Sql::same(
     "INSERT INTO stock_locations (product_id, location_id, available) VALUES ($1, $2, $3) \

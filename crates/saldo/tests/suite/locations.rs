@@ -673,39 +673,6 @@ async fn drift(db: &TestDb, sql: &str) {
     client.batch_execute(sql).await.expect("drift");
 }
 
-/// A product takes backorders or is stocked per location, not both: a limit on a located
-/// product and a location count of a product with a limit are refused, nothing written, and a
-/// limit of 0 on a located product is accepted (it changes nothing).
-#[tokio::test]
-async fn backorders_and_locations_are_not_combined() {
-    use saldo::stock::backorders::set_policy;
-    let db = test_db().await;
-    let engine = located(&db, StrategyName::Atomic, &[(1, "north", 4)], &[]).await;
-    let store = engine.store();
-    assert!(matches!(
-        set_policy(store, pid(1), 3).await,
-        Err(Error::BackordersAndLocations(p)) if p == pid(1)
-    ));
-    assert_eq!(
-        set_policy(store, pid(1), 0)
-            .await
-            .expect("a zero limit")
-            .backorder_limit,
-        0
-    );
-
-    admin::set_count(store, pid(2), 5).await.expect("count");
-    set_policy(store, pid(2), 3).await.expect("policy");
-    assert!(matches!(
-        locations::set_count(store, pid(2), &loc("north"), 5).await,
-        Err(Error::BackordersAndLocations(p)) if p == pid(2)
-    ));
-    let plain = locations::get(store, pid(2)).await.expect("read");
-    assert!(plain.locations.is_empty(), "{plain:?}");
-    assert_eq!((plain.stock.available, plain.stock.backorder_limit), (5, 3));
-    assert_audit_clean(&db, StrategyName::Atomic).await;
-}
-
 #[tokio::test]
 async fn a_location_is_retired_only_once_empty_and_then_takes_nothing() {
     let db = test_db().await;

@@ -203,8 +203,10 @@ pub(crate) fn missing_items(rows: &[Row]) -> Vec<ReservedItem> {
 /// ([`crate::stock::rows::locations::attach`]); a product without locations has none, so it
 /// is taken as before.
 pub(crate) fn kept_placement(rows: &[Row]) -> Placement {
+    // A line that was backordered is split again (a pinned placement takes no backorders).
     let pinned = missing_items(rows)
         .into_iter()
+        .filter(|item| item.backordered == 0)
         .filter_map(|item| match item.allocations.as_slice() {
             [only] => Some((item.product_id, only.location_id.clone())),
             _ => None,

@@ -5,8 +5,10 @@
 //! stocked per location, or there is no such product) it declines the item and hands over what
 //! it read of the row. [`route`] then says, from that read, whether the item is refused outright
 //! or taken by the locked path; on the locked path [`grant`] decides, on the row now locked
-//! (and its locations' rows), how: plain, part backordered, or allocated over locations. The
-//! path is chosen here, once, from the rows, for every strategy and for sales alike.
+//! (and its locations' rows), how: plain, part backordered, allocated over locations, or (a
+//! located product with a backorder limit, split placement) allocated over what the locations
+//! have and the rest backordered. The path is chosen here, once, from the rows, for every
+//! strategy and for sales alike.
 
 use crate::domain::{AllocationMode, LocationId, ProductId, Quantity};
 use crate::error::Error;
@@ -60,6 +62,12 @@ pub(crate) enum Grant {
     Backordered { allocated: i32, backordered: i32 },
     /// Over the product's locations, in allocation order.
     Located(Vec<(LocationId, i32)>),
+    /// What the product's locations have (split, in allocation order), the rest promised
+    /// within its backorder room: a fill later allocates it where its units arrive.
+    LocatedBackordered {
+        parts: Vec<(LocationId, i32)>,
+        backordered: i32,
+    },
 }
 
 /// Where a locked item may come from: a pinned location (only there), else the allocation mode
@@ -88,7 +96,7 @@ pub(crate) fn grant(
     } = want;
     let row = row.ok_or(Error::UnknownProduct(product))?;
     if row.located {
-        return located(want, sources);
+        return located(want, row, sources);
     }
     if let Some(location_id) = pinned {
         return Err(Error::UnknownLocation {
@@ -120,9 +128,14 @@ pub(crate) fn grant(
     })
 }
 
-fn located(want: Want<'_>, sources: &[Source]) -> Result<Grant, Error> {
+/// A located item: allocated over its locations; short, a reservation of a product with a
+/// backorder limit backorders the rest ([`located_backordered`]).
+fn located(want: Want<'_>, row: &StockRow, sources: &[Source]) -> Result<Grant, Error> {
     match allocate(want.quantity.get(), want.mode, want.pinned, sources) {
         Ok(parts) => Ok(Grant::Located(parts)),
+        Err(Shortfall::Insufficient { .. }) if backorders_here(&want, row) => {
+            located_backordered(want, row, sources)
+        }
         Err(Shortfall::UnknownLocation) => Err(match want.pinned {
             Some(location_id) => Error::UnknownLocation {
                 product_id: want.product,
@@ -136,6 +149,39 @@ fn located(want: Want<'_>, sources: &[Source]) -> Result<Grant, Error> {
             available,
         }),
     }
+}
+
+/// Whether a short located item may be backordered: a reservation (not a sale) of a product
+/// with a limit, placed by the default split. A pinned location or a single allocation is not
+/// backordered (the usual refusal): a fill gives units to the oldest backorders wherever they
+/// arrive, which would not honour either placement.
+fn backorders_here(want: &Want<'_>, row: &StockRow) -> bool {
+    want.backorders == Backorders::Allowed
+        && row.backorder_limit > 0
+        && want.pinned.is_none()
+        && want.mode == AllocationMode::Split
+}
+
+/// Everything the locations have (split, in allocation order), the rest within the room; past
+/// the room the usual refusal, naming what could have been had.
+fn located_backordered(want: Want<'_>, row: &StockRow, sources: &[Source]) -> Result<Grant, Error> {
+    let quantity = want.quantity.get();
+    let on_hand: i64 = sources.iter().map(|s| i64::from(s.available.max(0))).sum();
+    let on_hand = i32::try_from(on_hand).unwrap_or(i32::MAX);
+    let room = row.backorder_limit - row.backordered;
+    let Some((allocated, backordered)) = split(quantity, on_hand, room) else {
+        return Err(Error::InsufficientStock {
+            product_id: want.product,
+            requested: quantity,
+            available: on_hand.saturating_add(room.max(0)),
+        });
+    };
+    let parts = match allocated {
+        0 => Vec::new(),
+        n => allocate(n, AllocationMode::Split, None, sources)
+            .map_err(|_| Error::invariant("a split of what the locations have did not fit them"))?,
+    };
+    Ok(Grant::LocatedBackordered { parts, backordered })
 }
 
 /// How `quantity` splits into (allocated, backordered) given what is available and the
@@ -277,5 +323,60 @@ mod tests {
             ),
             Err(Error::InsufficientStock { available: 4, .. })
         ));
+    }
+
+    #[test]
+    fn a_located_product_with_a_limit_backorders_what_its_locations_lack() {
+        let (north, south) = (
+            LocationId::new("north").expect("id"),
+            LocationId::new("south").expect("id"),
+        );
+        let sources = [
+            Source {
+                location_id: south.clone(),
+                priority: 1,
+                available: 1,
+            },
+            Source {
+                location_id: north.clone(),
+                priority: 0,
+                available: 2,
+            },
+        ];
+        let limited = row(3, 4, 1, true);
+        assert_eq!(
+            grant(want(5, Backorders::Allowed), Some(&limited), &sources).ok(),
+            Some(Grant::LocatedBackordered {
+                parts: vec![(north.clone(), 2), (south.clone(), 1)],
+                backordered: 2
+            })
+        );
+        assert!(matches!(
+            grant(want(7, Backorders::Allowed), Some(&limited), &sources),
+            Err(Error::InsufficientStock { available: 6, .. })
+        ));
+        assert!(matches!(
+            grant(want(5, Backorders::Refused), Some(&limited), &sources),
+            Err(Error::InsufficientStock { available: 3, .. })
+        ));
+        let mut single = want(5, Backorders::Allowed);
+        single.mode = AllocationMode::Single;
+        assert!(matches!(
+            grant(single, Some(&limited), &sources),
+            Err(Error::InsufficientStock { .. })
+        ));
+        let mut pinned = want(2, Backorders::Allowed);
+        pinned.pinned = Some(&south);
+        assert!(matches!(
+            grant(pinned, Some(&limited), &sources),
+            Err(Error::InsufficientStock { available: 1, .. })
+        ));
+        assert_eq!(
+            grant(want(1, Backorders::Allowed), Some(&row(0, 4, 0, true)), &[]).ok(),
+            Some(Grant::LocatedBackordered {
+                parts: Vec::new(),
+                backordered: 1
+            })
+        );
     }
 }

@@ -60,7 +60,7 @@ pub async fn set_count(store: &Store, product_id: ProductId, count: i64) -> Resu
             };
             let movement_id = stock::record(&tx, movement).await?;
             let arrived = count - (current.available + current.reserved);
-            backorders::after_arrival(&tx, written, arrived, movement_id).await
+            backorders::after_arrival(&tx, written, arrived, movement_id, None).await
         })
     })
     .await
@@ -127,7 +127,7 @@ async fn adjust_tx(
         location: None,
     };
     let movement_id = stock::record(tx, movement).await?;
-    backorders::after_arrival(tx, written, delta, movement_id).await
+    backorders::after_arrival(tx, written, delta, movement_id, None).await
 }
 
 /// Reads a product's stock.

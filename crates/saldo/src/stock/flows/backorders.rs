@@ -3,7 +3,10 @@
 //! past the limit, the usual insufficient-stock refusal); a product with no stock and a limit
 //! is a preorder. When units arrive they go to the oldest backorders first, in the same
 //! transaction ([`fill_backorders`], the one place that does it), and only what remains becomes
-//! available.
+//! available. A product stocked per location takes backorders too: a reservation (split over
+//! its locations, the default placement) takes what its locations have and backorders the
+//! rest; a pinned or single placement is not backordered ([`crate::stock::decide::take`]), so
+//! units arriving at any location may fill any backorder, and the fill allocates them there.
 //!
 //! Bookkeeping: a reservation's `quantity` = allocated + `backordered`. `stock.reserved` counts
 //! allocated units of active reservations only (on hand = available + reserved);
@@ -20,14 +23,15 @@
 //! that committed between the two are newer than all of those and locked after the stock row
 //! (a rare cycle with their own confirm surfaces as 40P01 and reruns).
 
-use crate::domain::{InputError, ProductId, MAX_BACKORDER_LIMIT};
+use crate::domain::{InputError, LocationId, ProductId, MAX_BACKORDER_LIMIT};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::backorders::{fill, number, Filled};
+use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::flows::order_events;
 use crate::stock::model::Stock;
 use crate::stock::movements::MoveKind;
-use crate::stock::rows::{backorders, reservations, stock};
+use crate::stock::rows::{backorders, locations, reservations, stock};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::in_transaction;
@@ -57,10 +61,6 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
                 let row = stock::lock_one(&tx, product_id)
                     .await?
                     .ok_or(Error::UnknownProduct(product_id))?;
-                // Not on a product stocked per location (see `Error::BackordersAndLocations`).
-                if limit > 0 && row.located {
-                    return Err(Error::BackordersAndLocations(product_id));
-                }
                 if limit < row.stock.backordered {
                     return Err(Error::BackorderLimitBelowBackordered {
                         product_id,
@@ -79,12 +79,16 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
 /// THE fill: `arrived` units just added to `product`'s available (by the movement
 /// `movement_id`, whose transaction holds the stock row) go to the oldest live backorders
 /// first (arrival order), possibly filling the last one partially; only what remains stays
-/// available. Every arrival of units calls this, in its own transaction.
+/// available. Every arrival of units calls this, in its own transaction. For a product
+/// stocked per location the units arrived `at` one location (its row locked by the caller):
+/// each fill is allocated there (the reservation's allocations grow, a confirmed one's units
+/// are sold from there), and only what remains stays available at that location.
 pub(crate) async fn fill_backorders(
     tx: &Tx<'_>,
     product: ProductId,
     arrived: i32,
     movement_id: i64,
+    at: Option<&LocationId>,
 ) -> Result<Filled, Error> {
     let mut filled = Filled::default();
     let mut left = arrived;
@@ -103,6 +107,9 @@ pub(crate) async fn fill_backorders(
         let last = reservations::positions(tx, &orders).await?;
         number(&mut fills, &last);
         backorders::write_fills(tx, product, movement_id, &fills).await?;
+        if let Some(location) = at {
+            locations::allocate_fills(tx, product, location, &fills).await?;
+        }
         order_events::emit_fills(tx, &fills);
         filled.to_reserved += round.to_reserved;
         filled.to_sold += round.to_sold;
@@ -110,22 +117,29 @@ pub(crate) async fn fill_backorders(
     }
     if filled.total() > 0 {
         backorders::fill_stock(tx, product, filled.to_reserved, filled.to_sold).await?;
+        if let Some(location) = at {
+            let here = (product.get(), location.clone());
+            let delta = (-filled.total(), filled.to_reserved);
+            locations::apply_deltas(tx, &LocationDeltas::from([(here, delta)])).await?;
+        }
     }
     Ok(filled)
 }
 
-/// After a movement raised on hand by `arrived` units: fill the backorders, and answer the row
-/// as it ends up (`written` when nothing was backordered).
+/// After a movement raised on hand by `arrived` units (`at` a location, for a product stocked
+/// per location): fill the backorders, and answer the row as it ends up (`written` when
+/// nothing was backordered).
 pub(crate) async fn after_arrival(
     tx: &Tx<'_>,
     written: Stock,
     arrived: i32,
     movement_id: i64,
+    at: Option<&LocationId>,
 ) -> Result<Stock, Error> {
     if arrived <= 0 || written.backordered == 0 {
         return Ok(written);
     }
-    let filled = fill_backorders(tx, written.product_id, arrived, movement_id).await?;
+    let filled = fill_backorders(tx, written.product_id, arrived, movement_id, at).await?;
     if filled.total() == 0 {
         return Ok(written);
     }

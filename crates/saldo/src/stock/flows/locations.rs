@@ -5,13 +5,17 @@
 //! A product is `located` from its first location count on; its `stock` row stays the total
 //! (available = Σ location available, reserved = Σ location reserved: an audit invariant). The
 //! first location count adopts what the product held into the [`DEFAULT_LOCATION`], with its
-//! active reservations allocated there, so every invariant holds from the start.
+//! active reservations allocated there, so every invariant holds from the start. A count that
+//! raises a location's available is an arrival there: it fills the product's oldest backorders
+//! first ([`fill_backorders`]), allocated at that location.
 
 use crate::domain::{LocationId, Priority, ProductId, MAX_LOCATIONS_PER_PRODUCT, MAX_STOCK_COUNT};
 use crate::error::{Error, InputError};
 use crate::operation::Operation;
+use crate::stock::flows::backorders::fill_backorders;
 pub use crate::stock::model::{LocatedStock, Location};
 use crate::stock::movements::MoveKind;
+use crate::stock::rows::backorders as backorder_rows;
 use crate::stock::rows::locations;
 use crate::stock::rows::stock::{self, Movement};
 use crate::store::dialect::Tx;
@@ -59,10 +63,12 @@ pub async fn set_count(
     .await
 }
 
-/// What a location count found under its locks: the product's reserved total, the location's
-/// (available, reserved), the other locations' available, and whether the location is new.
+/// What a location count found under its locks: the product's reserved total and backordered
+/// units, the location's (available, reserved), the other locations' available, and whether
+/// the location is new.
 struct Counted {
     product_reserved: i32,
+    backordered: i32,
     here: (i32, i32),
     elsewhere_available: i64,
     known: bool,
@@ -112,6 +118,24 @@ async fn set_count_tx(
         total_available,
     )
     .await?;
+    let movement_id = record_count(tx, product_id, location_id, count, on_hand).await?;
+    let arrived = location_available - here_available;
+    if arrived > 0 && counted.backordered > 0 {
+        // An arrival at this location: the oldest backorders first, allocated here.
+        fill_backorders(tx, product_id, arrived, movement_id, Some(location_id)).await?;
+    }
+    locations::read_located(tx, product_id).await
+}
+
+/// Records the location's count (with its location) and the product's new total (its count,
+/// so the product's history stays provable); answers the total's movement id.
+async fn record_count(
+    tx: &Tx<'_>,
+    product_id: ProductId,
+    location_id: &LocationId,
+    count: i32,
+    on_hand: i32,
+) -> Result<i64, Error> {
     let at_location = Movement {
         product: product_id,
         kind: "count",
@@ -128,8 +152,7 @@ async fn set_count_tx(
         reason: &why,
         location: None,
     };
-    stock::record(tx, product_total).await?;
-    locations::read_located(tx, product_id).await
+    stock::record(tx, product_total).await
 }
 
 /// Creates what is new, locks the product's row (adopting what it held into the default
@@ -140,18 +163,16 @@ async fn lock_for_count(
     location_id: &LocationId,
 ) -> Result<Counted, Error> {
     stock::ensure(tx, product_id).await?;
+    // An arrival path: the product's live backorders before its stock row (the lock order).
+    backorder_rows::prelock(tx, product_id).await?;
     locations::ensure_location(tx, location_id).await?;
     // Before the stock row: the order a retirement locks in (location, then its stock rows).
     locations::refuse_retired(tx, location_id).await?;
     let row = stock::lock_one(tx, product_id)
         .await?
         .ok_or(Error::UnknownProduct(product_id))?;
-    // A product takes backorders or is stocked per location, not both: a fill would have to
-    // choose a location for units that arrive as a product count.
-    if row.stock.backorder_limit > 0 || row.stock.backordered > 0 {
-        return Err(Error::BackordersAndLocations(product_id));
-    }
-    if !row.located && (row.stock.available > 0 || row.stock.reserved > 0) {
+    let held = row.stock.available > 0 || row.stock.reserved > 0 || row.stock.backordered > 0;
+    if !row.located && held {
         let default = LocationId::new(DEFAULT_LOCATION)?;
         locations::ensure_location(tx, &default).await?;
         // After the stock row, unlike the counted location: a retirement holding the default's
@@ -169,6 +190,7 @@ async fn lock_for_count(
     let rows = locations::lock(tx, &[product_id.get()]).await?;
     let mut counted = Counted {
         product_reserved: row.stock.reserved,
+        backordered: row.stock.backordered,
         here: (0, 0),
         elsewhere_available: 0,
         known: false,

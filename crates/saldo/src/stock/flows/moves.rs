@@ -11,7 +11,8 @@
 //! sources, so reserved units never move) and the rows are written by conditional UPDATEs that
 //! cannot go below zero. A move that changes the product's `available` records a `move`
 //! movement in its history (the on-hand audit's input); one that raises it is an arrival and
-//! fills the product's backorders first ([`backorders::after_arrival`], the arrivals' one path).
+//! fills the product's backorders first ([`backorders::after_arrival`], the arrivals' one path;
+//! a located product's fills are allocated at the move's destination).
 //! The move's row is stamped while the stock row is held, and `stock.moved` is recorded.
 
 use serde_json::json;
@@ -91,7 +92,9 @@ async fn move_tx(tx: &Tx<'_>, request: &MoveRequest) -> Result<Move, Error> {
             location: None,
         };
         let movement_id = stock::record(tx, movement).await?;
-        backorders::after_arrival(tx, written, arrived, movement_id).await?;
+        // A located product's units arrive at the destination (both ends are named).
+        let at = to.location_id.as_ref().filter(|_| row.located);
+        backorders::after_arrival(tx, written, arrived, movement_id, at).await?;
     }
     let done = moves::insert(
         tx,

@@ -76,7 +76,11 @@ async fn settle_locations(tx: &Tx<'_>, moves: &[Move<'_>]) -> Result<(), Error> 
         return Ok(());
     }
     let allocations = locations::allocations_of(tx, &allocated).await?;
-    if allocations.is_empty() {
+    // A located row wholly backordered (and never filled) has no allocations yet.
+    let held = moves
+        .iter()
+        .any(|(r, _)| r.allocated && r.item.quantity > r.item.backordered);
+    if allocations.is_empty() && held {
         return Err(Error::invariant(format!(
             "{} allocated reservation rows have no allocations",
             allocated.len()

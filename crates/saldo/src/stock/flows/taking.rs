@@ -49,21 +49,26 @@ pub(crate) enum ItemTaken {
     Plain,
     /// What was available, and this many units promised.
     Backordered(i32),
-    /// Over the product's locations, in allocation order.
-    Located(Vec<(LocationId, i32)>),
+    /// Over the product's locations, in allocation order, and this many units promised (a
+    /// product stocked per location that takes backorders; 0 otherwise).
+    Located {
+        parts: Vec<(LocationId, i32)>,
+        backordered: i32,
+    },
 }
 
 impl ItemTaken {
     pub fn backordered(&self) -> i32 {
         match self {
-            ItemTaken::Backordered(b) => *b,
-            _ => 0,
+            ItemTaken::Backordered(b) | ItemTaken::Located { backordered: b, .. } => *b,
+            ItemTaken::Plain => 0,
         }
     }
 
+    /// The allocations of an item served by the located path (possibly none: all backordered).
     pub fn locations(&self) -> Option<&[(LocationId, i32)]> {
         match self {
-            ItemTaken::Located(parts) => Some(parts),
+            ItemTaken::Located { parts, .. } => Some(parts),
             _ => None,
         }
     }
@@ -166,19 +171,33 @@ async fn take_locked(tx: &Tx<'_>, want: Want<'_>, into: Destination) -> Result<I
             stock::add(tx, product, delta).await?;
             Ok(ItemTaken::Backordered(backordered))
         }
-        Grant::Located(parts) => {
-            let delta = RowDelta {
-                available: -units,
-                reserved: into.reserved(units),
-                backordered: 0,
-            };
-            stock::add(tx, product, delta).await?;
-            let mut deltas = LocationDeltas::new();
-            for (location, n) in &parts {
-                deltas.insert((product.get(), location.clone()), (-n, into.reserved(*n)));
-            }
-            locations::apply_deltas(tx, &deltas).await?;
-            Ok(ItemTaken::Located(parts))
+        Grant::Located(parts) => take_located(tx, product, into, parts, 0).await,
+        Grant::LocatedBackordered { parts, backordered } => {
+            take_located(tx, product, into, parts, backordered).await
         }
     }
+}
+
+/// A located item's writes: the product's row (what was allocated leaves `available`, what is
+/// promised joins `backordered`) and the allocated units at their locations.
+async fn take_located(
+    tx: &Tx<'_>,
+    product: ProductId,
+    into: Destination,
+    parts: Vec<(LocationId, i32)>,
+    backordered: i32,
+) -> Result<ItemTaken, Error> {
+    let allocated: i32 = parts.iter().map(|(_, n)| n).sum();
+    let delta = RowDelta {
+        available: -allocated,
+        reserved: into.reserved(allocated),
+        backordered,
+    };
+    stock::add(tx, product, delta).await?;
+    let mut deltas = LocationDeltas::new();
+    for (location, n) in &parts {
+        deltas.insert((product.get(), location.clone()), (-n, into.reserved(*n)));
+    }
+    locations::apply_deltas(tx, &deltas).await?;
+    Ok(ItemTaken::Located { parts, backordered })
 }

@@ -1,5 +1,6 @@
 //! Location rows (`stock_locations`, `locations`) and where a reservation's or a sale's units
-//! came from (`reservation_allocations`, `sale_allocations`).
+//! came from (`reservation_allocations`, `sale_allocations`). A reservation's allocations are
+//! written with it and grow only when a fill at a location gives its backorder units there.
 //!
 //! A location row is only ever locked by a transaction that holds its product's stock row, so
 //! location rows never start a wait of their own: they are locked after their product's row,
@@ -15,7 +16,7 @@ use crate::stock::decide::allocate::Source;
 use crate::stock::decide::repair::LocationNow;
 use crate::stock::decide::settle::LocationDeltas;
 use crate::stock::model::{
-    Allocation, LocatedStock, Location, LocationQuantity, Row, States, StockLocation,
+    Allocation, Fill, LocatedStock, Location, LocationQuantity, Row, States, StockLocation,
 };
 use crate::stock::rows::stock::stock_of;
 use crate::stock::sql;
@@ -128,6 +129,28 @@ impl<'a> Allocations<'a> {
         .await?;
         Ok(())
     }
+}
+
+/// A fill's side at the location the units arrived at: each filled row allocated there (see
+/// [`sql::ALLOCATE_FILLS`]). The location's own counters are the caller's
+/// ([`apply_deltas`], after the rounds).
+pub(crate) async fn allocate_fills(
+    tx: &Tx<'_>,
+    product: ProductId,
+    location: &LocationId,
+    fills: &[Fill],
+) -> Result<(), Error> {
+    if fills.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = fills.iter().map(|f| f.id).collect();
+    let units: Vec<i32> = fills.iter().map(|f| f.units).collect();
+    tx.execute(
+        &sql::ALLOCATE_FILLS,
+        &[&ids, &units, &product.get(), &location.as_str()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Allocation parts as answers show them: by location id.

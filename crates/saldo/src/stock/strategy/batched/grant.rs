@@ -112,7 +112,7 @@ fn decide_items(
             .get(&product.get())
             .map_or(&[][..], |s| &s[..]);
         match take::grant(want, locked.stock.get(&product.get()), sources)? {
-            Grant::Backordered { .. } => return Ok(None),
+            Grant::Backordered { .. } | Grant::LocatedBackordered { .. } => return Ok(None),
             grant => items.push(grant),
         }
     }
