@@ -2,7 +2,7 @@
 //! reservation takes what the locations have (split, in allocation order) and backorders the
 //! rest within the limit (all or nothing; a pinned or single placement is not backordered); an
 //! arrival at a location (a location count that raises it, a move from `incoming` into
-//! `available` there) fills the oldest backorders first and allocates the filled units at that
+//! `available` there, a return into `available` there) fills the oldest backorders first and allocates the filled units at that
 //! location (a confirmed order's are sold from there); confirm, release, expiry and re-reserve
 //! keep the books (a preorder with nothing allocated yet too); many reservations racing
 //! arrivals never pass the limit, never make a location negative and fill in arrival order;
@@ -13,12 +13,13 @@ use std::sync::Arc;
 use futures::future::join_all;
 use saldo::audit::{audit_stock, Invariant};
 use saldo::domain::{
-    AllocationMode, LocationId, MoveId, OrderId, Priority, Quantity, Reason, StockState, Ttl,
+    AllocationMode, LocationId, MoveId, OrderId, Priority, Quantity, Reason, ReturnId, StockState,
+    Ttl,
 };
 use saldo::stock::backorders::set_policy;
 use saldo::stock::{
-    locations, sweeper, MoveRequest, Place, Placement, ReservedItem, Status, StockEngine,
-    StrategyConfig, StrategyName,
+    locations, sweeper, MoveRequest, Place, Placement, ReservedItem, ReturnItemRequest,
+    ReturnItems, ReturnRequest, Status, StockEngine, StrategyConfig, StrategyName,
 };
 use saldo::Error;
 use tokio::sync::Barrier;
@@ -209,6 +210,74 @@ async fn a_located_reservation_backorders_the_rest_and_arrivals_fill_it_where_th
         engine.release(&oid("o1")).await.expect("release");
         assert_eq!(at(&engine).await, rows(&[("north", 3, 0), ("south", 3, 0)]));
         assert_audit_clean(&db, name).await;
+    }
+}
+
+/// A return into `available` is an arrival: its units fill the oldest backorders first, at
+/// the location they come back to for a located product (allocated there), and only the rest
+/// is available; a product without locations the same, from its row.
+#[tokio::test]
+async fn a_return_into_available_fills_backorders_first() {
+    for name in safe_strategies() {
+        let db = test_db().await;
+        let engine = located(&db, name, &[("north", 1, 0), ("south", 1, 0)], 3).await;
+        sold_then_preordered(&engine, 2).await;
+        let back = give_back("r1", "o1", Some("south"));
+        engine.record_return(&back).await.expect("return");
+        assert_eq!(
+            line(&engine, "o2").await,
+            (own(&[("south", 1)]), 1),
+            "{name}"
+        );
+        assert_eq!(at(&engine).await, rows(&[("north", 0, 0), ("south", 0, 1)]));
+        assert_audit_clean(&db, name).await;
+
+        let db = test_db().await;
+        let engine = engine_with_stock(&db, name, &StrategyConfig::default(), &[(1, 1)]).await;
+        set_policy(engine.store(), pid(1), 3).await.expect("policy");
+        sold_then_preordered(&engine, 1).await;
+        engine
+            .record_return(&give_back("r1", "o1", None))
+            .await
+            .expect("return");
+        let stock = saldo::stock::admin::get(engine.store(), pid(1)).await;
+        let stock = stock.expect("stock");
+        assert_eq!(
+            (stock.available, stock.reserved, stock.backordered),
+            (0, 1, 1),
+            "{name}"
+        );
+        assert_audit_clean(&db, name).await;
+    }
+}
+
+/// `o1` takes `sold` units of product 1 and confirms them; `o2` then preorders 2.
+async fn sold_then_preordered(engine: &StockEngine, sold: i64) {
+    let ttl = Ttl::default();
+    engine
+        .reserve(&request("o1", &[(1, sold)], ttl))
+        .await
+        .expect("o1");
+    engine.confirm(&oid("o1")).await.expect("confirm o1");
+    engine
+        .reserve(&request("o2", &[(1, 2)], ttl))
+        .await
+        .expect("o2: a preorder");
+}
+
+/// One unit of product 1 of `order` back into `available` (at `location`, if named).
+fn give_back(id: &str, order: &str, location: Option<&str>) -> ReturnRequest {
+    ReturnRequest {
+        return_id: ReturnId::new(id).expect("return id"),
+        order_id: oid(order),
+        items: ReturnItems::new([ReturnItemRequest {
+            product_id: pid(1),
+            quantity: Quantity::new(1).expect("quantity"),
+            location_id: location.map(loc),
+            state: StockState::Available,
+        }])
+        .expect("items"),
+        reason: Reason::new("customer return").expect("reason"),
     }
 }
 

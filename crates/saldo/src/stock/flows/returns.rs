@@ -10,6 +10,8 @@
 //! more than was confirmed ([`Error::ReturnExceedsConfirmed`], nothing written), the units go
 //! back, the return's rows are written (stamped while the stock rows are held, so the audit
 //! orders them against counts) and `order.returned` is recorded at the order's next position.
+//! Units back into `available` are an arrival: the product's live backorders are locked before
+//! the stock rows, and they fill those backorders first ([`fill_from_return`]).
 
 use std::collections::BTreeSet;
 
@@ -18,9 +20,12 @@ use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::returns as decide;
 use crate::stock::decide::settle::LocationDeltas;
+use crate::stock::flows::backorders::fill_backorders;
 use crate::stock::flows::{order_events, settle};
 use crate::stock::model::{Return, ReturnItemRequest, ReturnRequest, ReturnedItem, Row};
 use crate::stock::movements::MoveKind;
+use crate::stock::rows::backorders as backorder_rows;
+use crate::stock::rows::stock::Movement;
 use crate::stock::rows::{locations, moves, returns, sales, stock};
 use crate::store::dialect::Tx;
 use crate::store::handle::Store;
@@ -72,6 +77,16 @@ async fn return_tx(tx: &Tx<'_>, request: &ReturnRequest) -> Result<Return, Error
         locations::refuse_retired(tx, location).await?;
     }
     let products: Vec<i64> = planned.iter().map(|p| p.0.item.product_id.get()).collect();
+    // Units back into `available` are an arrival: the product's live backorders are locked
+    // before its stock row, as every arrival path does (reservation rows, then stock).
+    if tx.dialect().offers_locations_and_backorders() {
+        for (_, item, _) in planned
+            .iter()
+            .filter(|p| p.1.state == StockState::Available)
+        {
+            backorder_rows::prelock(tx, item.product_id).await?;
+        }
+    }
     let locked = stock::lock(tx, &products).await?;
     let mut items = Vec::with_capacity(planned.len());
     for (_, item, location) in &planned {
@@ -118,10 +133,35 @@ async fn return_tx(tx: &Tx<'_>, request: &ReturnRequest) -> Result<Return, Error
     }
     locations::lock_and_apply(tx, &at_locations).await?;
     let reason = request.reason.as_str();
+    for item in items.iter().filter(|i| i.state == StockState::Available) {
+        let backordered = locked
+            .get(&item.product_id.get())
+            .is_some_and(|row| row.backordered > 0);
+        if backordered {
+            fill_from_return(tx, item, reason).await?;
+        }
+    }
     returns::insert(tx, &request.return_id, order_id, reason).await?;
     let done = returns::insert_items(tx, &request.return_id, order_id, reason, &items).await?;
     order_events::emit_return(tx, position, &done);
     Ok(done)
+}
+
+/// A returned item's units, just put back into `available` (at its location, located), go to
+/// the product's oldest backorders first, as any arrival's do: the return's `return` movement
+/// is the history row the fills name.
+async fn fill_from_return(tx: &Tx<'_>, item: &ReturnedItem, reason: &str) -> Result<(), Error> {
+    let movement = Movement {
+        product: item.product_id,
+        kind: "return",
+        quantity: item.quantity,
+        reason,
+        location: None,
+    };
+    let movement_id = stock::record(tx, movement).await?;
+    let at = item.location_id.as_ref();
+    fill_backorders(tx, item.product_id, item.quantity, movement_id, at).await?;
+    Ok(())
 }
 
 /// The units an item adds to its product's `available`.
