@@ -6,6 +6,7 @@
 //! priorities and a product named with two locations), the document describing all of it,
 //! `GET /v1/locations` and retiring one (`DELETE /v1/locations/{location}`: 409
 //! `location-not-empty` until it holds nothing, then 409 `location-retired` for a count),
+//! a drifted location set back by `POST /v1/admin/repair` (its `locations` before and after),
 //! and products never given a location answering exactly as before. Run on `atomic`
 //! (tests.rs) and `batched` (batched.rs).
 
@@ -427,4 +428,51 @@ async fn a_located_backorder_is_filled_by_a_location_count() {
         allocations(item),
         vec![("north".to_owned(), 1), ("south".to_owned(), 2)]
     );
+}
+
+/// `POST /v1/admin/repair` on a product stocked per location whose location's `reserved`
+/// drifted: the plan names the location's row before and after, the applied repair sets it and
+/// the product's row back, and the audit is clean afterwards.
+#[tokio::test]
+async fn the_repair_sets_a_drifted_location_back() {
+    let app = spawn_app().await;
+    count_at(&app, 1, "north", 3).await;
+    count_at(&app, 1, "south", 4).await;
+    app.reserve("o-loc", &[(1, 4)]).await;
+    let clean = app.get("/v1/products/1/stock").await;
+    let client = app.db.pool.get().await.expect("client");
+    client
+        .batch_execute(
+            "UPDATE stock_locations SET reserved = reserved + 1 WHERE location_id = 'south'; \
+             UPDATE stock SET reserved = reserved + 1 WHERE product_id = 1",
+        )
+        .await
+        .expect("drift");
+    let dry = app
+        .admin(Method::POST, "/v1/admin/repair", Some(json!({})))
+        .await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
+    let product = &dry.body["products"][0];
+    assert_eq!(product["action"], "planned", "{}", dry.text);
+    assert_eq!(
+        product["locations"],
+        json!([{"location_id": "south",
+                "before": {"available": 3, "reserved": 2},
+                "after": {"available": 3, "reserved": 1}}])
+    );
+    let applied = app
+        .admin(
+            Method::POST,
+            "/v1/admin/repair",
+            Some(json!({"apply": true})),
+        )
+        .await;
+    assert_eq!(
+        applied.body["products"][0]["action"], "applied",
+        "{}",
+        applied.text
+    );
+    assert_eq!(applied.body["remaining"], json!([]));
+    let after = app.get("/v1/products/1/stock").await;
+    assert_eq!(locations(&after.body), locations(&clean.body));
 }
