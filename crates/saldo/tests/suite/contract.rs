@@ -844,14 +844,30 @@ async fn confirms_racing_sweepers_have_exactly_one_winner() {
             })
             .collect();
         let mut confirmed_units = 0i64;
+        let mut gave_up = 0;
         for c in confirms {
-            let outcome = c.await.expect("join").expect("confirm");
+            // Under SERIALIZABLE (the `serializable` suite), 300 confirms and three sweepers on
+            // two rows can use up a confirm's bounded retries on a busy machine: a typed
+            // answer that wrote nothing, which the exactly-once count below must still
+            // account for (its lines expire in the final sweep). Any other error fails.
+            let outcome = match c.await.expect("join") {
+                Ok(outcome) => outcome,
+                Err(Error::RetriesExhausted { .. }) => {
+                    gave_up += 1;
+                    continue;
+                }
+                Err(e) => panic!("{name}: confirm: {e:?}"),
+            };
             confirmed_units += outcome
                 .confirmed
                 .iter()
                 .map(|i| i64::from(i.quantity))
                 .sum::<i64>();
         }
+        assert!(
+            gave_up < SWEEP_RACE_ORDERS / 2,
+            "{name}: {gave_up} confirms ran out of retries"
+        );
         for s in sweepers {
             s.await.expect("join");
         }
