@@ -13,8 +13,7 @@ use std::sync::Arc;
 use futures::future::join_all;
 use saldo::audit::{audit_stock, Invariant};
 use saldo::domain::{
-    AllocationMode, LocationId, MoveId, OrderId, Priority, Quantity, Reason, ReturnId, StockState,
-    Ttl,
+    AllocationMode, MoveId, Priority, Quantity, Reason, ReturnId, StockState, Ttl,
 };
 use saldo::stock::backorders::set_policy;
 use saldo::stock::{
@@ -28,14 +27,7 @@ use crate::contract::{
     assert_audit_clean, engine_with_stock, pid, request, rerequest, safe_strategies,
 };
 use crate::harness::{test_db, TestDb};
-
-fn loc(id: &str) -> LocationId {
-    LocationId::new(id).expect("location id")
-}
-
-fn oid(id: &str) -> OrderId {
-    OrderId::new(id).expect("order id")
-}
+use crate::locations::{loc, oid};
 
 /// Product 1 at `north` (priority 0) and `south` (priority 1), `(location, count)` each, with
 /// `incoming` units parked at each location (counted, then moved out of `available`), and a

@@ -21,11 +21,11 @@ use crate::contract::{
 };
 use crate::harness::{test_db, TestDb};
 
-fn loc(id: &str) -> LocationId {
+pub(crate) fn loc(id: &str) -> LocationId {
     LocationId::new(id).expect("location id")
 }
 
-fn oid(id: &str) -> OrderId {
+pub(crate) fn oid(id: &str) -> OrderId {
     OrderId::new(id).expect("order id")
 }
 
