@@ -32,6 +32,12 @@ pub const LAB_POOL_SIZE: usize = 32;
 pub const LAB_POOL_WAIT_MS: u64 = 120_000;
 /// deadlock_timeout of the race lab's scratch database, when the lab may set it.
 pub const LAB_DEADLOCK_TIMEOUT_MS: u64 = 100;
+/// The least `lock_timeout` and `statement_timeout` of a race on Citus. A race piles every
+/// contender onto one or two rows on purpose, and on Citus each holder commits by 2PC across
+/// workers: 60 crossed transfers queued behind each other were measured past the 10 s default
+/// statement timeout on a busy 2-core CI machine (three cancelled with 57014), which is the
+/// queue's length, not a bug the race is after. Still a bound: nothing waits forever.
+pub const LAB_CITUS_MIN_WAIT_MS: u64 = 60_000;
 
 /// How a scratch database is opened.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +47,9 @@ pub struct ScratchOptions {
     /// Shorten `deadlock_timeout` on the scratch database (needs superuser; elsewhere the
     /// server's setting stays, with a note in the log).
     pub deadlock_timeout: Option<Duration>,
+    /// On Citus, raise every store's `lock_timeout` and `statement_timeout` to at least this
+    /// ([`Scratch::store`]).
+    pub citus_min_wait: Option<Duration>,
 }
 
 /// Where scratch databases are made.
@@ -76,6 +85,8 @@ pub struct Scratch {
     pool: Pool,
     /// The schema's layout (Citus when the server is a Citus coordinator).
     layout: db::Layout,
+    /// See [`ScratchOptions::citus_min_wait`].
+    citus_min_wait: Option<Duration>,
 }
 
 /// `<prefix>_<pid>_<n>`: unique per process and call.
@@ -101,6 +112,7 @@ impl Scratch {
                 ..PoolOptions::default()
             },
             deadlock_timeout: Some(Duration::from_millis(LAB_DEADLOCK_TIMEOUT_MS)),
+            citus_min_wait: Some(Duration::from_millis(LAB_CITUS_MIN_WAIT_MS)),
         };
         Scratch::create(&server.into(), &unique_name("saldo_race"), &options).await
     }
@@ -113,6 +125,7 @@ impl Scratch {
                 ..PoolOptions::default()
             },
             deadlock_timeout: None,
+            citus_min_wait: None,
         };
         // One per server: a side-by-side bench makes one on each.
         let name = format!("saldo_bench_{}", std::process::id());
@@ -152,6 +165,7 @@ impl Scratch {
             pool,
             name: name.to_owned(),
             layout: db::Layout::Single,
+            citus_min_wait: options.citus_min_wait,
         };
         match db::migrate_to_serve(&scratch.pool).await {
             Ok(layout) => {
@@ -174,8 +188,18 @@ impl Scratch {
         &self.pool
     }
 
-    /// A store on the scratch database with `tx` options.
+    /// A store on the scratch database with `tx` options (on Citus, waits raised to at least
+    /// [`ScratchOptions::citus_min_wait`] when the scratch has one).
     pub fn store(&self, tx: TxOptions) -> Store {
+        let tx = match (self.layout, self.citus_min_wait) {
+            (db::Layout::Citus, Some(least)) => {
+                let least = u64::try_from(least.as_millis()).unwrap_or(u64::MAX);
+                let (lock, statement) = (tx.lock_timeout_ms, tx.statement_timeout_ms);
+                tx.with_lock_timeout_ms(lock.max(least))
+                    .with_statement_timeout_ms(statement.max(least))
+            }
+            _ => tx,
+        };
         Store::new(self.pool.clone(), tx).with_layout(self.layout)
     }
 
