@@ -81,6 +81,29 @@ class FilterFailure(unittest.TestCase):
         self.assertTrue(HOOKS._keeps_cross_field_rules(returns, once))
 
 
+BUNDLE = SimpleNamespace(method="put", path="/v1/products/{product_id}/bundle")
+
+
+class BundleOfItself(unittest.TestCase):
+    def kept(self, bundle, components, response):
+        body = {"components": [{"product_id": c, "quantity": 1} for c in components]}
+        case = SimpleNamespace(operation=BUNDLE, body=body,
+                               path_parameters={"product_id": bundle})
+        return HOOKS.filter_failure(None, rejected(422), case, response)
+
+    def test_a_bundle_naming_itself_is_dropped(self):
+        self.assertFalse(self.kept(1, [2, 1], problem(422, "invalid-input")))
+
+    def test_anything_else_is_kept(self):
+        self.assertTrue(self.kept(1, [2, 3], problem(422, "invalid-input")))
+        self.assertTrue(self.kept(1, [1], problem(422, "invalid-body")))
+
+    def test_components_sum_within_the_limit(self):
+        over = {"components": [{"product_id": 2, "quantity": 6}, {"product_id": 2, "quantity": 5}]}
+        self.assertFalse(HOOKS._keeps_cross_field_rules(BUNDLE, over))
+        self.assertTrue(HOOKS._keeps_cross_field_rules(BUNDLE, {"components": over["components"][:1]}))
+
+
 WEBHOOKS = SimpleNamespace(method="post", path="/v1/admin/webhooks")
 
 

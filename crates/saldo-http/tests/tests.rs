@@ -56,6 +56,8 @@ mod stock;
 #[path = "suite/telemetry.rs"]
 mod telemetry;
 
+#[path = "suite/bundles.rs"]
+mod bundles;
 #[path = "suite/locations.rs"]
 mod locations;
 #[path = "suite/moves.rs"]

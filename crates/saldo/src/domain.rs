@@ -126,6 +126,9 @@ pub enum InputError {
     MetadataInvalid(String),
     #[error("return id must be 1-64 characters from [A-Za-z0-9._:-]")]
     ReturnIdInvalid,
+    /// A bundle declared with itself among its components.
+    #[error("product {0} cannot be a component of itself")]
+    BundleOfItself(i64),
     /// A list of an order's lines (`product_ids`, a return's items) naming a product twice.
     #[error("product {0} is named twice")]
     DuplicateLine(i64),

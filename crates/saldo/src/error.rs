@@ -69,6 +69,26 @@ pub enum Error {
     /// counted per location (not as a whole) and adjusted by counting a location.
     #[error("product {0} is stocked per location: count one of its locations instead")]
     StockedByLocation(ProductId),
+    /// The product is a bundle: it holds no units of its own (its stock is its components'),
+    /// so it takes no count, move, location or backorder policy, and is no component of
+    /// another bundle.
+    #[error("product {0} is a bundle: its stock is its components'")]
+    ProductIsBundle(ProductId),
+    /// A product is declared a bundle only while it holds nothing (in any state, reserved or
+    /// backordered) and is neither stocked per location nor takes backorders.
+    #[error("product {0} holds stock, is stocked per location or takes backorders: it cannot become a bundle")]
+    BundleHoldsStock(ProductId),
+    /// A bundle is never a component: this product is one of `bundle_id`'s.
+    #[error(
+        "product {product_id} is a component of bundle {bundle_id}: a bundle is never a component"
+    )]
+    ComponentOfBundle {
+        product_id: ProductId,
+        bundle_id: ProductId,
+    },
+    /// The product is not a bundle.
+    #[error("product {0} is not a bundle")]
+    NotABundle(ProductId),
     /// The sale id was used before with other items.
     #[error("sale {0} was already made with different items")]
     SaleConflict(SaleId),

@@ -32,7 +32,7 @@ const EMPTY_ALL: &str = concat!(
     empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, return_items, order_returns, stock_moves, stock_movements, \
-     product_movements, stock, transfers, transfer_groups, account_repairs, entries; \
+     product_movements, bundle_components, stock, transfers, transfer_groups, account_repairs, entries; \
      DELETE FROM accounts WHERE id <> 0; UPDATE accounts SET balance = 0, entry_seq = 0 WHERE id = 0"
 );
 /// The stock tables of the Citus layout, emptied by DELETE in foreign-key order: a TRUNCATE of
@@ -47,7 +47,7 @@ macro_rules! delete_stock_citus {
          UPDATE feed_state SET pruned_seq = last_seq; DELETE FROM backorder_fills; DELETE FROM reservation_allocations; \
          DELETE FROM sale_allocations; DELETE FROM stock_locations; DELETE FROM locations; \
          DELETE FROM reservations; DELETE FROM sale_items; DELETE FROM sales; \
-         DELETE FROM return_items; DELETE FROM order_returns; DELETE FROM stock_moves; DELETE FROM stock_movements; DELETE FROM product_movements; DELETE FROM stock; DELETE FROM orders;"
+         DELETE FROM return_items; DELETE FROM order_returns; DELETE FROM stock_moves; DELETE FROM stock_movements; DELETE FROM product_movements; DELETE FROM bundle_components; DELETE FROM stock; DELETE FROM orders;"
     };
 }
 /// The ledger tables of the Citus layout, likewise (the system account kept, at 0).
@@ -76,7 +76,7 @@ const EMPTY_STOCK: &str = concat!(
     empty_events!(),
     "TRUNCATE backorder_fills, reservation_allocations, sale_allocations, stock_locations, \
      locations, reservations, sale_items, sales, return_items, order_returns, stock_moves, stock_movements, \
-     product_movements, stock RESTART IDENTITY"
+     product_movements, bundle_components, stock RESTART IDENTITY"
 );
 const EMPTY_STOCK_CITUS: &str = delete_stock_citus!();
 const STOCK_PRODUCTS: &str = "INSERT INTO stock (product_id, available) \

@@ -60,6 +60,7 @@ operations! {
         SetLocationCount => "set_location_count",
         SetLocationPriority => "set_location_priority",
         RetireLocation => "retire_location",
+        DeclareBundle => "declare_bundle",
         StockRead => "stock",
         Repair => "repair",
         // Money.

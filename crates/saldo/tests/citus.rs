@@ -431,6 +431,8 @@ mod batched;
 #[path = "suite/listing.rs"]
 mod listing;
 
+#[path = "suite/bundles.rs"]
+mod bundles;
 #[path = "suite/movements.rs"]
 mod movements;
 #[path = "suite/moves.rs"]

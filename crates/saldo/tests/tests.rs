@@ -26,6 +26,8 @@ mod stock;
 
 #[path = "suite/batched.rs"]
 mod batched;
+#[path = "suite/bundles.rs"]
+mod bundles;
 #[path = "suite/currencies.rs"]
 mod currencies;
 #[path = "suite/entries.rs"]

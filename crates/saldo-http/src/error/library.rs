@@ -42,6 +42,9 @@ fn input_or_unknown(e: &Error) -> Option<Parts> {
         Error::UnknownProduct(p) => {
             Parts::not_found("unknown-product", "Unknown product").with("product_id", p)
         }
+        Error::NotABundle(p) => {
+            Parts::not_found("not-a-bundle", "Product is not a bundle").with("product_id", p)
+        }
         Error::UnknownLocation {
             product_id,
             location_id,
@@ -140,6 +143,20 @@ fn stock_layout(e: &Error) -> Option<Parts> {
             Parts::conflict("stocked-by-location", "Product stocked per location")
                 .with("product_id", p)
         }
+        Error::ProductIsBundle(p) => {
+            Parts::conflict("product-is-bundle", "Product is a bundle").with("product_id", p)
+        }
+        Error::BundleHoldsStock(p) => Parts::conflict(
+            "bundle-holds-stock",
+            "Product holds stock, is stocked per location or takes backorders",
+        )
+        .with("product_id", p),
+        Error::ComponentOfBundle {
+            product_id,
+            bundle_id,
+        } => Parts::conflict("component-of-bundle", "Product is a component of a bundle")
+            .with("product_id", product_id)
+            .with("bundle_id", bundle_id),
         Error::LocationRetired(l) => {
             Parts::conflict("location-retired", "Location retired").with("location_id", l)
         }

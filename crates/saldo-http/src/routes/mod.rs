@@ -17,6 +17,7 @@ pub mod views;
 // One module per resource.
 pub mod accounts;
 pub mod admin;
+pub mod bundles;
 pub mod docs;
 pub mod entries;
 pub mod events;
@@ -46,6 +47,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(stock::set_policy))
         .routes(routes!(stock::set_location_count))
         .routes(routes!(stock::set_priority, stock::retire_location))
+        .routes(routes!(
+            bundles::declare_bundle,
+            bundles::get_bundle,
+            bundles::remove_bundle
+        ))
         .routes(routes!(orders::reserve))
         .routes(routes!(orders::rereserve))
         .routes(routes!(orders::extend))

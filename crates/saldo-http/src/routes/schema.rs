@@ -332,6 +332,15 @@ pub fn items() -> Schema {
     items_array(false, "The order's lines")
 }
 
+/// A bundle's components.
+pub fn bundle_components() -> Schema {
+    items_array(
+        false,
+        "The bundle's components and the units one bundle takes of each (a product named \
+         twice is summed); none may be the bundle itself or another bundle",
+    )
+}
+
 pub fn rereserve_items() -> Schema {
     items_array(
         true,

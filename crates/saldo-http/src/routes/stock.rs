@@ -10,6 +10,7 @@ use saldo::stock::{admin as stock_admin, backorders, States};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::bundles::BundleView;
 use super::extract::{ApiJson, ApiPath};
 use super::params::{LocationPath, ProductLocationPath, ProductPath};
 use super::schema;
@@ -97,6 +98,10 @@ pub struct LocatedStockView {
     pub states: StatesView,
     /// By location id; empty for a product never given a location.
     pub locations: Vec<LocationStockView>,
+    /// A bundle's components (`available` is then derived from theirs); absent for a plain
+    /// product.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<BundleView>,
 }
 
 impl From<LocatedStock> for LocatedStockView {
@@ -120,6 +125,7 @@ impl From<LocatedStock> for LocatedStockView {
                     states: l.states.into(),
                 })
                 .collect(),
+            bundle: s.bundle.map(BundleView::from),
         }
     }
 }

@@ -347,6 +347,10 @@ fn variant(e: &saldo::Error) -> &'static str {
         E::LocationRetired(_) => "LocationRetired",
         E::LocationNotEmpty { .. } => "LocationNotEmpty",
         E::StockedByLocation(_) => "StockedByLocation",
+        E::ProductIsBundle(_) => "ProductIsBundle",
+        E::BundleHoldsStock(_) => "BundleHoldsStock",
+        E::ComponentOfBundle { .. } => "ComponentOfBundle",
+        E::NotABundle(_) => "NotABundle",
         E::SaleConflict(_) => "SaleConflict",
         E::ReservationExpired { .. } => "ReservationExpired",
         E::NotReleasable { .. } => "NotReleasable",
@@ -397,7 +401,7 @@ fn variant(e: &saldo::Error) -> &'static str {
 }
 
 /// How many variants [`variant`] names.
-const LIBRARY_VARIANTS: usize = 58;
+const LIBRARY_VARIANTS: usize = 62;
 
 /// Bugs and broken deployments: the only library errors that may answer 500.
 const INTERNAL: [&str; 2] = ["Migration", "Invariant"];
@@ -442,6 +446,13 @@ async fn every_library_error(db: &crate::harness::TestDb) -> Vec<saldo::Error> {
             in_states: 0,
         },
         E::StockedByLocation(p),
+        E::ProductIsBundle(p),
+        E::BundleHoldsStock(p),
+        E::ComponentOfBundle {
+            product_id: p,
+            bundle_id: p,
+        },
+        E::NotABundle(p),
         E::SaleConflict(SaleId::new("s-1").expect("id")),
         E::ReservationExpired {
             order_id: o(),

@@ -5,6 +5,10 @@
 //! and confirmed); everything else is the shared flows. It counts every reservation's outcome
 //! once, whatever the strategy did inside.
 //!
+//! A bundle is taken as its components: an operation that names one is refused on the
+//! bundle's own empty row, and then run once more with the components in its place
+//! ([`bundles::components_instead`]); a return or a partial settle is rewritten before it runs.
+//!
 //! Expiry is exact for capacity too: an operation refused with `InsufficientStock` is tried
 //! again after the refused product's lapsed reservations are expired ([`reclaiming`]), so units
 //! held past their expiry go to the buyer who asks, not to whoever comes after the sweeper.
@@ -16,7 +20,7 @@ use std::sync::Arc;
 use crate::domain::{Lines, MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
 use crate::stock::decide::plan::Intent;
-use crate::stock::flows::{extend, moves, reserve, returns, sales, settle, sweeper};
+use crate::stock::flows::{bundles, extend, moves, reserve, returns, sales, settle, sweeper};
 use crate::stock::model::{
     ConfirmOutcome, ExtendOutcome, Move, MoveRequest, Placement, ReleaseOutcome, RereserveRequest,
     Reservation, ReserveRequest, ReservedItem, Return, ReturnRequest, Sale, SaleRequest,
@@ -90,9 +94,24 @@ impl StockEngine {
     /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
     /// the order's current state, whatever happened to it since; other items are a conflict.
     pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        let result = reclaiming(&self.store, || self.strategy.reserve(&self.store, request)).await;
+        let mut result = self.reserve_as_named(request).await;
+        match bundles::components_instead(&self.store, &request.items, &result).await {
+            Ok(None) => {}
+            Ok(Some(items)) => {
+                let request = ReserveRequest {
+                    items,
+                    ..request.clone()
+                };
+                result = self.reserve_as_named(&request).await;
+            }
+            Err(e) => result = Err(e),
+        }
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
+    }
+
+    async fn reserve_as_named(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
+        reclaiming(&self.store, || self.strategy.reserve(&self.store, request)).await
     }
 
     /// [`StockEngine::reserve`] with a placement (pinned locations, single or split
@@ -106,10 +125,24 @@ impl StockEngine {
             return self.reserve(request).await;
         }
         let taker = self.strategy.taker();
-        let result = reclaiming(&self.store, || {
-            reserve::reserve(&self.store, taker, Intent::Reserve(request), placement)
-        })
-        .await;
+        let placed = |request: ReserveRequest| async move {
+            reclaiming(&self.store, || {
+                reserve::reserve(&self.store, taker, Intent::Reserve(&request), placement)
+            })
+            .await
+        };
+        let mut result = placed(request.clone()).await;
+        match bundles::components_instead(&self.store, &request.items, &result).await {
+            Ok(None) => {}
+            Ok(Some(items)) => {
+                result = placed(ReserveRequest {
+                    items,
+                    ..request.clone()
+                })
+                .await
+            }
+            Err(e) => result = Err(e),
+        }
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
     }
@@ -154,7 +187,13 @@ impl StockEngine {
         order_id: &OrderId,
         lines: Option<&Lines>,
     ) -> Result<ConfirmOutcome, Error> {
-        self.strategy.confirm(&self.store, order_id, lines).await
+        let lines = match lines {
+            Some(lines) => Some(bundles::expand_lines(&self.store, lines).await?),
+            None => None,
+        };
+        self.strategy
+            .confirm(&self.store, order_id, lines.as_ref())
+            .await
     }
 
     /// active → released, units back to available. Idempotent.
@@ -169,7 +208,11 @@ impl StockEngine {
         order_id: &OrderId,
         lines: Option<&Lines>,
     ) -> Result<ReleaseOutcome, Error> {
-        settle::release(&self.store, order_id, lines).await
+        let lines = match lines {
+            Some(lines) => Some(bundles::expand_lines(&self.store, lines).await?),
+            None => None,
+        };
+        settle::release(&self.store, order_id, lines.as_ref()).await
     }
 
     /// Every reservation row of an order.
@@ -203,7 +246,15 @@ impl StockEngine {
     /// `return_id`. One shared flow under every strategy (it meets the others on the order's
     /// reservation rows and the stock rows, in the global lock order).
     pub async fn record_return(&self, request: &ReturnRequest) -> Result<Return, Error> {
-        returns::record(&self.store, request).await
+        let items = bundles::expand_returns(&self.store, &request.items).await?;
+        if items == request.items {
+            return returns::record(&self.store, request).await;
+        }
+        let request = ReturnRequest {
+            items,
+            ..request.clone()
+        };
+        returns::record(&self.store, &request).await
     }
 
     /// Moves units of a product between `available` and its non-sellable states, and between
@@ -217,7 +268,7 @@ impl StockEngine {
 
     /// Sells every item straight from `available`, or none; idempotent by `sale_id`.
     pub async fn sell(&self, request: &SaleRequest) -> Result<Sale, Error> {
-        reclaiming(&self.store, || sales::sell(&self.store, request)).await
+        self.sell_placed(request, &Placement::default()).await
     }
 
     /// [`StockEngine::sell`] with a placement (pinned locations, single or split allocation),
@@ -227,10 +278,23 @@ impl StockEngine {
         request: &SaleRequest,
         placement: &Placement,
     ) -> Result<Sale, Error> {
-        reclaiming(&self.store, || {
-            sales::sell_placed(&self.store, request, placement)
-        })
-        .await
+        let sell = |request: SaleRequest| async move {
+            reclaiming(&self.store, || {
+                sales::sell_placed(&self.store, &request, placement)
+            })
+            .await
+        };
+        let result = sell(request.clone()).await;
+        match bundles::components_instead(&self.store, &request.items, &result).await? {
+            None => result,
+            Some(items) => {
+                sell(SaleRequest {
+                    items,
+                    ..request.clone()
+                })
+                .await
+            }
+        }
     }
 }
 

@@ -34,13 +34,15 @@ pub mod taker;
 pub use crate::store::handle::Store;
 pub use decide::allocate;
 pub use engine::{build, StockEngine, StrategyConfig};
-pub use flows::{admin, backorders, extend, locations, moves, repair, returns, sales, sweeper};
+pub use flows::{
+    admin, backorders, bundles, extend, locations, moves, repair, returns, sales, sweeper,
+};
 pub use model::{
-    ConfirmOutcome, Counts, ExtendOutcome, LocatedStock, Location, LocationQuantity, Move,
-    MoveRequest, PendingItem, Place, Placement, ProductRepair, ReleaseOutcome, RepairAction,
-    RepairReport, RereserveRequest, Reservation, ReserveRequest, ReservedItem, Return,
-    ReturnItemRequest, ReturnItems, ReturnRequest, ReturnedItem, Sale, SaleRequest, SoldItem,
-    States, Status, Stock, StockLocation, StockRow, StrategyName,
+    Bundle, BundleComponent, ConfirmOutcome, Counts, ExtendOutcome, LocatedStock, Location,
+    LocationQuantity, Move, MoveRequest, PendingItem, Place, Placement, ProductRepair,
+    ReleaseOutcome, RepairAction, RepairReport, RereserveRequest, Reservation, ReserveRequest,
+    ReservedItem, Return, ReturnItemRequest, ReturnItems, ReturnRequest, ReturnedItem, Sale,
+    SaleRequest, SoldItem, States, Status, Stock, StockLocation, StockRow, StrategyName,
 };
 pub use strategy::{atomic, batched, optimistic, pessimistic, trace, StockStrategy};
 pub use taker::{Taken, UnitTaker};

@@ -115,6 +115,25 @@ pub struct MoveRequest {
     pub reason: Reason,
 }
 
+/// A bundle: its components, and how many whole bundles their `available` units make now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bundle {
+    pub product_id: ProductId,
+    /// Derived: the least, over the components, of their `available` over their quantity.
+    pub available: i32,
+    pub components: Vec<BundleComponent>,
+}
+
+/// One component of a [`Bundle`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BundleComponent {
+    pub product_id: ProductId,
+    /// Units one bundle takes.
+    pub quantity: i32,
+    /// The component's own `available` when it was read.
+    pub available: i32,
+}
+
 /// What a move did (or, replayed, what it did the first time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Move {
@@ -415,6 +434,9 @@ pub struct LocatedStock {
     /// The product's units in the non-sellable states (the sums of its locations').
     pub states: States,
     pub locations: Vec<StockLocation>,
+    /// A bundle's components (its `available` then derived from theirs); `None` for a plain
+    /// product.
+    pub bundle: Option<Bundle>,
 }
 
 /// A location and its allocation priority.

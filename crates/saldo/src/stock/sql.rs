@@ -248,10 +248,11 @@ pub(crate) const ADD_TO_ROW: Sql = Sql::same(crate::stock_update!(
 pub(crate) const ENSURE_PRODUCT: Sql = Sql::same(
     "INSERT INTO stock (product_id, available) VALUES ($1, 0) ON CONFLICT (product_id) DO NOTHING",
 );
-/// One stock row locked with every column the admin paths answer with.
+/// One stock row locked with every column the admin paths answer with (and `bundle`: a
+/// bundle's own row takes no units).
 pub(crate) const LOCK_ROW: Sql = Sql::same(
-    "SELECT available, reserved, version, backorder_limit, backordered, located FROM stock \
-     WHERE product_id = $1 FOR UPDATE",
+    "SELECT available, reserved, version, backorder_limit, backordered, located, bundle \
+     FROM stock WHERE product_id = $1 FOR UPDATE",
 );
 /// A count or an adjustment: the row's new `available`.
 pub(crate) const SET_AVAILABLE: Sql = Sql::same(crate::stock_update!(
@@ -569,6 +570,54 @@ pub(crate) const INSERT_MOVE: Sql = Sql::same(concat!(
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
     move_columns!()
 ));
+
+// ---- Bundles (V24) ---------------------------------------------------------------------------
+
+/// Every unit a stock row holds, in any state, reserved or backordered (bigint: six int sums).
+macro_rules! bundle_held {
+    () => {
+        "available::bigint + reserved + backordered + damaged + safety_stock + incoming AS held"
+    };
+}
+
+/// The recipes of the bundles among `$1`: one row per component, by bundle then component.
+pub(crate) const BUNDLE_RECIPES: Sql = Sql::same(
+    "SELECT bundle_id, component_id, quantity FROM bundle_components \
+     WHERE bundle_id = ANY($1) ORDER BY bundle_id, component_id",
+);
+/// What a bundle's declaration checks of its rows, locked in the global lock order (on Citus
+/// one product per statement, in that order): which exist, which are bundles, whether each
+/// takes units, and its `available` (the answer's derived availability).
+pub(crate) const BUNDLE_CANDIDATES: Sql = Sql::per_key(
+    concat!(
+        "SELECT product_id, bundle, located, backorder_limit, available, ",
+        bundle_held!(),
+        " FROM stock WHERE product_id = ANY($1) ORDER BY product_id FOR UPDATE"
+    ),
+    concat!(
+        "SELECT product_id, bundle, located, backorder_limit, available, ",
+        bundle_held!(),
+        " FROM stock WHERE product_id = $1 FOR UPDATE"
+    ),
+);
+/// The `available` of each of `$1` (a bundle's read).
+pub(crate) const AVAILABLE_OF: Sql =
+    Sql::same("SELECT product_id, available FROM stock WHERE product_id = ANY($1)");
+/// A bundle that has the product `$1` as a component (no nesting: a bundle is never a
+/// component).
+pub(crate) const BUNDLES_OF_COMPONENT: Sql = Sql::same(
+    "SELECT bundle_id FROM bundle_components WHERE component_id = $1 ORDER BY bundle_id LIMIT 1",
+);
+/// Forgets a bundle's recipe.
+pub(crate) const CLEAR_RECIPE: Sql =
+    Sql::same("DELETE FROM bundle_components WHERE bundle_id = $1");
+/// One component of a bundle's recipe.
+pub(crate) const ADD_COMPONENT: Sql = Sql::same(
+    "INSERT INTO bundle_components (bundle_id, component_id, quantity) VALUES ($1, $2, $3)",
+);
+/// Flags (or unflags) a product as a bundle. Not a write of its units: the version stays.
+pub(crate) const SET_BUNDLE_FLAG: Sql =
+    Sql::same("UPDATE stock SET bundle = $2, updated_at = now() WHERE product_id = $1");
 
 #[cfg(test)]
 mod tests {

@@ -9,10 +9,13 @@
 //! - [`extend`]: which rows an extension moves;
 //! - [`backorders`]: how arriving units fill waiting backorders;
 //! - [`repair`]: what a repair writes to a divergent product;
-//! - [`returns`]: a return's replay, the line each item comes back to, and where.
+//! - [`returns`]: a return's replay, the line each item comes back to, and where;
+//! - [`bundles`]: a bundle's declaration, requests rewritten onto components, its
+//!   availability.
 
 pub mod allocate;
 pub mod backorders;
+pub mod bundles;
 pub(crate) mod extend;
 pub(crate) mod moves;
 pub(crate) mod plan;

@@ -18,7 +18,9 @@ use crate::store::dialect::Tx;
 use crate::store::handle::Store;
 use crate::store::retry::{checkout, in_transaction};
 
+/// A product stocked per location is counted per location; a bundle holds no units at all.
 fn refuse_located(product_id: ProductId, row: &AdminRow) -> Result<(), Error> {
+    row.refuse_bundle()?;
     if row.located {
         return Err(Error::StockedByLocation(product_id));
     }

@@ -61,6 +61,7 @@ pub async fn set_policy(store: &Store, product_id: ProductId, limit: i64) -> Res
                 let row = stock::lock_one(&tx, product_id)
                     .await?
                     .ok_or(Error::UnknownProduct(product_id))?;
+                row.refuse_bundle()?;
                 if limit < row.stock.backordered {
                     return Err(Error::BackorderLimitBelowBackordered {
                         product_id,

@@ -171,6 +171,7 @@ async fn lock_for_count(
     let row = stock::lock_one(tx, product_id)
         .await?
         .ok_or(Error::UnknownProduct(product_id))?;
+    row.refuse_bundle()?;
     let held = row.stock.available > 0 || row.stock.reserved > 0 || row.stock.backordered > 0;
     if !row.located && held {
         let default = LocationId::new(DEFAULT_LOCATION)?;
@@ -247,8 +248,17 @@ pub async fn retire(store: &Store, location_id: &LocationId) -> Result<Location,
     .await
 }
 
-/// A product's totals and its locations, read in one statement (one snapshot).
+/// A product's totals and its locations, read in one statement (one snapshot). A bundle (its
+/// own row holds nothing) answers its components and its `available` derived from theirs.
 pub async fn get(store: &Store, product_id: ProductId) -> Result<LocatedStock, Error> {
     let client = checkout(&store.pool, Operation::StockRead).await?;
-    locations::read_located(&Tx::new(&client, store.dialect()), product_id).await
+    let tx = Tx::new(&client, store.dialect());
+    let mut located = locations::read_located(&tx, product_id).await?;
+    if located.stock.available == 0 && located.stock.reserved == 0 {
+        if let Some(bundle) = super::bundles::read_on(&tx, product_id).await? {
+            located.stock.available = bundle.available;
+            located.bundle = Some(bundle);
+        }
+    }
+    Ok(located)
 }

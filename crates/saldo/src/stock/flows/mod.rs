@@ -8,10 +8,12 @@
 //! - [`extend`]: hold extension; [`sales`]: direct sales;
 //! - [`admin`]: counts, adjustments, reads; [`backorders`]: the policy and the fill of
 //!   arrivals; [`locations`]: location counts and priorities; [`repair`]: counters brought back
-//!   to their history; [`returns`]: confirmed units brought back.
+//!   to their history; [`returns`]: confirmed units brought back; [`bundles`]: bundles
+//!   declared, read, and rewritten onto their components.
 
 pub mod admin;
 pub mod backorders;
+pub mod bundles;
 pub mod extend;
 pub mod locations;
 pub mod moves;

@@ -66,6 +66,7 @@ async fn move_tx(tx: &Tx<'_>, request: &MoveRequest) -> Result<Move, Error> {
     let row = stock::lock_one(tx, product)
         .await?
         .ok_or(Error::UnknownProduct(product))?;
+    row.refuse_bundle()?;
     if let Some(done) = moves::find(tx, product, &request.move_id).await? {
         return if decide::same_request(&done, request) {
             Ok(done)

@@ -320,6 +320,7 @@ pub(crate) async fn read_located(tx: &Tx<'_>, product: ProductId) -> Result<Loca
         stock,
         states,
         locations,
+        bundle: None,
     })
 }
 

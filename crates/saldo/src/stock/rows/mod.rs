@@ -4,6 +4,7 @@
 //! product, a clock read first) is chosen; the flows above never ask which layout they run on.
 
 pub(crate) mod backorders;
+pub(crate) mod bundles;
 pub(crate) mod locations;
 pub(crate) mod moves;
 pub(crate) mod reservations;

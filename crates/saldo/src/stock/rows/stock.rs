@@ -179,6 +179,18 @@ pub(crate) fn stock_of(product_id: ProductId, row: &tokio_postgres::Row) -> Resu
 pub(crate) struct AdminRow {
     pub stock: Stock,
     pub located: bool,
+    pub bundle: bool,
+}
+
+impl AdminRow {
+    /// A bundle's own row takes no units (its stock is its components'): every admin path that
+    /// would add or move some refuses it here, before the schema's check would.
+    pub(crate) fn refuse_bundle(&self) -> Result<(), Error> {
+        if self.bundle {
+            return Err(Error::ProductIsBundle(self.stock.product_id));
+        }
+        Ok(())
+    }
 }
 
 /// Reads `product`'s row, unlocked.
@@ -195,6 +207,7 @@ pub(crate) async fn lock_one(tx: &Tx<'_>, product: ProductId) -> Result<Option<A
     Ok(Some(AdminRow {
         stock: stock_of(product, &row)?,
         located: row.try_get("located")?,
+        bundle: row.try_get("bundle")?,
     }))
 }
 

@@ -1,0 +1,151 @@
+//! Bundles over HTTP (issue 27 item 3): `PUT /v1/products/{id}/bundle` declares a bundle, `GET`
+//! reads it with its derived availability (and `GET …/stock` shows it), `DELETE` makes it a
+//! plain product again; a reservation, a partial confirm, a return and a sale that name the
+//! bundle take, settle and bring back its components; what a bundle may not do is a 409
+//! problem naming it, a bad recipe a 422 or 404; the audit stays clean. The races are in the
+//! library's suite.
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+
+use crate::support::spawn_app;
+
+#[tokio::test]
+async fn a_bundle_is_declared_sold_returned_and_refused_as_problems() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    app.stock(2, 6).await;
+    let declared = app
+        .admin(
+            Method::PUT,
+            "/v1/products/10/bundle",
+            Some(json!({"components": [{"product_id": 1, "quantity": 1},
+                                       {"product_id": 2, "quantity": 2}]})),
+        )
+        .await;
+    assert_eq!(declared.status, StatusCode::OK, "{}", declared.text);
+    assert_eq!(declared.body["available"], 3, "{}", declared.text);
+    assert_eq!(declared.body["components"][1]["quantity"], 2);
+    let stock = app.get("/v1/products/10/stock").await;
+    assert_eq!(stock.body["available"], 3, "{}", stock.text);
+    assert_eq!(stock.body["bundle"]["components"][0]["product_id"], 1);
+    let plain = app.get("/v1/products/1/stock").await;
+    assert!(plain.body.get("bundle").is_none(), "{}", plain.text);
+
+    // Two bundles and one more unit of product 1, in one order: three of 1, four of 2.
+    let r = app.reserve("gift-1", &[(10, 2), (1, 1)]).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let items: Vec<(i64, i64)> = r.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["product_id"].as_i64().expect("id"),
+                i["quantity"].as_i64().expect("q"),
+            )
+        })
+        .collect();
+    assert_eq!(items, vec![(1, 3), (2, 4)], "{}", r.text);
+    let replay = app.reserve("gift-1", &[(10, 2), (1, 1)]).await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text);
+    app.reserve("gift-2", &[(10, 2)])
+        .await
+        .assert_problem(409, "insufficient-stock");
+    assert_eq!(app.get("/v1/products/10/bundle").await.body["available"], 1);
+
+    let confirmed = app
+        .post("/v1/orders/gift-1/confirm", json!({"product_ids": [10]}))
+        .await;
+    assert_eq!(confirmed.status, StatusCode::OK, "{}", confirmed.text);
+    assert_eq!(
+        confirmed.body["confirmed"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        confirmed.text
+    );
+    let back = app
+        .post(
+            "/v1/orders/gift-1/returns",
+            json!({"return_id": "ret-1", "reason": "declined",
+                   "items": [{"product_id": 10, "quantity": 1, "state": "damaged"}]}),
+        )
+        .await;
+    assert_eq!(back.status, StatusCode::CREATED, "{}", back.text);
+    let damaged = app.get("/v1/products/2/stock").await;
+    assert_eq!(damaged.body["states"]["damaged"], 2, "{}", damaged.text);
+    let sale = app
+        .post(
+            "/v1/sales",
+            json!({"sale_id": "s-1", "items": [{"product_id": 10, "quantity": 1}]}),
+        )
+        .await;
+    assert_eq!(sale.status, StatusCode::CREATED, "{}", sale.text);
+
+    // What a bundle may not do.
+    app.admin(
+        Method::PUT,
+        "/v1/products/10/stock",
+        Some(json!({"count": 3})),
+    )
+    .await
+    .assert_problem(409, "product-is-bundle");
+    app.admin(
+        Method::PUT,
+        "/v1/products/1/bundle",
+        Some(json!({"components": [{"product_id": 2, "quantity": 1}]})),
+    )
+    .await
+    .assert_problem(409, "component-of-bundle");
+    app.admin(
+        Method::PUT,
+        "/v1/products/11/bundle",
+        Some(json!({"components": [{"product_id": 10, "quantity": 1}]})),
+    )
+    .await
+    .assert_problem(409, "product-is-bundle");
+    app.admin(
+        Method::PUT,
+        "/v1/products/12/bundle",
+        Some(json!({"components": [{"product_id": 3, "quantity": 1}]})),
+    )
+    .await
+    .assert_problem(404, "unknown-product");
+    for (body, kind) in [
+        (json!({"components": []}), "invalid-input"),
+        (
+            json!({"components": [{"product_id": 11, "quantity": 1}]}),
+            "invalid-input",
+        ),
+        (
+            json!({"components": [{"product_id": 1, "quantity": 0}]}),
+            "invalid-input",
+        ),
+        (
+            json!({"components": [{"product_id": 1, "quantity": 1}], "extra": true}),
+            "invalid-body",
+        ),
+    ] {
+        app.admin(Method::PUT, "/v1/products/11/bundle", Some(body))
+            .await
+            .assert_problem(422, kind);
+    }
+    app.get("/v1/products/1/bundle")
+        .await
+        .assert_problem(404, "not-a-bundle");
+    app.get("/v1/products/99/bundle")
+        .await
+        .assert_problem(404, "unknown-product");
+
+    let removed = app
+        .admin(Method::DELETE, "/v1/products/10/bundle", None)
+        .await;
+    assert_eq!(removed.status, StatusCode::NO_CONTENT, "{}", removed.text);
+    app.admin(Method::DELETE, "/v1/products/10/bundle", None)
+        .await
+        .assert_problem(404, "not-a-bundle");
+
+    let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
+    assert_eq!(audit.status, StatusCode::OK, "{}", audit.text);
+    assert_eq!(audit.body["ok"], true, "{}", audit.text);
+}
