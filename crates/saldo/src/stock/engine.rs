@@ -94,18 +94,15 @@ impl StockEngine {
     /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
     /// the order's current state, whatever happened to it since; other items are a conflict.
     pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        let mut result = self.reserve_as_named(request).await;
-        match bundles::components_instead(&self.store, &request.items, &result).await {
-            Ok(None) => {}
-            Ok(Some(items)) => {
-                let request = ReserveRequest {
-                    items,
-                    ..request.clone()
-                };
-                result = self.reserve_as_named(&request).await;
-            }
-            Err(e) => result = Err(e),
-        }
+        let first = self.reserve_as_named(request).await;
+        let result = or_components(&self.store, &request.items, first, |items| async move {
+            let request = ReserveRequest {
+                items,
+                ..request.clone()
+            };
+            self.reserve_as_named(&request).await
+        })
+        .await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
     }
@@ -124,27 +121,29 @@ impl StockEngine {
         if placement.is_default() {
             return self.reserve(request).await;
         }
-        let taker = self.strategy.taker();
-        let placed = |request: ReserveRequest| async move {
-            reclaiming(&self.store, || {
-                reserve::reserve(&self.store, taker, Intent::Reserve(&request), placement)
-            })
-            .await
-        };
-        let mut result = placed(request.clone()).await;
-        match bundles::components_instead(&self.store, &request.items, &result).await {
-            Ok(None) => {}
-            Ok(Some(items)) => {
-                result = placed(ReserveRequest {
-                    items,
-                    ..request.clone()
-                })
-                .await
-            }
-            Err(e) => result = Err(e),
-        }
+        let first = self.reserve_placed_as_named(request, placement).await;
+        let result = or_components(&self.store, &request.items, first, |items| async move {
+            let request = ReserveRequest {
+                items,
+                ..request.clone()
+            };
+            self.reserve_placed_as_named(&request, placement).await
+        })
+        .await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
+    }
+
+    async fn reserve_placed_as_named(
+        &self,
+        request: &ReserveRequest,
+        placement: &Placement,
+    ) -> Result<Reservation, Error> {
+        let taker = self.strategy.taker();
+        reclaiming(&self.store, || {
+            reserve::reserve(&self.store, taker, Intent::Reserve(request), placement)
+        })
+        .await
     }
 
     /// Takes again, all or nothing, what the order lost (expired or released); idempotent by
@@ -246,15 +245,16 @@ impl StockEngine {
     /// `return_id`. One shared flow under every strategy (it meets the others on the order's
     /// reservation rows and the stock rows, in the global lock order).
     pub async fn record_return(&self, request: &ReturnRequest) -> Result<Return, Error> {
-        let items = bundles::expand_returns(&self.store, &request.items).await?;
-        if items == request.items {
-            return returns::record(&self.store, request).await;
+        match bundles::expand_returns(&self.store, &request.items).await? {
+            None => returns::record(&self.store, request).await,
+            Some(items) => {
+                let request = ReturnRequest {
+                    items,
+                    ..request.clone()
+                };
+                returns::record(&self.store, &request).await
+            }
         }
-        let request = ReturnRequest {
-            items,
-            ..request.clone()
-        };
-        returns::record(&self.store, &request).await
     }
 
     /// Moves units of a product between `available` and its non-sellable states, and between
@@ -278,23 +278,46 @@ impl StockEngine {
         request: &SaleRequest,
         placement: &Placement,
     ) -> Result<Sale, Error> {
-        let sell = |request: SaleRequest| async move {
-            reclaiming(&self.store, || {
-                sales::sell_placed(&self.store, &request, placement)
-            })
-            .await
-        };
-        let result = sell(request.clone()).await;
-        match bundles::components_instead(&self.store, &request.items, &result).await? {
-            None => result,
-            Some(items) => {
-                sell(SaleRequest {
-                    items,
-                    ..request.clone()
-                })
-                .await
-            }
-        }
+        let first = self.sell_as_named(request, placement).await;
+        or_components(&self.store, &request.items, first, |items| async move {
+            let request = SaleRequest {
+                items,
+                ..request.clone()
+            };
+            self.sell_as_named(&request, placement).await
+        })
+        .await
+    }
+
+    async fn sell_as_named(
+        &self,
+        request: &SaleRequest,
+        placement: &Placement,
+    ) -> Result<Sale, Error> {
+        reclaiming(&self.store, || {
+            sales::sell_placed(&self.store, request, placement)
+        })
+        .await
+    }
+}
+
+/// `first`, the answer to a request of `items` as named; when it is what a bundle gets on its
+/// own row and `items` names one, the answer of `rerun` with the components in the bundles'
+/// place ([`bundles::components_instead`]). Only that second run builds a new request.
+async fn or_components<T, F, Fut>(
+    store: &Store,
+    items: &crate::domain::OrderItems,
+    first: Result<T, Error>,
+    rerun: F,
+) -> Result<T, Error>
+where
+    F: FnOnce(crate::domain::OrderItems) -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    match bundles::components_instead(store, items, &first).await {
+        Ok(None) => first,
+        Ok(Some(components)) => rerun(components).await,
+        Err(e) => Err(e),
     }
 }
 

@@ -195,12 +195,16 @@ pub async fn expand_lines(store: &Store, lines: &Lines) -> Result<Lines, Error> 
     decide::expand_lines(lines, &recipes)
 }
 
-/// A return's items with each bundle replaced by its components (one read of their recipes).
-pub async fn expand_returns(store: &Store, items: &ReturnItems) -> Result<ReturnItems, Error> {
+/// A return's items with each bundle replaced by its components (one read of their recipes);
+/// `None` when it names no bundle.
+pub async fn expand_returns(
+    store: &Store,
+    items: &ReturnItems,
+) -> Result<Option<ReturnItems>, Error> {
     let products: Vec<i64> = items.iter().map(|i| i.product_id.get()).collect();
     let recipes = recipes(store, &products).await?;
     if recipes.is_empty() {
-        return Ok(items.clone());
+        return Ok(None);
     }
-    decide::expand_returns(items, &recipes)
+    decide::expand_returns(items, &recipes).map(Some)
 }
