@@ -2,19 +2,17 @@
 //! reads it with its derived availability (and `GET …/stock` shows it), `DELETE` makes it a
 //! plain product again; a reservation, a partial confirm, a return and a sale that name the
 //! bundle take, settle and bring back its components; what a bundle may not do is a 409
-//! problem naming it, a bad recipe a 422 or 404; the audit stays clean. The races are in the
-//! library's suite.
+//! problem naming it, a bad recipe a 422 or 404; the audit stays clean. A bundle line with a
+//! location takes its components there. The races are in the library's suite.
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::spawn_app;
+use crate::locations::count_at;
+use crate::support::{spawn_app, Answer, TestApp};
 
-#[tokio::test]
-async fn a_bundle_is_declared_sold_returned_and_refused_as_problems() {
-    let app = spawn_app().await;
-    app.stock(1, 5).await;
-    app.stock(2, 6).await;
+/// Declares product 10 a bundle of one of product 1 and two of product 2.
+async fn declare_gift_box(app: &TestApp) -> Answer {
     let declared = app
         .admin(
             Method::PUT,
@@ -24,6 +22,15 @@ async fn a_bundle_is_declared_sold_returned_and_refused_as_problems() {
         )
         .await;
     assert_eq!(declared.status, StatusCode::OK, "{}", declared.text);
+    declared
+}
+
+#[tokio::test]
+async fn a_bundle_is_declared_sold_returned_and_refused_as_problems() {
+    let app = spawn_app().await;
+    app.stock(1, 5).await;
+    app.stock(2, 6).await;
+    let declared = declare_gift_box(&app).await;
     assert_eq!(declared.body["available"], 3, "{}", declared.text);
     assert_eq!(declared.body["components"][1]["quantity"], 2);
     let stock = app.get("/v1/products/10/stock").await;
@@ -147,5 +154,69 @@ async fn a_bundle_is_declared_sold_returned_and_refused_as_problems() {
 
     let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.status, StatusCode::OK, "{}", audit.text);
+    assert_eq!(audit.body["ok"], true, "{}", audit.text);
+}
+
+/// A bundle line that names a location reserves and sells its components there (it was a 404
+/// `unknown-location`, as if the bundle's own row had to be stocked there).
+#[tokio::test]
+async fn a_bundle_line_with_a_location_takes_its_components_there() {
+    let app = spawn_app().await;
+    for (product, location) in [(1, "north"), (1, "south"), (2, "north"), (2, "south")] {
+        count_at(&app, product, location, 4).await;
+    }
+    declare_gift_box(&app).await;
+    let r = app
+        .post(
+            "/v1/reservations",
+            json!({"order_id": "gift-s", "items": [
+                {"product_id": 10, "quantity": 1, "location_id": "south"}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let from: Vec<(i64, serde_json::Value)> = r.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["product_id"].as_i64().expect("id"),
+                i["allocations"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        from,
+        [
+            (1, json!([{"location_id": "south", "quantity": 1}])),
+            (2, json!([{"location_id": "south", "quantity": 2}])),
+        ],
+        "{}",
+        r.text
+    );
+    let sale = app
+        .post(
+            "/v1/sales",
+            json!({"sale_id": "s-n", "items": [
+                {"product_id": 10, "quantity": 1, "location_id": "north"}]}),
+        )
+        .await;
+    assert_eq!(sale.status, StatusCode::CREATED, "{}", sale.text);
+    assert_eq!(
+        sale.body["items"][1]["allocations"],
+        json!([{"location_id": "north", "quantity": 2}]),
+        "{}",
+        sale.text
+    );
+    // A component pinned by the bundle's line and not by its own is refused, nothing taken.
+    app.post(
+        "/v1/reservations",
+        json!({"order_id": "gift-x", "items": [
+            {"product_id": 10, "quantity": 1, "location_id": "north"},
+            {"product_id": 1, "quantity": 1}]}),
+    )
+    .await
+    .assert_problem(422, "invalid-input");
+    let audit = app.admin(Method::GET, "/v1/admin/audit", None).await;
     assert_eq!(audit.body["ok"], true, "{}", audit.text);
 }

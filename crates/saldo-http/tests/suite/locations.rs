@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::support::{spawn_app, TestApp};
 
-async fn count_at(app: &TestApp, product: i64, location: &str, count: i64) -> Value {
+pub(crate) async fn count_at(app: &TestApp, product: i64, location: &str, count: i64) -> Value {
     let a = app
         .admin(
             Method::PUT,

@@ -122,13 +122,18 @@ impl StockEngine {
             return self.reserve(request).await;
         }
         let first = self.reserve_placed_as_named(request, placement).await;
-        let result = or_components(&self.store, &request.items, first, |items| async move {
-            let request = ReserveRequest {
-                items,
-                ..request.clone()
-            };
-            self.reserve_placed_as_named(&request, placement).await
-        })
+        let result = or_components_placed(
+            &self.store,
+            (&request.items, placement),
+            first,
+            |items, placement| async move {
+                let request = ReserveRequest {
+                    items,
+                    ..request.clone()
+                };
+                self.reserve_placed_as_named(&request, &placement).await
+            },
+        )
         .await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
@@ -279,13 +284,18 @@ impl StockEngine {
         placement: &Placement,
     ) -> Result<Sale, Error> {
         let first = self.sell_as_named(request, placement).await;
-        or_components(&self.store, &request.items, first, |items| async move {
-            let request = SaleRequest {
-                items,
-                ..request.clone()
-            };
-            self.sell_as_named(&request, placement).await
-        })
+        or_components_placed(
+            &self.store,
+            (&request.items, placement),
+            first,
+            |items, placement| async move {
+                let request = SaleRequest {
+                    items,
+                    ..request.clone()
+                };
+                self.sell_as_named(&request, &placement).await
+            },
+        )
         .await
     }
 
@@ -317,6 +327,25 @@ where
     match bundles::components_instead(store, items, &first).await {
         Ok(None) => first,
         Ok(Some(components)) => rerun(components).await,
+        Err(e) => Err(e),
+    }
+}
+
+/// [`or_components`] for a request with a placement: the rerun also gets the placement with
+/// each pinned bundle's location on its components ([`bundles::components_placed_instead`]).
+async fn or_components_placed<T, F, Fut>(
+    store: &Store,
+    (items, placement): (&crate::domain::OrderItems, &Placement),
+    first: Result<T, Error>,
+    rerun: F,
+) -> Result<T, Error>
+where
+    F: FnOnce(crate::domain::OrderItems, Placement) -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    match bundles::components_placed_instead(store, items, placement, &first).await {
+        Ok(None) => first,
+        Ok(Some((components, placement))) => rerun(components, placement).await,
         Err(e) => Err(e),
     }
 }

@@ -3,18 +3,21 @@
 //! release, expiry and re-reserve per allocation, direct sales from locations, the first
 //! location count adopting what the product held, and many orders splitting across three
 //! locations of two products at once (no deadlock reaches a caller, no location oversold,
-//! the audit's location invariants hold). Products never given a location answer as before.
+//! the audit's location invariants hold). Products never given a location answer as before. A
+//! bundle pinned to a location takes its components there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use saldo::domain::{AllocationMode, LocationId, OrderId, Priority, Reason, SaleId, Ttl};
+use saldo::domain::{
+    AllocationMode, LocationId, OrderId, OrderItems, Priority, Reason, SaleId, Tags, Ttl,
+};
 use saldo::stock::locations::{self, LocatedStock};
 use saldo::stock::{
     admin, sweeper, Placement, SaleRequest, Status, StockEngine, StrategyConfig, StrategyName,
 };
-use saldo::Error;
+use saldo::{Error, InputError};
 
 use crate::contract::{
     assert_audit_clean, engine_with_stock, pid, request, rerequest, safe_strategies,
@@ -872,6 +875,119 @@ async fn a_retirement_racing_a_count_never_retires_a_location_that_holds_units()
             | (Err(Error::LocationRetired(_)), Ok(_)) => {}
             other => panic!("round {round}: {other:?}"),
         }
+    }
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}
+
+/// A bundle line pinned to a location takes each of its components there, reserved or sold (it
+/// was refused 404 as if the bundle's own row had to be stocked there); a component not stocked
+/// there is named in the refusal, and a component pinned by one line and not by another is a
+/// location conflict.
+#[tokio::test]
+async fn a_bundle_pinned_to_a_location_takes_its_components_there() {
+    let db = test_db().await;
+    // Per strategy (bases 0, 10, …): components `base + 1` (north 4, south 4) and `base + 2`
+    // (north 4, south 2), bundle `base + 5` of one and two of them.
+    let seed = engine_with_stock(&db, StrategyName::Atomic, &StrategyConfig::default(), &[]).await;
+    for (n, name) in safe_strategies().enumerate() {
+        let base = 10 * n as i64;
+        let (c1, c2, bundle) = (base + 1, base + 2, base + 5);
+        for (p, l, count) in [
+            (c1, "north", 4),
+            (c1, "south", 4),
+            (c2, "north", 4),
+            (c2, "south", 2),
+        ] {
+            locations::set_count(seed.store(), pid(p), &loc(l), count)
+                .await
+                .expect("location count");
+        }
+        admin::set_count(seed.store(), pid(bundle), 0)
+            .await
+            .expect("bundle row");
+        let components = OrderItems::new([(c1, 1), (c2, 2)]).expect("components");
+        saldo::stock::bundles::declare(seed.store(), pid(bundle), &components)
+            .await
+            .expect("declare");
+        let engine = saldo::stock::build(name, seed.store().clone(), &StrategyConfig::default());
+        let south = placed(AllocationMode::Split, &[(bundle, "south")]);
+
+        let r = engine
+            .reserve_placed(
+                &request(&format!("b-{name}"), &[(bundle, 1)], Ttl::default()),
+                &south,
+            )
+            .await
+            .expect("reserve");
+        assert_eq!(parts(&r.items, c1), [("south".into(), 1)], "{name}");
+        assert_eq!(parts(&r.items, c2), [("south".into(), 2)], "{name}");
+        let short = engine
+            .reserve_placed(
+                &request(&format!("b2-{name}"), &[(bundle, 1)], Ttl::default()),
+                &south,
+            )
+            .await;
+        assert!(
+            matches!(&short, Err(Error::InsufficientStock { product_id, available: 0, .. }) if *product_id == pid(c2)),
+            "{name}: south has no c2 left, and north is not taken: {short:?}"
+        );
+
+        let sale = SaleRequest {
+            sale_id: SaleId::new(format!("s-{name}")).expect("id"),
+            items: OrderItems::new([(bundle, 1)]).expect("items"),
+            tags: Tags::NONE,
+        };
+        let north = placed(AllocationMode::Split, &[(bundle, "north")]);
+        let sold = engine.sell_placed(&sale, &north).await.expect("sell");
+        let from: Vec<(i64, Vec<(String, i32)>)> = sold
+            .items
+            .iter()
+            .map(|i| {
+                let at = i
+                    .allocations
+                    .iter()
+                    .map(|a| (a.location_id.as_str().to_owned(), a.quantity));
+                (i.product_id.get(), at.collect())
+            })
+            .collect();
+        assert_eq!(
+            from,
+            [
+                (c1, vec![("north".into(), 1)]),
+                (c2, vec![("north".into(), 2)])
+            ],
+            "{name}"
+        );
+        assert_eq!(
+            at(&engine, c2).await,
+            [("north".into(), 2, 0), ("south".into(), 0, 2)],
+            "{name}"
+        );
+
+        let nowhere = engine
+            .reserve_placed(
+                &request(&format!("b3-{name}"), &[(bundle, 1)], Ttl::default()),
+                &placed(AllocationMode::Split, &[(bundle, "nowhere")]),
+            )
+            .await;
+        assert!(
+            matches!(&nowhere, Err(Error::UnknownLocation { product_id, .. }) if *product_id == pid(c1)),
+            "{name}: the refusal names the component: {nowhere:?}"
+        );
+        let conflict = engine
+            .reserve_placed(
+                &request(
+                    &format!("b4-{name}"),
+                    &[(bundle, 1), (c1, 1)],
+                    Ttl::default(),
+                ),
+                &north,
+            )
+            .await;
+        assert!(
+            matches!(&conflict, Err(Error::Input(InputError::LocationConflict(p))) if *p == c1),
+            "{name}: {conflict:?}"
+        );
     }
     assert_audit_clean(&db, StrategyName::Atomic).await;
 }

@@ -10,9 +10,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::domain::LocationId;
 use crate::domain::{InputError, Lines, OrderItems, ProductId, Quantity};
 use crate::error::Error;
-use crate::stock::model::{ReturnItemRequest, ReturnItems};
+use crate::stock::model::{Placement, ReturnItemRequest, ReturnItems};
 
 /// A bundle's components with the units one bundle takes of each, in product order.
 pub type Recipe = Vec<(ProductId, i32)>;
@@ -80,6 +81,45 @@ pub fn expand_items(items: &OrderItems, recipes: &Recipes) -> Result<OrderItems,
         }
     }
     Ok(OrderItems::new(lines)?)
+}
+
+/// `placement` for `items` once every bundle in them stands for its components: a bundle
+/// pinned to a location pins each of its components there. A component must come from one
+/// place whichever line names it (a line of its own, or a bundle's), as a product named twice
+/// in one request must: pinned to two locations, or pinned by one line and not by another, it
+/// is refused as a location conflict.
+pub fn expand_placement(
+    items: &OrderItems,
+    placement: &Placement,
+    recipes: &Recipes,
+) -> Result<Placement, Error> {
+    let mut from: BTreeMap<ProductId, Option<&LocationId>> = BTreeMap::new();
+    for (product, _) in items.iter() {
+        let pin = placement.pinned.get(&product);
+        let parts: Vec<ProductId> = match recipes.get(&product) {
+            Some(recipe) => recipe.iter().map(|(c, _)| *c).collect(),
+            None => vec![product],
+        };
+        for part in parts {
+            match from.get(&part) {
+                Some(seen) if *seen != pin => {
+                    return Err(InputError::LocationConflict(part.get()).into())
+                }
+                Some(_) => {}
+                None => {
+                    from.insert(part, pin);
+                }
+            }
+        }
+    }
+    let pinned = from
+        .into_iter()
+        .filter_map(|(product, pin)| pin.map(|l| (product, l.clone())))
+        .collect();
+    Ok(Placement {
+        allocation: placement.allocation,
+        pinned,
+    })
 }
 
 /// The lines `lines` names, a bundle standing for every one of its components.
@@ -171,6 +211,53 @@ mod tests {
         let got: Vec<(i64, i32)> = expanded.iter().map(|(p, q)| (p.get(), q.get())).collect();
         // 1: 3 (bundle 10) + 1 (its own line) + 2 (bundle 20); 2: 6; 5 as it was.
         assert_eq!(got, vec![(1, 6), (2, 6), (5, 4)]);
+    }
+
+    fn pinned(pins: &[(i64, &str)]) -> Placement {
+        Placement {
+            allocation: crate::domain::AllocationMode::Single,
+            pinned: pins
+                .iter()
+                .map(|(product, l)| (p(*product), LocationId::new(*l).expect("location")))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_pinned_bundle_pins_its_components_and_keeps_the_allocation() {
+        let placement = pinned(&[(10, "north"), (5, "south")]);
+        let expanded = expand_placement(&items(&[(10, 1), (5, 1), (7, 1)]), &placement, &recipes())
+            .expect("expanded");
+        assert_eq!(
+            expanded,
+            pinned(&[(1, "north"), (2, "north"), (5, "south")])
+        );
+    }
+
+    #[test]
+    fn a_component_from_two_places_is_a_location_conflict() {
+        let conflict = |lines: &[(i64, i64)], pins: &[(i64, &str)]| {
+            matches!(
+                expand_placement(&items(lines), &pinned(pins), &recipes()),
+                Err(Error::Input(InputError::LocationConflict(1)))
+            )
+        };
+        // Two bundles sharing component 1, pinned apart.
+        assert!(conflict(
+            &[(10, 1), (20, 1)],
+            &[(10, "north"), (20, "south")]
+        ));
+        // A pinned bundle and its component's own line unpinned, and the other way round.
+        assert!(conflict(&[(10, 1), (1, 1)], &[(10, "north")]));
+        assert!(conflict(&[(10, 1), (1, 1)], &[(1, "north")]));
+        // Pinned to the same place by both: one place, no conflict.
+        let same = expand_placement(
+            &items(&[(10, 1), (1, 1)]),
+            &pinned(&[(10, "north"), (1, "north")]),
+            &recipes(),
+        )
+        .expect("one place");
+        assert_eq!(same, pinned(&[(1, "north"), (2, "north")]));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::domain::{Lines, OrderItems, ProductId};
 use crate::error::Error;
 use crate::operation::Operation;
 use crate::stock::decide::bundles::{self as decide, Recipes};
-use crate::stock::model::{Bundle, BundleComponent, ReturnItems};
+use crate::stock::model::{Bundle, BundleComponent, Placement, ReturnItems};
 use crate::stock::rows::bundles as rows;
 use crate::stock::rows::stock;
 use crate::store::dialect::Tx;
@@ -152,8 +152,12 @@ pub async fn recipes(store: &Store, products: &[i64]) -> Result<Recipes, Error> 
 /// replay compared with the components the first run took).
 fn may_name_a_bundle<T>(items: &OrderItems, result: &Result<T, Error>) -> bool {
     match result {
+        // A bundle's own row holds nothing, and is stocked at no location when pinned to one.
         Err(Error::InsufficientStock { product_id, .. })
-        | Err(Error::UnknownProduct(product_id)) => items.iter().any(|(p, _)| p == *product_id),
+        | Err(Error::UnknownProduct(product_id))
+        | Err(Error::UnknownLocation { product_id, .. }) => {
+            items.iter().any(|(p, _)| p == *product_id)
+        }
         Err(Error::IdempotencyConflict(_)) | Err(Error::SaleConflict(_)) => true,
         _ => false,
     }
@@ -168,21 +172,48 @@ pub async fn components_instead<T>(
     items: &OrderItems,
     result: &Result<T, Error>,
 ) -> Result<Option<OrderItems>, Error> {
+    match refused_recipes(store, items, result).await {
+        Some(recipes) => decide::expand_items(items, &recipes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// [`components_instead`] for a request with a placement: the components, and the placement
+/// with each pinned bundle's location on its components ([`decide::expand_placement`]).
+pub async fn components_placed_instead<T>(
+    store: &Store,
+    items: &OrderItems,
+    placement: &Placement,
+    result: &Result<T, Error>,
+) -> Result<Option<(OrderItems, Placement)>, Error> {
+    match refused_recipes(store, items, result).await {
+        Some(recipes) => Ok(Some((
+            decide::expand_items(items, &recipes)?,
+            decide::expand_placement(items, placement, &recipes)?,
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// The recipes of the bundles `items` names when `result` may be a bundle's refusal (`None`:
+/// the answer stands, also when the read fails, logged).
+async fn refused_recipes<T>(
+    store: &Store,
+    items: &OrderItems,
+    result: &Result<T, Error>,
+) -> Option<Recipes> {
     if !may_name_a_bundle(items, result) {
-        return Ok(None);
+        return None;
     }
     let products: Vec<i64> = items.iter().map(|(p, _)| p.get()).collect();
-    let recipes = match recipes(store, &products).await {
-        Ok(recipes) => recipes,
+    match recipes(store, &products).await {
+        Ok(recipes) if recipes.is_empty() => None,
+        Ok(recipes) => Some(recipes),
         Err(e) => {
             tracing::warn!(error = %e, "could not read the recipes of a refused request");
-            return Ok(None);
+            None
         }
-    };
-    if recipes.is_empty() {
-        return Ok(None);
     }
-    decide::expand_items(items, &recipes).map(Some)
 }
 
 /// `lines` with each bundle standing for its components (one read of their recipes).
