@@ -101,6 +101,37 @@ async fn hot_runs_both_strategies_checks_invariants_and_plots() {
     assert_eq!(left, 0);
 }
 
+/// `bundle`: each order names one bundle of three components; the check that the units granted
+/// are the units live in the database counts the components' (one per bundle order would fail
+/// it), and HTTP mode refuses the scenario (its bundles are laid out by the fixtures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundle_orders_take_their_components_units() {
+    let mut args = vec![
+        "--scenario",
+        "bundle",
+        "--products",
+        "30",
+        "--items",
+        "3",
+        "--concurrency",
+        "4",
+    ];
+    args.extend_from_slice(SHORT);
+    let (out, _, _) = bench(&args).await;
+    let report = json(&out);
+    assert_eq!(report["invariants_ok"], true, "{report}");
+    for run in report["runs"].as_array().expect("runs") {
+        let checks = run["invariants"].as_array().expect("checks");
+        let live = checks
+            .iter()
+            .find(|c| c["name"] == "granted = reserved rows")
+            .expect("the units check");
+        assert_eq!(live["ok"], true, "{run}");
+        assert!(run["ok"].as_u64().expect("ok") > 0, "{run}");
+        assert_eq!(run["errors"], 0, "{run}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_check_the_ledger() {
     let mut args = vec!["--scenario", "transfers-hot", "--concurrency", "4"];

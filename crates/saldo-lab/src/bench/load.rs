@@ -213,7 +213,7 @@ impl Shared {
                     Ok(items) => items,
                     Err(e) => return Outcome::Error(e.to_string()),
                 };
-                let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
+                let units = self.picker.units(&items);
                 let mut answer = target.reserve(&id, &items).await;
                 let reserved = matches!(answer, Answer::Ok);
                 // Whether a reservation may be left on it for the clean-up to release:
@@ -288,7 +288,7 @@ impl Shared {
             Ok(id) => id,
             Err(e) => return Outcome::Error(e.to_string()),
         };
-        let units: u64 = items.iter().map(|(_, q)| q.get() as u64).sum();
+        let units = self.picker.units(&items);
         let tags = match self.tagged {
             true => match bench_tags(order_id.as_str()) {
                 Ok(tags) => tags,

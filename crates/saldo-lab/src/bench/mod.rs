@@ -67,10 +67,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use saldo::domain::{OrderItems, ProductId};
 use saldo::ledger::{Ledger, TransferStrategy};
 use saldo::retry::TxOptions;
 use saldo::stock::batched::{Batched, BatchedConfig, BatchedStats};
-use saldo::stock::{StockEngine, StrategyConfig};
+use saldo::stock::{StockEngine, Store, StrategyConfig};
 
 use crate::checks::{self, Check};
 use crate::scratch::Scratch;
@@ -452,13 +453,13 @@ async fn one_run(
             }
         }
         Contender::Stock(LabStrategy::Batched) => {
-            stock_fixture(config, pool).await?;
+            stock_fixture(config, &store).await?;
             let b = Batched::new(store.clone(), &config.batched);
             batched = Some(b.clone());
             Target::Stock(StockEngine::new(store, b))
         }
         Contender::Stock(other) => {
-            stock_fixture(config, pool).await?;
+            stock_fixture(config, &store).await?;
             let strategy_config = StrategyConfig {
                 batched: config.batched.clone(),
                 ..StrategyConfig::default()
@@ -516,8 +517,10 @@ async fn invariants_after(
     })
 }
 
-/// The stock a run starts with: every product at one pool, or at [`BENCH_LOCATIONS`].
-async fn stock_fixture(config: &BenchConfig, pool: &deadpool_postgres::Pool) -> Result<()> {
+/// The stock a run starts with: every product at one pool, or at [`BENCH_LOCATIONS`]; for
+/// `bundle`, the bundles declared over them ([`scenario::bundle_layout`]).
+async fn stock_fixture(config: &BenchConfig, store: &Store) -> Result<()> {
+    let pool = &store.pool;
     if config.scenario == Scenario::MultiLocation {
         saldo::fixtures::stock_products_at(
             pool,
@@ -528,6 +531,15 @@ async fn stock_fixture(config: &BenchConfig, pool: &deadpool_postgres::Pool) -> 
         .await?;
     } else {
         saldo::fixtures::stock_products(pool, config.products, STOCK_PER_PRODUCT).await?;
+    }
+    if config.scenario == Scenario::Bundle {
+        let (first, count, per) = scenario::bundle_layout(config.products, config.items);
+        for k in 0..count {
+            let from = i64::from(k) * i64::from(per);
+            let components = OrderItems::new((1..=i64::from(per)).map(|c| (from + c, 1)))?;
+            let bundle = ProductId::new(first + i64::from(k))?;
+            saldo::stock::bundles::declare(store, bundle, &components).await?;
+        }
     }
     Ok(())
 }
@@ -546,8 +558,11 @@ async fn http_run(
     round: u32,
     on_tick: impl Fn(&load::Live<'_>),
 ) -> Result<RunResult> {
-    if config.scenario == Scenario::MultiLocation {
-        bail!("multi-location runs in process only: its stock is laid out by the bench's fixtures");
+    if matches!(config.scenario, Scenario::MultiLocation | Scenario::Bundle) {
+        bail!(
+            "{} runs in process only: its stock is laid out by the bench's fixtures",
+            config.scenario.as_str()
+        );
     }
     let products = http_products(config);
     for chunk in products.chunks(HTTP_SETUP_CONCURRENCY) {

@@ -1,5 +1,5 @@
-//! What a benchmark operation does: the scenarios (`hot`, `uniform`, `zipf`, `multi-item`
-//! reserve stock; `transfers-hot`, `transfers-uniform` move money; `holds-hot` holds money and
+//! What a benchmark operation does: the scenarios (`hot`, `uniform`, `zipf`, `multi-item`,
+//! `bundle` reserve stock; `transfers-hot`, `transfers-uniform` move money; `holds-hot` holds money and
 //! posts the hold), how each picks the items or
 //! accounts of the next operation, and how much stock and money a run starts with (laid out by
 //! `saldo::fixtures`). Stock and balances are large enough that a run never runs out: what is
@@ -26,6 +26,10 @@ pub enum Scenario {
     Zipf,
     /// Orders of `--items` distinct products, picked uniformly.
     MultiItem,
+    /// Orders of one bundle, picked uniformly among `--products / --items` bundles, each one of
+    /// every one of `--items` distinct products of its own: `multi-item`'s work plus a
+    /// bundle's (its own row refused, its recipe read, its components taken). In process only.
+    Bundle,
     /// Transfers of 1 between two accounts, in random directions (crossed transfers).
     TransfersHot,
     /// Transfers of 1 between two distinct accounts of `--products` accounts.
@@ -43,6 +47,7 @@ impl Scenario {
             Scenario::Uniform => "uniform",
             Scenario::Zipf => "zipf",
             Scenario::MultiItem => "multi-item",
+            Scenario::Bundle => "bundle",
             Scenario::TransfersHot => "transfers-hot",
             Scenario::TransfersUniform => "transfers-uniform",
             Scenario::HoldsHot => "holds-hot",
@@ -68,6 +73,14 @@ impl Scenario {
     }
 }
 
+/// The bundles of the `bundle` scenario: `(first bundle id, bundles, components each)`. Bundle
+/// `first + k` is one of each of products `k · per + 1 ..= (k + 1) · per`; the ids follow the
+/// products'.
+pub fn bundle_layout(products: u32, items: u32) -> (i64, u32, u32) {
+    let per = items.clamp(1, products.max(1));
+    (i64::from(products) + 1, (products / per).max(1), per)
+}
+
 /// The locations of the `multi-location` scenario, in priority order.
 pub const BENCH_LOCATIONS: [&str; 3] = ["north", "south", "east"];
 
@@ -87,6 +100,12 @@ pub enum Picker {
     Multi {
         products: u32,
         items: u32,
+    },
+    /// One of `count` bundles from `first`, each `per` components ([`bundle_layout`]).
+    Bundles {
+        first: i64,
+        count: u32,
+        per: u32,
     },
 }
 
@@ -117,6 +136,22 @@ impl Picker {
                 products,
                 items: items.min(products),
             },
+            Scenario::Bundle => {
+                let (first, count, per) = bundle_layout(products, items);
+                Picker::Bundles { first, count, per }
+            }
+        }
+    }
+
+    /// The units an order of `items` takes from the stock: a bundle's are its components'.
+    pub fn units(&self, items: &OrderItems) -> u64 {
+        let named: u64 = items
+            .iter()
+            .map(|(_, q)| u64::from(q.get().unsigned_abs()))
+            .sum();
+        match self {
+            Picker::Bundles { per, .. } => named * u64::from(*per),
+            _ => named,
         }
     }
 
@@ -145,6 +180,9 @@ impl Picker {
                 }
                 chosen.into_iter().map(|p| (p, 1)).collect()
             }
+            Picker::Bundles { first, count, .. } => {
+                vec![(first + i64::from(rng.random_range(0..*count)), 1)]
+            }
         };
         Ok(OrderItems::new(items)?)
     }
@@ -153,6 +191,7 @@ impl Picker {
     pub fn pick_pair(&self, rng: &mut impl Rng) -> (i64, i64) {
         let n = match self {
             Picker::Uniform { products } | Picker::Multi { products, .. } => (*products).max(2),
+            Picker::Bundles { count, .. } => (*count).max(2),
             Picker::Zipf { cdf } => (cdf.len() as u32).max(2),
             Picker::Hot => 2,
         };
@@ -204,6 +243,30 @@ mod tests {
                 assert_eq!(items.len(), expected, "{scenario:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_bundle_order_names_one_bundle_and_counts_its_components_units() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        assert_eq!(bundle_layout(30, 3), (31, 10, 3));
+        assert_eq!(
+            bundle_layout(2, 5),
+            (3, 1, 2),
+            "never more components than products"
+        );
+        let picker = Picker::new(Scenario::Bundle, 30, 1.0, 3);
+        for _ in 0..1_000 {
+            let items = picker.pick(&mut rng).expect("items");
+            let named: Vec<i64> = items.iter().map(|(p, _)| p.get()).collect();
+            assert!(
+                named.len() == 1 && (31..=40).contains(&named[0]),
+                "{named:?}"
+            );
+            assert_eq!(picker.units(&items), 3, "one of each of three components");
+        }
+        let plain = Picker::new(Scenario::MultiItem, 30, 1.0, 3);
+        let items = plain.pick(&mut rng).expect("items");
+        assert_eq!(plain.units(&items), 3);
     }
 
     #[test]

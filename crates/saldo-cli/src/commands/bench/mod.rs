@@ -68,14 +68,15 @@ pub struct Args {
     /// Rounds; each runs every strategy once. Medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     rounds: u32,
-    /// Products for `uniform`, `zipf` and `multi-item`; accounts for `transfers-uniform`.
+    /// Products for `uniform`, `zipf`, `multi-item` and `bundle` (its components); accounts for
+    /// `transfers-uniform`.
     #[arg(long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PRODUCTS as i64))]
     products: u32,
     /// Zipf exponent for `zipf` (0 = uniform; 0..=5).
     #[arg(long, default_value_t = 1.0)]
     skew: f64,
-    /// Distinct products per order for `multi-item`.
+    /// Distinct products per order for `multi-item`; components per bundle for `bundle`.
     #[arg(long, default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=saldo::domain::MAX_ITEMS_PER_ORDER as i64))]
     items: u32,
