@@ -5,9 +5,10 @@
 //! and confirmed); everything else is the shared flows. It counts every reservation's outcome
 //! once, whatever the strategy did inside.
 //!
-//! A bundle is taken as its components: an operation that names one is refused on the
-//! bundle's own empty row, and then run once more with the components in its place
-//! ([`bundles::components_instead`]); a return or a partial settle is rewritten before it runs.
+//! A bundle is taken as its components: a reserve or a sale that names one is refused on the
+//! bundle's own empty row, and then run once more with the components in its place, or with
+//! them at once when the engine has seen the product refused as a bundle before
+//! ([`crate::stock::bundled`]); a return or a partial settle is rewritten before it runs.
 //!
 //! Expiry is exact for capacity too: an operation refused with `InsufficientStock` is tried
 //! again after the refused product's lapsed reservations are expired ([`reclaiming`]), so units
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use crate::domain::{Lines, MaxHold, OrderId, ProductId, Tags, Ttl, MAX_ITEMS_PER_ORDER};
 use crate::error::Error;
+use crate::stock::bundled::{named_or_components, BundleHints};
 use crate::stock::decide::plan::Intent;
 use crate::stock::flows::{bundles, extend, moves, reserve, returns, sales, settle, sweeper};
 use crate::stock::model::{
@@ -69,6 +71,8 @@ pub fn build(name: StrategyName, store: Store, config: &StrategyConfig) -> Stock
 pub struct StockEngine {
     store: Store,
     strategy: Arc<dyn StockStrategy>,
+    /// Products seen refused as bundles (shared by clones).
+    bundle_hints: Arc<BundleHints>,
 }
 
 impl StockEngine {
@@ -79,7 +83,11 @@ impl StockEngine {
     }
 
     pub fn with(store: Store, strategy: Arc<dyn StockStrategy>) -> Self {
-        StockEngine { store, strategy }
+        StockEngine {
+            store,
+            strategy,
+            bundle_hints: Arc::default(),
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -94,14 +102,23 @@ impl StockEngine {
     /// Reserves all items or none. A replay (the order's rows exist) takes nothing and returns
     /// the order's current state, whatever happened to it since; other items are a conflict.
     pub async fn reserve(&self, request: &ReserveRequest) -> Result<Reservation, Error> {
-        let first = self.reserve_as_named(request).await;
-        let result = or_components(&self.store, &request.items, first, |items| async move {
-            let request = ReserveRequest {
-                items,
-                ..request.clone()
-            };
-            self.reserve_as_named(&request).await
-        })
+        let result = named_or_components(
+            &self.store,
+            &self.bundle_hints,
+            (&request.items, &Placement::default()),
+            |components| async move {
+                match components {
+                    None => self.reserve_as_named(request).await,
+                    Some((items, _)) => {
+                        let request = ReserveRequest {
+                            items,
+                            ..request.clone()
+                        };
+                        self.reserve_as_named(&request).await
+                    }
+                }
+            },
+        )
         .await;
         telemetry::reservation_outcome(reserve::outcome(&result));
         result
@@ -121,17 +138,21 @@ impl StockEngine {
         if placement.is_default() {
             return self.reserve(request).await;
         }
-        let first = self.reserve_placed_as_named(request, placement).await;
-        let result = or_components_placed(
+        let result = named_or_components(
             &self.store,
+            &self.bundle_hints,
             (&request.items, placement),
-            first,
-            |items, placement| async move {
-                let request = ReserveRequest {
-                    items,
-                    ..request.clone()
-                };
-                self.reserve_placed_as_named(&request, &placement).await
+            |components| async move {
+                match components {
+                    None => self.reserve_placed_as_named(request, placement).await,
+                    Some((items, placement)) => {
+                        let request = ReserveRequest {
+                            items,
+                            ..request.clone()
+                        };
+                        self.reserve_placed_as_named(&request, &placement).await
+                    }
+                }
             },
         )
         .await;
@@ -283,17 +304,21 @@ impl StockEngine {
         request: &SaleRequest,
         placement: &Placement,
     ) -> Result<Sale, Error> {
-        let first = self.sell_as_named(request, placement).await;
-        or_components_placed(
+        named_or_components(
             &self.store,
+            &self.bundle_hints,
             (&request.items, placement),
-            first,
-            |items, placement| async move {
-                let request = SaleRequest {
-                    items,
-                    ..request.clone()
-                };
-                self.sell_as_named(&request, &placement).await
+            |components| async move {
+                match components {
+                    None => self.sell_as_named(request, placement).await,
+                    Some((items, placement)) => {
+                        let request = SaleRequest {
+                            items,
+                            ..request.clone()
+                        };
+                        self.sell_as_named(&request, &placement).await
+                    }
+                }
             },
         )
         .await
@@ -308,45 +333,6 @@ impl StockEngine {
             sales::sell_placed(&self.store, request, placement)
         })
         .await
-    }
-}
-
-/// `first`, the answer to a request of `items` as named; when it is what a bundle gets on its
-/// own row and `items` names one, the answer of `rerun` with the components in the bundles'
-/// place ([`bundles::components_instead`]). Only that second run builds a new request.
-async fn or_components<T, F, Fut>(
-    store: &Store,
-    items: &crate::domain::OrderItems,
-    first: Result<T, Error>,
-    rerun: F,
-) -> Result<T, Error>
-where
-    F: FnOnce(crate::domain::OrderItems) -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
-{
-    match bundles::components_instead(store, items, &first).await {
-        Ok(None) => first,
-        Ok(Some(components)) => rerun(components).await,
-        Err(e) => Err(e),
-    }
-}
-
-/// [`or_components`] for a request with a placement: the rerun also gets the placement with
-/// each pinned bundle's location on its components ([`bundles::components_placed_instead`]).
-async fn or_components_placed<T, F, Fut>(
-    store: &Store,
-    (items, placement): (&crate::domain::OrderItems, &Placement),
-    first: Result<T, Error>,
-    rerun: F,
-) -> Result<T, Error>
-where
-    F: FnOnce(crate::domain::OrderItems, Placement) -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
-{
-    match bundles::components_placed_instead(store, items, placement, &first).await {
-        Ok(None) => first,
-        Ok(Some((components, placement))) => rerun(components, placement).await,
-        Err(e) => Err(e),
     }
 }
 

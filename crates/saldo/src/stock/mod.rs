@@ -20,6 +20,7 @@
 //! row while holding a stock row (but the arrival paths' backorders, see
 //! [`flows::backorders`]).
 
+pub mod bundled;
 pub mod decide;
 pub mod engine;
 pub mod flows;

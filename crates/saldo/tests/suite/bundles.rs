@@ -407,3 +407,72 @@ async fn a_naive_per_component_check_then_write_oversells_the_shared_component()
         "the naive buyers stayed within the shared component's units"
     );
 }
+
+/// An engine that has seen a product refused as a bundle takes it as its components at once
+/// the next time, but reads the recipe fresh every time: a bundle turned back into a plain
+/// product is taken as named, and an order stored under a product's own id before it became a
+/// bundle still replays (the components would conflict with it). Under every strategy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_bundle_is_read_fresh_every_time() {
+    let db = test_db().await;
+    for (base, engine) in per_strategy(&db, 10, 10).await {
+        let store = engine.store();
+        let (c1, c2, bundle, old) = (base + 1, base + 2, base + 5, base + 6);
+        let name = engine.name();
+        bundles::declare(store, pid(bundle), &recipe(&[(c1, 1), (c2, 1)]))
+            .await
+            .expect("declare");
+        // Sold as a plain product, then declared a bundle once it holds nothing.
+        admin::set_count(store, pid(old), 1).await.expect("count");
+        let first = request(&format!("old-{base}"), &[(old, 1)], Ttl::default());
+        engine.reserve(&first).await.expect("reserve as a product");
+        engine.confirm(&first.order_id).await.expect("confirm");
+        bundles::declare(store, pid(old), &recipe(&[(c1, 1)]))
+            .await
+            .expect("declared once it holds nothing");
+
+        for n in 0..2 {
+            let r = engine
+                .reserve(&request(
+                    &format!("b{n}-{base}"),
+                    &[(bundle, 1), (old, 1)],
+                    Ttl::default(),
+                ))
+                .await
+                .expect("reserve the bundles");
+            let got: Vec<(i64, i32)> = r
+                .items
+                .iter()
+                .map(|i| (i.product_id.get(), i.quantity))
+                .collect();
+            assert_eq!(got, [(c1, 2), (c2, 1)], "{name}, order {n}");
+        }
+        let replay = engine.reserve(&first).await.expect("the old order replays");
+        assert!(replay.replayed, "{name}: {replay:?}");
+        assert_eq!(
+            lines_of(&replay.items),
+            [(old, 1, Status::Confirmed)],
+            "{name}"
+        );
+
+        bundles::remove(store, pid(bundle)).await.expect("remove");
+        admin::set_count(store, pid(bundle), 3)
+            .await
+            .expect("count as a product");
+        let plain = engine
+            .reserve(&request(
+                &format!("p-{base}"),
+                &[(bundle, 1)],
+                Ttl::default(),
+            ))
+            .await
+            .expect("reserve the product");
+        assert_eq!(
+            lines_of(&plain.items),
+            [(bundle, 1, Status::Active)],
+            "{name}"
+        );
+        assert_eq!(available(&engine, bundle).await, (2, 1), "{name}");
+    }
+    assert_audit_clean(&db, StrategyName::Atomic).await;
+}

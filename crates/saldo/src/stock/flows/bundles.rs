@@ -1,6 +1,6 @@
 //! Bundles (`PUT /v1/products/{id}/bundle`): a product declared a bundle of components with
 //! quantities, read with its derived availability, or turned back into a plain product; and
-//! the step that lets every stock operation take a bundle ([`components_instead`]).
+//! the step that lets every stock operation take a bundle ([`refused_recipes`], [`expand`]).
 //!
 //! A declaration is one transaction: the bundle's row (created at zero when new) and its
 //! components' rows locked in the global lock order, then checked
@@ -12,10 +12,11 @@
 //! How an operation takes a bundle: a bundle's own row holds nothing (the schema's check), so
 //! a reserve or a sale that names one is refused on it (`InsufficientStock`) like any empty
 //! product, and a replay of one is a conflict (the order's rows are its components'). On those
-//! answers, and only then, the engine asks [`components_instead`]: one read of the request's
+//! answers, and only then, the engine asks [`refused_recipes`]: one read of the request's
 //! recipes; with a bundle among them, the request is run once more with the components
-//! ([`decide::expand_items`]), all or nothing. A request without bundles pays nothing, and a
-//! refused one a single indexed read. Returns and partial confirms and releases name their
+//! ([`expand`]), all or nothing. A request without bundles pays nothing, and a refused one a
+//! single indexed read. An engine that has seen a product refused as a bundle reads the
+//! recipes first the next time ([`crate::stock::bundled`]). Returns and partial confirms and releases name their
 //! lines directly, so they are rewritten before they run ([`expand_returns`], [`expand_lines`]).
 //! A recipe read before the operation's own transaction is the recipe the operation uses: a
 //! declaration that commits in between is seen by the next request.
@@ -163,41 +164,9 @@ fn may_name_a_bundle<T>(items: &OrderItems, result: &Result<T, Error>) -> bool {
     }
 }
 
-/// The items to run `items`' request with once more, when `result` is what a bundle gets on
-/// its own row and `items` names one: its components in its place (`None`: the answer
-/// stands). An expansion past the order limits is its input error. A recipe read that fails
-/// leaves the first answer standing (logged).
-pub async fn components_instead<T>(
-    store: &Store,
-    items: &OrderItems,
-    result: &Result<T, Error>,
-) -> Result<Option<OrderItems>, Error> {
-    match refused_recipes(store, items, result).await {
-        Some(recipes) => decide::expand_items(items, &recipes).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// [`components_instead`] for a request with a placement: the components, and the placement
-/// with each pinned bundle's location on its components ([`decide::expand_placement`]).
-pub async fn components_placed_instead<T>(
-    store: &Store,
-    items: &OrderItems,
-    placement: &Placement,
-    result: &Result<T, Error>,
-) -> Result<Option<(OrderItems, Placement)>, Error> {
-    match refused_recipes(store, items, result).await {
-        Some(recipes) => Ok(Some((
-            decide::expand_items(items, &recipes)?,
-            decide::expand_placement(items, placement, &recipes)?,
-        ))),
-        None => Ok(None),
-    }
-}
-
-/// The recipes of the bundles `items` names when `result` may be a bundle's refusal (`None`:
-/// the answer stands, also when the read fails, logged).
-async fn refused_recipes<T>(
+/// The recipes of the bundles `items` names when `result` may be a bundle's refusal on its own
+/// row (`None`: the answer stands, also when the read fails, logged).
+pub(crate) async fn refused_recipes<T>(
     store: &Store,
     items: &OrderItems,
     result: &Result<T, Error>,
@@ -214,6 +183,20 @@ async fn refused_recipes<T>(
             None
         }
     }
+}
+
+/// `items` and `placement` with every bundle of `recipes` standing for its components (an
+/// expansion past the order limits is its input error; a component from two places a location
+/// conflict).
+pub(crate) fn expand(
+    items: &OrderItems,
+    placement: &Placement,
+    recipes: &Recipes,
+) -> Result<(OrderItems, Placement), Error> {
+    Ok((
+        decide::expand_items(items, recipes)?,
+        decide::expand_placement(items, placement, recipes)?,
+    ))
 }
 
 /// `lines` with each bundle standing for its components (one read of their recipes).
